@@ -1,0 +1,231 @@
+//! Typed errors. Each names what it is about (graph, node, op, port, tensor, dims) so a message
+//! says what to fix without a debugger.
+
+use crate::ops::{AttrError, ShapeError};
+use crate::DataType;
+
+/// A graph that breaks a rule.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GraphError {
+    /// Two tensors (or two nodes) share a name.
+    #[error("the name `{name}` is used twice")]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// Two tensors share a uid.
+    #[error("uid {uid} is used by both `{first}` and `{second}`")]
+    DuplicateUid {
+        /// The uid.
+        uid: i64,
+        /// The first tensor with it.
+        first: String,
+        /// The second.
+        second: String,
+    },
+    /// A uid that is not positive.
+    #[error("tensor `{tensor}` has uid {uid}; uids must be positive")]
+    BadUid {
+        /// The tensor.
+        tensor: String,
+        /// Its uid.
+        uid: i64,
+    },
+    /// Dims that are empty or not positive.
+    #[error("tensor `{tensor}` has dims {dims:?}; every tensor needs at least one dim and every dim must be positive")]
+    BadDims {
+        /// The tensor.
+        tensor: String,
+        /// Its dims.
+        dims: Vec<i64>,
+    },
+    /// Strides of the wrong count or not positive.
+    #[error("tensor `{tensor}` has dims {dims:?} but strides {strides:?}; give one positive stride per dim")]
+    BadStrides {
+        /// The tensor.
+        tensor: String,
+        /// Its dims.
+        dims: Vec<i64>,
+        /// Its strides.
+        strides: Vec<i64>,
+    },
+    /// A by-value scalar that is virtual or not all-1 dims.
+    #[error("by-value tensor `{tensor}` must be non-virtual with every dim 1")]
+    BadScalar {
+        /// The tensor.
+        tensor: String,
+    },
+    /// A node refers to a tensor index outside the graph.
+    #[error("node `{node}` refers to tensor #{index}, which the graph does not have")]
+    UnknownTensor {
+        /// The node.
+        node: String,
+        /// The index.
+        index: usize,
+    },
+    /// A virtual tensor no node produces.
+    #[error("virtual tensor `{tensor}` is produced by no node")]
+    NeverProduced {
+        /// The tensor.
+        tensor: String,
+    },
+    /// Nodes out of topological order.
+    #[error("node `{node}` reads `{tensor}` before any node produces it")]
+    UsedBeforeProduced {
+        /// The tensor.
+        tensor: String,
+        /// The node.
+        node: String,
+    },
+    /// An op's shape or type rule failed.
+    #[error("node `{node}` ({op}){}: {source}", .port.map(|p| format!(", port {p}")).unwrap_or_default())]
+    Shape {
+        /// The node.
+        node: String,
+        /// The op.
+        op: &'static str,
+        /// The port at fault, if one is.
+        port: Option<&'static str>,
+        /// What the rule said.
+        source: ShapeError,
+    },
+    /// A bad attribute.
+    #[error("node `{node}`: {source}")]
+    Attr {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        source: AttrError,
+    },
+    /// A node with the wrong number of outputs.
+    #[error("node `{node}` has {found} outputs; its op produces {expected}")]
+    OutputCount {
+        /// The node.
+        node: String,
+        /// What the op produces.
+        expected: usize,
+        /// What the node lists.
+        found: usize,
+    },
+    /// A tensor whose stored dims differ from what its op infers.
+    #[error("tensor `{tensor}` is declared {declared} but node `{node}` produces {inferred}")]
+    DeclaredDims {
+        /// The tensor.
+        tensor: String,
+        /// The node producing it.
+        node: String,
+        /// The declared dims.
+        declared: String,
+        /// The inferred dims.
+        inferred: String,
+    },
+    /// A tensor whose type differs from what its op produces.
+    #[error("tensor `{tensor}` is declared {declared} but its op produces {required}")]
+    DeclaredType {
+        /// The tensor.
+        tensor: String,
+        /// The node producing it.
+        node: String,
+        /// The declared type.
+        declared: DataType,
+        /// The type the op produces.
+        required: DataType,
+    },
+    /// A literal where the port takes only tensors.
+    #[error("node `{node}` ({op}): port {port} cannot take a scalar")]
+    ScalarNotAllowed {
+        /// The node.
+        node: String,
+        /// The op.
+        op: &'static str,
+        /// The port.
+        port: &'static str,
+    },
+    /// No outputs.
+    #[error("graph `{graph}` has no outputs")]
+    NoOutputs {
+        /// The graph.
+        graph: String,
+    },
+    /// A computed intermediate nothing reads.
+    #[error("virtual tensor `{tensor}` is computed but never used; make it an output or remove it")]
+    Unused {
+        /// The tensor.
+        tensor: String,
+    },
+}
+
+/// A wrong argument to an executed graph (reference or GPU).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArgError {
+    /// A buffer shorter than the tensor's storage.
+    #[error(
+        "tensor `{tensor}` needs {expected} elements ({dims:?} with strides {strides:?}) but its buffer has {found}"
+    )]
+    Length {
+        /// The tensor.
+        tensor: String,
+        /// Elements needed.
+        expected: usize,
+        /// Elements given.
+        found: usize,
+        /// Its dims.
+        dims: Vec<i64>,
+        /// Its strides.
+        strides: Vec<i64>,
+    },
+    /// A buffer of another element type.
+    #[error("tensor `{tensor}` is {expected} but its buffer holds {found}")]
+    DType {
+        /// The tensor.
+        tensor: String,
+        /// The tensor's type.
+        expected: DataType,
+        /// The buffer's type.
+        found: DataType,
+    },
+    /// An input the graph does not have, or given twice.
+    #[error("`{tensor}` is not an input of graph `{graph}`, or is given twice")]
+    Unexpected {
+        /// The graph.
+        graph: String,
+        /// The name given.
+        tensor: String,
+    },
+    /// An input not given.
+    #[error("input `{tensor}` of graph `{graph}` is missing")]
+    Missing {
+        /// The graph.
+        graph: String,
+        /// The input.
+        tensor: String,
+    },
+    /// A runtime dim that breaks a shape rule (wraps the validation error).
+    #[error("graph `{graph}` with {binding}: {source}")]
+    Binding {
+        /// The graph.
+        graph: String,
+        /// The runtime-dim values, `batch = 3, seq = 7`.
+        binding: String,
+        /// What failed.
+        source: GraphError,
+    },
+}
+
+/// Every error of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A graph that breaks a rule.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A bad execution argument.
+    #[error(transparent)]
+    Arg(#[from] ArgError),
+    /// A cuDNN, CUDA or loading failure.
+    #[cfg(feature = "cudnn")]
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,435 @@
+//! The builder API: graphs made at run time, by frameworks with dynamic graphs and by the code
+//! that `graph!` generates.
+
+use super::{Context, Graph, Node, Tensor, TensorId};
+use crate::dim::{packed_strides, shape_string, Concrete};
+use crate::error::GraphError;
+use crate::ops::{AttrValue, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};
+use crate::DataType;
+
+/// An op input: a tensor of the graph, or a number that becomes a by-value scalar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Operand {
+    /// A tensor.
+    Tensor(TensorId),
+    /// A by-value scalar in the compute type, broadcast against the other operands.
+    Scalar(f64),
+}
+
+impl From<TensorId> for Operand {
+    fn from(t: TensorId) -> Self {
+        Operand::Tensor(t)
+    }
+}
+
+impl From<f64> for Operand {
+    fn from(v: f64) -> Self {
+        Operand::Scalar(v)
+    }
+}
+
+/// Builds a [`Graph`]: shapes are inferred as ops are added, so a bad call fails at once with an
+/// error naming the node, op and port.
+///
+/// ```
+/// use cudnn_runtime::{DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("scaled_relu");
+/// let x = g.input("x", DataType::BF16, &[4, 16]).unwrap();
+/// let y = g.op("mul", &[x.into(), 0.5.into()], &[]).unwrap()[0];
+/// let z = g.op("relu", &[y.into()], &[]).unwrap()[0];
+/// g.output(z, "z", DataType::BF16).unwrap();
+/// let graph = g.build().unwrap();
+/// assert_eq!(graph.nodes.len(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct GraphBuilder {
+    name: String,
+    context: Context,
+    tensors: Vec<Pending>,
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    name: String,
+    uid: Option<i64>,
+    dims: Vec<i64>,
+    strides: Option<Vec<i64>>,
+    data_type: Option<DataType>,
+    is_virtual: bool,
+    pass_by_value: Option<f64>,
+    produced: bool,
+}
+
+impl GraphBuilder {
+    /// An empty graph with the default context (f32 intermediates, f32 compute).
+    pub fn new(name: impl Into<String>) -> Self {
+        GraphBuilder { name: name.into(), context: Context::default(), tensors: Vec::new(), nodes: Vec::new() }
+    }
+
+    /// Sets the graph-level data types.
+    pub fn context(&mut self, context: Context) -> &mut Self {
+        self.context = context;
+        self
+    }
+
+    fn check_name(&self, name: &str) -> Result<(), GraphError> {
+        if self.tensors.iter().any(|t| t.name == name) {
+            return Err(GraphError::DuplicateName { name: name.to_string() });
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, t: Pending) -> TensorId {
+        self.tensors.push(t);
+        TensorId(self.tensors.len() - 1)
+    }
+
+    fn get(&self, id: TensorId) -> Result<&Pending, GraphError> {
+        self.tensors.get(id.0).ok_or(GraphError::UnknownTensor { node: String::new(), index: id.0 })
+    }
+
+    /// A graph input with packed strides.
+    pub fn input(&mut self, name: &str, data_type: DataType, dims: &[i64]) -> Result<TensorId, GraphError> {
+        self.check_name(name)?;
+        if dims.is_empty() || dims.iter().any(|&d| d <= 0) {
+            return Err(GraphError::BadDims { tensor: name.to_string(), dims: dims.to_vec() });
+        }
+        Ok(self.push(Pending {
+            name: name.to_string(),
+            uid: None,
+            dims: dims.to_vec(),
+            strides: None,
+            data_type: Some(data_type),
+            is_virtual: false,
+            pass_by_value: None,
+            produced: false,
+        }))
+    }
+
+    /// Sets a tensor's strides (user-set values win over inference).
+    pub fn set_strides(&mut self, id: TensorId, strides: &[i64]) -> Result<&mut Self, GraphError> {
+        let t = self.get(id)?;
+        if strides.len() != t.dims.len() || strides.iter().any(|&s| s <= 0) {
+            return Err(GraphError::BadStrides {
+                tensor: t.name.clone(),
+                dims: t.dims.clone(),
+                strides: strides.to_vec(),
+            });
+        }
+        self.tensors[id.0].strides = Some(strides.to_vec());
+        Ok(self)
+    }
+
+    /// Sets a tensor's uid (user-set values win over assignment).
+    pub fn set_uid(&mut self, id: TensorId, uid: i64) -> Result<&mut Self, GraphError> {
+        let name = self.get(id)?.name.clone();
+        if uid <= 0 {
+            return Err(GraphError::BadUid { tensor: name, uid });
+        }
+        if let Some(other) = self.tensors.iter().find(|t| t.uid == Some(uid)) {
+            return Err(GraphError::DuplicateUid { uid, first: other.name.clone(), second: name });
+        }
+        self.tensors[id.0].uid = Some(uid);
+        Ok(self)
+    }
+
+    /// Applies the op called `name` (see [`crate::ops::lookup`]) and returns its outputs, which are
+    /// virtual until passed to [`GraphBuilder::output`].
+    pub fn op(
+        &mut self,
+        name: &str,
+        inputs: &[Operand],
+        attrs: &[(String, AttrValue)],
+    ) -> Result<Vec<TensorId>, GraphError> {
+        let node = format!("{name}_{}", self.nodes.len());
+        let op = Op::from_call(name, attrs).map_err(|source| GraphError::Attr { node: node.clone(), source })?;
+        self.apply_named(&node, op, inputs)
+    }
+
+    /// Applies `op` as a node called `node`.
+    pub fn apply_named(&mut self, node: &str, op: Op, inputs: &[Operand]) -> Result<Vec<TensorId>, GraphError> {
+        if self.nodes.iter().any(|n| n.name == node) {
+            return Err(GraphError::DuplicateName { name: node.to_string() });
+        }
+        let sig = op.signature();
+        let rank = inputs
+            .iter()
+            .find_map(|o| match o {
+                Operand::Tensor(t) => self.tensors.get(t.0).map(|t| t.dims.len()),
+                Operand::Scalar(_) => None,
+            })
+            .unwrap_or(1);
+        let mut ids = Vec::with_capacity(inputs.len());
+        for (i, operand) in inputs.iter().enumerate() {
+            match *operand {
+                Operand::Tensor(t) => {
+                    self.tensors.get(t.0).ok_or(GraphError::UnknownTensor { node: node.to_string(), index: t.0 })?;
+                    ids.push(t);
+                }
+                Operand::Scalar(v) => {
+                    if !sig.inputs.get(i).is_some_and(|p| p.scalar_ok) {
+                        return Err(GraphError::ScalarNotAllowed {
+                            node: node.to_string(),
+                            op: sig.name,
+                            port: sig.inputs.get(i).map_or("?", |p| p.name),
+                        });
+                    }
+                    let dt = self.context.compute_data_type;
+                    let name = self.fresh_name(&format!("{node}_scalar{i}"));
+                    ids.push(self.push(Pending {
+                        name,
+                        uid: None,
+                        dims: vec![1; rank],
+                        strides: None,
+                        data_type: Some(dt),
+                        is_virtual: false,
+                        pass_by_value: Some(dt.round(v)),
+                        produced: false,
+                    }));
+                }
+            }
+        }
+        let metas: Vec<TensorMeta<i64>> = ids
+            .iter()
+            .map(|i| {
+                let t = &self.tensors[i.0];
+                TensorMeta { dims: t.dims.clone(), dtype: t.data_type.unwrap_or(self.context.intermediate_data_type) }
+            })
+            .collect();
+        let outs = op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
+            node: node.to_string(),
+            op: sig.name,
+            port: source.arg.map(|a| sig.inputs[a].name),
+            source,
+        })?;
+        let mut out_ids = Vec::with_capacity(outs.len());
+        for (k, meta) in outs.into_iter().enumerate() {
+            let base = if sig.outputs.len() == 1 { node.to_string() } else { format!("{node}_{}", sig.outputs[k]) };
+            let name = self.fresh_name(&base);
+            out_ids.push(self.push(Pending {
+                name,
+                uid: None,
+                dims: meta.dims,
+                strides: None,
+                data_type: meta.dtype.or(Some(self.context.intermediate_data_type)),
+                is_virtual: true,
+                pass_by_value: None,
+                produced: true,
+            }));
+        }
+        self.nodes.push(Node {
+            name: node.to_string(),
+            op,
+            inputs: ids,
+            outputs: out_ids.clone(),
+            compute_data_type: self.context.compute_data_type,
+        });
+        Ok(out_ids)
+    }
+
+    fn fresh_name(&self, base: &str) -> String {
+        if self.check_name(base).is_ok() {
+            return base.to_string();
+        }
+        (1..).map(|i| format!("{base}_{i}")).find(|n| self.check_name(n).is_ok()).unwrap_or_default()
+    }
+
+    /// `matmul(a, b)`.
+    pub fn matmul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId, GraphError> {
+        let node = format!("matmul_{}", self.nodes.len());
+        Ok(self.apply_named(&node, Op::Matmul(Matmul {}), &[a.into(), b.into()])?[0])
+    }
+
+    /// A pointwise op with default parameters.
+    pub fn pointwise(&mut self, mode: PointwiseMode, inputs: &[Operand]) -> Result<TensorId, GraphError> {
+        let node = format!("{}_{}", mode.name(), self.nodes.len());
+        Ok(self.apply_named(&node, Op::Pointwise(Pointwise::new(mode)), inputs)?[0])
+    }
+
+    /// Makes `tensor` a graph output called `name` of type `data_type`. A tensor that is a graph
+    /// input or already an output is first copied through an identity node.
+    pub fn output(&mut self, tensor: TensorId, name: &str, data_type: DataType) -> Result<TensorId, GraphError> {
+        let t = self.get(tensor)?;
+        let id = if t.is_virtual {
+            if t.name != name {
+                self.check_name(name)?;
+            }
+            tensor
+        } else {
+            let node = format!("identity_{}", self.nodes.len());
+            self.apply_named(&node, Op::Pointwise(Pointwise::new(PointwiseMode::Identity)), &[tensor.into()])?[0]
+        };
+        if self.tensors[id.0].name != name {
+            self.check_name(name)?;
+        }
+        let forced = self.nodes.iter().find(|n| n.outputs.contains(&id)).and_then(|n| {
+            let metas: Vec<TensorMeta<i64>> = n
+                .inputs
+                .iter()
+                .map(|i| TensorMeta {
+                    dims: self.tensors[i.0].dims.clone(),
+                    dtype: self.tensors[i.0].data_type.unwrap_or(DataType::F32),
+                })
+                .collect();
+            n.op.infer(&metas, &mut Concrete).ok().and_then(|o| o[0].dtype)
+        });
+        if let Some(required) = forced {
+            if required != data_type {
+                return Err(GraphError::DeclaredType {
+                    tensor: name.to_string(),
+                    node: String::new(),
+                    declared: data_type,
+                    required,
+                });
+            }
+        }
+        let t = &mut self.tensors[id.0];
+        t.name = name.to_string();
+        t.is_virtual = false;
+        t.data_type = Some(data_type);
+        Ok(id)
+    }
+
+    /// Requires `tensor` to have `dims` (a declared output shape), naming both shapes if not.
+    pub fn expect_dims(&self, tensor: TensorId, dims: &[i64]) -> Result<(), GraphError> {
+        let t = self.get(tensor)?;
+        if t.dims != dims {
+            return Err(GraphError::DeclaredDims {
+                tensor: t.name.clone(),
+                node: self
+                    .nodes
+                    .iter()
+                    .find(|n| n.outputs.contains(&tensor))
+                    .map(|n| n.name.clone())
+                    .unwrap_or_default(),
+                declared: shape_string(dims),
+                inferred: shape_string(&t.dims),
+            });
+        }
+        Ok(())
+    }
+
+    /// Assigns uids (user-set values win; the rest count up from 1 in creation order, skipping
+    /// taken values), fills packed strides where unset, and validates.
+    pub fn build(self) -> Result<Graph, GraphError> {
+        let taken: std::collections::HashSet<i64> = self.tensors.iter().filter_map(|t| t.uid).collect();
+        let mut next = 1i64;
+        let tensors = self
+            .tensors
+            .into_iter()
+            .map(|p| {
+                let uid = p.uid.unwrap_or_else(|| {
+                    while taken.contains(&next) {
+                        next += 1;
+                    }
+                    next += 1;
+                    next - 1
+                });
+                debug_assert!(p.produced || !p.is_virtual);
+                Tensor {
+                    strides: p.strides.unwrap_or_else(|| packed_strides(&p.dims)),
+                    name: p.name,
+                    uid,
+                    dims: p.dims,
+                    data_type: p.data_type.unwrap_or(self.context.intermediate_data_type),
+                    is_virtual: p.is_virtual,
+                    pass_by_value: p.pass_by_value,
+                }
+            })
+            .collect();
+        let graph = Graph { name: self.name, context: self.context, tensors, nodes: self.nodes };
+        graph.validate()?;
+        Ok(graph)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mm_bias_relu() -> GraphBuilder {
+        let mut g = GraphBuilder::new("mbr");
+        let a = g.input("a", DataType::BF16, &[2, 8, 4]).unwrap();
+        let b = g.input("b", DataType::BF16, &[2, 4, 16]).unwrap();
+        let bias = g.input("bias", DataType::BF16, &[1, 1, 16]).unwrap();
+        let c = g.matmul(a, b).unwrap();
+        let d = g.pointwise(PointwiseMode::Add, &[c.into(), bias.into()]).unwrap();
+        let y = g.pointwise(PointwiseMode::Relu, &[d.into()]).unwrap();
+        g.output(y, "y", DataType::BF16).unwrap();
+        g
+    }
+
+    #[test]
+    fn builds_with_deterministic_uids_and_strides() {
+        let g = mm_bias_relu().build().unwrap();
+        let uids: Vec<i64> = g.tensors.iter().map(|t| t.uid).collect();
+        assert_eq!(uids, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(g.tensor_by_name("y").unwrap().strides, vec![128, 16, 1]);
+        assert_eq!(g.inputs().len(), 3);
+        assert_eq!(g.outputs(), vec![TensorId(5)]);
+        assert_eq!(g.fingerprint(), mm_bias_relu().build().unwrap().fingerprint());
+    }
+
+    #[test]
+    fn user_uids_win() {
+        let mut g = mm_bias_relu();
+        g.set_uid(TensorId(0), 2).unwrap();
+        let g = g.build().unwrap();
+        let uids: Vec<i64> = g.tensors.iter().map(|t| t.uid).collect();
+        assert_eq!(uids, vec![2, 1, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn errors_name_the_culprit() {
+        let mut g = GraphBuilder::new("bad");
+        let a = g.input("a", DataType::F16, &[1, 8, 4]).unwrap();
+        let b = g.input("b", DataType::F16, &[1, 5, 16]).unwrap();
+        let e = g.matmul(a, b).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "node `matmul_0` (matmul), port B: matmul contraction dims differ: A is [1, 8, 4] and B is [1, 5, 16], so A[-1] = 4 must equal B[-2] = 5"
+        );
+        assert!(matches!(g.input("a", DataType::F16, &[1]), Err(GraphError::DuplicateName { .. })));
+        assert!(matches!(g.input("z", DataType::F16, &[0, 2]), Err(GraphError::BadDims { .. })));
+        let e = g.op("matmul", &[a.into(), 2.0.into()], &[]).unwrap_err();
+        assert!(e.to_string().contains("port B cannot take a scalar"), "{e}");
+        let e = GraphBuilder::new("empty").build().unwrap_err();
+        assert!(matches!(e, GraphError::NoOutputs { .. }));
+    }
+
+    #[test]
+    fn scalars_are_by_value_tensors() {
+        let mut g = GraphBuilder::new("s");
+        let x = g.input("x", DataType::F32, &[2, 3]).unwrap();
+        let y = g.op("mul", &[x.into(), 0.1.into()], &[]).unwrap()[0];
+        g.output(y, "y", DataType::F32).unwrap();
+        let g = g.build().unwrap();
+        let s = &g.tensors[1];
+        assert_eq!(s.dims, vec![1, 1]);
+        assert_eq!(s.pass_by_value, Some(0.1f32 as f64));
+        assert_eq!(g.inputs(), vec![TensorId(0)]);
+    }
+
+    #[test]
+    fn output_of_an_input_goes_through_identity() {
+        let mut g = GraphBuilder::new("copy");
+        let x = g.input("x", DataType::F32, &[2]).unwrap();
+        g.output(x, "y", DataType::F16).unwrap();
+        let g = g.build().unwrap();
+        assert_eq!(g.nodes[0].op.call_name(), "identity");
+    }
+
+    #[test]
+    fn validate_catches_tampering() {
+        let mut g = mm_bias_relu().build().unwrap();
+        g.tensors[5].dims = vec![2, 8, 15];
+        assert!(matches!(g.validate(), Err(GraphError::DeclaredDims { .. })));
+        let mut g = mm_bias_relu().build().unwrap();
+        g.tensors[1].uid = 1;
+        assert!(matches!(g.validate(), Err(GraphError::DuplicateUid { .. })));
+        let mut g = mm_bias_relu().build().unwrap();
+        g.nodes.swap(0, 1);
+        assert!(matches!(g.validate(), Err(GraphError::UsedBeforeProduced { .. })));
+    }
+}

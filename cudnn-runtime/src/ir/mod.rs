@@ -1,0 +1,311 @@
+//! The graph IR: tensors, nodes, graph-level data types, and [`Graph::validate`].
+//!
+//! A [`Graph`] is always concrete (every dim is a number) and always valid once built: the
+//! [`GraphBuilder`] infers shapes eagerly as ops are added and validates again at the end, and
+//! [`Graph::validate`] re-runs every op's shape rule over the stored dims, so a graph read from JSON
+//! is held to the same rules.
+
+mod builder;
+
+pub use builder::{GraphBuilder, Operand};
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dim::{shape_string, storage_len, Concrete};
+use crate::error::GraphError;
+use crate::ops::{Op, TensorMeta};
+use crate::DataType;
+
+/// Graph-level data types (cudnn-frontend's context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    /// Element type of virtual (intermediate) tensors.
+    pub intermediate_data_type: DataType,
+    /// The type ops compute in.
+    pub compute_data_type: DataType,
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        Context { intermediate_data_type: DataType::F32, compute_data_type: DataType::F32 }
+    }
+}
+
+/// Index of a tensor in its graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TensorId(pub usize);
+
+/// A tensor of a graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tensor {
+    /// Unique within the graph.
+    pub name: String,
+    /// cuDNN's unique id: user-set values win, others are assigned in creation order.
+    pub uid: i64,
+    /// Extents, outermost first.
+    pub dims: Vec<i64>,
+    /// Strides in elements, one per dim.
+    pub strides: Vec<i64>,
+    /// Element type.
+    pub data_type: DataType,
+    /// An intermediate that never reaches memory.
+    pub is_virtual: bool,
+    /// A by-value scalar's value (stored as the nearest value of `data_type`).
+    pub pass_by_value: Option<f64>,
+}
+
+impl Tensor {
+    /// Elements the tensor's storage spans.
+    pub fn storage_len(&self) -> usize {
+        storage_len(&self.dims, &self.strides) as usize
+    }
+}
+
+/// One op applied to tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Unique within the graph (`let` names in `graph!`, `{op}_{n}` otherwise).
+    pub name: String,
+    /// The op.
+    pub op: Op,
+    /// Inputs, in port order.
+    pub inputs: Vec<TensorId>,
+    /// Outputs, in port order.
+    pub outputs: Vec<TensorId>,
+    /// The type this node computes in.
+    pub compute_data_type: DataType,
+}
+
+/// A validated, concrete compute graph.
+///
+/// ```
+/// use cudnn_runtime::{DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("mm");
+/// let a = g.input("a", DataType::F16, &[1, 8, 4]).unwrap();
+/// let b = g.input("b", DataType::F16, &[1, 4, 2]).unwrap();
+/// let c = g.matmul(a, b).unwrap();
+/// g.output(c, "c", DataType::F16).unwrap();
+/// let graph = g.build().unwrap();
+/// assert_eq!(graph.tensor_by_name("c").unwrap().dims, vec![1, 8, 2]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Graph {
+    /// The graph's name.
+    pub name: String,
+    /// Graph-level data types.
+    pub context: Context,
+    /// Every tensor; [`TensorId`] indexes this.
+    pub tensors: Vec<Tensor>,
+    /// Nodes in topological order.
+    pub nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// The tensor with this id.
+    pub fn tensor(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id.0]
+    }
+
+    /// The tensor with this name.
+    pub fn tensor_by_name(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The id of the tensor with this name.
+    pub fn id_of(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name).map(TensorId)
+    }
+
+    fn producer(&self) -> Vec<Option<usize>> {
+        let mut producer = vec![None; self.tensors.len()];
+        for (n, node) in self.nodes.iter().enumerate() {
+            for o in &node.outputs {
+                if let Some(p) = producer.get_mut(o.0) {
+                    *p = Some(n);
+                }
+            }
+        }
+        producer
+    }
+
+    /// Graph inputs: non-virtual, not by-value, produced by no node; in creation order.
+    pub fn inputs(&self) -> Vec<TensorId> {
+        let producer = self.producer();
+        (0..self.tensors.len())
+            .filter(|&i| {
+                producer[i].is_none() && !self.tensors[i].is_virtual && self.tensors[i].pass_by_value.is_none()
+            })
+            .map(TensorId)
+            .collect()
+    }
+
+    /// Graph outputs: non-virtual tensors that a node produces; in creation order.
+    pub fn outputs(&self) -> Vec<TensorId> {
+        let producer = self.producer();
+        (0..self.tensors.len())
+            .filter(|&i| producer[i].is_some() && !self.tensors[i].is_virtual)
+            .map(TensorId)
+            .collect()
+    }
+
+    /// Checks every rule a graph must satisfy: unique names and uids, dims and strides well
+    /// formed, topological order, every node's inputs and attributes accepted by its op's shape
+    /// rule and every output's dims and type equal to what the rule infers.
+    pub fn validate(&self) -> Result<(), GraphError> {
+        let mut seen_names = std::collections::HashSet::new();
+        let mut seen_uids = std::collections::HashMap::new();
+        for t in &self.tensors {
+            if !seen_names.insert(t.name.as_str()) {
+                return Err(GraphError::DuplicateName { name: t.name.clone() });
+            }
+            if t.uid <= 0 {
+                return Err(GraphError::BadUid { tensor: t.name.clone(), uid: t.uid });
+            }
+            if let Some(other) = seen_uids.insert(t.uid, t.name.as_str()) {
+                return Err(GraphError::DuplicateUid { uid: t.uid, first: other.to_string(), second: t.name.clone() });
+            }
+            if t.dims.is_empty() || t.dims.iter().any(|&d| d <= 0) {
+                return Err(GraphError::BadDims { tensor: t.name.clone(), dims: t.dims.clone() });
+            }
+            if t.strides.len() != t.dims.len() || t.strides.iter().any(|&s| s <= 0) {
+                return Err(GraphError::BadStrides {
+                    tensor: t.name.clone(),
+                    dims: t.dims.clone(),
+                    strides: t.strides.clone(),
+                });
+            }
+            if t.pass_by_value.is_some() && (t.is_virtual || t.dims.iter().any(|&d| d != 1)) {
+                return Err(GraphError::BadScalar { tensor: t.name.clone() });
+            }
+        }
+        let mut defined: Vec<bool> = vec![false; self.tensors.len()];
+        let producer = self.producer();
+        for (i, d) in defined.iter_mut().enumerate() {
+            *d = producer[i].is_none();
+            if producer[i].is_none() && self.tensors[i].is_virtual {
+                return Err(GraphError::NeverProduced { tensor: self.tensors[i].name.clone() });
+            }
+        }
+        let mut node_names = std::collections::HashSet::new();
+        for node in &self.nodes {
+            if !node_names.insert(node.name.as_str()) {
+                return Err(GraphError::DuplicateName { name: node.name.clone() });
+            }
+            let check = |id: &TensorId| {
+                self.tensors
+                    .get(id.0)
+                    .map(|_| ())
+                    .ok_or_else(|| GraphError::UnknownTensor { node: node.name.clone(), index: id.0 })
+            };
+            node.inputs.iter().try_for_each(check)?;
+            node.outputs.iter().try_for_each(check)?;
+            for i in &node.inputs {
+                if !defined[i.0] {
+                    return Err(GraphError::UsedBeforeProduced {
+                        tensor: self.tensor(*i).name.clone(),
+                        node: node.name.clone(),
+                    });
+                }
+            }
+            let metas: Vec<TensorMeta<i64>> = node
+                .inputs
+                .iter()
+                .map(|i| TensorMeta { dims: self.tensor(*i).dims.clone(), dtype: self.tensor(*i).data_type })
+                .collect();
+            let inferred = node.op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
+                node: node.name.clone(),
+                op: node.op.call_name(),
+                port: source.arg.map(|a| node.op.signature().inputs[a].name),
+                source,
+            })?;
+            if inferred.len() != node.outputs.len() {
+                return Err(GraphError::OutputCount {
+                    node: node.name.clone(),
+                    expected: inferred.len(),
+                    found: node.outputs.len(),
+                });
+            }
+            for (o, meta) in node.outputs.iter().zip(&inferred) {
+                let t = self.tensor(*o);
+                if t.dims != meta.dims {
+                    return Err(GraphError::DeclaredDims {
+                        tensor: t.name.clone(),
+                        node: node.name.clone(),
+                        declared: shape_string(&t.dims),
+                        inferred: shape_string(&meta.dims),
+                    });
+                }
+                if let Some(dt) = meta.dtype {
+                    if dt != t.data_type {
+                        return Err(GraphError::DeclaredType {
+                            tensor: t.name.clone(),
+                            node: node.name.clone(),
+                            declared: t.data_type,
+                            required: dt,
+                        });
+                    }
+                }
+                defined[o.0] = true;
+            }
+        }
+        if self.outputs().is_empty() {
+            return Err(GraphError::NoOutputs { graph: self.name.clone() });
+        }
+        let used: std::collections::HashSet<usize> =
+            self.nodes.iter().flat_map(|n| n.inputs.iter().map(|i| i.0)).collect();
+        if let Some(t) = self.tensors.iter().enumerate().find(|(i, t)| t.is_virtual && !used.contains(i)) {
+            return Err(GraphError::Unused { tensor: t.1.name.clone() });
+        }
+        Ok(())
+    }
+
+    /// A stable 64-bit FNV-1a hash of the graph's structure: op names and attributes, tensor
+    /// dims, strides, types, uids and wiring. Names of nodes and tensors do not count.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = crate::Fnv::default();
+        h.write_str(&format!("{:?}", self.context));
+        for t in &self.tensors {
+            h.write_str(&format!(
+                "T{}|{:?}|{:?}|{}|{}|{:?}",
+                t.uid,
+                t.dims,
+                t.strides,
+                t.data_type,
+                t.is_virtual,
+                t.pass_by_value.map(f64::to_bits)
+            ));
+        }
+        for n in &self.nodes {
+            let ins: Vec<i64> = n.inputs.iter().map(|i| self.tensor(*i).uid).collect();
+            let outs: Vec<i64> = n.outputs.iter().map(|i| self.tensor(*i).uid).collect();
+            h.write_str(&format!(
+                "N{}|{:?}|{:?}|{:?}|{}",
+                n.op.call_name(),
+                n.op.call_attrs(),
+                ins,
+                outs,
+                n.compute_data_type
+            ));
+        }
+        h.finish()
+    }
+}
+
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "graph {}", self.name)?;
+        for n in &self.nodes {
+            let name = |i: &TensorId| {
+                let t = self.tensor(*i);
+                format!("{}: {}{}", t.name, t.data_type, shape_string(&t.dims))
+            };
+            let ins: Vec<String> = n.inputs.iter().map(name).collect();
+            let outs: Vec<String> = n.outputs.iter().map(name).collect();
+            writeln!(f, "  {} = {}({})", outs.join(", "), n.op.call_name(), ins.join(", "))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,54 @@
+//! # cudnn-runtime
+//!
+//! The library behind `cudnn-graph`: the graph IR and builder API ([`ir`]), the op vocabulary with
+//! one definition per op family ([`ops`]), the CPU reference engine ([`reference`]) and, with the
+//! `cudnn` feature, the cuDNN backend-API layer ([`backend`]).
+//!
+//! Without default features this crate needs neither cudarc nor a GPU: the `graph!` macro depends
+//! on it that way to run the very same shape rules at expansion.
+
+#![warn(missing_docs)]
+
+pub mod dim;
+pub mod dtype;
+pub mod error;
+pub mod ir;
+pub mod ops;
+pub mod reference;
+
+#[cfg(feature = "cudnn")]
+pub mod backend;
+
+pub use dtype::{DataType, Element, Fp8E4M3, Fp8E5M2};
+pub use error::{ArgError, Error, GraphError, Result};
+pub use ir::{Context, Graph, GraphBuilder, Node, Operand, Tensor, TensorId};
+
+/// 64-bit FNV-1a, the project's stable hash for fingerprints (the same in the macro and at run
+/// time, on every platform and Rust version, unlike `std`'s hashers).
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    /// Mixes in bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    /// Mixes in a string and a separator, so `("ab", "c")` and `("a", "bc")` differ.
+    pub fn write_str(&mut self, s: &str) {
+        self.write(s.as_bytes());
+        self.write(&[0xff]);
+    }
+    /// The hash.
+    pub fn finish(self) -> u64 {
+        self.0
+    }
+}

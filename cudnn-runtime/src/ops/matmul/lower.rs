@@ -1,0 +1,1 @@
+//! cuDNN lowering of `matmul` (placeholder until the backend lands).

@@ -1,0 +1,232 @@
+//! `matmul(a, b)`: batched matrix product, `C[..., m, n] = Σ_k A[..., m, k] · B[..., k, n]`.
+//!
+//! Shape rule (cudnn-frontend's, plus a check of K that it leaves to cuDNN): A and B have the same
+//! rank ≥ 2; C has A's rank with `C[-2] = A[-2]`, `C[-1] = B[-1]`; batch dims broadcast (NumPy);
+//! `A[-1]` must equal `B[-2]`. Inputs are floating point or `i8`.
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "cudnn")]
+pub(crate) mod lower;
+
+use super::{
+    broadcast, AttrSpec, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind, TensorMeta,
+};
+use crate::dim::{shape_string, Dim, DimCx};
+use crate::reference::Array;
+use crate::DataType;
+
+/// The call name.
+pub const NAME: &str = "matmul";
+
+const INPUTS: &[PortSpec] = &[PortSpec { name: "A", scalar_ok: false }, PortSpec { name: "B", scalar_ok: false }];
+const OUTPUTS: &[&str] = &["C"];
+const ATTRS: &[AttrSpec] = &[];
+
+/// The signature of `matmul`.
+pub fn signature() -> OpSignature {
+    OpSignature { name: NAME, family: Family::Matmul, inputs: INPUTS, outputs: OUTPUTS, attrs: ATTRS }
+}
+
+/// A batched matrix product. It has no attributes of its own; its compute type is the node's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Matmul {}
+
+fn takes(dtype: DataType) -> bool {
+    matches!(
+        dtype,
+        DataType::F16 | DataType::BF16 | DataType::F32 | DataType::Fp8E4M3 | DataType::Fp8E5M2 | DataType::I8
+    )
+}
+
+impl Matmul {
+    pub(crate) fn from_attrs(_: &Attrs<'_>) -> Self {
+        Matmul {}
+    }
+
+    pub(crate) fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        cx: &mut impl DimCx<D>,
+    ) -> Result<OutputMeta<D>, ShapeError> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        for (i, t) in [a, b].into_iter().enumerate() {
+            if !takes(t.dtype) {
+                return Err(ShapeError::at(
+                    i,
+                    ShapeErrorKind::DType {
+                        op: NAME,
+                        port: INPUTS[i].name,
+                        found: t.dtype,
+                        expected: "f16, bf16, f32, fp8 or i8",
+                    },
+                ));
+            }
+        }
+        if a.dims.len() < 2 {
+            return Err(ShapeError::at(
+                0,
+                ShapeErrorKind::Rank {
+                    op: NAME,
+                    port: "A",
+                    expected: "rank >= 2".into(),
+                    found: a.dims.len(),
+                    shape: shape_string(&a.dims),
+                },
+            ));
+        }
+        let r = a.dims.len();
+        if b.dims.len() != r {
+            return Err(ShapeError::at(
+                1,
+                ShapeErrorKind::Rank {
+                    op: NAME,
+                    port: "B",
+                    expected: format!("the rank of port A ({r})"),
+                    found: b.dims.len(),
+                    shape: shape_string(&b.dims),
+                },
+            ));
+        }
+        let (a_k, b_k) = (&a.dims[r - 1], &b.dims[r - 2]);
+        if !cx.require_eq(a_k, b_k) {
+            return Err(ShapeError::at(
+                1,
+                ShapeErrorKind::Contraction {
+                    a: shape_string(&a.dims),
+                    b: shape_string(&b.dims),
+                    a_k: a_k.to_string(),
+                    b_k: b_k.to_string(),
+                },
+            ));
+        }
+        let mut dims = broadcast(NAME, &a.dims[..r - 2], &b.dims[..r - 2], 1, cx).map_err(|mut e| {
+            // Report the full shapes, not the batch prefixes.
+            if let ShapeErrorKind::Broadcast { left, right, .. } = &mut e.kind {
+                *left = shape_string(&a.dims);
+                *right = shape_string(&b.dims);
+            }
+            e
+        })?;
+        dims.push(a.dims[r - 2].clone());
+        dims.push(b.dims[r - 1].clone());
+        Ok(OutputMeta { dims, dtype: None })
+    }
+
+    /// `C = A · B` with batch broadcasting, accumulated in f64.
+    pub(crate) fn reference(&self, a: &Array, b: &Array) -> Array {
+        let r = a.dims.len();
+        let (m, k, n) = (a.dims[r - 2], a.dims[r - 1], b.dims[r - 1]);
+        let batch: Vec<i64> = a.dims[..r - 2].iter().zip(&b.dims[..r - 2]).map(|(x, y)| *x.max(y)).collect();
+        let mut dims = batch.clone();
+        dims.extend([m, n]);
+        let mut out = Array::zeros(&dims);
+        let batch_strides = |t: &Array| -> Vec<i64> {
+            let own = crate::dim::packed_strides(&t.dims);
+            (0..r - 2).map(|i| if t.dims[i] == 1 && batch[i] != 1 { 0 } else { own[i] }).collect()
+        };
+        let (a_bs, b_bs) = (batch_strides(a), batch_strides(b));
+        let batches: i64 = batch.iter().product();
+        let (m, k, n) = (m as usize, k as usize, n as usize);
+        for bi in 0..batches {
+            let idx = Array::unravel(bi, &batch);
+            let ao: usize = idx.iter().zip(&a_bs).map(|(i, s)| (*i * *s) as usize).sum();
+            let bo: usize = idx.iter().zip(&b_bs).map(|(i, s)| (*i * *s) as usize).sum();
+            let co = bi as usize * m * n;
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0.0f64;
+                    for p in 0..k {
+                        acc += a.data[ao + i * k + p] * b.data[bo + p * n + j];
+                    }
+                    out.data[co + i * n + j] = acc;
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dim::{Concrete, SymDim, Symbolic};
+    use crate::ops::Op;
+
+    fn meta<D: Dim>(dims: Vec<D>, dtype: DataType) -> TensorMeta<D> {
+        TensorMeta { dims, dtype }
+    }
+
+    #[test]
+    fn concrete_shapes() {
+        let op = Op::Matmul(Matmul {});
+        let out = op
+            .infer(&[meta(vec![4, 1, 3, 5], DataType::F16), meta(vec![1, 2, 5, 7], DataType::F16)], &mut Concrete)
+            .unwrap();
+        assert_eq!(out[0].dims, vec![4, 2, 3, 7]);
+        let e = op
+            .infer(&[meta(vec![1, 3, 5], DataType::F16), meta(vec![1, 6, 7], DataType::F16)], &mut Concrete)
+            .unwrap_err();
+        assert_eq!(e.arg, Some(1));
+        assert_eq!(
+            e.to_string(),
+            "matmul contraction dims differ: A is [1, 3, 5] and B is [1, 6, 7], so A[-1] = 5 must equal B[-2] = 6"
+        );
+        let e = op
+            .infer(&[meta(vec![2, 3, 5], DataType::F16), meta(vec![3, 5, 7], DataType::F16)], &mut Concrete)
+            .unwrap_err();
+        assert!(e.to_string().contains("cannot broadcast [2, 3, 5] with [3, 5, 7]"), "{e}");
+        let e = op
+            .infer(&[meta(vec![3, 5], DataType::F16), meta(vec![1, 5, 7], DataType::F16)], &mut Concrete)
+            .unwrap_err();
+        assert!(e.to_string().contains("port B needs the rank of port A (2)"), "{e}");
+        let e = op
+            .infer(&[meta(vec![1, 3, 5], DataType::I64), meta(vec![1, 5, 7], DataType::F16)], &mut Concrete)
+            .unwrap_err();
+        assert_eq!(e.arg, Some(0));
+    }
+
+    #[test]
+    fn symbolic_shapes() {
+        let p = |s: &str| SymDim::Param(s.into());
+        let op = Op::Matmul(Matmul {});
+        let mut cx = Symbolic::default();
+        let out = op
+            .infer(
+                &[
+                    meta(vec![SymDim::Lit(1), p("M"), p("K")], DataType::BF16),
+                    meta(vec![SymDim::Lit(1), SymDim::Lit(64), p("N")], DataType::BF16),
+                ],
+                &mut cx,
+            )
+            .unwrap();
+        assert_eq!(out[0].dims, vec![SymDim::Lit(1), p("M"), p("N")]);
+        assert_eq!(cx.deferred, vec![("K".to_string(), 64)]);
+        let e = op
+            .infer(
+                &[
+                    meta(vec![SymDim::Lit(1), p("M"), p("K")], DataType::BF16),
+                    meta(vec![SymDim::Lit(1), p("J"), p("N")], DataType::BF16),
+                ],
+                &mut cx,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("A[-1] = K must equal B[-2] = J"), "{e}");
+    }
+
+    #[test]
+    fn reference_broadcasts_batches() {
+        let a = Array::from_fn(&[2, 2, 3], |i| (i as f64) * 0.5 - 1.0);
+        let b = Array::from_fn(&[1, 3, 2], |i| (i as f64) + 1.0);
+        let c = Matmul {}.reference(&a, &b);
+        assert_eq!(c.dims, vec![2, 2, 2]);
+        for batch in 0..2 {
+            for i in 0..2 {
+                for j in 0..2 {
+                    let want: f64 = (0..3).map(|p| a.data[batch * 6 + i * 3 + p] * b.data[p * 2 + j]).sum();
+                    assert_eq!(c.data[batch * 4 + i * 2 + j], want);
+                }
+            }
+        }
+    }
+}

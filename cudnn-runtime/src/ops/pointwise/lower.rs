@@ -1,0 +1,1 @@
+//! cuDNN lowering of `pointwise` (placeholder until the backend lands).

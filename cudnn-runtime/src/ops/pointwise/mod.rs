@@ -1,0 +1,551 @@
+//! Pointwise ops: every cuDNN pointwise mode, one table row each.
+//!
+//! Shape rule: inputs have equal rank and broadcast NumPy-style (a dim broadcasts only when it is
+//! 1); the output has the broadcast shape. A numeric literal in an input position becomes a by-value
+//! scalar tensor of all-1 dims. Comparisons and logical ops produce `bool`, `gen_index` produces
+//! `i32`; logical ops and `binary_select`'s mask take `bool`; arithmetic does not take `bool`.
+//!
+//! Backward activations take `(dy, x)` and return `dx = dy · f'(x)`, as cuDNN's `*_BWD` modes.
+
+use std::f64::consts::{FRAC_2_SQRT_PI, SQRT_2};
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "cudnn")]
+pub(crate) mod lower;
+
+use super::{
+    broadcast, normalize_axis, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
+    ShapeError, ShapeErrorKind, TensorMeta,
+};
+use crate::dim::{shape_string, Dim, DimCx};
+use crate::reference::Array;
+use crate::DataType;
+
+const UNARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: false }];
+const BINARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: true }, PortSpec { name: "IN_1", scalar_ok: true }];
+const TERNARY: &[PortSpec] = &[
+    PortSpec { name: "IN_0", scalar_ok: true },
+    PortSpec { name: "IN_1", scalar_ok: true },
+    PortSpec { name: "IN_2", scalar_ok: false },
+];
+const OUT: &[&str] = &["OUT_0"];
+
+const fn float_attr(name: &'static str) -> AttrSpec {
+    AttrSpec { name, kind: AttrKind::Float, required: false }
+}
+const RELU_ATTRS: &[AttrSpec] = &[float_attr("lower_clip"), float_attr("upper_clip"), float_attr("lower_clip_slope")];
+const ELU_ATTRS: &[AttrSpec] = &[float_attr("alpha")];
+const SOFTPLUS_ATTRS: &[AttrSpec] = &[float_attr("beta")];
+const SWISH_ATTRS: &[AttrSpec] = &[float_attr("beta")];
+const INDEX_ATTRS: &[AttrSpec] = &[AttrSpec { name: "axis", kind: AttrKind::Int, required: true }];
+const NO_ATTRS: &[AttrSpec] = &[];
+
+/// What a mode does to types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Numeric in, numeric out.
+    Arith,
+    /// Numeric in, `bool` out.
+    Compare,
+    /// `bool` in, `bool` out.
+    Logical,
+    /// Anything in, `i32` out.
+    Index,
+    /// `(a, b, mask: bool)` in, numeric out.
+    Select,
+}
+
+macro_rules! modes {
+    ($($variant:ident = $name:literal, $cudnn:literal, $value:literal, $ports:ident, $attrs:ident, $class:ident;)*) => {
+        /// A cuDNN pointwise mode (`cudnnPointwiseMode_t`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum PointwiseMode {
+            $(
+                #[doc = concat!("`", $name, "` (`CUDNN_POINTWISE_", $cudnn, "`)")]
+                #[serde(rename = $cudnn)]
+                $variant,
+            )*
+        }
+
+        impl PointwiseMode {
+            /// Every mode.
+            pub const ALL: &'static [PointwiseMode] = &[$(PointwiseMode::$variant),*];
+
+            /// The DSL call name.
+            pub const fn name(self) -> &'static str {
+                match self { $(PointwiseMode::$variant => $name),* }
+            }
+
+            /// cuDNN's spelling, without the `CUDNN_POINTWISE_` prefix (also cudnn-frontend's JSON).
+            pub const fn cudnn_name(self) -> &'static str {
+                match self { $(PointwiseMode::$variant => $cudnn),* }
+            }
+
+            /// The value of `cudnnPointwiseMode_t`.
+            pub const fn cudnn_value(self) -> u32 {
+                match self { $(PointwiseMode::$variant => $value),* }
+            }
+
+            const fn ports(self) -> &'static [PortSpec] {
+                match self { $(PointwiseMode::$variant => $ports),* }
+            }
+
+            const fn attrs(self) -> &'static [AttrSpec] {
+                match self { $(PointwiseMode::$variant => $attrs),* }
+            }
+
+            const fn class(self) -> Class {
+                match self { $(PointwiseMode::$variant => Class::$class),* }
+            }
+        }
+    };
+}
+
+modes! {
+    Add = "add", "ADD", 0, BINARY, NO_ATTRS, Arith;
+    AddSquare = "add_square", "ADD_SQUARE", 5, BINARY, NO_ATTRS, Arith;
+    Div = "div", "DIV", 6, BINARY, NO_ATTRS, Arith;
+    Max = "max", "MAX", 3, BINARY, NO_ATTRS, Arith;
+    Min = "min", "MIN", 2, BINARY, NO_ATTRS, Arith;
+    Mod = "mod", "MOD", 7, BINARY, NO_ATTRS, Arith;
+    Mul = "mul", "MUL", 1, BINARY, NO_ATTRS, Arith;
+    Pow = "pow", "POW", 8, BINARY, NO_ATTRS, Arith;
+    Sub = "sub", "SUB", 9, BINARY, NO_ATTRS, Arith;
+    Abs = "abs", "ABS", 10, UNARY, NO_ATTRS, Arith;
+    Ceil = "ceil", "CEIL", 11, UNARY, NO_ATTRS, Arith;
+    Cos = "cos", "COS", 12, UNARY, NO_ATTRS, Arith;
+    Exp = "exp", "EXP", 13, UNARY, NO_ATTRS, Arith;
+    Floor = "floor", "FLOOR", 14, UNARY, NO_ATTRS, Arith;
+    Log = "log", "LOG", 15, UNARY, NO_ATTRS, Arith;
+    Neg = "neg", "NEG", 16, UNARY, NO_ATTRS, Arith;
+    Rsqrt = "rsqrt", "RSQRT", 17, UNARY, NO_ATTRS, Arith;
+    Sin = "sin", "SIN", 18, UNARY, NO_ATTRS, Arith;
+    Sqrt = "sqrt", "SQRT", 4, UNARY, NO_ATTRS, Arith;
+    Tan = "tan", "TAN", 19, UNARY, NO_ATTRS, Arith;
+    Erf = "erf", "ERF", 20, UNARY, NO_ATTRS, Arith;
+    Identity = "identity", "IDENTITY", 21, UNARY, NO_ATTRS, Arith;
+    Reciprocal = "reciprocal", "RECIPROCAL", 22, UNARY, NO_ATTRS, Arith;
+    Atan2 = "atan2", "ATAN2", 23, BINARY, NO_ATTRS, Arith;
+    Relu = "relu", "RELU_FWD", 100, UNARY, RELU_ATTRS, Arith;
+    Tanh = "tanh", "TANH_FWD", 101, UNARY, NO_ATTRS, Arith;
+    Sigmoid = "sigmoid", "SIGMOID_FWD", 102, UNARY, NO_ATTRS, Arith;
+    Elu = "elu", "ELU_FWD", 103, UNARY, ELU_ATTRS, Arith;
+    Gelu = "gelu", "GELU_FWD", 104, UNARY, NO_ATTRS, Arith;
+    Softplus = "softplus", "SOFTPLUS_FWD", 105, UNARY, SOFTPLUS_ATTRS, Arith;
+    Swish = "swish", "SWISH_FWD", 106, UNARY, SWISH_ATTRS, Arith;
+    GeluTanh = "gelu_tanh", "GELU_APPROX_TANH_FWD", 107, UNARY, NO_ATTRS, Arith;
+    ReluBwd = "relu_bwd", "RELU_BWD", 200, BINARY, RELU_ATTRS, Arith;
+    TanhBwd = "tanh_bwd", "TANH_BWD", 201, BINARY, NO_ATTRS, Arith;
+    SigmoidBwd = "sigmoid_bwd", "SIGMOID_BWD", 202, BINARY, NO_ATTRS, Arith;
+    EluBwd = "elu_bwd", "ELU_BWD", 203, BINARY, ELU_ATTRS, Arith;
+    GeluBwd = "gelu_bwd", "GELU_BWD", 204, BINARY, NO_ATTRS, Arith;
+    SoftplusBwd = "softplus_bwd", "SOFTPLUS_BWD", 205, BINARY, SOFTPLUS_ATTRS, Arith;
+    SwishBwd = "swish_bwd", "SWISH_BWD", 206, BINARY, SWISH_ATTRS, Arith;
+    GeluTanhBwd = "gelu_tanh_bwd", "GELU_APPROX_TANH_BWD", 207, BINARY, NO_ATTRS, Arith;
+    CmpEq = "cmp_eq", "CMP_EQ", 300, BINARY, NO_ATTRS, Compare;
+    CmpNeq = "cmp_neq", "CMP_NEQ", 301, BINARY, NO_ATTRS, Compare;
+    CmpGt = "cmp_gt", "CMP_GT", 302, BINARY, NO_ATTRS, Compare;
+    CmpGe = "cmp_ge", "CMP_GE", 303, BINARY, NO_ATTRS, Compare;
+    CmpLt = "cmp_lt", "CMP_LT", 304, BINARY, NO_ATTRS, Compare;
+    CmpLe = "cmp_le", "CMP_LE", 305, BINARY, NO_ATTRS, Compare;
+    LogicalAnd = "logical_and", "LOGICAL_AND", 400, BINARY, NO_ATTRS, Logical;
+    LogicalOr = "logical_or", "LOGICAL_OR", 401, BINARY, NO_ATTRS, Logical;
+    LogicalNot = "logical_not", "LOGICAL_NOT", 402, UNARY, NO_ATTRS, Logical;
+    GenIndex = "gen_index", "GEN_INDEX", 501, UNARY, INDEX_ATTRS, Index;
+    BinarySelect = "binary_select", "BINARY_SELECT", 601, TERNARY, NO_ATTRS, Select;
+}
+
+impl PointwiseMode {
+    /// Looks up a mode by its DSL call name.
+    pub fn from_name(name: &str) -> Option<PointwiseMode> {
+        PointwiseMode::ALL.iter().copied().find(|m| m.name() == name)
+    }
+
+    /// Looks up a mode by cuDNN's spelling (`RELU_FWD`).
+    pub fn from_cudnn_name(name: &str) -> Option<PointwiseMode> {
+        PointwiseMode::ALL.iter().copied().find(|m| m.cudnn_name() == name)
+    }
+
+    /// The call signature of this mode.
+    pub fn signature(self) -> OpSignature {
+        OpSignature {
+            name: self.name(),
+            family: Family::Pointwise(self),
+            inputs: self.ports(),
+            outputs: OUT,
+            attrs: self.attrs(),
+        }
+    }
+
+    /// Number of inputs.
+    pub fn arity(self) -> usize {
+        self.ports().len()
+    }
+}
+
+/// A pointwise op: a mode and its parameters (unset parameters take cuDNN's defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pointwise {
+    /// The mode.
+    pub mode: PointwiseMode,
+    /// ReLU: values at or below this are clipped (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relu_lower_clip: Option<f64>,
+    /// ReLU: values above this are clipped (default +∞).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relu_upper_clip: Option<f64>,
+    /// ReLU: slope below the lower clip (default 0; leaky ReLU when > 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relu_lower_clip_slope: Option<f64>,
+    /// ELU's alpha (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elu_alpha: Option<f64>,
+    /// Softplus's beta (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub softplus_beta: Option<f64>,
+    /// Swish's beta (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swish_beta: Option<f64>,
+    /// `gen_index`'s axis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axis: Option<i64>,
+}
+
+impl Pointwise {
+    /// A pointwise op of `mode` with default parameters.
+    pub fn new(mode: PointwiseMode) -> Self {
+        Pointwise {
+            mode,
+            relu_lower_clip: None,
+            relu_upper_clip: None,
+            relu_lower_clip_slope: None,
+            elu_alpha: None,
+            softplus_beta: None,
+            swish_beta: None,
+            axis: None,
+        }
+    }
+
+    pub(crate) fn from_attrs(mode: PointwiseMode, a: &Attrs<'_>) -> Self {
+        let mut p = Pointwise::new(mode);
+        p.relu_lower_clip = a.float("lower_clip");
+        p.relu_upper_clip = a.float("upper_clip");
+        p.relu_lower_clip_slope = a.float("lower_clip_slope");
+        p.elu_alpha = a.float("alpha");
+        p.axis = a.int("axis");
+        let beta = a.float("beta");
+        match mode {
+            PointwiseMode::Softplus | PointwiseMode::SoftplusBwd => p.softplus_beta = beta,
+            _ => p.swish_beta = beta,
+        }
+        p
+    }
+
+    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        let beta = match self.mode {
+            PointwiseMode::Softplus | PointwiseMode::SoftplusBwd => self.softplus_beta,
+            _ => self.swish_beta,
+        };
+        let floats = [
+            ("lower_clip", self.relu_lower_clip),
+            ("upper_clip", self.relu_upper_clip),
+            ("lower_clip_slope", self.relu_lower_clip_slope),
+            ("alpha", self.elu_alpha),
+            ("beta", beta),
+        ];
+        let mut out: Vec<(String, AttrValue)> =
+            floats.into_iter().filter_map(|(n, v)| v.map(|v| (n.to_string(), AttrValue::Float(v)))).collect();
+        if let Some(axis) = self.axis {
+            out.push(("axis".into(), AttrValue::Int(axis)));
+        }
+        out
+    }
+
+    pub(crate) fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        cx: &mut impl DimCx<D>,
+    ) -> Result<OutputMeta<D>, ShapeError> {
+        let op = self.mode.name();
+        let class = self.mode.class();
+        for (i, t) in inputs.iter().enumerate() {
+            let port = self.mode.ports()[i].name;
+            let wants_bool = class == Class::Logical || (class == Class::Select && i == 2);
+            let bad = match class {
+                Class::Index => false,
+                _ if wants_bool => t.dtype != DataType::Bool,
+                _ => t.dtype == DataType::Bool,
+            };
+            if bad {
+                let expected = if wants_bool { "bool" } else { "a numeric type (not bool)" };
+                return Err(ShapeError::at(i, ShapeErrorKind::DType { op, port, found: t.dtype, expected }));
+            }
+        }
+        let rank = inputs[0].dims.len();
+        let mut dims = inputs[0].dims.clone();
+        for (i, t) in inputs.iter().enumerate().skip(1) {
+            if t.dims.len() != rank {
+                return Err(ShapeError::at(
+                    i,
+                    ShapeErrorKind::Rank {
+                        op,
+                        port: self.mode.ports()[i].name,
+                        expected: format!("the rank of port IN_0 ({rank})"),
+                        found: t.dims.len(),
+                        shape: shape_string(&t.dims),
+                    },
+                ));
+            }
+            dims = broadcast(op, &dims, &t.dims, i, cx)?;
+        }
+        if let (Class::Index, Some(axis)) = (class, self.axis) {
+            normalize_axis(op, axis, rank).map_err(|k| ShapeError { arg: None, kind: k })?;
+        }
+        let dtype = match class {
+            Class::Compare | Class::Logical => Some(DataType::Bool),
+            Class::Index => Some(DataType::I32),
+            Class::Arith | Class::Select => None,
+        };
+        Ok(OutputMeta { dims, dtype })
+    }
+
+    /// The elementwise function, in f64.
+    pub fn apply(&self, x: &[f64]) -> f64 {
+        use PointwiseMode as M;
+        let a = x[0];
+        let b = || x[1];
+        let t = |v: bool| f64::from(u8::from(v));
+        let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let lower = self.relu_lower_clip.unwrap_or(0.0);
+        let upper = self.relu_upper_clip.unwrap_or(f64::INFINITY);
+        let slope = self.relu_lower_clip_slope.unwrap_or(0.0);
+        let alpha = self.elu_alpha.unwrap_or(1.0);
+        let sp_beta = self.softplus_beta.unwrap_or(1.0);
+        let sw_beta = self.swish_beta.unwrap_or(1.0);
+        match self.mode {
+            M::Add => a + b(),
+            M::AddSquare => a + b() * b(),
+            M::Div => a / b(),
+            M::Max => a.max(b()),
+            M::Min => a.min(b()),
+            M::Mod => a % b(),
+            M::Mul => a * b(),
+            M::Pow => a.powf(b()),
+            M::Sub => a - b(),
+            M::Abs => a.abs(),
+            M::Ceil => a.ceil(),
+            M::Cos => a.cos(),
+            M::Exp => a.exp(),
+            M::Floor => a.floor(),
+            M::Log => a.ln(),
+            M::Neg => -a,
+            M::Rsqrt => 1.0 / a.sqrt(),
+            M::Sin => a.sin(),
+            M::Sqrt => a.sqrt(),
+            M::Tan => a.tan(),
+            M::Erf => libm::erf(a),
+            M::Identity => a,
+            M::Reciprocal => 1.0 / a,
+            M::Atan2 => a.atan2(b()),
+            M::Relu => relu(a, lower, upper, slope),
+            M::Tanh => a.tanh(),
+            M::Sigmoid => sigmoid(a),
+            M::Elu => elu(a, alpha),
+            M::Gelu => gelu(a),
+            M::Softplus => (sp_beta * a).exp().ln_1p() / sp_beta,
+            M::Swish => a * sigmoid(sw_beta * a),
+            M::GeluTanh => gelu_tanh(a).0,
+            // Backward modes: x[0] = dy, x[1] = x.
+            M::ReluBwd => {
+                let x = b();
+                a * if x <= lower {
+                    slope
+                } else if x > upper {
+                    0.0
+                } else {
+                    1.0
+                }
+            }
+            M::TanhBwd => a * (1.0 - b().tanh().powi(2)),
+            M::SigmoidBwd => {
+                let s = sigmoid(b());
+                a * s * (1.0 - s)
+            }
+            M::EluBwd => a * if b() > 0.0 { 1.0 } else { alpha * b().exp() },
+            M::GeluBwd => {
+                let x = b();
+                a * (0.5 * (1.0 + libm::erf(x / SQRT_2)) + x * 0.5 * FRAC_2_SQRT_PI / SQRT_2 * (-0.5 * x * x).exp())
+            }
+            M::SoftplusBwd => a * sigmoid(sp_beta * b()),
+            M::SwishBwd => {
+                let x = b();
+                let s = sigmoid(sw_beta * x);
+                a * (s + sw_beta * x * s * (1.0 - s))
+            }
+            M::GeluTanhBwd => a * gelu_tanh(b()).1,
+            M::CmpEq => t(a == b()),
+            M::CmpNeq => t(a != b()),
+            M::CmpGt => t(a > b()),
+            M::CmpGe => t(a >= b()),
+            M::CmpLt => t(a < b()),
+            M::CmpLe => t(a <= b()),
+            M::LogicalAnd => t(a != 0.0 && b() != 0.0),
+            M::LogicalOr => t(a != 0.0 || b() != 0.0),
+            M::LogicalNot => t(a == 0.0),
+            // Needs the element's index: handled in `reference`.
+            M::GenIndex => f64::NAN,
+            M::BinarySelect => {
+                if x[2] != 0.0 {
+                    a
+                } else {
+                    b()
+                }
+            }
+        }
+    }
+
+    /// The op over broadcast inputs.
+    pub(crate) fn reference(&self, inputs: &[&Array]) -> Array {
+        let mut dims = inputs[0].dims.clone();
+        for t in &inputs[1..] {
+            for (d, e) in dims.iter_mut().zip(&t.dims) {
+                *d = (*d).max(*e);
+            }
+        }
+        if self.mode == PointwiseMode::GenIndex {
+            let axis = normalize_axis("gen_index", self.axis.unwrap_or(0), dims.len()).unwrap_or(0);
+            return Array::from_fn(&dims, |flat| Array::unravel(flat as i64, &dims)[axis] as f64);
+        }
+        let strides: Vec<Vec<i64>> = inputs.iter().map(|t| t.broadcast_strides(&dims)).collect();
+        let mut args = vec![0.0; inputs.len()];
+        Array::from_fn(&dims, |flat| {
+            let idx = Array::unravel(flat as i64, &dims);
+            for (k, t) in inputs.iter().enumerate() {
+                let off: i64 = idx.iter().zip(&strides[k]).map(|(i, s)| i * s).sum();
+                args[k] = t.data[off as usize];
+            }
+            self.apply(&args)
+        })
+    }
+}
+
+fn relu(x: f64, lower: f64, upper: f64, slope: f64) -> f64 {
+    if x <= lower {
+        lower + slope * (x - lower)
+    } else {
+        x.min(upper)
+    }
+}
+
+fn elu(x: f64, alpha: f64) -> f64 {
+    if x > 0.0 {
+        x
+    } else {
+        alpha * x.exp_m1()
+    }
+}
+
+fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x / SQRT_2))
+}
+
+/// GELU's tanh approximation and its derivative.
+fn gelu_tanh(x: f64) -> (f64, f64) {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let u = c * (x + 0.044715 * x * x * x);
+    let th = u.tanh();
+    let du = c * (1.0 + 3.0 * 0.044715 * x * x);
+    (0.5 * x * (1.0 + th), 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dim::Concrete;
+
+    fn pw(mode: PointwiseMode) -> Pointwise {
+        Pointwise::new(mode)
+    }
+
+    /// Central-difference check of every backward mode against its forward mode.
+    #[test]
+    fn backward_modes_are_derivatives() {
+        use PointwiseMode as M;
+        let pairs = [
+            (M::Relu, M::ReluBwd),
+            (M::Tanh, M::TanhBwd),
+            (M::Sigmoid, M::SigmoidBwd),
+            (M::Elu, M::EluBwd),
+            (M::Gelu, M::GeluBwd),
+            (M::Softplus, M::SoftplusBwd),
+            (M::Swish, M::SwishBwd),
+            (M::GeluTanh, M::GeluTanhBwd),
+        ];
+        for (fwd, bwd) in pairs {
+            for &x in &[-2.3, -0.7, 0.4, 1.9] {
+                let h = 1e-6;
+                let num = (pw(fwd).apply(&[x + h]) - pw(fwd).apply(&[x - h])) / (2.0 * h);
+                let dy = 0.75;
+                let got = pw(bwd).apply(&[dy, x]);
+                assert!((got - dy * num).abs() < 1e-6, "{fwd:?} at {x}: {got} vs {}", dy * num);
+            }
+        }
+    }
+
+    #[test]
+    fn known_values() {
+        use PointwiseMode as M;
+        assert_eq!(pw(M::Relu).apply(&[-1.5]), 0.0);
+        assert_eq!(pw(M::Relu).apply(&[2.5]), 2.5);
+        let mut clipped = pw(M::Relu);
+        clipped.relu_upper_clip = Some(6.0);
+        assert_eq!(clipped.apply(&[7.0]), 6.0);
+        let mut leaky = pw(M::Relu);
+        leaky.relu_lower_clip_slope = Some(0.1);
+        assert!((leaky.apply(&[-2.0]) + 0.2).abs() < 1e-15);
+        assert!((pw(M::Gelu).apply(&[1.0]) - 0.841_344_746_068_542_9).abs() < 1e-15);
+        assert!((pw(M::GeluTanh).apply(&[1.0]) - 0.841_191_990_608_37).abs() < 1e-12);
+        assert_eq!(pw(M::Mod).apply(&[-7.0, 3.0]), -1.0);
+        assert_eq!(pw(M::BinarySelect).apply(&[1.0, 2.0, 0.0]), 2.0);
+        assert_eq!(pw(M::CmpGe).apply(&[2.0, 2.0]), 1.0);
+    }
+
+    #[test]
+    fn shape_and_dtype_rules() {
+        let m = |dims: Vec<i64>, dtype| TensorMeta { dims, dtype };
+        let add = pw(PointwiseMode::Add);
+        let out =
+            add.infer(&[m(vec![4, 1, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap();
+        assert_eq!(out.dims, vec![4, 3, 8]);
+        let e =
+            add.infer(&[m(vec![4, 2, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`add` cannot broadcast [4, 2, 8] with [1, 3, 8]: dim 1 is 2 vs 3 (each must be equal or 1)"
+        );
+        let e = add.infer(&[m(vec![4, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap_err();
+        assert_eq!(e.arg, Some(1));
+        let e = add.infer(&[m(vec![4], DataType::Bool), m(vec![4], DataType::F16)], &mut Concrete).unwrap_err();
+        assert!(e.to_string().contains("does not take bool"), "{e}");
+        let out = pw(PointwiseMode::CmpLt)
+            .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::F32)], &mut Concrete)
+            .unwrap();
+        assert_eq!(out.dtype, Some(DataType::Bool));
+        let e = pw(PointwiseMode::LogicalAnd)
+            .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::Bool)], &mut Concrete)
+            .unwrap_err();
+        assert_eq!(e.arg, Some(0));
+    }
+
+    #[test]
+    fn reference_broadcasts() {
+        let x = Array::from_fn(&[2, 3], |i| i as f64 - 2.5);
+        let bias = Array::from_fn(&[1, 3], |i| 10.0 * (i as f64 + 1.0));
+        let y = pw(PointwiseMode::Add).reference(&[&x, &bias]);
+        assert_eq!(y.data, vec![7.5, 18.5, 29.5, 10.5, 21.5, 32.5]);
+        let mut gi = pw(PointwiseMode::GenIndex);
+        gi.axis = Some(1);
+        assert_eq!(gi.reference(&[&x]).data, vec![0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
+    }
+}

@@ -1,0 +1,1 @@
+//! cuDNN lowering of `reduction` (placeholder until the backend lands).

@@ -1,0 +1,156 @@
+//! The CPU reference engine: executes any [`Graph`] on the host, in `f64`, rounding each tensor to
+//! its storage type as cuDNN's memory would (intermediates to the graph's intermediate type,
+//! outputs to theirs). It needs no GPU and no libcudnn, and is the oracle of the GPU tests.
+
+mod array;
+
+pub use array::Array;
+
+use crate::error::ArgError;
+use crate::ir::{Graph, Tensor, TensorId};
+use crate::{DataType, Element, Fp8E4M3, Fp8E5M2};
+
+/// A host buffer of any element type, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub enum HostSlice<'a> {
+    /// f32
+    F32(&'a [f32]),
+    /// f64
+    F64(&'a [f64]),
+    /// f16
+    F16(&'a [half::f16]),
+    /// bf16
+    BF16(&'a [half::bf16]),
+    /// i8
+    I8(&'a [i8]),
+    /// u8
+    U8(&'a [u8]),
+    /// i32
+    I32(&'a [i32]),
+    /// i64
+    I64(&'a [i64]),
+    /// bool
+    Bool(&'a [bool]),
+    /// fp8 e4m3
+    Fp8E4M3(&'a [Fp8E4M3]),
+    /// fp8 e5m2
+    Fp8E5M2(&'a [Fp8E5M2]),
+}
+
+macro_rules! host_slice_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl<'a> From<&'a [$t]> for HostSlice<'a> {
+            fn from(s: &'a [$t]) -> Self { HostSlice::$v(s) }
+        }
+        impl<'a> From<&'a Vec<$t>> for HostSlice<'a> {
+            fn from(s: &'a Vec<$t>) -> Self { HostSlice::$v(s) }
+        }
+    )*
+        impl HostSlice<'_> {
+            /// The element type.
+            pub fn data_type(&self) -> DataType {
+                match self { $(HostSlice::$v(_) => <$t as Element>::DTYPE),* }
+            }
+            /// Elements held.
+            pub fn len(&self) -> usize {
+                match self { $(HostSlice::$v(s) => s.len()),* }
+            }
+            /// True if empty.
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+            fn get(&self, i: usize) -> f64 {
+                match self { $(HostSlice::$v(s) => s[i].to_f64_value()),* }
+            }
+        }
+    };
+}
+host_slice_from!(f32 => F32, f64 => F64, half::f16 => F16, half::bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64, bool => Bool, Fp8E4M3 => Fp8E4M3, Fp8E5M2 => Fp8E5M2);
+
+/// Reads a strided host buffer of `tensor` into a dense array, checking type and length.
+pub fn gather(tensor: &Tensor, data: HostSlice<'_>) -> Result<Array, ArgError> {
+    if data.data_type() != tensor.data_type {
+        return Err(ArgError::DType {
+            tensor: tensor.name.clone(),
+            expected: tensor.data_type,
+            found: data.data_type(),
+        });
+    }
+    let need = tensor.storage_len();
+    if data.len() < need {
+        return Err(ArgError::Length {
+            tensor: tensor.name.clone(),
+            expected: need,
+            found: data.len(),
+            dims: tensor.dims.clone(),
+            strides: tensor.strides.clone(),
+        });
+    }
+    Ok(Array::from_fn(&tensor.dims, |flat| {
+        let idx = Array::unravel(flat as i64, &tensor.dims);
+        let off: i64 = idx.iter().zip(&tensor.strides).map(|(i, s)| i * s).sum();
+        data.get(off as usize)
+    }))
+}
+
+/// Writes a dense array into `tensor`'s strided layout as elements of `T` (storage it does not
+/// address stays at `T`'s zero).
+pub fn scatter<T: Element>(tensor: &Tensor, array: &Array) -> Vec<T> {
+    let mut out = vec![T::from_f64_value(0.0); tensor.storage_len()];
+    for (flat, v) in array.data.iter().enumerate() {
+        let idx = Array::unravel(flat as i64, &tensor.dims);
+        let off: i64 = idx.iter().zip(&tensor.strides).map(|(i, s)| i * s).sum();
+        out[off as usize] = T::from_f64_value(*v);
+    }
+    out
+}
+
+/// Runs `graph` on named host inputs; returns each graph output (in [`Graph::outputs`] order) as a
+/// dense array of values already rounded to the output's type.
+///
+/// ```
+/// use cudnn_runtime::{reference, DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("axpy");
+/// let x = g.input("x", DataType::F32, &[3]).unwrap();
+/// let y = g.op("mul", &[x.into(), 2.0.into()], &[]).unwrap()[0];
+/// g.output(y, "y", DataType::F32).unwrap();
+/// let graph = g.build().unwrap();
+/// let out = reference::run(&graph, &[("x", [1.0f32, 2.0, 3.5].as_slice().into())]).unwrap();
+/// assert_eq!(out[0].data, vec![2.0, 4.0, 7.0]);
+/// ```
+pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>, ArgError> {
+    let graph_inputs = graph.inputs();
+    let mut values: Vec<Option<Array>> = vec![None; graph.tensors.len()];
+    for (name, data) in inputs {
+        let id = graph
+            .id_of(name)
+            .filter(|id| graph_inputs.contains(id) && values[id.0].is_none())
+            .ok_or_else(|| ArgError::Unexpected { graph: graph.name.clone(), tensor: name.to_string() })?;
+        values[id.0] = Some(gather(graph.tensor(id), *data)?);
+    }
+    if let Some(missing) = graph_inputs.iter().find(|id| values[id.0].is_none()) {
+        return Err(ArgError::Missing { graph: graph.name.clone(), tensor: graph.tensor(*missing).name.clone() });
+    }
+    Ok(run_arrays(graph, values))
+}
+
+/// Runs `graph` given a dense array for every graph input (indexed by [`TensorId`]; other slots
+/// `None`). Inputs must match their tensors' dims: callers check through [`gather`].
+pub fn run_arrays(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
+    for (i, t) in graph.tensors.iter().enumerate() {
+        if let Some(v) = t.pass_by_value {
+            values[i] = Some(Array { dims: t.dims.clone(), data: vec![v] });
+        }
+    }
+    let empty = Array::zeros(&[0]);
+    for node in &graph.nodes {
+        let ins: Vec<&Array> = node.inputs.iter().map(|i| values[i.0].as_ref().unwrap_or(&empty)).collect();
+        debug_assert!(ins.iter().all(|a| !a.data.is_empty()), "validated graphs define inputs first");
+        let outs = node.op.reference(&ins);
+        for (id, mut out) in node.outputs.iter().zip(outs) {
+            out.round_to(graph.tensor(*id).data_type);
+            values[id.0] = Some(out);
+        }
+    }
+    graph.outputs().into_iter().map(|TensorId(i)| values[i].take().unwrap_or_else(|| empty.clone())).collect()
+}

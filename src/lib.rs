@@ -1,0 +1,1 @@
+pub use cudnn_macros::graph;
