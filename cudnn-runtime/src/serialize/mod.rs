@@ -1,0 +1,1 @@
+//! Structural JSON of graphs (placeholder until it lands).
