@@ -147,6 +147,19 @@ impl GraphBuilder {
         self.apply_named(&node, op, inputs)
     }
 
+    /// Like [`GraphBuilder::op`], naming the node (the code `graph!` generates names nodes after
+    /// their `let` bindings).
+    pub fn op_named(
+        &mut self,
+        node: &str,
+        name: &str,
+        inputs: &[Operand],
+        attrs: &[(String, AttrValue)],
+    ) -> Result<Vec<TensorId>, GraphError> {
+        let op = Op::from_call(name, attrs).map_err(|source| GraphError::Attr { node: node.to_string(), source })?;
+        self.apply_named(node, op, inputs)
+    }
+
     /// Applies `op` as a node called `node`.
     pub fn apply_named(&mut self, node: &str, op: Op, inputs: &[Operand]) -> Result<Vec<TensorId>, GraphError> {
         if self.nodes.iter().any(|n| n.name == node) {

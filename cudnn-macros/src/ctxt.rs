@@ -1,0 +1,59 @@
+//! Error collection: every error of a graph is reported in one compile (serde's `Ctxt`).
+
+use std::cell::RefCell;
+use std::fmt::Display;
+
+use proc_macro2::Span;
+use quote::ToTokens;
+
+/// Collects errors; [`Ctxt::check`] must be called before it is dropped.
+#[derive(Default)]
+pub struct Ctxt {
+    errors: RefCell<Option<Vec<syn::Error>>>,
+}
+
+impl Ctxt {
+    pub fn new() -> Self {
+        Ctxt { errors: RefCell::new(Some(Vec::new())) }
+    }
+
+    /// An error on the tokens of `at`.
+    pub fn error(&self, at: impl ToTokens, msg: impl Display) {
+        self.push(syn::Error::new_spanned(at.into_token_stream(), msg));
+    }
+
+    /// An error at `span`.
+    pub fn error_span(&self, span: Span, msg: impl Display) {
+        self.push(syn::Error::new(span, msg));
+    }
+
+    pub fn push(&self, e: syn::Error) {
+        if let Some(errors) = self.errors.borrow_mut().as_mut() {
+            errors.push(e);
+        }
+    }
+
+    /// All errors, combined into one, if there were any.
+    pub fn check(self) -> Result<(), syn::Error> {
+        let errors = self.errors.borrow_mut().take().unwrap_or_default();
+        let mut iter = errors.into_iter();
+        match iter.next() {
+            None => Ok(()),
+            Some(mut first) => {
+                for e in iter {
+                    first.combine(e);
+                }
+                Err(first)
+            }
+        }
+    }
+}
+
+impl Drop for Ctxt {
+    fn drop(&mut self) {
+        // An unchecked context would drop the user's errors on the floor.
+        if !std::thread::panicking() && self.errors.borrow().is_some() {
+            debug_assert!(false, "Ctxt dropped without check()");
+        }
+    }
+}

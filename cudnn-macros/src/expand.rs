@@ -1,0 +1,338 @@
+//! Stage 3: code generation. The graph type, its typed argument structs, and methods that rebuild
+//! the graph through the runtime's builder API with concrete dims, run the CPU reference, and
+//! (when the facade has its `cudnn` feature) build and execute cuDNN plans.
+//!
+//! On a graph with errors the same items are emitted with bodies that never run (thiserror's
+//! fallback), so the user sees the graph's errors, not a cascade from every use of the type.
+
+use cudnn_runtime::dim::SymDim;
+use cudnn_runtime::ops::AttrValue;
+use cudnn_runtime::DataType;
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::Ident;
+
+use crate::check::{Checked, Operand, Port};
+use crate::parse::GraphDef;
+
+fn rust_type(dtype: Option<DataType>) -> TokenStream {
+    let p = quote!(::cudnn_graph::__private);
+    match dtype.unwrap_or(DataType::F32) {
+        DataType::F32 => quote!(f32),
+        DataType::F64 => quote!(f64),
+        DataType::F16 => quote!(#p::half::f16),
+        DataType::BF16 => quote!(#p::half::bf16),
+        DataType::I8 => quote!(i8),
+        DataType::U8 => quote!(u8),
+        DataType::I32 => quote!(i32),
+        DataType::I64 => quote!(i64),
+        DataType::Bool => quote!(bool),
+        DataType::Fp8E4M3 => quote!(#p::Fp8E4M3),
+        DataType::Fp8E5M2 => quote!(#p::Fp8E5M2),
+    }
+}
+
+fn dtype_tokens(dtype: DataType) -> TokenStream {
+    let v = format_ident!("{}", format!("{dtype:?}"));
+    quote!(::cudnn_graph::__private::DataType::#v)
+}
+
+fn dims_tokens(dims: &[SymDim], runtime: &[String]) -> TokenStream {
+    let items = dims.iter().map(|d| match d {
+        SymDim::Lit(n) => quote!(#n),
+        SymDim::Param(p) => {
+            let id = format_ident!("{}", p);
+            if runtime.contains(p) {
+                quote!(self.#id as i64)
+            } else {
+                quote!(#id as i64)
+            }
+        }
+    });
+    quote!([#(#items),*])
+}
+
+fn attr_tokens(attrs: &[(String, AttrValue)]) -> TokenStream {
+    let p = quote!(::cudnn_graph::__private);
+    let items = attrs.iter().map(|(k, v)| {
+        let value = match v {
+            AttrValue::Float(f) => {
+                let bits = f.to_bits();
+                quote!(#p::AttrValue::Float(f64::from_bits(#bits)))
+            }
+            AttrValue::Int(i) => quote!(#p::AttrValue::Int(#i)),
+            AttrValue::IntList(l) => quote!(#p::AttrValue::IntList(::std::vec![#(#l),*])),
+        };
+        quote!((::std::string::String::from(#k), #value))
+    });
+    quote!(&[#(#items),*])
+}
+
+fn tensor_var(name: &str) -> Ident {
+    format_ident!("__t_{}", name)
+}
+
+/// Emits one graph. `ok` is false when checking failed: then bodies are stubs.
+pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
+    let p = quote!(::cudnn_graph::__private);
+    let vis = &def.vis;
+    let name = &def.name;
+    let name_str = name.to_string();
+    let docs = &def.docs;
+    let inputs_ty = format_ident!("{}Inputs", name);
+    let outputs_ty = format_ident!("{}Outputs", name);
+    let args_ty = format_ident!("{}Args", name);
+    let plan_ty = format_ident!("{}Plan", name);
+
+    let consts: Vec<&Ident> = def.params.iter().filter(|p| !p.runtime).map(|p| &p.name).collect();
+    let runtime: Vec<&Ident> = def.params.iter().filter(|p| p.runtime).map(|p| &p.name).collect();
+    let runtime_names: Vec<String> = runtime.iter().map(ToString::to_string).collect();
+    let generics_decl = quote!(<#(const #consts: usize),*>);
+    let generics_use = quote!(<#(#consts),*>);
+
+    let fingerprint = ck.fingerprint;
+    let input_fields = ck.inputs.iter().map(|port| {
+        let (n, t) = (&port.name, rust_type(port.dtype));
+        let doc = port_doc(port);
+        quote!(#[doc = #doc] pub #n: &'a [#t])
+    });
+    let output_fields = ck.outputs.iter().map(|port| {
+        let (n, t) = (&port.name, rust_type(port.dtype));
+        let doc = port_doc(port);
+        quote!(#[doc = #doc] pub #n: ::std::vec::Vec<#t>)
+    });
+    let device_input_fields = ck.inputs.iter().map(|port| {
+        let (n, t) = (&port.name, rust_type(port.dtype));
+        let doc = port_doc(port);
+        quote!(#[doc = #doc] pub #n: &'a dyn #p::cudarc::driver::DevicePtr<#t>)
+    });
+    let device_output_fields = ck.outputs.iter().map(|port| {
+        let (n, t) = (&port.name, rust_type(port.dtype));
+        let doc = port_doc(port);
+        quote!(#[doc = #doc] pub #n: &'a mut dyn #p::cudarc::driver::DevicePtrMut<#t>)
+    });
+
+    let checks = ck.const_checks.iter().map(|c| {
+        let param = format_ident!("{}", c.param);
+        let (value, msg) = (c.value, &c.message);
+        quote_spanned!(c.span=> ::core::assert!(#param as i64 == #value, #msg);)
+    });
+
+    let graph_body = if ok { graph_body(ck, &name_str, &runtime_names) } else { quote!(::core::unreachable!()) };
+    let reference_body = if ok { reference_body(ck, &outputs_ty) } else { quote!(::core::unreachable!()) };
+    let binding = {
+        let fmt = runtime.iter().map(|r| format!("{r} = {{}}")).collect::<Vec<_>>().join(", ");
+        let fmt = if runtime.is_empty() { "no runtime dims".to_string() } else { fmt };
+        quote!(::std::format!(#fmt #(, self.#runtime)*))
+    };
+    let new_doc = format!("The graph `{name_str}` with its runtime dims bound.");
+    let struct_doc = format!(
+        "Declared with `graph!`: {} input(s), {} output(s), {} node(s). Fingerprint `{fingerprint:#018x}`.",
+        ck.inputs.len(),
+        ck.outputs.len(),
+        ck.nodes.len()
+    );
+    let execute_body = if ok { execute_body(ck) } else { quote!(::core::unreachable!()) };
+
+    quote! {
+        #(#docs)*
+        #[doc = ""]
+        #[doc = #struct_doc]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[allow(non_snake_case)]
+        #vis struct #name #generics_decl {
+            #(
+                #[doc = "A dim bound at run time."]
+                pub #runtime: usize,
+            )*
+        }
+
+        #[doc = ::core::concat!("Host inputs of [`", #name_str, "`], one field per input port.")]
+        #[derive(Debug, Clone, Copy)]
+        #vis struct #inputs_ty<'a> {
+            #(#input_fields,)*
+        }
+
+        #[doc = ::core::concat!("Host outputs of [`", #name_str, "`], one field per output port (packed row-major).")]
+        #[derive(Debug, Clone, PartialEq)]
+        #vis struct #outputs_ty {
+            #(#output_fields,)*
+        }
+
+        #[allow(non_snake_case, clippy::too_many_arguments)]
+        impl #generics_decl #name #generics_use {
+            /// The structural fingerprint of this graph type, computed at expansion.
+            pub const FINGERPRINT: u64 = #fingerprint;
+            /// The graph's name.
+            pub const NAME: &'static str = #name_str;
+            const __CHECKS: () = { #(#checks)* };
+
+            #[doc = #new_doc]
+            pub const fn new(#(#runtime: usize),*) -> Self {
+                #[allow(clippy::let_unit_value)]
+                let () = Self::__CHECKS;
+                Self { #(#runtime),* }
+            }
+
+            /// The runtime-dim binding, as text (for errors and cache keys).
+            pub fn binding(&self) -> ::std::string::String {
+                #binding
+            }
+
+            /// The graph IR with every dim concrete, validated.
+            pub fn graph(&self) -> ::core::result::Result<#p::Graph, #p::ArgError> {
+                #[allow(clippy::let_unit_value)]
+                let () = Self::__CHECKS;
+                let build = || -> ::core::result::Result<#p::Graph, #p::GraphError> { #graph_body };
+                build().map_err(|source| #p::ArgError::Binding {
+                    graph: ::std::string::String::from(#name_str),
+                    binding: self.binding(),
+                    source,
+                })
+            }
+
+            /// Runs the graph on the CPU reference engine.
+            pub fn reference(&self, inputs: #inputs_ty<'_>) -> ::core::result::Result<#outputs_ty, #p::ArgError> {
+                #reference_body
+            }
+        }
+
+        #p::if_cudnn! {
+            #[doc = ::core::concat!("Device buffers of [`", #name_str, "`], one field per port: inputs borrowed, outputs borrowed mutably.")]
+            #vis struct #args_ty<'a> {
+                #(#device_input_fields,)*
+                #(#device_output_fields,)*
+            }
+
+            #[doc = ::core::concat!("A built cuDNN plan of [`", #name_str, "`].")]
+            #vis struct #plan_ty #generics_decl {
+                /// The graph (and runtime dims) it was built for.
+                pub graph: #name #generics_use,
+                plan: #p::ExecutionPlan,
+            }
+
+            #[allow(non_snake_case)]
+            impl #generics_decl #name #generics_use {
+                /// Lowers the graph, asks cuDNN's heuristics and builds a plan.
+                pub fn build(&self, cudnn: &#p::Cudnn, options: &#p::BuildOptions) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    let graph = self.graph()?;
+                    let plan = #p::ExecutionPlan::build(cudnn, &graph, options)?;
+                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan })
+                }
+            }
+
+            #[allow(non_snake_case)]
+            impl #generics_decl #plan_ty #generics_use {
+                /// The underlying plan (engine, workspace, JSON).
+                pub fn plan(&self) -> &#p::ExecutionPlan {
+                    &self.plan
+                }
+
+                /// Bytes of device workspace [`Self::execute`] needs.
+                pub fn workspace_size(&self) -> usize {
+                    self.plan.workspace_size()
+                }
+
+                /// Executes on `cudnn`'s stream.
+                pub fn execute(
+                    &self,
+                    cudnn: &#p::Cudnn,
+                    args: #args_ty<'_>,
+                    workspace: ::core::option::Option<&mut #p::cudarc::driver::CudaSlice<u8>>,
+                ) -> ::core::result::Result<(), #p::Error> {
+                    #execute_body
+                }
+            }
+        }
+    }
+}
+
+fn port_doc(port: &Port) -> String {
+    let dims: Vec<String> = port.dims.iter().map(ToString::to_string).collect();
+    format!("`{}`: {}[{}]", port.name, port.dtype.map_or("?", DataType::name), dims.join(", "))
+}
+
+fn graph_body(ck: &Checked, name: &str, runtime: &[String]) -> TokenStream {
+    let p = quote!(::cudnn_graph::__private);
+    let (inter, comp) = (dtype_tokens(ck.intermediate), dtype_tokens(ck.compute));
+    let inputs = ck.inputs.iter().map(|port| {
+        let var = tensor_var(&port.name.to_string());
+        let n = port.name.to_string();
+        let dt = dtype_tokens(port.dtype.unwrap_or(DataType::F32));
+        let dims = dims_tokens(&port.dims, runtime);
+        quote!(let #var = b.input(#n, #dt, &#dims)?;)
+    });
+    let nodes = ck.nodes.iter().map(|node| {
+        let (nn, op) = (&node.name, node.op);
+        let operands = node.inputs.iter().map(|o| match o {
+            Operand::Tensor(t) => {
+                let v = tensor_var(t);
+                quote!(#p::Operand::Tensor(#v))
+            }
+            Operand::Scalar(v) => {
+                let bits = v.to_bits();
+                quote!(#p::Operand::Scalar(f64::from_bits(#bits)))
+            }
+        });
+        let attrs = attr_tokens(&node.attrs);
+        let outs: Vec<Ident> = node.outputs.iter().map(|o| tensor_var(o)).collect();
+        let idx = 0..outs.len();
+        quote! {
+            let __outs = b.op_named(#nn, #op, &[#(#operands),*], #attrs)?;
+            #(let #outs = __outs[#idx];)*
+        }
+    });
+    let outputs = ck.bindings.iter().map(|(out, tensor)| {
+        let port = ck.outputs.iter().find(|o| o.name == out);
+        let dt = dtype_tokens(port.and_then(|p| p.dtype).unwrap_or(DataType::F32));
+        let dims = dims_tokens(port.map_or(&[][..], |p| &p.dims), runtime);
+        let var = tensor_var(tensor);
+        quote! {
+            let __out = b.output(#var, #out, #dt)?;
+            b.expect_dims(__out, &#dims)?;
+        }
+    });
+    quote! {
+        let mut b = #p::GraphBuilder::new(#name);
+        b.context(#p::Context { intermediate_data_type: #inter, compute_data_type: #comp });
+        #(#inputs)*
+        #(#nodes)*
+        #(#outputs)*
+        b.build()
+    }
+}
+
+fn reference_body(ck: &Checked, outputs_ty: &Ident) -> TokenStream {
+    let p = quote!(::cudnn_graph::__private);
+    let gathers = ck.inputs.iter().map(|port| {
+        let (n, s) = (&port.name, port.name.to_string());
+        quote!(#p::set_input(&graph, &mut values, #s, #p::HostSlice::from(inputs.#n))?;)
+    });
+    let outs = ck.outputs.iter().map(|port| {
+        let (n, s) = (&port.name, port.name.to_string());
+        quote!(#n: #p::take_output(&graph, &outs, #s))
+    });
+    quote! {
+        let graph = self.graph()?;
+        let mut values = ::std::vec![::core::option::Option::None; graph.tensors.len()];
+        #(#gathers)*
+        let outs = #p::run_arrays(&graph, values);
+        ::core::result::Result::Ok(#outputs_ty { #(#outs,)* })
+    }
+}
+
+fn execute_body(ck: &Checked) -> TokenStream {
+    let p = quote!(::cudnn_graph::__private);
+    let ins = ck.inputs.iter().map(|port| {
+        let (n, s) = (&port.name, port.name.to_string());
+        quote!((#s, #p::DeviceBuffer::input(args.#n)))
+    });
+    let outs = ck.outputs.iter().map(|port| {
+        let (n, s) = (&port.name, port.name.to_string());
+        quote!((#s, #p::DeviceBuffer::output(args.#n)))
+    });
+    quote! {
+        let mut io = [#(#ins,)* #(#outs,)*];
+        #p::execute_named(&self.plan, cudnn, &mut io, workspace)
+    }
+}

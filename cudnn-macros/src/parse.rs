@@ -1,0 +1,295 @@
+//! Stage 1: tokens → a syntax tree of the DSL. Every node keeps the tokens it came from, so later
+//! stages can put errors on exactly what the user wrote.
+//!
+//! ```text
+//! graph! {
+//!     /// docs
+//!     #[compute(f32)] #[intermediate(f32)]
+//!     pub Name<const M: usize, dyn B>(a: bf16[B, M, 64], ...) -> (y: bf16[B, M, 64], ...) {
+//!         let c = matmul(a, b);
+//!         let (p, q) = some_multi_output_op(c);
+//!         y = relu(add(c, 0.5), upper_clip = 6.0);
+//!     }
+//! }
+//! ```
+
+use proc_macro2::Span;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{bracketed, parenthesized, token, Attribute, Ident, LitFloat, LitInt, Token, Visibility};
+
+/// Every graph of one `graph!` invocation.
+pub struct Input {
+    pub graphs: Vec<GraphDef>,
+}
+
+/// One graph declaration.
+pub struct GraphDef {
+    /// Doc comments and other attributes passed through to the type.
+    pub docs: Vec<Attribute>,
+    /// `#[compute(f32)]`, `#[intermediate(f32)]`.
+    pub settings: Vec<(Ident, Ident)>,
+    pub vis: Visibility,
+    pub name: Ident,
+    pub params: Vec<DimParam>,
+    pub inputs: Vec<PortDecl>,
+    pub outputs: Vec<PortDecl>,
+    pub body: Vec<Stmt>,
+}
+
+/// `const M: usize` (checked at compile time) or `dyn B` (bound at run time).
+pub struct DimParam {
+    pub name: Ident,
+    pub runtime: bool,
+    /// The type written after `const M:`, which must be `usize`.
+    pub ty: Option<syn::Type>,
+}
+
+/// `a: bf16[1, M, K]`
+pub struct PortDecl {
+    pub name: Ident,
+    pub dtype: Ident,
+    pub dims: Vec<DimTok>,
+    pub bracket: Span,
+}
+
+/// A dim as written.
+pub enum DimTok {
+    Lit(LitInt),
+    Param(Ident),
+}
+
+/// A statement of the body.
+pub enum Stmt {
+    /// `let c = expr;` or `let (a, b) = expr;`
+    Let { names: Vec<Ident>, expr: Expr },
+    /// `y = expr;` (an output)
+    Assign { target: Ident, expr: Expr },
+}
+
+/// An expression.
+pub enum Expr {
+    /// `op(args, attr = value)`
+    Call { func: Ident, args: Vec<Arg>, attrs: Vec<(Ident, AttrLit)> },
+    /// A tensor name.
+    Name(Ident),
+    /// A numeric literal (a by-value scalar).
+    Number { value: f64, span: Span },
+}
+
+/// A positional argument.
+pub struct Arg {
+    pub expr: Expr,
+}
+
+/// An attribute value.
+pub enum AttrLit {
+    Float(f64, Span),
+    Int(i64, Span),
+    List(Vec<i64>, Span),
+}
+
+impl AttrLit {
+    pub fn span(&self) -> Span {
+        match self {
+            AttrLit::Float(_, s) | AttrLit::Int(_, s) | AttrLit::List(_, s) => *s,
+        }
+    }
+}
+
+impl Expr {
+    pub fn span(&self) -> Span {
+        match self {
+            Expr::Call { func, .. } => func.span(),
+            Expr::Name(n) => n.span(),
+            Expr::Number { span, .. } => *span,
+        }
+    }
+}
+
+impl Parse for Input {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut graphs = Vec::new();
+        while !input.is_empty() {
+            graphs.push(input.parse()?);
+        }
+        Ok(Input { graphs })
+    }
+}
+
+impl Parse for GraphDef {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut docs = Vec::new();
+        let mut settings = Vec::new();
+        for attr in input.call(Attribute::parse_outer)? {
+            let path = attr.path();
+            if path.is_ident("compute") || path.is_ident("intermediate") {
+                let key = path.get_ident().cloned().unwrap_or_else(|| Ident::new("compute", Span::call_site()));
+                let value: Ident = attr.parse_args_with(Ident::parse_any)?;
+                settings.push((key, value));
+            } else {
+                docs.push(attr);
+            }
+        }
+        let vis: Visibility = input.parse()?;
+        let name: Ident = input.parse()?;
+        let mut params = Vec::new();
+        if input.peek(Token![<]) {
+            input.parse::<Token![<]>()?;
+            while !input.peek(Token![>]) {
+                if input.peek(Token![const]) {
+                    input.parse::<Token![const]>()?;
+                    let name: Ident = input.parse()?;
+                    input.parse::<Token![:]>()?;
+                    let ty: syn::Type = input.parse()?;
+                    params.push(DimParam { name, runtime: false, ty: Some(ty) });
+                } else if input.peek(Token![dyn]) {
+                    input.parse::<Token![dyn]>()?;
+                    let name: Ident = input.parse()?;
+                    params.push(DimParam { name, runtime: true, ty: None });
+                } else {
+                    return Err(input.error(
+                        "expected a dim parameter: `const M: usize` (checked at compile time) or `dyn B` (bound at run time)",
+                    ));
+                }
+                if !input.peek(Token![>]) {
+                    input.parse::<Token![,]>()?;
+                }
+            }
+            input.parse::<Token![>]>()?;
+        }
+        let content;
+        parenthesized!(content in input);
+        let inputs = Punctuated::<PortDecl, Token![,]>::parse_terminated(&content)?.into_iter().collect();
+        input.parse::<Token![->]>()?;
+        let outputs = if input.peek(token::Paren) {
+            let content;
+            parenthesized!(content in input);
+            Punctuated::<PortDecl, Token![,]>::parse_terminated(&content)?.into_iter().collect()
+        } else {
+            vec![input.parse()?]
+        };
+        let content;
+        syn::braced!(content in input);
+        let mut body = Vec::new();
+        while !content.is_empty() {
+            body.push(content.parse()?);
+        }
+        Ok(GraphDef { docs, settings, vis, name, params, inputs, outputs, body })
+    }
+}
+
+impl Parse for PortDecl {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        input.parse::<Token![:]>()?;
+        let dtype = Ident::parse_any(input)?;
+        let content;
+        let bracket = bracketed!(content in input);
+        let mut dims = Vec::new();
+        while !content.is_empty() {
+            if content.peek(LitInt) {
+                dims.push(DimTok::Lit(content.parse()?));
+            } else {
+                dims.push(DimTok::Param(content.parse()?));
+            }
+            if !content.is_empty() {
+                content.parse::<Token![,]>()?;
+            }
+        }
+        Ok(PortDecl { name, dtype, dims, bracket: bracket.span.join() })
+    }
+}
+
+impl Parse for Stmt {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let stmt = if input.peek(Token![let]) {
+            input.parse::<Token![let]>()?;
+            let names = if input.peek(token::Paren) {
+                let content;
+                parenthesized!(content in input);
+                Punctuated::<Ident, Token![,]>::parse_terminated(&content)?.into_iter().collect()
+            } else {
+                vec![input.parse()?]
+            };
+            input.parse::<Token![=]>()?;
+            Stmt::Let { names, expr: input.parse()? }
+        } else {
+            let target: Ident = input.parse()?;
+            input.parse::<Token![=]>()?;
+            Stmt::Assign { target, expr: input.parse()? }
+        };
+        input.parse::<Token![;]>()?;
+        Ok(stmt)
+    }
+}
+
+fn parse_number(input: ParseStream) -> syn::Result<(f64, Option<i64>, Span)> {
+    let neg = input.peek(Token![-]);
+    let minus = if neg { Some(input.parse::<Token![-]>()?) } else { None };
+    let sign = if neg { -1.0 } else { 1.0 };
+    let (value, int, span) = if input.peek(LitFloat) {
+        let lit: LitFloat = input.parse()?;
+        (lit.base10_parse::<f64>()?, None, lit.span())
+    } else {
+        let lit: LitInt = input.parse()?;
+        let v = lit.base10_parse::<i64>()?;
+        (v as f64, Some(v), lit.span())
+    };
+    let span = minus.and_then(|m| m.span.join(span)).unwrap_or(span);
+    Ok((sign * value, int.map(|v| if neg { -v } else { v }), span))
+}
+
+impl Parse for Expr {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(LitFloat) || input.peek(LitInt) || input.peek(Token![-]) {
+            let (value, _, span) = parse_number(input)?;
+            return Ok(Expr::Number { value, span });
+        }
+        let name = Ident::parse_any(input)?;
+        if !input.peek(token::Paren) {
+            return Ok(Expr::Name(name));
+        }
+        let content;
+        parenthesized!(content in input);
+        let mut args = Vec::new();
+        let mut attrs = Vec::new();
+        while !content.is_empty() {
+            if content.peek(Ident::peek_any) && content.peek2(Token![=]) {
+                let key = Ident::parse_any(&content)?;
+                content.parse::<Token![=]>()?;
+                attrs.push((key, content.parse()?));
+            } else {
+                args.push(Arg { expr: content.parse()? });
+            }
+            if !content.is_empty() {
+                content.parse::<Token![,]>()?;
+            }
+        }
+        Ok(Expr::Call { func: name, args, attrs })
+    }
+}
+
+impl Parse for AttrLit {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(token::Bracket) {
+            let content;
+            let bracket = bracketed!(content in input);
+            let mut items = Vec::new();
+            while !content.is_empty() {
+                let (_, int, span) = parse_number(&content)?;
+                items.push(int.ok_or_else(|| syn::Error::new(span, "expected an integer"))?);
+                if !content.is_empty() {
+                    content.parse::<Token![,]>()?;
+                }
+            }
+            return Ok(AttrLit::List(items, bracket.span.join()));
+        }
+        let (value, int, span) = parse_number(input)?;
+        Ok(match int {
+            Some(i) => AttrLit::Int(i, span),
+            None => AttrLit::Float(value, span),
+        })
+    }
+}
