@@ -91,6 +91,8 @@ struct Checker<'a> {
     nodes: Vec<Node>,
     const_checks: Vec<ConstCheck>,
     reserved: Vec<String>,
+    /// Names whose definition failed (already reported).
+    poisoned: Vec<String>,
 }
 
 /// Checks a graph; errors go to `cx`. Returns what code generation needs (with placeholders where
@@ -120,6 +122,7 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
         nodes: Vec::new(),
         const_checks: Vec::new(),
         reserved,
+        poisoned: Vec::new(),
     };
     for (port, decl) in inputs.iter().zip(&def.inputs) {
         let value = Value {
@@ -133,7 +136,10 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
         ck.env.entry(decl.name.to_string()).or_insert(value);
     }
     let bindings = ck.body(&outputs);
-    ck.unused();
+    if !cx.has_errors() {
+        // After another error, an unused name is usually its consequence.
+        ck.unused();
+    }
     let fingerprint = fingerprint(def, &inputs, &outputs, &ck.nodes, &bindings, compute, intermediate);
     Checked {
         compute,
@@ -249,8 +255,12 @@ impl Checker<'_> {
                         }
                     }
                     for (name, value) in names.iter().zip(produced) {
-                        let Some(mut value) = value else { continue };
                         let key = name.to_string();
+                        let Some(mut value) = value else {
+                            // Already reported: later uses of this name must not cascade.
+                            self.poisoned.push(key);
+                            continue;
+                        };
                         if self.env.contains_key(&key) || self.def.outputs.iter().any(|o| o.name == key) {
                             self.cx.error(
                                 name,
@@ -366,6 +376,9 @@ impl Checker<'_> {
                 let key = id.to_string();
                 if want != 1 {
                     self.cx.error(id, format!("`{key}` is one tensor; it cannot be bound to {want} names"));
+                }
+                if self.poisoned.contains(&key) {
+                    return vec![None];
                 }
                 match self.env.get_mut(&key) {
                     Some(v) => {
@@ -503,8 +516,7 @@ impl Checker<'_> {
             Ok(outs) => outs,
             Err(e) => {
                 let span = e.arg.and_then(|i| args.get(i)).map_or_else(|| func.span(), |a| a.expr.span());
-                let port = e.arg.map(|i| format!(", port {}", sig.inputs[i].name)).unwrap_or_default();
-                self.cx.error_span(span, format!("graph `{}`, `{name}`{port}: {e}", self.def.name));
+                self.cx.error_span(span, format!("graph `{}`: {e}", self.def.name));
                 return none();
             }
         };

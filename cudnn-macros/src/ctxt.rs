@@ -33,6 +33,11 @@ impl Ctxt {
         }
     }
 
+    /// Whether any error was reported so far.
+    pub fn has_errors(&self) -> bool {
+        self.errors.borrow().as_ref().is_some_and(|e| !e.is_empty())
+    }
+
     /// All errors, combined into one, if there were any.
     pub fn check(self) -> Result<(), syn::Error> {
         let errors = self.errors.borrow_mut().take().unwrap_or_default();

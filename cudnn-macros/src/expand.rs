@@ -91,22 +91,26 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
     let generics_use = quote!(<#(#consts),*>);
 
     let fingerprint = ck.fingerprint;
-    let input_fields = ck.inputs.iter().map(|port| {
+    // Fallback expansions skip repeated port names so the user sees the graph's error alone.
+    let mut seen = std::collections::HashSet::new();
+    let inputs: Vec<&Port> = ck.inputs.iter().filter(|p| seen.insert(p.name.to_string())).collect();
+    let outputs: Vec<&Port> = ck.outputs.iter().filter(|p| seen.insert(p.name.to_string())).collect();
+    let input_fields = inputs.iter().map(|port| {
         let (n, t) = (&port.name, rust_type(port.dtype));
         let doc = port_doc(port);
         quote!(#[doc = #doc] pub #n: &'a [#t])
     });
-    let output_fields = ck.outputs.iter().map(|port| {
+    let output_fields = outputs.iter().map(|port| {
         let (n, t) = (&port.name, rust_type(port.dtype));
         let doc = port_doc(port);
         quote!(#[doc = #doc] pub #n: ::std::vec::Vec<#t>)
     });
-    let device_input_fields = ck.inputs.iter().map(|port| {
+    let device_input_fields = inputs.iter().map(|port| {
         let (n, t) = (&port.name, rust_type(port.dtype));
         let doc = port_doc(port);
         quote!(#[doc = #doc] pub #n: &'a dyn #p::cudarc::driver::DevicePtr<#t>)
     });
-    let device_output_fields = ck.outputs.iter().map(|port| {
+    let device_output_fields = outputs.iter().map(|port| {
         let (n, t) = (&port.name, rust_type(port.dtype));
         let doc = port_doc(port);
         quote!(#[doc = #doc] pub #n: &'a mut dyn #p::cudarc::driver::DevicePtrMut<#t>)
