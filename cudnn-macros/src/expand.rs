@@ -86,6 +86,9 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
 
     let consts: Vec<&Ident> = def.params.iter().filter(|p| !p.runtime).map(|p| &p.name).collect();
     let runtime: Vec<&Ident> = def.params.iter().filter(|p| p.runtime).map(|p| &p.name).collect();
+    // Argument names that cannot collide with the user's constants (a `const M` in scope would
+    // turn a parameter named `M` into a pattern).
+    let runtime_args: Vec<Ident> = runtime.iter().map(|r| format_ident!("__dim_{}", r)).collect();
     let runtime_names: Vec<String> = runtime.iter().map(ToString::to_string).collect();
     let generics_decl = quote!(<#(const #consts: usize),*>);
     let generics_use = quote!(<#(#consts),*>);
@@ -172,10 +175,10 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
             const __CHECKS: () = { #(#checks)* };
 
             #[doc = #new_doc]
-            pub const fn new(#(#runtime: usize),*) -> Self {
+            pub const fn new(#(#runtime_args: usize),*) -> Self {
                 #[allow(clippy::let_unit_value)]
                 let () = Self::__CHECKS;
-                Self { #(#runtime),* }
+                Self { #(#runtime: #runtime_args),* }
             }
 
             /// The runtime-dim binding, as text (for errors and cache keys).

@@ -1,0 +1,45 @@
+//! Helpers shared by the integration tests: deterministic random inputs and error measures.
+
+#![allow(dead_code)]
+
+use cudnn_graph::Element;
+
+/// splitmix64 values in [-1, 1) as elements of `T`: fixed seed, never all zeros.
+pub fn random<T: Element>(seed: u64, n: usize) -> Vec<T> {
+    let mut state = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            T::from_f64_value((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+/// ‖got − want‖ / ‖want‖ in f64; infinite if any value is NaN (NaN never passes).
+pub fn relative_error<T: Element>(got: &[T], want: &[T]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (g.to_f64_value(), w.to_f64_value());
+        if g.is_nan() || w.is_nan() {
+            return f64::INFINITY;
+        }
+        num += (g - w) * (g - w);
+        den += w * w;
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Largest |got − want|.
+pub fn max_abs_error<T: Element>(got: &[T], want: &[T]) -> f64 {
+    got.iter().zip(want).map(|(g, w)| (g.to_f64_value() - w.to_f64_value()).abs()).fold(0.0, f64::max)
+}

@@ -1,0 +1,154 @@
+//! The CPU reference engine through `graph!`: every op family on random inputs, against direct
+//! f64 computations written here without the engine, and run-time errors of the typed API.
+
+mod common;
+
+use common::random;
+use cudnn_graph::{graph, ArgError};
+use half::{bf16, f16};
+
+graph! {
+    pub MatmulBiasRelu<const N: usize, const K: usize, dyn M>(
+        a: bf16[1, M, K],
+        b: bf16[1, K, N],
+        bias: bf16[1, 1, N],
+    ) -> (y: bf16[1, M, N]) {
+        let c = matmul(a, b);
+        let d = add(c, bias);
+        y = relu(d);
+    }
+
+    pub BatchedGelu<dyn B>(a: f32[B, 5, 7], b: f32[1, 7, 3]) -> (y: f32[B, 5, 3]) {
+        y = gelu(matmul(a, b));
+    }
+
+    pub ScaleShift(x: f32[3, 4]) -> (y: f32[3, 4]) {
+        y = add(mul(x, 0.5), -1.25);
+    }
+
+    pub RowStats(x: f64[3, 5]) -> (sum: f64[3, 1], mean: f64[3, 1], amax: f64[1, 5], norm2: f64[3, 1]) {
+        sum = reduce_sum(x, dims = [1]);
+        mean = reduce_mean(x, dims = [-1]);
+        amax = reduce_amax(x, dims = [0]);
+        norm2 = reduce_norm2(x, dims = [1]);
+    }
+
+    pub Compare(a: f32[6], b: f32[6]) -> (lt: bool[6], sel: f32[6]) {
+        let m = cmp_lt(a, b);
+        lt = m;
+        sel = binary_select(a, b, m);
+    }
+}
+
+#[test]
+fn matmul_bias_relu_matches_direct_f64() {
+    let (m, n, k) = (7, 5, 6);
+    let g = MatmulBiasRelu::<5, 6>::new(m);
+    let (a, b, bias) = (random::<bf16>(1, m * k), random::<bf16>(2, k * n), random::<bf16>(3, n));
+    let out = g.reference(MatmulBiasReluInputs { a: &a, b: &b, bias: &bias }).unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let acc: f64 = (0..k).map(|p| a[i * k + p].to_f64() * b[p * n + j].to_f64()).sum();
+            // The sum lives in an f32 intermediate, then the output is bf16.
+            let want = bf16::from_f32(((acc as f32) + bias[j].to_f32()).max(0.0));
+            assert_eq!(out.y[i * n + j], want, "y[{i},{j}]");
+        }
+    }
+}
+
+#[test]
+fn batched_gelu_broadcasts_b() {
+    let g = BatchedGelu::new(3);
+    let (a, b) = (random::<f32>(4, 3 * 5 * 7), random::<f32>(5, 7 * 3));
+    let out = g.reference(BatchedGeluInputs { a: &a, b: &b }).unwrap();
+    for batch in 0..3 {
+        for i in 0..5 {
+            for j in 0..3 {
+                let acc: f64 = (0..7).map(|p| a[batch * 35 + i * 7 + p] as f64 * b[p * 3 + j] as f64).sum();
+                let acc = acc as f32 as f64;
+                let want = 0.5 * acc * (1.0 + libm::erf(acc / std::f64::consts::SQRT_2));
+                assert_eq!(out.y[batch * 15 + i * 3 + j], want as f32);
+            }
+        }
+    }
+}
+
+#[test]
+fn by_value_scalars() {
+    let x = random::<f32>(6, 12);
+    let out = ScaleShift::new().reference(ScaleShiftInputs { x: &x }).unwrap();
+    for (y, x) in out.y.iter().zip(&x) {
+        assert_eq!(*y, ((*x as f64 * 0.5) as f32 as f64 - 1.25) as f32);
+    }
+}
+
+#[test]
+fn reductions() {
+    let x = random::<f64>(7, 15);
+    let out = RowStats::new().reference(RowStatsInputs { x: &x }).unwrap();
+    for r in 0..3 {
+        let row = &x[r * 5..r * 5 + 5];
+        let sum: f64 = row.iter().sum();
+        assert!((out.sum[r] - sum).abs() < 1e-15);
+        assert!((out.mean[r] - sum / 5.0).abs() < 1e-15);
+        assert!((out.norm2[r] - row.iter().map(|v| v * v).sum::<f64>().sqrt()).abs() < 1e-15);
+    }
+    for c in 0..5 {
+        let want = (0..3).map(|r| x[r * 5 + c].abs()).fold(0.0, f64::max);
+        assert_eq!(out.amax[c], want);
+    }
+}
+
+#[test]
+fn comparisons_and_select() {
+    let (a, b) = (random::<f32>(8, 6), random::<f32>(9, 6));
+    let out = Compare::new().reference(CompareInputs { a: &a, b: &b }).unwrap();
+    for i in 0..6 {
+        assert_eq!(out.lt[i], a[i] < b[i]);
+        assert_eq!(out.sel[i], if a[i] < b[i] { a[i] } else { b[i] });
+    }
+}
+
+#[test]
+fn wrong_buffer_length_names_the_port() {
+    let g = MatmulBiasRelu::<5, 6>::new(4);
+    let (a, b, bias) = (random::<bf16>(1, 4 * 6 - 1), random::<bf16>(2, 30), random::<bf16>(3, 5));
+    let err = g.reference(MatmulBiasReluInputs { a: &a, b: &b, bias: &bias }).unwrap_err();
+    assert_eq!(
+        err,
+        ArgError::Length { tensor: "a".into(), expected: 24, found: 23, dims: vec![1, 4, 6], strides: vec![24, 6, 1] }
+    );
+    assert_eq!(err.to_string(), "tensor `a` needs 24 elements ([1, 4, 6] with strides [24, 6, 1]) but its buffer has 23");
+}
+
+graph! {
+    pub DynBroadcast<dyn M>(x: f16[1, M, 16], bias: f16[1, 4, 16]) -> (y: f16[1, M, 16]) {
+        y = add(x, bias);
+    }
+}
+
+#[test]
+fn runtime_dims_are_checked_at_run_time() {
+    // M = 4 is fine; M = 1 broadcasts to [1, 4, 16], which is not the declared [1, M, 16]; M = 3
+    // breaks the broadcast rule. Each is a typed error naming the binding.
+    assert!(DynBroadcast::new(4).graph().is_ok());
+    let err = DynBroadcast::new(1).graph().unwrap_err().to_string();
+    assert!(err.contains("tensor `y` is declared [1, 1, 16] but node `y` produces [1, 4, 16]"), "{err}");
+    let err = DynBroadcast::new(3).graph().unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ArgError::Binding { .. }));
+    assert!(text.starts_with("graph `DynBroadcast` with M = 3: node `y` (add), port IN_1"), "{text}");
+    let x = vec![f16::ONE; 48];
+    let bias = vec![f16::ONE; 64];
+    assert!(DynBroadcast::new(3).reference(DynBroadcastInputs { x: &x, bias: &bias }).is_err());
+}
+
+#[test]
+fn fingerprints_are_stable_and_distinct() {
+    assert_eq!(MatmulBiasRelu::<5, 6>::FINGERPRINT, MatmulBiasRelu::<7, 8>::FINGERPRINT);
+    assert_ne!(MatmulBiasRelu::<5, 6>::FINGERPRINT, BatchedGelu::FINGERPRINT);
+    let g1 = MatmulBiasRelu::<5, 6>::new(3).graph().unwrap();
+    let g2 = MatmulBiasRelu::<5, 6>::new(4).graph().unwrap();
+    assert_ne!(g1.fingerprint(), g2.fingerprint());
+    assert_eq!(g1.fingerprint(), MatmulBiasRelu::<5, 6>::new(3).graph().unwrap().fingerprint());
+}
