@@ -6,6 +6,7 @@
 //! is held to the same rules.
 
 mod builder;
+mod picture;
 
 pub use builder::{GraphBuilder, Operand};
 
