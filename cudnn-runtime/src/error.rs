@@ -69,6 +69,12 @@ pub enum GraphError {
         /// The tensor.
         tensor: String,
     },
+    /// A tensor that two nodes write.
+    #[error("tensor `{tensor}` is produced by two nodes")]
+    ProducedTwice {
+        /// The tensor.
+        tensor: String,
+    },
     /// Nodes out of topological order.
     #[error("node `{node}` reads `{tensor}` before any node produces it")]
     UsedBeforeProduced {
@@ -221,6 +227,9 @@ pub enum Error {
     /// A bad execution argument.
     #[error(transparent)]
     Arg(#[from] ArgError),
+    /// A payload that cannot be read.
+    #[error(transparent)]
+    Serialize(#[from] crate::serialize::SerializeError),
     /// A cuDNN, CUDA or loading failure.
     #[cfg(feature = "cudnn")]
     #[error(transparent)]

@@ -125,7 +125,7 @@ impl Graph {
         for (n, node) in self.nodes.iter().enumerate() {
             for o in &node.outputs {
                 if let Some(p) = producer.get_mut(o.0) {
-                    *p = Some(n);
+                    p.get_or_insert(n);
                 }
             }
         }
@@ -188,6 +188,16 @@ impl Graph {
             *d = producer[i].is_none();
             if producer[i].is_none() && self.tensors[i].is_virtual {
                 return Err(GraphError::NeverProduced { tensor: self.tensors[i].name.clone() });
+            }
+        }
+        let mut written = vec![false; self.tensors.len()];
+        for node in &self.nodes {
+            for o in &node.outputs {
+                match written.get_mut(o.0) {
+                    Some(w) if *w => return Err(GraphError::ProducedTwice { tensor: self.tensors[o.0].name.clone() }),
+                    Some(w) => *w = true,
+                    None => {}
+                }
             }
         }
         let mut node_names = std::collections::HashSet::new();
