@@ -44,10 +44,10 @@ pub struct Node {
     pub outputs: Vec<String>,
 }
 
-/// An equality between a const parameter and a literal that only instantiation decides.
+/// An equality over const parameters that only instantiation decides: two `i64` expressions.
 pub struct ConstCheck {
-    pub param: String,
-    pub value: i64,
+    pub lhs: String,
+    pub rhs: String,
     pub span: Span,
     pub message: String,
 }
@@ -559,13 +559,14 @@ impl Checker<'_> {
         (0..).map(|i| format!("{base}_{i}")).find(|n| !taken(n)).unwrap_or_default()
     }
 
-    /// Deferred `param == literal` equalities: const assertions for const parameters; run-time
-    /// validation covers `dyn` ones.
+    /// Deferred equalities: const assertions when they involve const parameters only; run-time
+    /// validation covers those with `dyn` ones.
     fn defer(&mut self, sym: Symbolic, span: Span, why: &str) {
-        for (param, value) in sym.deferred {
-            if self.params.get(&param) == Some(&false) {
-                let message = format!("graph `{}`: {param} must be {value}: {why}", self.def.name);
-                self.const_checks.push(ConstCheck { param, value, span, message });
+        for (a, b) in sym.deferred {
+            let params: Vec<String> = a.params().into_iter().chain(b.params()).collect();
+            if params.iter().all(|p| self.params.get(p) == Some(&false)) {
+                let message = format!("graph `{}`: {a} must equal {b}: {why}", self.def.name);
+                self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message });
             }
         }
     }

@@ -48,6 +48,8 @@ fn dims_tokens(dims: &[SymDim], runtime: &[String]) -> TokenStream {
                 quote!(#id as i64)
             }
         }
+        // Declared dims are literals or parameters; computed extents never reach a declaration.
+        SymDim::Expr(e) => syn::parse_str::<syn::Expr>(e).map_or_else(|e| e.to_compile_error(), |e| quote!(#e)),
     });
     quote!([#(#items),*])
 }
@@ -120,9 +122,9 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
     });
 
     let checks = ck.const_checks.iter().map(|c| {
-        let param = format_ident!("{}", c.param);
-        let (value, msg) = (c.value, &c.message);
-        quote_spanned!(c.span=> ::core::assert!(#param as i64 == #value, #msg);)
+        let parse = |e: &str| syn::parse_str::<syn::Expr>(e).map_or_else(|e| e.to_compile_error(), |e| quote!(#e));
+        let (lhs, rhs, msg) = (parse(&c.lhs), parse(&c.rhs), &c.message);
+        quote_spanned!(c.span=> ::core::assert!(#lhs == #rhs, #msg);)
     });
 
     let graph_body = if ok { graph_body(ck, &name_str, &runtime_names) } else { quote!(::core::unreachable!()) };

@@ -6,7 +6,9 @@
 //!   (const generics, runtime symbols). `K` meets `K` and `64` meets `64` are decided at
 //!   expansion; two different names never unify; a literal meeting a name is *deferred*: the macro
 //!   turns it into a const assertion (const generics) or leaves it to run-time validation (runtime
-//!   symbols).
+//!   symbols). Rules that compute dims (convolution's output size) give [`SymDim::Expr`]: an
+//!   `i64` Rust expression over the parameters, compared by text now and asserted at
+//!   instantiation otherwise.
 
 use std::fmt;
 
@@ -20,6 +22,22 @@ pub trait Dim: Clone + PartialEq + fmt::Display {
     fn is_one(&self) -> bool {
         self.as_lit() == Some(1)
     }
+    /// `1 + (x + pre + post - dilation * (w - 1) - 1) / stride` (floor), the output extent of a
+    /// convolution or pooling window (cudnn-frontend's rule).
+    fn window_output(x: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64) -> Self;
+}
+
+/// The window rule on known extents; `None` if it does not give a positive extent or a stride is
+/// not positive.
+pub fn window_output_extent(x: i64, w: i64, pre: i64, post: i64, stride: i64, dilation: i64) -> Option<i64> {
+    if stride <= 0 || dilation <= 0 {
+        return None;
+    }
+    let span = x + pre + post - dilation * (w - 1) - 1;
+    if span < 0 {
+        return None;
+    }
+    Some(1 + span / stride)
 }
 
 impl Dim for i64 {
@@ -28,6 +46,11 @@ impl Dim for i64 {
     }
     fn as_lit(&self) -> Option<i64> {
         Some(*self)
+    }
+    fn window_output(x: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64) -> Self {
+        // Shape rules check the extent is positive before they use it (0 here then fails
+        // validation as a bad dim).
+        window_output_extent(*x, *w, pre, post, stride, dilation).unwrap_or(0)
     }
 }
 
@@ -38,6 +61,40 @@ pub enum SymDim {
     Lit(i64),
     /// `K` (a const generic) or `batch` (a runtime symbol).
     Param(String),
+    /// A computed extent: an `i64` Rust expression in which each parameter `P` appears as
+    /// `(P as i64)`, e.g. `(1 + ((H as i64) + 2 - 3) / 1)`.
+    Expr(String),
+}
+
+impl SymDim {
+    /// This dim as an `i64` Rust expression.
+    pub fn to_expr(&self) -> String {
+        match self {
+            SymDim::Lit(n) => n.to_string(),
+            SymDim::Param(p) => format!("({p} as i64)"),
+            SymDim::Expr(e) => format!("({e})"),
+        }
+    }
+
+    /// The parameters this dim depends on.
+    pub fn params(&self) -> Vec<String> {
+        match self {
+            SymDim::Lit(_) => Vec::new(),
+            SymDim::Param(p) => vec![p.clone()],
+            SymDim::Expr(e) => {
+                let mut out: Vec<String> = Vec::new();
+                for word in e.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                    let is_param = word.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                        && word != "as"
+                        && word != "i64";
+                    if is_param && !out.iter().any(|o| o == word) {
+                        out.push(word.to_string());
+                    }
+                }
+                out
+            }
+        }
+    }
 }
 
 impl fmt::Display for SymDim {
@@ -45,6 +102,7 @@ impl fmt::Display for SymDim {
         match self {
             SymDim::Lit(n) => write!(f, "{n}"),
             SymDim::Param(p) => f.write_str(p),
+            SymDim::Expr(e) => write!(f, "({})", e.replace(" as i64", "")),
         }
     }
 }
@@ -56,7 +114,17 @@ impl Dim for SymDim {
     fn as_lit(&self) -> Option<i64> {
         match self {
             SymDim::Lit(n) => Some(*n),
-            SymDim::Param(_) => None,
+            SymDim::Param(_) | SymDim::Expr(_) => None,
+        }
+    }
+    fn window_output(x: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64) -> Self {
+        match (x.as_lit(), w.as_lit()) {
+            (Some(x), Some(w)) => SymDim::Lit(window_output_extent(x, w, pre, post, stride, dilation).unwrap_or(0)),
+            _ => SymDim::Expr(format!(
+                "1 + ({} + {pre} + {post} - {dilation} * ({} - 1) - 1) / {stride}",
+                x.to_expr(),
+                w.to_expr()
+            )),
         }
     }
 }
@@ -78,12 +146,12 @@ impl DimCx<i64> for Concrete {
     }
 }
 
-/// Symbolic dimensions: collects the equalities between a literal and a name that only
-/// instantiation can decide.
+/// Symbolic dimensions: collects the equalities that only instantiation can decide (a name
+/// against a literal, or a computed extent against anything it is not textually equal to).
 #[derive(Debug, Default, Clone)]
 pub struct Symbolic {
-    /// `(param, literal)` pairs that must be equal once the parameter is known.
-    pub deferred: Vec<(String, i64)>,
+    /// Pairs that must be equal once the parameters are known.
+    pub deferred: Vec<(SymDim, SymDim)>,
 }
 
 impl DimCx<SymDim> for Symbolic {
@@ -91,8 +159,9 @@ impl DimCx<SymDim> for Symbolic {
         match (a, b) {
             (SymDim::Lit(x), SymDim::Lit(y)) => x == y,
             (SymDim::Param(x), SymDim::Param(y)) => x == y,
-            (SymDim::Param(p), SymDim::Lit(n)) | (SymDim::Lit(n), SymDim::Param(p)) => {
-                self.deferred.push((p.clone(), *n));
+            (SymDim::Expr(x), SymDim::Expr(y)) if x == y => true,
+            _ => {
+                self.deferred.push((a.clone(), b.clone()));
                 true
             }
         }
@@ -139,7 +208,19 @@ mod tests {
         assert!(!cx.require_eq(&k, &SymDim::Param("N".into())));
         assert!(!cx.require_eq(&SymDim::Lit(3), &SymDim::Lit(4)));
         assert!(cx.require_eq(&k, &SymDim::Lit(64)));
-        assert_eq!(cx.deferred, vec![("K".to_string(), 64)]);
+        assert_eq!(cx.deferred, vec![(k.clone(), SymDim::Lit(64))]);
+    }
+
+    #[test]
+    fn window_rule() {
+        assert_eq!(window_output_extent(32, 3, 1, 1, 1, 1), Some(32));
+        assert_eq!(window_output_extent(32, 3, 0, 0, 2, 1), Some(15));
+        assert_eq!(window_output_extent(7, 3, 0, 0, 1, 4), None);
+        let h = SymDim::Param("H".into());
+        let out = SymDim::window_output(&h, &SymDim::Lit(3), 1, 1, 2, 1);
+        assert_eq!(out.to_string(), "(1 + ((H) + 1 + 1 - 1 * (3 - 1) - 1) / 2)");
+        assert_eq!(out.params(), vec!["H".to_string()]);
+        assert_eq!(SymDim::window_output(&SymDim::Lit(32), &SymDim::Lit(3), 1, 1, 1, 1), SymDim::Lit(32));
     }
 
     #[test]

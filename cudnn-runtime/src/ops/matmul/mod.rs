@@ -201,7 +201,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out[0].dims, vec![SymDim::Lit(1), p("M"), p("N")]);
-        assert_eq!(cx.deferred, vec![("K".to_string(), 64)]);
+        assert_eq!(cx.deferred, vec![(p("K"), SymDim::Lit(64))]);
         let e = op
             .infer(
                 &[
