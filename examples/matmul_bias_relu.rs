@@ -58,7 +58,9 @@ fn report(engine: &str, y: &[bf16], want: &[f64]) {
     let max_err = y.iter().zip(want).map(|(g, w)| (g.to_f64() - w).abs()).fold(0.0, f64::max);
     let norm = want.iter().map(|w| w * w).sum::<f64>().sqrt();
     let rel = y.iter().zip(want).map(|(g, w)| (g.to_f64() - w).powi(2)).sum::<f64>().sqrt() / norm;
-    println!("{engine}: y is [1, {M}, {N}] bf16, checksum {checksum:.4}, max |err| {max_err:.3e}, relative error {rel:.3e}");
+    println!(
+        "{engine}: y is [1, {M}, {N}] bf16, checksum {checksum:.4}, max |err| {max_err:.3e}, relative error {rel:.3e}"
+    );
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -91,17 +93,28 @@ fn run_gpu(
     let cudnn = Cudnn::new(stream.clone())?;
     let start = std::time::Instant::now();
     let plan = graph.build(&cudnn, &BuildOptions::default())?;
-    println!("cudnn {}: plan built in {:.1} ms, workspace {} bytes", cudnn.version(), start.elapsed().as_secs_f64() * 1e3, plan.workspace_size());
-    let (a_d, b_d, bias_d) = (stream.memcpy_stod(a)?, stream.memcpy_stod(b)?, stream.memcpy_stod(bias)?);
+    println!(
+        "cudnn {}: plan built in {:.1} ms, workspace {} bytes",
+        cudnn.version(),
+        start.elapsed().as_secs_f64() * 1e3,
+        plan.workspace_size()
+    );
+    let (a_d, b_d, bias_d) = (stream.clone_htod(a)?, stream.clone_htod(b)?, stream.clone_htod(bias)?);
     let mut y_d = stream.alloc_zeros::<bf16>(M * N)?;
     let mut ws = stream.alloc_zeros::<u8>(plan.workspace_size().max(1))?;
     plan.execute(&cudnn, MatmulBiasReluArgs { a: &a_d, b: &b_d, bias: &bias_d, y: &mut y_d }, Some(&mut ws))?;
-    let y = stream.memcpy_dtov(&y_d)?;
+    let y = stream.clone_dtoh(&y_d)?;
     report("cudnn", &y, want);
     Ok(())
 }
 
 #[cfg(not(feature = "cudnn"))]
-fn run_gpu(_: &MatmulBiasRelu<N, K>, _: &[bf16], _: &[bf16], _: &[bf16], _: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
+fn run_gpu(
+    _: &MatmulBiasRelu<N, K>,
+    _: &[bf16],
+    _: &[bf16],
+    _: &[bf16],
+    _: &[f64],
+) -> Result<(), Box<dyn std::error::Error>> {
     Err("this build has no cuDNN backend: build with the default `cudnn` feature".into())
 }

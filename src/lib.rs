@@ -41,6 +41,8 @@ pub use cudnn_runtime::{
 #[cfg(feature = "cudnn")]
 pub use cudnn_runtime::backend;
 
+pub mod env_report;
+
 /// Emits its input when this crate was built with the `cudnn` feature (for generated code).
 #[cfg(feature = "cudnn")]
 #[doc(hidden)]
@@ -69,7 +71,9 @@ pub mod __private {
     pub use half;
 
     #[cfg(feature = "cudnn")]
-    pub use cudnn_runtime::backend::{cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
+    pub use cudnn_runtime::backend::{
+        cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, InputBuffer, OutputBuffer,
+    };
 
     /// Gathers the host buffer of input `name` into its slot of `values`.
     pub fn set_input(

@@ -113,12 +113,12 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
     let device_input_fields = inputs.iter().map(|port| {
         let (n, t) = (&port.name, rust_type(port.dtype));
         let doc = port_doc(port);
-        quote!(#[doc = #doc] pub #n: &'a dyn #p::cudarc::driver::DevicePtr<#t>)
+        quote!(#[doc = #doc] pub #n: &'a dyn #p::InputBuffer<#t>)
     });
     let device_output_fields = outputs.iter().map(|port| {
         let (n, t) = (&port.name, rust_type(port.dtype));
         let doc = port_doc(port);
-        quote!(#[doc = #doc] pub #n: &'a mut dyn #p::cudarc::driver::DevicePtrMut<#t>)
+        quote!(#[doc = #doc] pub #n: &'a mut dyn #p::OutputBuffer<#t>)
     });
 
     let checks = ck.const_checks.iter().map(|c| {
@@ -196,7 +196,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 build().map_err(|source| #p::ArgError::Binding {
                     graph: ::std::string::String::from(#name_str),
                     binding: self.binding(),
-                    source,
+                    source: ::std::boxed::Box::new(source),
                 })
             }
 
@@ -334,11 +334,11 @@ fn execute_body(ck: &Checked) -> TokenStream {
     let p = quote!(::cudnn_graph::__private);
     let ins = ck.inputs.iter().map(|port| {
         let (n, s) = (&port.name, port.name.to_string());
-        quote!((#s, #p::DeviceBuffer::input(args.#n)))
+        quote!((#s, #p::DeviceBuffer::input_dyn(args.#n)))
     });
     let outs = ck.outputs.iter().map(|port| {
         let (n, s) = (&port.name, port.name.to_string());
-        quote!((#s, #p::DeviceBuffer::output(args.#n)))
+        quote!((#s, #p::DeviceBuffer::output_dyn(args.#n)))
     });
     quote! {
         let mut io = [#(#ins,)* #(#outs,)*];

@@ -214,7 +214,7 @@ pub enum ArgError {
         /// The runtime-dim values, `batch = 3, seq = 7`.
         binding: String,
         /// What failed.
-        source: GraphError,
+        source: Box<GraphError>,
     },
 }
 

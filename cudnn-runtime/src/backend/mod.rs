@@ -1,6 +1,46 @@
-//! The cuDNN backend-API layer (placeholder until the backend lands).
+//! The cuDNN backend-API layer, on `cudarc::cudnn::sys` (dynamically loaded; cudarc's safe cuDNN
+//! layer covers only the legacy API).
+//!
+//! 1. Make a [`Cudnn`]: [`Cudnn::new`] on a CUDA stream (plans that execute), or
+//!    [`Cudnn::deviceless`] from a device-properties JSON (real lowering, heuristics and plan
+//!    compilation for that GPU on a machine without one). A missing libcudnn or libcuda is a
+//!    [`BackendError::LibraryMissing`], never a panic.
+//! 2. [`ExecutionPlan::build`] a validated [`crate::Graph`] with [`BuildOptions`]: the graph is
+//!    lowered to one cuDNN operation graph (each op family's lowering lives in its own
+//!    `ops/*/lower.rs`), heuristics propose [`Candidate`]s, each is checked (workspace read
+//!    without compiling) and the first that finalizes is built — or all of them. When none
+//!    does, [`BackendError::NoPlan`] lists every candidate with its [`Rejection`].
+//! 3. [`ExecutionPlan::execute`] with [`DeviceBuffer`]s (checked against the graph), or
+//!    [`ExecutionPlan::execute_raw`] with raw device pointers.
+//! 4. [`ExecutionPlan::json`] / [`ExecutionPlan::from_json`]: cuDNN's serialized plan, e.g.
+//!    compiled deviceless in CI and executed on the GPU.
+//!
+//! Inside, the layers are cudarc's: `sys` → `descriptor.rs` (one RAII descriptor type, one typed
+//! setter/getter per attribute type, every failing status a [`BackendError::Cudnn`] carrying
+//! `cudnnGetLastErrorString`) → these types.
+//!
+//! Threads: [`Cudnn`] and [`ExecutionPlan`] are `Send` but not `Sync` (a cuDNN handle must not be
+//! used by two threads at once); a plan keeps the handle (or device properties) it was made with
+//! alive.
 
-/// A cuDNN, CUDA or loading failure.
-#[derive(Debug, thiserror::Error)]
-#[error("cuDNN backend unavailable")]
-pub struct BackendError;
+mod context;
+mod descriptor;
+mod error;
+mod execute;
+mod heuristics;
+mod library;
+pub(crate) mod lower;
+mod plan;
+
+/// The cudarc this layer is built on, for naming its types (streams, device buffers) at the same
+/// version.
+pub use cudarc;
+
+pub use context::Cudnn;
+pub use error::{BackendError, Status};
+pub use execute::{DeviceBuffer, InputBuffer, OutputBuffer, INLINE_IO};
+pub use heuristics::{
+    BehaviorNote, Candidate, CandidateState, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
+};
+pub use library::libraries_present;
+pub use plan::{BuildOptions, ByValueScalar, ExecutionPlan, VariantLayout};

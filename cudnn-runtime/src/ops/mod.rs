@@ -174,8 +174,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -345,8 +345,8 @@ pub struct OutputMeta<D> {
 pub struct ShapeError {
     /// The positional argument at fault, if one is (for spans in the macro).
     pub arg: Option<usize>,
-    /// What is wrong.
-    pub kind: ShapeErrorKind,
+    /// What is wrong (boxed: errors stay small on the happy path's `Result`s).
+    pub kind: Box<ShapeErrorKind>,
 }
 
 /// The kinds of [`ShapeError`]. Shapes are rendered (`[1, M, K]`) so the same error serves
@@ -430,8 +430,14 @@ pub enum ShapeErrorKind {
 }
 
 impl ShapeError {
+    /// An error about no port in particular.
+    pub(crate) fn general(kind: ShapeErrorKind) -> Self {
+        ShapeError { arg: None, kind: Box::new(kind) }
+    }
+
     pub(crate) fn at(arg: usize, kind: ShapeErrorKind) -> Self {
-        ShapeError { arg: Some(arg), kind }
+        debug_assert!(arg < 8, "ports are few");
+        ShapeError { arg: Some(arg), kind: Box::new(kind) }
     }
 }
 
@@ -538,7 +544,7 @@ impl Op {
         if inputs.len() != sig.inputs.len() {
             return Err(ShapeError {
                 arg: None,
-                kind: ShapeErrorKind::Arity { op: sig.name, expected: sig.inputs.len(), found: inputs.len() },
+                kind: Box::new(ShapeErrorKind::Arity { op: sig.name, expected: sig.inputs.len(), found: inputs.len() }),
             });
         }
         match self {

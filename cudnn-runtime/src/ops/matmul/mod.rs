@@ -102,7 +102,7 @@ impl Matmul {
         }
         let mut dims = broadcast(NAME, &a.dims[..r - 2], &b.dims[..r - 2], 1, cx).map_err(|mut e| {
             // Report the full shapes, not the batch prefixes.
-            if let ShapeErrorKind::Broadcast { left, right, .. } = &mut e.kind {
+            if let ShapeErrorKind::Broadcast { left, right, .. } = e.kind.as_mut() {
                 *left = shape_string(&a.dims);
                 *right = shape_string(&b.dims);
             }

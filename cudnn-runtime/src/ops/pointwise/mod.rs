@@ -300,7 +300,7 @@ impl Pointwise {
             dims = broadcast(op, &dims, &t.dims, i, cx)?;
         }
         if let (Class::Index, Some(axis)) = (class, self.axis) {
-            normalize_axis(op, axis, rank).map_err(|k| ShapeError { arg: None, kind: k })?;
+            normalize_axis(op, axis, rank).map_err(ShapeError::general)?;
         }
         let dtype = match class {
             Class::Compare | Class::Logical => Some(DataType::Bool),

@@ -135,7 +135,7 @@ impl Reduction {
                 },
             ));
         }
-        let axes = self.axes(x.dims.len()).map_err(|k| ShapeError { arg: None, kind: k })?;
+        let axes = self.axes(x.dims.len()).map_err(ShapeError::general)?;
         let dims =
             x.dims.iter().enumerate().map(|(i, d)| if axes.contains(&i) { D::lit(1) } else { d.clone() }).collect();
         Ok(OutputMeta { dims, dtype: None })
@@ -198,10 +198,10 @@ mod tests {
     #[test]
     fn shapes() {
         let x = TensorMeta { dims: vec![2i64, 3, 4], dtype: DataType::F32 };
-        assert_eq!(red(ReductionMode::Sum, vec![-1]).infer(&[x.clone()]).unwrap().dims, vec![2, 3, 1]);
-        assert_eq!(red(ReductionMode::Sum, vec![0, 2]).infer(&[x.clone()]).unwrap().dims, vec![1, 3, 1]);
-        assert!(red(ReductionMode::Sum, vec![3]).infer(&[x.clone()]).is_err());
-        assert!(red(ReductionMode::Sum, vec![1, -2]).infer(&[x.clone()]).is_err());
+        assert_eq!(red(ReductionMode::Sum, vec![-1]).infer(std::slice::from_ref(&x)).unwrap().dims, vec![2, 3, 1]);
+        assert_eq!(red(ReductionMode::Sum, vec![0, 2]).infer(std::slice::from_ref(&x)).unwrap().dims, vec![1, 3, 1]);
+        assert!(red(ReductionMode::Sum, vec![3]).infer(std::slice::from_ref(&x)).is_err());
+        assert!(red(ReductionMode::Sum, vec![1, -2]).infer(std::slice::from_ref(&x)).is_err());
         assert!(red(ReductionMode::Sum, vec![]).infer(&[x]).is_err());
     }
 

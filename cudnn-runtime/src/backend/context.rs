@@ -1,0 +1,192 @@
+//! [`Cudnn`]: what cuDNN plans *for*. Either a handle on a CUDA stream (online: plans that execute)
+//! or a finalized device-properties descriptor (deviceless: real lowering, heuristics and plan
+//! compilation for a described GPU, on a machine that has none).
+//!
+//! A `Cudnn` always holds exactly one of the two, so no operation graph, heuristic query or plan
+//! can reach cuDNN with neither (finalizing a deserialized plan that way crashes inside cuDNN).
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr;
+use std::sync::Arc;
+
+use cudarc::cudnn::sys;
+use cudarc::driver::{CudaContext, CudaStream};
+
+use super::descriptor::{status_error, Descriptor};
+use super::{library, BackendError};
+
+/// An owned `cudnnHandle_t`, with the stream it was created for (so the CUDA context outlives
+/// the handle).
+#[derive(Debug)]
+struct Handle {
+    raw: sys::cudnnHandle_t,
+    stream: Arc<CudaStream>,
+}
+
+// SAFETY: the handle is owned by this value alone and cuDNN ties it to no thread. It is only ever
+// *used* through a `Cudnn` (which is not `Sync`) on the thread holding that `Cudnn`; the other
+// owners of the `Arc` (plans) only keep it alive, so shared references never use it concurrently.
+unsafe impl Send for Handle {}
+// SAFETY: as above.
+unsafe impl Sync for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: created by `cudnnCreate`, destroyed exactly once, while `stream` (and its
+        // context) is still alive. Nothing useful can be done with a failure here.
+        let _ = unsafe { sys::cudnnDestroy(self.raw) };
+    }
+}
+
+/// A finalized device-properties descriptor.
+#[derive(Debug)]
+struct Properties(Descriptor);
+
+// SAFETY: after finalize cuDNN only reads the descriptor; it is set on heuristics and plans
+// through a `Cudnn` (not `Sync`), and the plans holding the `Arc` only keep it alive.
+unsafe impl Sync for Properties {}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Online(Arc<Handle>),
+    Deviceless(Arc<Properties>),
+}
+
+/// What an operation graph, a heuristic query or a plan is bound to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Binding<'a> {
+    /// The handle of an online context.
+    Handle(sys::cudnnHandle_t),
+    /// The device-properties descriptor of a deviceless context.
+    DeviceProperties(&'a Descriptor),
+}
+
+/// Keeps what a plan was made with (the handle or the device properties its descriptors refer
+/// to) alive as long as the plan, whatever happens to the `Cudnn`.
+#[derive(Debug, Clone)]
+pub(crate) struct Anchor(Target);
+
+impl Anchor {
+    /// The CUDA context of an online plan.
+    pub(crate) fn context(&self) -> Option<&Arc<CudaContext>> {
+        match &self.0 {
+            Target::Online(handle) => Some(handle.stream.context()),
+            Target::Deviceless(_) => None,
+        }
+    }
+}
+
+/// A cuDNN context: a handle on a CUDA stream, or a described device.
+///
+/// ```no_run
+/// use cudnn_runtime::backend::Cudnn;
+/// // Deviceless: plan for an H200 on any machine with libcudnn (and a libcuda, real or stand-in).
+/// let json = std::fs::read_to_string("tests/fixtures/h200-devprop.json")?;
+/// let cudnn = Cudnn::deviceless(&json)?;
+/// assert!(!cudnn.is_online());
+/// // Online: plans that execute on the stream.
+/// let stream = cudarc::driver::CudaContext::new(0)?.default_stream();
+/// let cudnn = Cudnn::new(stream)?;
+/// println!("cuDNN {}", cudnn.version());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Cudnn {
+    target: Target,
+    version: usize,
+    // `Send` but not `Sync`: a cuDNN handle must not be used by two threads at once. (Every call
+    // that uses the handle binds the stream's CUDA context to the calling thread first.)
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl Cudnn {
+    /// An online context: a cuDNN handle whose work goes to `stream`.
+    pub fn new(stream: Arc<CudaStream>) -> Result<Self, BackendError> {
+        let version = library::require_cudnn()?;
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| BackendError::Driver { call: "bind the stream's context", message: e.to_string() })?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the stream's context is current.
+        let status = unsafe { sys::cudnnCreate(&mut raw) };
+        if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+            return Err(status_error("cudnnCreate", status, "cudnnHandle_t"));
+        }
+        let handle = Handle { raw, stream };
+        // SAFETY: a live handle and a live stream (kept alive by the handle); cudarc's and
+        // cuDNN's `CUstream_st` are the same driver type under two bindings.
+        let status = unsafe { sys::cudnnSetStream(handle.raw, handle.stream.cu_stream().cast()) };
+        if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+            return Err(status_error("cudnnSetStream", status, "cudnnHandle_t"));
+        }
+        Ok(Cudnn { target: Target::Online(Arc::new(handle)), version, _not_sync: PhantomData })
+    }
+
+    /// A deviceless context for the GPU that `device_properties_json` describes (the JSON of
+    /// `CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION`, read once on that GPU). No GPU is needed,
+    /// but cuDNN still opens a `libcuda.so.1` (on CI, the stand-in from `.ci/setup-cudnn.sh`).
+    pub fn deviceless(device_properties_json: &str) -> Result<Self, BackendError> {
+        let version = library::require_cudnn()?;
+        library::require_driver()?;
+        let mut properties = Descriptor::new(sys::cudnnBackendDescriptorType_t::CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR)?;
+        properties.set_chars(
+            sys::cudnnBackendAttributeName_t::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+            device_properties_json,
+        )?;
+        properties.finalize()?;
+        Ok(Cudnn { target: Target::Deviceless(Arc::new(Properties(properties))), version, _not_sync: PhantomData })
+    }
+
+    /// The loaded cuDNN's `cudnnGetVersion()` (`91900` is 9.19.0).
+    pub fn version(&self) -> usize {
+        self.version
+    }
+
+    /// Whether this context has a GPU (plans made with it can execute).
+    pub fn is_online(&self) -> bool {
+        matches!(self.target, Target::Online(_))
+    }
+
+    /// The stream of an online context.
+    pub fn stream(&self) -> Option<&Arc<CudaStream>> {
+        match &self.target {
+            Target::Online(handle) => Some(&handle.stream),
+            Target::Deviceless(_) => None,
+        }
+    }
+
+    /// The handle and stream of an online context.
+    pub(crate) fn online(&self) -> Option<(sys::cudnnHandle_t, &Arc<CudaStream>)> {
+        match &self.target {
+            Target::Online(handle) => Some((handle.raw, &handle.stream)),
+            Target::Deviceless(_) => None,
+        }
+    }
+
+    /// What graphs, heuristics and plans made with this context are bound to.
+    pub(crate) fn binding(&self) -> Binding<'_> {
+        match &self.target {
+            Target::Online(handle) => Binding::Handle(handle.raw),
+            Target::Deviceless(properties) => Binding::DeviceProperties(&properties.0),
+        }
+    }
+
+    /// What a plan made with this context must keep alive.
+    pub(crate) fn anchor(&self) -> Anchor {
+        Anchor(self.target.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_and_plans_can_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Cudnn>();
+        send::<crate::backend::ExecutionPlan>();
+    }
+}

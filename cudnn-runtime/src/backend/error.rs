@@ -1,0 +1,292 @@
+//! [`BackendError`]: every way the cuDNN layer can fail, each carrying what a user needs to act on
+//! it — the cuDNN status (number and name) together with `cudnnGetLastErrorString`, the descriptor
+//! and attribute at fault, and the graph node being lowered.
+
+use std::fmt;
+
+use cudarc::cudnn::sys;
+
+use super::heuristics::{Candidate, HeuristicFailure};
+
+/// A `cudnnStatus_t` returned by cuDNN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Status(sys::cudnnStatus_t);
+
+impl Status {
+    pub(crate) fn from_sys(status: sys::cudnnStatus_t) -> Self {
+        Status(status)
+    }
+
+    /// The numeric value (`3000` is `CUDNN_STATUS_NOT_SUPPORTED`).
+    pub fn code(&self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The name, `CUDNN_STATUS_...`.
+    pub fn name(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} ({})", self.0, self.code())
+    }
+}
+
+/// A cuDNN, CUDA-driver or library-loading failure.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A shared library could not be opened. cudarc would panic on first use; this crate checks
+    /// first and reports it instead.
+    #[error("{library} could not be loaded: {hint}")]
+    LibraryMissing {
+        /// The library (`libcudnn.so.9`, `libcuda.so.1`).
+        library: &'static str,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// The loaded cuDNN is older than this layer supports.
+    #[error("the loaded cuDNN is version {found}; cudnn-graph needs {required} or newer")]
+    UnsupportedVersion {
+        /// `cudnnGetVersion()` of the loaded library (`91900` is 9.19.0).
+        found: usize,
+        /// The oldest supported version, same encoding.
+        required: usize,
+    },
+    /// A cuDNN call returned an error status.
+    #[error("{}", cudnn_message(.call, .status, .descriptor, .attribute, .node, .tensor, .message))]
+    Cudnn {
+        /// The function (`cudnnBackendFinalize`, `cudnnBackendSetAttribute`, ...).
+        call: &'static str,
+        /// What it returned.
+        status: Status,
+        /// The kind of descriptor it was called on (`CUDNN_BACKEND_TENSOR_DESCRIPTOR`), or the
+        /// object (`cudnnHandle_t`).
+        descriptor: &'static str,
+        /// The attribute being set or read, if any.
+        attribute: Option<sys::cudnnBackendAttributeName_t>,
+        /// The graph node being lowered, if any.
+        node: Option<String>,
+        /// The graph tensor being lowered, if any.
+        tensor: Option<String>,
+        /// `cudnnGetLastErrorString` right after the failure (may be empty).
+        message: String,
+    },
+    /// A CUDA driver call (through cudarc) failed.
+    #[error("CUDA {call} failed: {message}")]
+    Driver {
+        /// What was being done (`bind the stream's context to this thread`).
+        call: &'static str,
+        /// cudarc's description of the error.
+        message: String,
+    },
+    /// Something that needs a GPU was asked of a deviceless context.
+    #[error("{what} needs a GPU, but this cuDNN context is deviceless; make one with `Cudnn::new(stream)`")]
+    NotOnline {
+        /// What was asked.
+        what: &'static str,
+    },
+    /// A plan made by a deviceless context was asked to execute.
+    #[error(
+        "the plan for graph `{graph}` was built deviceless and cannot execute; load its `json()` into an online \
+         context with `ExecutionPlan::from_json`"
+    )]
+    DevicelessPlan {
+        /// The graph.
+        graph: String,
+    },
+    /// A plan or buffer of another CUDA context (device) than the executing context's stream.
+    #[error("{what} belongs to another CUDA context (device) than the stream of this cuDNN context")]
+    ForeignContext {
+        /// What (`the plan`, `the buffer of tensor `y``).
+        what: String,
+    },
+    /// A node that has no cuDNN lowering in this shape or configuration.
+    #[error("node `{node}` ({op}) cannot be lowered to cuDNN: {reason}")]
+    Unsupported {
+        /// The node.
+        node: String,
+        /// Its op's call name.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A graph input that no node reads: cuDNN has no operation to bind it to.
+    #[error("input `{tensor}` of graph `{graph}` is read by no node; remove it or use it")]
+    UnusedInput {
+        /// The graph.
+        graph: String,
+        /// The input.
+        tensor: String,
+    },
+    /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was rejected.
+    #[error("{}", no_plan_message(.graph, .candidates, .heuristics))]
+    NoPlan {
+        /// The graph.
+        graph: String,
+        /// Every candidate heuristics proposed, with its rejection.
+        candidates: Vec<Candidate>,
+        /// Heuristic modes that failed outright.
+        heuristics: Vec<HeuristicFailure>,
+    },
+    /// The wrong number of device buffers.
+    #[error("graph `{graph}` takes {expected} buffers (its inputs, then its outputs) but {found} were given")]
+    IoCount {
+        /// The graph.
+        graph: String,
+        /// Inputs plus outputs.
+        expected: usize,
+        /// Buffers given.
+        found: usize,
+    },
+    /// An output given as a read-only buffer.
+    #[error("output `{tensor}` was given as `DeviceBuffer::input`; outputs take `DeviceBuffer::output(&mut buffer)`")]
+    ReadOnlyOutput {
+        /// The output.
+        tensor: String,
+    },
+    /// A device buffer not aligned as cuDNN's tensor descriptors promise (16 bytes).
+    #[error("the buffer of tensor `{tensor}` starts at {address:#x}, which is not {alignment}-byte aligned")]
+    Misaligned {
+        /// The tensor.
+        tensor: String,
+        /// The device address.
+        address: u64,
+        /// The alignment needed, in bytes.
+        alignment: u64,
+    },
+    /// A workspace smaller than the plan needs.
+    #[error("the plan needs a workspace of {required} bytes but {given} were given")]
+    Workspace {
+        /// Bytes the plan needs.
+        required: usize,
+        /// Bytes given.
+        given: usize,
+    },
+    /// [`crate::backend::ExecutionPlan::select`] of a candidate that was not built.
+    #[error("candidate #{index} is not a built plan of this graph (built: {built:?})")]
+    NotBuilt {
+        /// The candidate asked for.
+        index: usize,
+        /// The candidates that were built.
+        built: Vec<usize>,
+    },
+    /// cuDNN reported a value outside its documented range.
+    #[error("cuDNN reported {what} = {value}, which is out of range")]
+    BadValue {
+        /// The quantity.
+        what: &'static str,
+        /// Its value.
+        value: i64,
+    },
+}
+
+fn cudnn_message(
+    call: &str,
+    status: &Status,
+    descriptor: &str,
+    attribute: &Option<sys::cudnnBackendAttributeName_t>,
+    node: &Option<String>,
+    tensor: &Option<String>,
+    message: &str,
+) -> String {
+    let mut s = format!("cuDNN {call} failed with {status} on {descriptor}");
+    if let Some(a) = attribute {
+        s += &format!(" ({a:?})");
+    }
+    if let Some(n) = node {
+        s += &format!(" while lowering node `{n}`");
+    }
+    if let Some(t) = tensor {
+        s += &format!(", tensor `{t}`");
+    }
+    if !message.is_empty() {
+        s += ": ";
+        s += message.trim_end();
+    }
+    s
+}
+
+fn no_plan_message(graph: &str, candidates: &[Candidate], heuristics: &[HeuristicFailure]) -> String {
+    let mut s = match candidates.len() {
+        0 => format!("no execution plan for graph `{graph}`: heuristics proposed no engine configuration"),
+        1 => format!("no execution plan for graph `{graph}`: cuDNN rejected the one candidate engine configuration"),
+        n => format!("no execution plan for graph `{graph}`: cuDNN rejected all {n} candidate engine configurations"),
+    };
+    for c in candidates {
+        s += &format!("\n  {c}");
+    }
+    for h in heuristics {
+        s += &format!("\n  {h}");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{CandidateState, HeuristicMode, Rejection};
+
+    #[test]
+    fn errors_stay_small() {
+        // Returned by every backend call: keep it within clippy's `result_large_err` bound.
+        assert!(std::mem::size_of::<BackendError>() <= 128, "{}", std::mem::size_of::<BackendError>());
+    }
+
+    #[test]
+    fn cudnn_errors_name_call_status_descriptor_attribute_node_and_message() {
+        let e = BackendError::Cudnn {
+            call: "cudnnBackendFinalize",
+            status: Status::from_sys(sys::cudnnStatus_t::CUDNN_STATUS_BAD_PARAM),
+            descriptor: "CUDNN_BACKEND_TENSOR_DESCRIPTOR",
+            attribute: Some(sys::cudnnBackendAttributeName_t::CUDNN_ATTR_TENSOR_STRIDES),
+            node: Some("matmul_0".into()),
+            tensor: Some("a".into()),
+            message: "CUDNN_BACKEND_TENSOR_DESCRIPTOR: Check and Set CUDNN_ATTR_TENSOR_STRIDES\n".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cuDNN cudnnBackendFinalize failed with CUDNN_STATUS_BAD_PARAM (2000) on CUDNN_BACKEND_TENSOR_DESCRIPTOR \
+             (CUDNN_ATTR_TENSOR_STRIDES) while lowering node `matmul_0`, tensor `a`: CUDNN_BACKEND_TENSOR_DESCRIPTOR: \
+             Check and Set CUDNN_ATTR_TENSOR_STRIDES"
+        );
+        let e = BackendError::LibraryMissing { library: "libcudnn.so.9", hint: "install it" };
+        assert_eq!(e.to_string(), "libcudnn.so.9 could not be loaded: install it");
+        let wrapped: crate::Error = e.into();
+        assert!(matches!(wrapped, crate::Error::Backend(BackendError::LibraryMissing { .. })));
+    }
+
+    #[test]
+    fn no_plan_lists_every_candidate_and_failed_mode() {
+        let rejected = |index, r| Candidate {
+            index,
+            mode: Some(HeuristicMode::A),
+            engine_id: Some(index as i64 + 10),
+            knobs: Vec::new(),
+            numerical_notes: Vec::new(),
+            behavior_notes: Vec::new(),
+            workspace_bytes: None,
+            shared_memory_bytes: None,
+            state: CandidateState::Rejected(r),
+        };
+        let e = BackendError::NoPlan {
+            graph: "g".into(),
+            candidates: vec![
+                rejected(0, Rejection::Workspace { required: 512, limit: 0 }),
+                rejected(1, Rejection::Duplicate { of: 0 }),
+            ],
+            heuristics: vec![HeuristicFailure {
+                mode: HeuristicMode::B,
+                reason: Rejection::Other { message: "not available".into() },
+            }],
+        };
+        assert_eq!(
+            e.to_string(),
+            "no execution plan for graph `g`: cuDNN rejected all 2 candidate engine configurations\n  \
+             #0 engine 10 (mode A): rejected: needs 512 bytes of workspace, over the limit of 0\n  \
+             #1 engine 11 (mode A): rejected: same engine and knobs as candidate #0\n  \
+             heuristics mode B failed: not available"
+        );
+    }
+}

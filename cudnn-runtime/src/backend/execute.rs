@@ -1,0 +1,439 @@
+//! Execution: [`ExecutionPlan::execute`] over type-erased, borrow-checked [`DeviceBuffer`]s, and
+//! [`ExecutionPlan::execute_raw`] over raw device pointers for frameworks with their own
+//! allocators. Both fill the variant pack from the layout fixed at build time; pointer arrays live
+//! on the stack for graphs of up to [`INLINE_IO`] variant-pack entries, so the hot path allocates
+//! nothing on the Rust heap.
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+
+use cudarc::cudnn::sys;
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
+    SyncOnDrop,
+};
+use sys::cudnnBackendAttributeName_t as A;
+use sys::cudnnBackendDescriptorType_t as K;
+
+use super::descriptor::{status_error, Descriptor};
+use super::lower::ALIGNMENT;
+use super::plan::ExecutionPlan;
+use super::{BackendError, Cudnn};
+use crate::error::ArgError;
+use crate::{DataType, Element, Fp8E4M3, Fp8E5M2};
+
+/// Variant packs of up to this many entries (I/O tensors plus by-value scalars) are filled
+/// without heap allocation.
+pub const INLINE_IO: usize = 32;
+
+// SAFETY: both are `#[repr(transparent)]` over `u8`, valid for every bit pattern, and hold no
+// pointers: exactly what device memory of `u8` holds.
+unsafe impl DeviceRepr for Fp8E4M3 {}
+// SAFETY: as for `Fp8E4M3`.
+unsafe impl DeviceRepr for Fp8E5M2 {}
+
+mod erased {
+    use super::*;
+
+    /// A device buffer that can be read on a stream.
+    pub trait ReadPtr {
+        fn elements(&self) -> usize;
+        fn context(&self) -> &Arc<CudaContext>;
+        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>);
+    }
+
+    /// A device buffer that can be written on a stream.
+    pub trait WritePtr {
+        fn elements(&self) -> usize;
+        fn context(&self) -> &Arc<CudaContext>;
+        fn write_ptr<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>);
+    }
+
+    impl<T> ReadPtr for CudaSlice<T> {
+        fn elements(&self) -> usize {
+            self.len()
+        }
+        fn context(&self) -> &Arc<CudaContext> {
+            DeviceSlice::stream(self).context()
+        }
+        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+            self.device_ptr(stream)
+        }
+    }
+
+    impl<T> ReadPtr for CudaView<'_, T> {
+        fn elements(&self) -> usize {
+            self.len()
+        }
+        fn context(&self) -> &Arc<CudaContext> {
+            DeviceSlice::stream(self).context()
+        }
+        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+            self.device_ptr(stream)
+        }
+    }
+
+    impl<T> ReadPtr for CudaViewMut<'_, T> {
+        fn elements(&self) -> usize {
+            self.len()
+        }
+        fn context(&self) -> &Arc<CudaContext> {
+            DeviceSlice::stream(self).context()
+        }
+        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+            self.device_ptr(stream)
+        }
+    }
+
+    impl<T> WritePtr for CudaSlice<T> {
+        fn elements(&self) -> usize {
+            self.len()
+        }
+        fn context(&self) -> &Arc<CudaContext> {
+            DeviceSlice::stream(self).context()
+        }
+        fn write_ptr<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+            self.device_ptr_mut(stream)
+        }
+    }
+
+    impl<T> WritePtr for CudaViewMut<'_, T> {
+        fn elements(&self) -> usize {
+            self.len()
+        }
+        fn context(&self) -> &Arc<CudaContext> {
+            DeviceSlice::stream(self).context()
+        }
+        fn write_ptr<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+            self.device_ptr_mut(stream)
+        }
+    }
+}
+
+/// Device memory a graph input can be read from: `CudaSlice<T>`, `CudaView<T>`, `CudaViewMut<T>`.
+pub trait InputBuffer<T>: erased::ReadPtr {}
+impl<T> InputBuffer<T> for CudaSlice<T> {}
+impl<T> InputBuffer<T> for CudaView<'_, T> {}
+impl<T> InputBuffer<T> for CudaViewMut<'_, T> {}
+
+/// Device memory a graph output can be written to: `CudaSlice<T>`, `CudaViewMut<T>`.
+pub trait OutputBuffer<T>: erased::WritePtr {}
+impl<T> OutputBuffer<T> for CudaSlice<T> {}
+impl<T> OutputBuffer<T> for CudaViewMut<'_, T> {}
+
+enum Access<'a> {
+    Read(&'a dyn erased::ReadPtr),
+    Write(&'a mut dyn erased::WritePtr),
+}
+
+/// One graph input or output on the device, its element type and length erased (and checked
+/// against the graph at execute).
+pub struct DeviceBuffer<'a> {
+    access: Access<'a>,
+    data_type: DataType,
+    len: usize,
+}
+
+impl std::fmt::Debug for DeviceBuffer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.access {
+            Access::Read(_) => "input",
+            Access::Write(_) => "output",
+        };
+        write!(f, "DeviceBuffer::{kind}({}[{}])", self.data_type, self.len)
+    }
+}
+
+impl<'a> DeviceBuffer<'a> {
+    /// A buffer that is read (a graph input).
+    pub fn input<T: Element + DeviceRepr, S: InputBuffer<T>>(buffer: &'a S) -> Self {
+        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE }
+    }
+
+    /// A buffer that is written (a graph output).
+    pub fn output<T: Element + DeviceRepr, S: OutputBuffer<T>>(buffer: &'a mut S) -> Self {
+        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE }
+    }
+
+    /// [`DeviceBuffer::input`] for a buffer behind a trait object (the typed argument structs
+    /// that `graph!` generates hold these).
+    pub fn input_dyn<T: Element + DeviceRepr>(buffer: &'a dyn InputBuffer<T>) -> Self {
+        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE }
+    }
+
+    /// [`DeviceBuffer::output`] for a buffer behind a trait object.
+    pub fn output_dyn<T: Element + DeviceRepr>(buffer: &'a mut dyn OutputBuffer<T>) -> Self {
+        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE }
+    }
+
+    /// The element type.
+    pub fn data_type(&self) -> DataType {
+        self.data_type
+    }
+
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn context(&self) -> &Arc<CudaContext> {
+        match &self.access {
+            Access::Read(b) => b.context(),
+            Access::Write(b) => b.context(),
+        }
+    }
+
+    fn pointer<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+        match &mut self.access {
+            Access::Read(b) => b.read_ptr(stream),
+            Access::Write(b) => b.write_ptr(stream),
+        }
+    }
+}
+
+/// `len` optional slots: the first [`INLINE_IO`] on the stack, any more on the heap.
+struct Slots<T> {
+    inline: [Option<T>; INLINE_IO],
+    spill: Vec<Option<T>>,
+}
+
+impl<T> Slots<T> {
+    fn new(len: usize) -> Self {
+        let spill = std::iter::repeat_with(|| None).take(len.saturating_sub(INLINE_IO)).collect();
+        Slots { inline: std::array::from_fn(|_| None), spill }
+    }
+
+    /// Slot `i`, which must be below the `len` given to [`Slots::new`].
+    fn slot(&mut self, i: usize) -> &mut Option<T> {
+        match i.checked_sub(INLINE_IO) {
+            None => &mut self.inline[i],
+            Some(j) => &mut self.spill[j],
+        }
+    }
+}
+
+impl ExecutionPlan {
+    /// The handle and stream to execute with, after checking that both plan and context are
+    /// online and binding the stream's context to this thread.
+    fn target<'c>(&self, cudnn: &'c Cudnn) -> Result<(sys::cudnnHandle_t, &'c CudaStream), BackendError> {
+        let Some(plan_context) = self.anchor().context() else {
+            return Err(BackendError::DevicelessPlan { graph: self.graph().name.clone() });
+        };
+        let (handle, stream) = cudnn.online().ok_or(BackendError::NotOnline { what: "executing a plan" })?;
+        if **plan_context != **stream.context() {
+            return Err(BackendError::ForeignContext { what: "the plan".into() });
+        }
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| BackendError::Driver { call: "bind the stream's context", message: e.to_string() })?;
+        Ok((handle, stream))
+    }
+
+    fn check_count(&self, found: usize) -> Result<(), BackendError> {
+        let expected = self.layout().io().len();
+        if found != expected {
+            return Err(BackendError::IoCount { graph: self.graph().name.clone(), expected, found });
+        }
+        Ok(())
+    }
+
+    /// Runs the plan with raw device pointers (`CUdeviceptr`), one per I/O tensor in
+    /// [`crate::backend::VariantLayout::io`] order (graph inputs, then outputs), and a workspace of
+    /// at least [`ExecutionPlan::workspace_size`] bytes (may be 0 when that is 0). Work is
+    /// enqueued on the context's stream.
+    ///
+    /// # Safety
+    /// Every pointer must address device memory of the context's device, aligned to 16 bytes,
+    /// holding at least the storage of its tensor (dims and strides) in its data type, valid
+    /// (and, for outputs, not otherwise accessed) until the enqueued work completes; likewise the
+    /// workspace.
+    pub unsafe fn execute_raw(&self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
+        let (handle, _) = self.target(cudnn)?;
+        self.check_count(io.len())?;
+        if self.workspace_size() > 0 && workspace == 0 {
+            return Err(BackendError::Workspace { required: self.workspace_size(), given: 0 });
+        }
+        for (&address, id) in io.iter().zip(self.layout().io()) {
+            if address % ALIGNMENT != 0 {
+                let tensor = self.graph().tensor(*id).name.clone();
+                return Err(BackendError::Misaligned { tensor, address, alignment: ALIGNMENT });
+            }
+        }
+        // SAFETY: the caller vouches for the pointers (this function's contract).
+        unsafe { self.launch(handle, io, workspace) }
+    }
+
+    /// Runs the plan on the context's stream: `io` holds the graph inputs
+    /// ([`DeviceBuffer::input`]) then its outputs ([`DeviceBuffer::output`]), in
+    /// [`crate::Graph::inputs`] / [`crate::Graph::outputs`] order, and `workspace` at least
+    /// [`ExecutionPlan::workspace_size`] bytes (`None` when that is 0).
+    ///
+    /// Before anything is enqueued it checks the count, each buffer's element type and length
+    /// against its tensor (an [`ArgError`] naming the tensor), that outputs are writable, that
+    /// every buffer belongs to the stream's CUDA context and is aligned, and the workspace size.
+    /// cudarc's stream-ordering events are recorded for every buffer.
+    pub fn execute(
+        &self,
+        cudnn: &Cudnn,
+        io: &mut [DeviceBuffer<'_>],
+        workspace: Option<&mut CudaSlice<u8>>,
+    ) -> crate::Result<()> {
+        self.check_count(io.len())?;
+        let mut ordered = Slots::new(io.len());
+        for (i, buffer) in io.iter_mut().enumerate() {
+            *ordered.slot(i) = Some(buffer);
+        }
+        self.execute_ordered(cudnn, ordered, workspace)
+    }
+
+    /// [`ExecutionPlan::execute`] with each buffer named by its tensor, in any order. A name
+    /// that is not an input or output of the graph, or is given twice, is an
+    /// [`ArgError::Unexpected`].
+    pub fn execute_named(
+        &self,
+        cudnn: &Cudnn,
+        io: &mut [(&str, DeviceBuffer<'_>)],
+        workspace: Option<&mut CudaSlice<u8>>,
+    ) -> crate::Result<()> {
+        self.check_count(io.len())?;
+        let (graph, layout) = (self.graph(), self.layout());
+        let mut ordered = Slots::new(io.len());
+        for (name, buffer) in io.iter_mut() {
+            let position = layout.io().iter().position(|id| graph.tensor(*id).name == *name);
+            match position.map(|i| ordered.slot(i)) {
+                Some(slot @ None) => *slot = Some(buffer),
+                _ => return Err(ArgError::Unexpected { graph: graph.name.clone(), tensor: name.to_string() }.into()),
+            }
+        }
+        self.execute_ordered(cudnn, ordered, workspace)
+    }
+
+    /// Checks and runs buffers already in I/O order.
+    fn execute_ordered(
+        &self,
+        cudnn: &Cudnn,
+        mut io: Slots<&mut DeviceBuffer<'_>>,
+        workspace: Option<&mut CudaSlice<u8>>,
+    ) -> crate::Result<()> {
+        let (handle, stream) = self.target(cudnn)?;
+        let (graph, layout) = (self.graph(), self.layout());
+        let n = layout.io().len();
+        for (i, id) in layout.io().iter().enumerate() {
+            let t = graph.tensor(*id);
+            let Some(buffer) = io.slot(i).as_deref() else {
+                return Err(ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() }.into());
+            };
+            if buffer.data_type != t.data_type {
+                return Err(
+                    ArgError::DType { tensor: t.name.clone(), expected: t.data_type, found: buffer.data_type }.into()
+                );
+            }
+            let need = t.storage_len();
+            if buffer.len < need {
+                return Err(ArgError::Length {
+                    tensor: t.name.clone(),
+                    expected: need,
+                    found: buffer.len,
+                    dims: t.dims.clone(),
+                    strides: t.strides.clone(),
+                }
+                .into());
+            }
+            if layout.is_output(i) && matches!(buffer.access, Access::Read(_)) {
+                return Err(BackendError::ReadOnlyOutput { tensor: t.name.clone() }.into());
+            }
+            if **buffer.context() != **stream.context() {
+                return Err(BackendError::ForeignContext { what: format!("the buffer of tensor `{}`", t.name) }.into());
+            }
+        }
+        let required = self.workspace_size();
+        let given = workspace.as_ref().map_or(0, |w| w.len());
+        if required > 0 && given < required {
+            return Err(BackendError::Workspace { required, given }.into());
+        }
+        if workspace.as_ref().is_some_and(|w| **w.context() != **stream.context()) {
+            return Err(BackendError::ForeignContext { what: "the workspace".into() }.into());
+        }
+
+        // Guards of cudarc's stream ordering: dropped (recording each buffer's use) only after
+        // the work is enqueued.
+        let mut guards = Slots::new(n + 1);
+        let mut inline = [0u64; INLINE_IO];
+        let mut spill = Vec::new();
+        let addresses: &mut [u64] = if n <= INLINE_IO {
+            &mut inline[..n]
+        } else {
+            spill.resize(n, 0);
+            &mut spill
+        };
+        for (i, id) in layout.io().iter().enumerate() {
+            let Some(buffer) = io.slot(i).take() else { continue };
+            let (address, guard) = buffer.pointer(stream);
+            *guards.slot(i) = Some(guard);
+            if address % ALIGNMENT != 0 {
+                let tensor = graph.tensor(*id).name.clone();
+                return Err(BackendError::Misaligned { tensor, address, alignment: ALIGNMENT }.into());
+            }
+            addresses[i] = address;
+        }
+        let ws = match workspace {
+            Some(w) if required > 0 => {
+                let (address, guard) = w.device_ptr_mut(stream);
+                *guards.slot(n) = Some(guard);
+                address
+            }
+            _ => 0,
+        };
+        // SAFETY: every buffer was checked above to hold its tensor's storage in its type, to be
+        // writable if an output, to belong to this stream's CUDA context and to be aligned; the
+        // workspace is large enough. The borrows in `io` and the guards keep them alive and
+        // ordered until after the work is enqueued.
+        unsafe { self.launch(handle, addresses, ws) }?;
+        drop(guards);
+        Ok(())
+    }
+
+    /// Fills the variant pack and calls `cudnnBackendExecute`.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::execute_raw`]: `io` (in I/O order) and `workspace` must be valid for
+    /// the plan on `handle`'s stream.
+    unsafe fn launch(&self, handle: sys::cudnnHandle_t, io: &[u64], workspace: u64) -> Result<(), BackendError> {
+        let layout = self.layout();
+        let n = layout.uids().len();
+        let mut inline = [ptr::null_mut::<c_void>(); INLINE_IO];
+        let mut spill = Vec::new();
+        let pointers: &mut [*mut c_void] = if n <= INLINE_IO {
+            &mut inline[..n]
+        } else {
+            spill.resize(n, ptr::null_mut());
+            &mut spill
+        };
+        for (address, &position) in io.iter().zip(layout.io_positions()) {
+            pointers[position] = *address as *mut c_void;
+        }
+        for scalar in layout.scalars() {
+            // cuDNN only reads by-value scalars; the plan (and so the storage) outlives the call.
+            pointers[scalar.position] = scalar.host_ptr().cast_mut().cast();
+        }
+        let mut pack = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+        pack.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, layout.uids())?;
+        pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, pointers)?;
+        pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
+        pack.finalize()?;
+        // SAFETY: a live handle, a finalized plan and a finalized variant pack whose pointers the
+        // callers vouch for.
+        let status = unsafe { sys::cudnnBackendExecute(handle, self.plan().descriptor.as_raw(), pack.as_raw()) };
+        if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+            return Err(status_error("cudnnBackendExecute", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,194 @@
+//! Lowering a [`Graph`] to one finalized cuDNN operation graph: a tensor descriptor per tensor,
+//! then each node through its op family's `lower.rs` (`ops/*/lower.rs`), then the
+//! `CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR` over all operations.
+//!
+//! Ranks: cuDNN wants at least 3 dims on every tensor of these ops. A tensor of rank `r < 3` is
+//! given `3 - r` leading dims of extent 1 whose stride is `dims[0] * strides[0]` (the span of the
+//! whole tensor), the same padding for every tensor, so the tensors of one node keep equal ranks.
+
+use cudarc::cudnn::sys;
+use sys::cudnnBackendAttributeName_t as A;
+use sys::cudnnBackendDescriptorType_t as K;
+
+use super::context::Binding;
+use super::descriptor::{Descriptor, Label};
+use super::{BackendError, Cudnn};
+use crate::ir::{Graph, Node, Tensor};
+use crate::ops::Op;
+use crate::DataType;
+
+/// The smallest rank cuDNN accepts for these ops' tensors.
+pub(crate) const MIN_RANK: usize = 3;
+/// The largest rank cuDNN accepts (`CUDNN_DIM_MAX`).
+pub(crate) const MAX_RANK: usize = 8;
+/// The byte alignment every tensor descriptor promises.
+pub(crate) const ALIGNMENT: u64 = 16;
+
+/// A finalized operation graph and every descriptor it was built from (kept alive with it).
+#[derive(Debug)]
+pub(crate) struct LoweredGraph {
+    pub(crate) operation_graph: Descriptor,
+    _parts: Vec<Descriptor>,
+}
+
+/// One node's operation descriptor and the descriptors it refers to (matmul, pointwise or
+/// reduction descriptors), which live as long as the graph.
+#[derive(Debug)]
+pub(crate) struct LoweredOp {
+    pub(crate) operation: Descriptor,
+    pub(crate) parts: Vec<Descriptor>,
+}
+
+/// What an op family's `lower` gets: the node and the descriptors of its tensors.
+pub(crate) struct NodeCx<'a> {
+    node: &'a Node,
+    graph: &'a Graph,
+    tensors: &'a [Option<Descriptor>],
+}
+
+impl NodeCx<'_> {
+    /// A new descriptor whose errors name this node.
+    pub(crate) fn descriptor(&self, kind: K) -> Result<Descriptor, BackendError> {
+        Descriptor::labelled(kind, Label { node: Some(self.node.name.clone()), tensor: None })
+    }
+
+    /// The type the node computes in.
+    pub(crate) fn compute_type(&self) -> DataType {
+        self.node.compute_data_type
+    }
+
+    /// The descriptor of input `port`.
+    pub(crate) fn input(&self, port: usize) -> Result<&Descriptor, BackendError> {
+        self.port(self.node.inputs.get(port).map(|id| id.0), "input", port)
+    }
+
+    /// The descriptor of output `port`.
+    pub(crate) fn output(&self, port: usize) -> Result<&Descriptor, BackendError> {
+        self.port(self.node.outputs.get(port).map(|id| id.0), "output", port)
+    }
+
+    fn port(&self, index: Option<usize>, what: &str, port: usize) -> Result<&Descriptor, BackendError> {
+        index.and_then(|i| self.tensors.get(i)).and_then(Option::as_ref).ok_or_else(|| BackendError::Unsupported {
+            node: self.node.name.clone(),
+            op: self.node.op.call_name(),
+            reason: format!("it has no {what} #{port}"),
+        })
+    }
+
+    /// The rank input `port` has in the graph (before padding to [`MIN_RANK`]).
+    pub(crate) fn input_rank(&self, port: usize) -> usize {
+        self.node.inputs.get(port).and_then(|id| self.graph.tensors.get(id.0)).map_or(0, |t| t.dims.len())
+    }
+
+    /// A [`BackendError::Unsupported`] about this node.
+    pub(crate) fn unsupported(&self, reason: String) -> BackendError {
+        BackendError::Unsupported { node: self.node.name.clone(), op: self.node.op.call_name(), reason }
+    }
+}
+
+/// The leading dims a tensor of rank `rank` gets (see the module docs).
+pub(crate) fn rank_padding(rank: usize) -> usize {
+    MIN_RANK.saturating_sub(rank)
+}
+
+/// Dims and strides padded to [`MIN_RANK`] with leading 1s.
+pub(crate) fn padded_layout(dims: &[i64], strides: &[i64]) -> (Vec<i64>, Vec<i64>) {
+    let pad = rank_padding(dims.len());
+    let span = match (dims.first(), strides.first()) {
+        (Some(d), Some(s)) => d * s,
+        _ => 1,
+    };
+    let mut d = vec![1; pad];
+    let mut s = vec![span; pad];
+    d.extend_from_slice(dims);
+    s.extend_from_slice(strides);
+    (d, s)
+}
+
+fn tensor_descriptor(tensor: &Tensor, node: &Node) -> Result<Descriptor, BackendError> {
+    if tensor.dims.len() > MAX_RANK {
+        return Err(BackendError::Unsupported {
+            node: node.name.clone(),
+            op: node.op.call_name(),
+            reason: format!(
+                "tensor `{}` has rank {}; cuDNN takes at most {MAX_RANK} dims",
+                tensor.name,
+                tensor.dims.len()
+            ),
+        });
+    }
+    let (dims, strides) = padded_layout(&tensor.dims, &tensor.strides);
+    let label = Label { node: Some(node.name.clone()), tensor: Some(tensor.name.clone()) };
+    let mut d = Descriptor::labelled(K::CUDNN_BACKEND_TENSOR_DESCRIPTOR, label)?;
+    d.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, tensor.data_type)?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[tensor.uid])?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[ALIGNMENT as i64])?;
+    d.set_bool(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, tensor.is_virtual)?;
+    if tensor.pass_by_value.is_some() {
+        d.set_bool(A::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
+    }
+    d.finalize()?;
+    Ok(d)
+}
+
+/// Lowers a validated graph for `cudnn`: online graphs carry the handle (without it cuDNN 9.19
+/// offers engine configs that fail at execute); deviceless ones get the device properties at
+/// heuristics and plan time instead.
+pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, BackendError> {
+    let mut tensors: Vec<Option<Descriptor>> = std::iter::repeat_with(|| None).take(graph.tensors.len()).collect();
+    let mut operations = Vec::with_capacity(graph.nodes.len());
+    let mut parts = Vec::new();
+    for node in &graph.nodes {
+        // Each tensor is described where it is first used, so its errors name that node.
+        for id in node.inputs.iter().chain(&node.outputs) {
+            let (Some(slot), Some(tensor)) = (tensors.get_mut(id.0), graph.tensors.get(id.0)) else {
+                return Err(BackendError::Unsupported {
+                    node: node.name.clone(),
+                    op: node.op.call_name(),
+                    reason: format!("it refers to tensor #{}, which the graph does not have", id.0),
+                });
+            };
+            if slot.is_none() {
+                *slot = Some(tensor_descriptor(tensor, node)?);
+            }
+        }
+        let cx = NodeCx { node, graph, tensors: &tensors };
+        let lowered = match &node.op {
+            Op::Matmul(op) => crate::ops::matmul::lower::lower(op, &cx)?,
+            Op::Pointwise(op) => crate::ops::pointwise::lower::lower(op, &cx)?,
+            Op::Reduction(op) => crate::ops::reduction::lower::lower(op, &cx)?,
+        };
+        operations.push(lowered.operation);
+        parts.extend(lowered.parts);
+    }
+    if let Some(unused) = graph.inputs().into_iter().find(|id| tensors.get(id.0).is_none_or(Option::is_none)) {
+        return Err(BackendError::UnusedInput { graph: graph.name.clone(), tensor: graph.tensor(unused).name.clone() });
+    }
+    let mut operation_graph = Descriptor::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+    let refs: Vec<&Descriptor> = operations.iter().collect();
+    operation_graph.set_descriptors(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &refs)?;
+    match cudnn.binding() {
+        Binding::Handle(handle) => operation_graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?,
+        Binding::DeviceProperties(_) => {}
+    }
+    operation_graph.finalize()?;
+    parts.extend(operations);
+    parts.extend(tensors.into_iter().flatten());
+    Ok(LoweredGraph { operation_graph, _parts: parts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn low_ranks_get_leading_ones_spanning_the_tensor() {
+        assert_eq!(padded_layout(&[5], &[2]), (vec![1, 1, 5], vec![10, 10, 2]));
+        assert_eq!(padded_layout(&[4, 6], &[6, 1]), (vec![1, 4, 6], vec![24, 6, 1]));
+        assert_eq!(padded_layout(&[2, 4, 6], &[24, 6, 1]), (vec![2, 4, 6], vec![24, 6, 1]));
+        assert_eq!(rank_padding(1), 2);
+        assert_eq!(rank_padding(5), 0);
+    }
+}

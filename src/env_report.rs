@@ -1,0 +1,400 @@
+//! The environment report (`cudnn-graph env`): which libcudnn and libcuda this process actually
+//! loads, other copies on the search path, driver, CUDA and cuDNN versions, GPUs, and the
+//! variables that steer loading. It never crashes on a machine that lacks any of them: each part
+//! it cannot find is reported as missing, with why.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// A shared library file found on disk.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LibraryFile {
+    /// The path as found.
+    pub path: String,
+    /// The file it resolves to, if it is a link.
+    pub resolves_to: Option<String>,
+    /// The version in the resolved file name (`libcudnn.so.9.19.0` → `9.19.0`), if any.
+    pub file_version: Option<String>,
+}
+
+/// One library (cuDNN or the CUDA driver).
+#[derive(Debug, Clone, Serialize)]
+pub struct LibraryReport {
+    /// `cudnn` or `cuda`.
+    pub name: &'static str,
+    /// The files this process mapped after loading it (from `/proc/self/maps`).
+    pub loaded: Vec<String>,
+    /// The version the library itself reports, if it loaded.
+    pub version: Option<String>,
+    /// Why it did not load, if it did not.
+    pub error: Option<String>,
+    /// Every copy on the library search path and in the usual places.
+    pub copies: Vec<LibraryFile>,
+}
+
+/// A GPU as the driver reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuReport {
+    /// Ordinal.
+    pub index: i32,
+    /// Name.
+    pub name: String,
+    /// Compute capability, `9.0`.
+    pub sm: String,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvReport {
+    /// This crate's version.
+    pub crate_version: &'static str,
+    /// The cuDNN version the bindings were generated for and the one CI pins.
+    pub built_for_cudnn: &'static str,
+    /// Whether the `cudnn` feature (the backend) is compiled in.
+    pub backend_compiled: bool,
+    /// libcudnn.
+    pub cudnn: LibraryReport,
+    /// libcuda.
+    pub cuda: LibraryReport,
+    /// The driver's CUDA version, `13.0`.
+    pub driver_cuda_version: Option<String>,
+    /// GPUs.
+    pub gpus: Vec<GpuReport>,
+    /// Variables that steer loading and device selection.
+    pub environment: Vec<(String, String)>,
+    /// Problems worth fixing, in plain words.
+    pub warnings: Vec<String>,
+}
+
+const ENV_VARS: &[&str] = &[
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDNN_PATH",
+    "CUDNN_LOGLEVEL_DBG",
+    "CUDNN_LOGDEST_DBG",
+    "CUDNN_GRAPH_REQUIRE_GPU",
+    "CUDNN_GRAPH_REQUIRE_CUDNN",
+];
+
+const USUAL_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/local/cuda/lib64",
+    "/usr/local/nvidia/lib64",
+    "/usr/local/lib",
+];
+
+/// Directories searched for copies: `LD_LIBRARY_PATH`, then the usual system places, then the
+/// `nvidia/*/lib` folders of Python environments found under `/opt` and `/usr/local/lib`.
+fn search_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var("LD_LIBRARY_PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    dirs.extend(USUAL_DIRS.iter().map(PathBuf::from));
+    for root in ["/opt", "/usr/local/lib", "/usr/lib"] {
+        find_nvidia_lib_dirs(Path::new(root), 0, &mut dirs);
+    }
+    dirs
+}
+
+/// `.../site-packages/nvidia/<pkg>/lib`, a few levels deep at most.
+fn find_nvidia_lib_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    if depth > 6 {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        // pip's layout: `<site-packages or --target dir>/nvidia/<package>/lib`.
+        if p.file_name().is_some_and(|n| n == "nvidia") {
+            if let Ok(pkgs) = std::fs::read_dir(&p) {
+                out.extend(pkgs.flatten().map(|k| k.path().join("lib")).filter(|l| l.is_dir()));
+            }
+        } else {
+            find_nvidia_lib_dirs(&p, depth + 1, out);
+        }
+    }
+}
+
+fn file_version(name: &str, stem: &str) -> Option<String> {
+    let rest = name.strip_prefix(stem)?.strip_prefix('.')?;
+    (!rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| rest.to_string())
+}
+
+/// Copies of `lib<name>.so*` (the main library only, not cuDNN's sub-libraries).
+fn copies(name: &str, dirs: &[PathBuf]) -> Vec<LibraryFile> {
+    let stem = format!("lib{name}.so");
+    let mut found = BTreeSet::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        for e in entries.flatten() {
+            let file = e.file_name().to_string_lossy().to_string();
+            if file != stem && !file.starts_with(&format!("{stem}.")) {
+                continue;
+            }
+            let path = e.path();
+            let resolved = std::fs::canonicalize(&path).ok();
+            let resolved_name = resolved.as_ref().and_then(|r| r.file_name()).map(|n| n.to_string_lossy().to_string());
+            let version =
+                resolved_name.as_deref().and_then(|n| file_version(n, &stem)).or_else(|| file_version(&file, &stem));
+            found.insert(LibraryFile {
+                path: path.to_string_lossy().to_string(),
+                resolves_to: resolved.filter(|r| *r != path).map(|r| r.to_string_lossy().to_string()),
+                file_version: version,
+            });
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// Files of this process whose name starts with `lib<name>` (from `/proc/self/maps`).
+fn mapped(name: &str) -> Vec<String> {
+    let prefix = format!("lib{name}.so");
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let set: BTreeSet<String> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| Path::new(p).file_name().is_some_and(|f| f.to_string_lossy().starts_with(&prefix)))
+        .map(str::to_string)
+        .collect();
+    set.into_iter().collect()
+}
+
+impl EnvReport {
+    /// Gathers the report. Loading the libraries is part of it (that is what shows which files
+    /// this process really gets).
+    pub fn collect() -> EnvReport {
+        let dirs = search_dirs();
+        let mut cudnn =
+            LibraryReport { name: "cudnn", loaded: vec![], version: None, error: None, copies: copies("cudnn", &dirs) };
+        let mut cuda =
+            LibraryReport { name: "cuda", loaded: vec![], version: None, error: None, copies: copies("cuda", &dirs) };
+        let mut driver_cuda_version = None;
+        let mut gpus = Vec::new();
+        probe(&mut cudnn, &mut cuda, &mut driver_cuda_version, &mut gpus);
+        cudnn.loaded = mapped("cudnn");
+        cuda.loaded = mapped("cuda");
+        let environment = ENV_VARS.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+        let mut report = EnvReport {
+            crate_version: env!("CARGO_PKG_VERSION"),
+            built_for_cudnn: "bindings: cudarc 0.19.10 (cuDNN 9.2x headers); CI and plan payloads: cuDNN 9.19.0",
+            backend_compiled: cfg!(feature = "cudnn"),
+            cudnn,
+            cuda,
+            driver_cuda_version,
+            gpus,
+            environment,
+            warnings: Vec::new(),
+        };
+        report.warnings = report.diagnose();
+        report
+    }
+
+    fn diagnose(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if !self.backend_compiled {
+            w.push("built without the `cudnn` feature: only the CPU reference engine is available".into());
+            return w;
+        }
+        let versions: BTreeSet<&str> = self
+            .cudnn
+            .copies
+            .iter()
+            .filter_map(|c| c.file_version.as_deref())
+            .filter(|v| v.matches('.').count() >= 2)
+            .collect();
+        if versions.len() > 1 {
+            let list: Vec<&str> = versions.iter().copied().collect();
+            w.push(format!(
+                "several cuDNN versions are visible ({}); the one loaded is {}. Serialized plans load only into the exact version that made them: put the folder of the one you want first on LD_LIBRARY_PATH, with a `libcudnn.so` link in it (cudarc tries the unversioned name first)",
+                list.join(", "),
+                self.cudnn.version.as_deref().unwrap_or("none")
+            ));
+        }
+        if let Some(v) = &self.cudnn.version {
+            if !v.starts_with("9.19.") {
+                w.push(format!("the loaded cuDNN is {v}; CI and this project's plan payloads use 9.19.0"));
+            }
+        }
+        if self.cudnn.error.is_some() {
+            w.push("libcudnn could not be loaded: `pip install nvidia-cudnn-cu13==9.19.0.56` and put its nvidia/cudnn/lib on LD_LIBRARY_PATH (see .ci/setup-cudnn.sh)".into());
+        }
+        if self.cuda.error.is_some() {
+            w.push("libcuda could not be loaded: no NVIDIA driver is visible; only the CPU reference engine and deviceless planning are available".into());
+        } else if self.gpus.is_empty() {
+            w.push(
+                "the CUDA driver loaded but reports no GPU (a stand-in libcuda, or CUDA_VISIBLE_DEVICES hides them)"
+                    .into(),
+            );
+        }
+        w
+    }
+
+    /// The report as text, one screen.
+    pub fn to_text(&self) -> String {
+        let mut s = format!("cudnn-graph {} ({})\n", self.crate_version, self.built_for_cudnn);
+        s += &format!(
+            "backend compiled: {}\n",
+            if self.backend_compiled { "yes" } else { "no (CPU reference engine only)" }
+        );
+        for lib in [&self.cudnn, &self.cuda] {
+            s += &format!("\nlib{}:\n", lib.name);
+            match (&lib.version, &lib.error) {
+                (Some(v), _) => s += &format!("  version   {v}\n"),
+                (None, Some(e)) => s += &format!("  not loaded: {e}\n"),
+                (None, None) => s += "  not loaded\n",
+            }
+            for l in &lib.loaded {
+                s += &format!("  loaded    {l}\n");
+            }
+            for c in &lib.copies {
+                let to = c.resolves_to.as_deref().map(|r| format!(" -> {r}")).unwrap_or_default();
+                let v = c.file_version.as_deref().map(|v| format!(" [{v}]")).unwrap_or_default();
+                s += &format!("  found     {}{to}{v}\n", c.path);
+            }
+        }
+        s += &format!("\ndriver CUDA version: {}\n", self.driver_cuda_version.as_deref().unwrap_or("unknown"));
+        for g in &self.gpus {
+            s += &format!(
+                "GPU {}: {} (sm {}), {:.1} GiB\n",
+                g.index,
+                g.name,
+                g.sm,
+                g.memory_bytes as f64 / (1u64 << 30) as f64
+            );
+        }
+        if !self.environment.is_empty() {
+            s += "\nenvironment:\n";
+            for (k, v) in &self.environment {
+                s += &format!("  {k}={v}\n");
+            }
+        }
+        for warn in &self.warnings {
+            s += &format!("\nwarning: {warn}\n");
+        }
+        s
+    }
+}
+
+#[cfg(feature = "cudnn")]
+fn probe(cudnn: &mut LibraryReport, cuda: &mut LibraryReport, driver: &mut Option<String>, gpus: &mut Vec<GpuReport>) {
+    use cudnn_runtime::backend::cudarc::{cudnn::sys as dnn, driver::sys as cu};
+    // cudarc panics when a library is missing: ask first.
+    // SAFETY: these probe the dynamic loader and call version/query functions with valid
+    // out-pointers; nothing is retained.
+    unsafe {
+        if dnn::is_culib_present() {
+            let v = dnn::cudnnGetVersion();
+            cudnn.version = Some(format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100));
+        } else {
+            cudnn.error = Some("no libcudnn.so / libcudnn.so.9 on the loader's path".into());
+        }
+        if !cu::is_culib_present() {
+            cuda.error = Some("no libcuda.so / libcuda.so.1 on the loader's path".into());
+            return;
+        }
+        // cudarc panics on a missing symbol: a stand-in libcuda (as in CI) lacks most of them.
+        const NEEDED: [&str; 7] = [
+            "cuDriverGetVersion",
+            "cuInit",
+            "cuDeviceGetCount",
+            "cuDeviceGet",
+            "cuDeviceGetName",
+            "cuDeviceGetAttribute",
+            "cuDeviceTotalMem_v2",
+        ];
+        let missing: Vec<&str> =
+            NEEDED.into_iter().filter(|n| cu::culib().get::<*const std::ffi::c_void>(n.as_bytes()).is_err()).collect();
+        if !missing.is_empty() {
+            cuda.error =
+                Some(format!("the libcuda found is not a CUDA driver (lacks {}): a stand-in?", missing.join(", ")));
+            return;
+        }
+        let mut v = 0;
+        if cu::cuDriverGetVersion(&mut v) == cu::CUresult::CUDA_SUCCESS {
+            *driver = Some(format!("{}.{}", v / 1000, (v % 1000) / 10));
+            cuda.version = driver.clone();
+        }
+        if cu::cuInit(0) != cu::CUresult::CUDA_SUCCESS {
+            cuda.error = Some("cuInit failed: no usable GPU".into());
+            return;
+        }
+        let mut count = 0;
+        if cu::cuDeviceGetCount(&mut count) != cu::CUresult::CUDA_SUCCESS {
+            return;
+        }
+        for index in 0..count {
+            let mut dev = 0;
+            if cu::cuDeviceGet(&mut dev, index) != cu::CUresult::CUDA_SUCCESS {
+                continue;
+            }
+            let mut name = [0 as std::ffi::c_char; 256];
+            let _ = cu::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev);
+            let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().to_string();
+            let (mut major, mut minor) = (0, 0);
+            let _ = cu::cuDeviceGetAttribute(
+                &mut major,
+                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                dev,
+            );
+            let _ = cu::cuDeviceGetAttribute(
+                &mut minor,
+                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                dev,
+            );
+            let mut bytes = 0usize;
+            let _ = cu::cuDeviceTotalMem_v2(&mut bytes, dev);
+            gpus.push(GpuReport { index, name, sm: format!("{major}.{minor}"), memory_bytes: bytes as u64 });
+        }
+    }
+}
+
+#[cfg(not(feature = "cudnn"))]
+fn probe(cudnn: &mut LibraryReport, cuda: &mut LibraryReport, _: &mut Option<String>, _: &mut Vec<GpuReport>) {
+    let why = "this build has no cuDNN backend (built without the `cudnn` feature)".to_string();
+    cudnn.error = Some(why.clone());
+    cuda.error = Some(why);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_file_names() {
+        assert_eq!(file_version("libcudnn.so.9.19.0", "libcudnn.so").as_deref(), Some("9.19.0"));
+        assert_eq!(file_version("libcudnn.so.9", "libcudnn.so").as_deref(), Some("9"));
+        assert_eq!(file_version("libcudnn.so", "libcudnn.so"), None);
+        assert_eq!(file_version("libcudnn.so.bak", "libcudnn.so"), None);
+    }
+
+    #[test]
+    fn two_versions_warn() {
+        let mut r = EnvReport::collect();
+        r.backend_compiled = true;
+        r.cudnn.copies = vec![
+            LibraryFile { path: "/a/libcudnn.so.9".into(), resolves_to: None, file_version: Some("9.14.0".into()) },
+            LibraryFile { path: "/b/libcudnn.so.9".into(), resolves_to: None, file_version: Some("9.19.0".into()) },
+        ];
+        r.cudnn.version = Some("9.14.0".into());
+        let w = r.diagnose();
+        assert!(w.iter().any(|w| w.contains("several cuDNN versions are visible (9.14.0, 9.19.0)")), "{w:?}");
+        assert!(w.iter().any(|w| w.contains("the loaded cuDNN is 9.14.0")));
+        let text = r.to_text();
+        assert!(text.contains("libcudnn:"));
+        assert!(serde_json::to_string(&r).unwrap().contains("\"warnings\""));
+    }
+}
