@@ -134,6 +134,20 @@ fn file_version(name: &str, stem: &str) -> Option<String> {
     (!rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| rest.to_string())
 }
 
+/// The version in a `cudnn_version.h` beside a library folder (`../include`), as pip's wheels
+/// ship it: their file names carry only the major version.
+fn header_version(lib_dir: &Path) -> Option<String> {
+    let header = std::fs::read_to_string(lib_dir.parent()?.join("include/cudnn_version.h")).ok()?;
+    let field = |name: &str| -> Option<String> {
+        header.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("#define")?.trim().strip_prefix(name)?;
+            let v = rest.trim();
+            (!v.is_empty() && v.chars().all(|c| c.is_ascii_digit())).then(|| v.to_string())
+        })
+    };
+    Some(format!("{}.{}.{}", field("CUDNN_MAJOR")?, field("CUDNN_MINOR")?, field("CUDNN_PATCHLEVEL")?))
+}
+
 /// Copies of `lib<name>.so*` (the main library only, not cuDNN's sub-libraries).
 fn copies(name: &str, dirs: &[PathBuf]) -> Vec<LibraryFile> {
     let stem = format!("lib{name}.so");
@@ -148,8 +162,13 @@ fn copies(name: &str, dirs: &[PathBuf]) -> Vec<LibraryFile> {
             let path = e.path();
             let resolved = std::fs::canonicalize(&path).ok();
             let resolved_name = resolved.as_ref().and_then(|r| r.file_name()).map(|n| n.to_string_lossy().to_string());
-            let version =
-                resolved_name.as_deref().and_then(|n| file_version(n, &stem)).or_else(|| file_version(&file, &stem));
+            let version = resolved_name
+                .as_deref()
+                .and_then(|n| file_version(n, &stem))
+                .or_else(|| file_version(&file, &stem))
+                .filter(|v| v.matches('.').count() >= 2)
+                .or_else(|| header_version(dir))
+                .or_else(|| file_version(&file, &stem));
             found.insert(LibraryFile {
                 path: path.to_string_lossy().to_string(),
                 resolves_to: resolved.filter(|r| *r != path).map(|r| r.to_string_lossy().to_string()),
@@ -379,6 +398,23 @@ mod tests {
         assert_eq!(file_version("libcudnn.so.9", "libcudnn.so").as_deref(), Some("9"));
         assert_eq!(file_version("libcudnn.so", "libcudnn.so"), None);
         assert_eq!(file_version("libcudnn.so.bak", "libcudnn.so"), None);
+    }
+
+    #[test]
+    fn header_versions() {
+        let dir = std::env::temp_dir().join(format!("cudnn-graph-env-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("include")).unwrap();
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::write(
+            dir.join("include/cudnn_version.h"),
+            "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 19\n#define CUDNN_PATCHLEVEL 0\n#define CUDNN_VERSION (x)\n",
+        )
+        .unwrap();
+        assert_eq!(header_version(&dir.join("lib")).as_deref(), Some("9.19.0"));
+        std::fs::write(dir.join("lib/libcudnn.so.9"), b"").unwrap();
+        let found = copies("cudnn", &[dir.join("lib")]);
+        assert_eq!(found[0].file_version.as_deref(), Some("9.19.0"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

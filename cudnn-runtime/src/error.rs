@@ -230,6 +230,10 @@ pub enum Error {
     /// A payload that cannot be read.
     #[error(transparent)]
     Serialize(#[from] crate::serialize::SerializeError),
+    /// A plan payload that cannot be loaded here.
+    #[cfg(feature = "cudnn")]
+    #[error(transparent)]
+    Payload(#[from] crate::serialize::plan::PayloadError),
     /// A cuDNN, CUDA or loading failure.
     #[cfg(feature = "cudnn")]
     #[error(transparent)]

@@ -95,6 +95,10 @@ impl Anchor {
 pub struct Cudnn {
     target: Target,
     version: usize,
+    /// Compute capability as `major * 10 + minor` (90 for an H200), when known.
+    sm: Option<u32>,
+    /// The device-properties JSON of a deviceless context.
+    device_properties: Option<String>,
     // `Send` but not `Sync`: a cuDNN handle must not be used by two threads at once. (Every call
     // that uses the handle binds the stream's CUDA context to the calling thread first.)
     _not_sync: PhantomData<Cell<()>>,
@@ -121,7 +125,22 @@ impl Cudnn {
         if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
             return Err(status_error("cudnnSetStream", status, "cudnnHandle_t"));
         }
-        Ok(Cudnn { target: Target::Online(Arc::new(handle)), version, _not_sync: PhantomData })
+        let attribute = |a| handle.stream.context().attribute(a).ok().and_then(|v| u32::try_from(v).ok());
+        use cudarc::driver::sys::CUdevice_attribute as Attr;
+        let sm = match (
+            attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        ) {
+            (Some(major), Some(minor)) => Some(major * 10 + minor),
+            _ => None,
+        };
+        Ok(Cudnn {
+            target: Target::Online(Arc::new(handle)),
+            version,
+            sm,
+            device_properties: None,
+            _not_sync: PhantomData,
+        })
     }
 
     /// A deviceless context for the GPU that `device_properties_json` describes (the JSON of
@@ -136,12 +155,33 @@ impl Cudnn {
             device_properties_json,
         )?;
         properties.finalize()?;
-        Ok(Cudnn { target: Target::Deviceless(Arc::new(Properties(properties))), version, _not_sync: PhantomData })
+        // `deviceVer` is the compute capability times 100 (900 for sm 9.0).
+        let sm = serde_json::from_str::<serde_json::Value>(device_properties_json)
+            .ok()
+            .and_then(|v| v.get("deviceVer")?.as_u64())
+            .and_then(|v| u32::try_from(v / 10).ok());
+        Ok(Cudnn {
+            target: Target::Deviceless(Arc::new(Properties(properties))),
+            version,
+            sm,
+            device_properties: Some(device_properties_json.to_string()),
+            _not_sync: PhantomData,
+        })
     }
 
     /// The loaded cuDNN's `cudnnGetVersion()` (`91900` is 9.19.0).
     pub fn version(&self) -> usize {
         self.version
+    }
+
+    /// The target's compute capability as `major * 10 + minor` (90 for sm 9.0), when known.
+    pub fn sm(&self) -> Option<u32> {
+        self.sm
+    }
+
+    /// The device-properties JSON a deviceless context was made from.
+    pub fn device_properties(&self) -> Option<&str> {
+        self.device_properties.as_deref()
     }
 
     /// Whether this context has a GPU (plans made with it can execute).

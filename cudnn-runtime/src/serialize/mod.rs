@@ -50,6 +50,8 @@
 
 mod error;
 pub mod float;
+#[cfg(feature = "cudnn")]
+pub mod plan;
 mod json;
 mod layout;
 mod read;
