@@ -462,18 +462,6 @@ impl Checker<'_> {
             );
             return none();
         }
-        if want != sig.outputs.len() && !(want == 1 && sig.outputs.len() == 1) {
-            self.cx.error(
-                func,
-                format!(
-                    "`{name}` produces {} output{} ({}), but {want} names are bound",
-                    sig.outputs.len(),
-                    if sig.outputs.len() == 1 { "" } else { "s" },
-                    sig.outputs.join(", ")
-                ),
-            );
-            return none();
-        }
         let attr_values: Vec<(String, AttrValue)> = attrs
             .iter()
             .map(|(k, v)| {
@@ -481,6 +469,8 @@ impl Checker<'_> {
                     AttrLit::Float(f, _) => AttrValue::Float(*f),
                     AttrLit::Int(i, _) => AttrValue::Int(*i),
                     AttrLit::List(l, _) => AttrValue::IntList(l.clone()),
+                    AttrLit::Bool(b, _) => AttrValue::Bool(*b),
+                    AttrLit::Name(n) => AttrValue::Name(n.to_string()),
                 };
                 (k.to_string(), value)
             })
@@ -499,6 +489,21 @@ impl Checker<'_> {
                 return none();
             }
         };
+        let produced = op.outputs();
+        if want != produced.len() {
+            self.cx.error(
+                func,
+                format!(
+                    "`{name}` produces {} output{} ({}) here, but {want} name{} {} bound",
+                    produced.len(),
+                    if produced.len() == 1 { "" } else { "s" },
+                    produced.join(", "),
+                    if want == 1 { "" } else { "s" },
+                    if want == 1 { "is" } else { "are" },
+                ),
+            );
+            return none();
+        }
         if operands.iter().any(Option::is_none) {
             return none();
         }
@@ -522,11 +527,8 @@ impl Checker<'_> {
         };
         let node = self.fresh(node_name.unwrap_or(&name), node_name.is_none());
         self.defer(sym, func.span(), &format!("`{name}` (node `{node}`) needs it"));
-        let out_names: Vec<String> = if outs.len() == 1 {
-            vec![node.clone()]
-        } else {
-            sig.outputs.iter().map(|o| format!("{node}_{o}")).collect()
-        };
+        let out_names: Vec<String> =
+            if outs.len() == 1 { vec![node.clone()] } else { produced.iter().map(|o| format!("{node}_{o}")).collect() };
         self.nodes.push(Node {
             name: node,
             op: sig.name,

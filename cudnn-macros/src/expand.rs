@@ -64,6 +64,8 @@ fn attr_tokens(attrs: &[(String, AttrValue)]) -> TokenStream {
             }
             AttrValue::Int(i) => quote!(#p::AttrValue::Int(#i)),
             AttrValue::IntList(l) => quote!(#p::AttrValue::IntList(::std::vec![#(#l),*])),
+            AttrValue::Bool(b) => quote!(#p::AttrValue::Bool(#b)),
+            AttrValue::Name(n) => quote!(#p::AttrValue::Name(::std::string::String::from(#n))),
         };
         quote!((::std::string::String::from(#k), #value))
     });

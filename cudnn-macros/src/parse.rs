@@ -88,12 +88,15 @@ pub enum AttrLit {
     Float(f64, Span),
     Int(i64, Span),
     List(Vec<i64>, Span),
+    Bool(bool, Span),
+    Name(Ident),
 }
 
 impl AttrLit {
     pub fn span(&self) -> Span {
         match self {
-            AttrLit::Float(_, s) | AttrLit::Int(_, s) | AttrLit::List(_, s) => *s,
+            AttrLit::Float(_, s) | AttrLit::Int(_, s) | AttrLit::List(_, s) | AttrLit::Bool(_, s) => *s,
+            AttrLit::Name(n) => n.span(),
         }
     }
 }
@@ -273,6 +276,13 @@ impl Parse for Expr {
 
 impl Parse for AttrLit {
     fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(syn::LitBool) {
+            let b: syn::LitBool = input.parse()?;
+            return Ok(AttrLit::Bool(b.value, b.span));
+        }
+        if input.peek(Ident::peek_any) {
+            return Ok(AttrLit::Name(Ident::parse_any(input)?));
+        }
         if input.peek(token::Bracket) {
             let content;
             let bracket = bracketed!(content in input);

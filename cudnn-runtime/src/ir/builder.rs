@@ -218,7 +218,8 @@ impl GraphBuilder {
         })?;
         let mut out_ids = Vec::with_capacity(outs.len());
         for (k, meta) in outs.into_iter().enumerate() {
-            let base = if sig.outputs.len() == 1 { node.to_string() } else { format!("{node}_{}", sig.outputs[k]) };
+            let ports = op.outputs();
+            let base = if ports.len() == 1 { node.to_string() } else { format!("{node}_{}", ports[k]) };
             let name = self.fresh_name(&base);
             out_ids.push(self.push(Pending {
                 name,

@@ -15,6 +15,8 @@ fn attrs_text(attrs: &[(String, AttrValue)]) -> String {
             AttrValue::Float(f) => format!("{k}={f}"),
             AttrValue::Int(i) => format!("{k}={i}"),
             AttrValue::IntList(l) => format!("{k}={l:?}"),
+            AttrValue::Bool(b) => format!("{k}={b}"),
+            AttrValue::Name(n) => format!("{k}={n}"),
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -54,6 +54,10 @@ pub enum AttrKind {
     Int,
     /// A list of integers, `[0, 2]`.
     IntList,
+    /// `true` or `false`.
+    Bool,
+    /// One of these names, written bare: `mode = cross_correlation`.
+    OneOf(&'static [&'static str]),
 }
 
 impl fmt::Display for AttrKind {
@@ -62,6 +66,11 @@ impl fmt::Display for AttrKind {
             AttrKind::Float => "a float",
             AttrKind::Int => "an integer",
             AttrKind::IntList => "a list of integers",
+            AttrKind::Bool => "`true` or `false`",
+            AttrKind::OneOf(names) => {
+                let list: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+                return write!(f, "one of {}", list.join(", "));
+            }
         })
     }
 }
@@ -87,6 +96,10 @@ pub enum AttrValue {
     Int(i64),
     /// `[0, 2]`
     IntList(Vec<i64>),
+    /// `true`
+    Bool(bool),
+    /// `cross_correlation`
+    Name(String),
 }
 
 impl From<f64> for AttrValue {
@@ -97,6 +110,16 @@ impl From<f64> for AttrValue {
 impl From<i64> for AttrValue {
     fn from(v: i64) -> Self {
         AttrValue::Int(v)
+    }
+}
+impl From<bool> for AttrValue {
+    fn from(v: bool) -> Self {
+        AttrValue::Bool(v)
+    }
+}
+impl From<&str> for AttrValue {
+    fn from(v: &str) -> Self {
+        AttrValue::Name(v.to_string())
     }
 }
 impl From<Vec<i64>> for AttrValue {
@@ -274,12 +297,14 @@ impl<'a> Attrs<'a> {
             if given[..i].iter().any(|(n, _)| n == name) {
                 return Err(AttrError::Duplicate { op: sig.name.to_string(), attr: name.clone() });
             }
-            let ok = matches!(
-                (spec.kind, value),
+            let ok = match (spec.kind, value) {
                 (AttrKind::Float, AttrValue::Float(_) | AttrValue::Int(_))
-                    | (AttrKind::Int, AttrValue::Int(_))
-                    | (AttrKind::IntList, AttrValue::IntList(_))
-            );
+                | (AttrKind::Int, AttrValue::Int(_))
+                | (AttrKind::IntList, AttrValue::IntList(_))
+                | (AttrKind::Bool, AttrValue::Bool(_)) => true,
+                (AttrKind::OneOf(names), AttrValue::Name(n)) => names.contains(&n.as_str()),
+                _ => false,
+            };
             if !ok {
                 return Err(AttrError::Type { op: sig.name.to_string(), attr: name.clone(), expected: spec.kind });
             }
@@ -301,7 +326,23 @@ impl<'a> Attrs<'a> {
         match self.get(name)? {
             AttrValue::Float(v) => Some(*v),
             AttrValue::Int(v) => Some(*v as f64),
-            AttrValue::IntList(_) => None,
+            _ => None,
+        }
+    }
+
+    #[allow(dead_code)] // first used by the convolution, norm and attention families
+    pub(crate) fn bool(&self, name: &str) -> Option<bool> {
+        match self.get(name)? {
+            AttrValue::Bool(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    #[allow(dead_code)] // first used by the convolution, norm and attention families
+    pub(crate) fn name(&self, name: &str) -> Option<&str> {
+        match self.get(name)? {
+            AttrValue::Name(v) => Some(v),
+            _ => None,
         }
     }
 
@@ -525,6 +566,12 @@ impl Op {
         }
     }
 
+    /// The outputs this op instance produces, in order. Usually the signature's; an op whose
+    /// attributes decide its outputs (a norm's training phase adds statistics) narrows them.
+    pub fn outputs(&self) -> Vec<&'static str> {
+        self.signature().outputs.to_vec()
+    }
+
     /// This op's signature.
     pub fn signature(&self) -> OpSignature {
         match self {
@@ -592,6 +639,8 @@ mod tests {
                         AttrKind::Float => AttrValue::Float(0.5),
                         AttrKind::Int => AttrValue::Int(0),
                         AttrKind::IntList => AttrValue::IntList(vec![0]),
+                        AttrKind::Bool => AttrValue::Bool(true),
+                        AttrKind::OneOf(names) => AttrValue::Name(names[0].to_string()),
                     };
                     (a.name.to_string(), v)
                 })

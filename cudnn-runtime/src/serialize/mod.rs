@@ -50,10 +50,10 @@
 
 mod error;
 pub mod float;
-#[cfg(feature = "cudnn")]
-pub mod plan;
 mod json;
 mod layout;
+#[cfg(feature = "cudnn")]
+pub mod plan;
 mod read;
 mod write;
 

@@ -176,7 +176,9 @@ pub enum PayloadError {
         given: String,
     },
     /// Made by another graph type.
-    #[error("payload was made by graph type `{payload_type}` (fingerprint {payload}), not `{expected_type}` ({expected})")]
+    #[error(
+        "payload was made by graph type `{payload_type}` (fingerprint {payload}), not `{expected_type}` ({expected})"
+    )]
     TypeFingerprint {
         /// The payload's graph name.
         payload_type: String,
@@ -355,7 +357,10 @@ pub fn read_payload(
     }
     let plan = ExecutionPlan::from_json(cudnn, graph, &p.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
     if plan.layout().uids() != p.variant_pack_uids.as_slice() {
-        return Err(PayloadError::VariantPack { payload: p.variant_pack_uids.clone(), graph: plan.layout().uids().to_vec() });
+        return Err(PayloadError::VariantPack {
+            payload: p.variant_pack_uids.clone(),
+            graph: plan.layout().uids().to_vec(),
+        });
     }
     Ok((plan, payload))
 }

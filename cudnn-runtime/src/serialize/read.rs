@@ -593,7 +593,18 @@ fn read_ext_attrs(n: &Obj<'_>) -> Result<Option<(String, CallAttrs)>> {
                 Json::Str(_) | Json::Float(_) => AttrValue::Float(f64_value(v, &path)?),
                 Json::Int(x) => AttrValue::Int(*x),
                 Json::Arr(_) => AttrValue::IntList(v.as_i64_list(&path)?),
-                other => return Err(wrong_type(&path, "a float bit pattern, an integer or a list of integers", other)),
+                Json::Bool(b) => AttrValue::Bool(*b),
+                Json::Obj(members) => match members.as_slice() {
+                    [(key, Json::Str(name))] if key == "name" => AttrValue::Name(name.clone()),
+                    _ => return Err(wrong_type(&path, "`{\"name\": \"...\"}`", v)),
+                },
+                other => {
+                    return Err(wrong_type(
+                        &path,
+                        "a float bit pattern, an integer, a bool, a name or a list of integers",
+                        other,
+                    ))
+                }
             };
             Ok((k.clone(), value))
         })

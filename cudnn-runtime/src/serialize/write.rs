@@ -171,6 +171,9 @@ fn node_json(g: &Graph, n: &Node) -> Json {
                     AttrValue::Float(x) => Json::str(f64_to_hex(x)),
                     AttrValue::Int(x) => Json::Int(x),
                     AttrValue::IntList(xs) => ints(&xs),
+                    AttrValue::Bool(b) => Json::Bool(b),
+                    // Strings already mean float bit patterns: a name is an object.
+                    AttrValue::Name(n) => Json::obj([("name", Json::str(n))]),
                 };
                 (k, v)
             })
