@@ -69,10 +69,63 @@ pub mod __private {
         ArgError, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph, GraphBuilder, GraphError, Operand,
     };
     pub use half;
+    pub use serde;
+
+    /// The serde form of a `graph!` type's value: its name, fingerprint and every dim.
+    #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct GraphDescription {
+        graph: String,
+        fingerprint: String,
+        dims: Vec<(String, i64)>,
+    }
+
+    impl GraphDescription {
+        /// The description of graph `graph` with these dims.
+        pub fn new(graph: &str, fingerprint: u64, dims: Vec<(&str, i64)>) -> Self {
+            GraphDescription {
+                graph: graph.to_string(),
+                fingerprint: format!("{fingerprint:#018x}"),
+                dims: dims.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+            }
+        }
+
+        /// Checks the graph type and its const dims.
+        pub fn check(&self, graph: &str, fingerprint: u64, consts: &[(&str, i64)]) -> Result<(), String> {
+            if self.graph != graph || self.fingerprint != format!("{fingerprint:#018x}") {
+                return Err(format!(
+                    "this describes graph `{}` (fingerprint {}), not `{graph}` ({fingerprint:#018x})",
+                    self.graph, self.fingerprint
+                ));
+            }
+            for (name, value) in consts {
+                match self.dims.iter().find(|(n, _)| n == name) {
+                    Some((_, v)) if v == value => {}
+                    Some((_, v)) => return Err(format!("`{graph}` has {name} = {value}, but the description has {v}")),
+                    None => return Err(format!("the description of `{graph}` has no dim {name}")),
+                }
+            }
+            Ok(())
+        }
+
+        /// A runtime dim.
+        pub fn dim(&self, name: &str) -> Result<usize, String> {
+            let (_, v) = self
+                .dims
+                .iter()
+                .find(|(n, _)| n == name)
+                .ok_or_else(|| format!("the description of `{}` has no dim {name}", self.graph))?;
+            usize::try_from(*v).map_err(|_| format!("dim {name} = {v} is not a size"))
+        }
+    }
 
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::backend::{
         cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, InputBuffer, OutputBuffer,
+    };
+    #[cfg(feature = "cudnn")]
+    pub use cudnn_runtime::serialize::plan::{
+        load_payload, parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions,
     };
 
     /// Gathers the host buffer of input `name` into its slot of `values`.

@@ -93,6 +93,8 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
     // Argument names that cannot collide with the user's constants (a `const M` in scope would
     // turn a parameter named `M` into a pattern).
     let runtime_args: Vec<Ident> = runtime.iter().map(|r| format_ident!("__dim_{}", r)).collect();
+    let runtime_strs: Vec<String> = runtime.iter().map(ToString::to_string).collect();
+    let const_strs: Vec<String> = consts.iter().map(ToString::to_string).collect();
     let runtime_names: Vec<String> = runtime.iter().map(ToString::to_string).collect();
     let generics_decl = quote!(<#(const #consts: usize),*>);
     let generics_use = quote!(<#(#consts),*>);
@@ -208,6 +210,27 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
             }
         }
 
+        impl #generics_decl #p::serde::Serialize for #name #generics_use {
+            fn serialize<S: #p::serde::Serializer>(&self, serializer: S) -> ::core::result::Result<S::Ok, S::Error> {
+                #p::GraphDescription::new(
+                    #name_str,
+                    Self::FINGERPRINT,
+                    ::std::vec![#((#const_strs, #consts as i64),)* #((#runtime_strs, self.#runtime as i64)),*],
+                )
+                .serialize(serializer)
+            }
+        }
+
+        impl<'de, #(const #consts: usize),*> #p::serde::Deserialize<'de> for #name #generics_use {
+            fn deserialize<D: #p::serde::Deserializer<'de>>(deserializer: D) -> ::core::result::Result<Self, D::Error> {
+                let description = #p::GraphDescription::deserialize(deserializer)?;
+                description
+                    .check(#name_str, Self::FINGERPRINT, &[#((#const_strs, #consts as i64)),*])
+                    .map_err(<D::Error as #p::serde::de::Error>::custom)?;
+                ::core::result::Result::Ok(Self::new(#(description.dim(#runtime_strs).map_err(<D::Error as #p::serde::de::Error>::custom)?),*))
+            }
+        }
+
         #p::if_cudnn! {
             #[doc = ::core::concat!("Device buffers of [`", #name_str, "`], one field per port: inputs borrowed, outputs borrowed mutably.")]
             #vis struct #args_ty<'a> {
@@ -220,6 +243,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 /// The graph (and runtime dims) it was built for.
                 pub graph: #name #generics_use,
                 plan: #p::ExecutionPlan,
+                origin: #p::PlanOrigin,
             }
 
             #[allow(non_snake_case)]
@@ -228,7 +252,28 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 pub fn build(&self, cudnn: &#p::Cudnn, options: &#p::BuildOptions) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
                     let graph = self.graph()?;
                     let plan = #p::ExecutionPlan::build(cudnn, &graph, options)?;
-                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan })
+                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn) })
+                }
+
+                /// What this graph type records in its payloads and requires of those it loads.
+                fn __expect(&self) -> #p::Expect {
+                    #p::Expect {
+                        type_fingerprint: ::core::option::Option::Some(Self::FINGERPRINT),
+                        type_name: ::core::option::Option::Some(::std::string::String::from(#name_str)),
+                        binding: ::core::option::Option::Some(self.binding()),
+                        runtime_dims: ::std::vec![#((::std::string::String::from(#runtime_strs), self.#runtime as i64)),*],
+                    }
+                }
+
+                /// Loads a plan payload written by [`Self::serialize`] of this graph type, with or
+                /// without structure: the runtime dims come from the payload; the graph type,
+                /// shape binding, cuDNN version and SM must match (a typed error names what differs).
+                pub fn deserialize(cudnn: &#p::Cudnn, bytes: &[u8]) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    let payload = #p::parse_payload(bytes)?;
+                    let this = Self::new(#(payload.runtime_dim(#runtime_strs)?),*);
+                    let graph = this.graph()?;
+                    let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &this.__expect())?;
+                    ::core::result::Result::Ok(#plan_ty { graph: this, plan, origin: payload.origin() })
                 }
             }
 
@@ -237,6 +282,12 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 /// The underlying plan (engine, workspace, JSON).
                 pub fn plan(&self) -> &#p::ExecutionPlan {
                     &self.plan
+                }
+
+                /// Writes the plan as a payload: structure and plan (`structure: true`, the
+                /// default) or plan only. Read it back with `deserialize` of the graph type.
+                pub fn serialize(&self, options: #p::SerializeOptions) -> ::core::result::Result<::std::vec::Vec<u8>, #p::Error> {
+                    #p::write_payload(&self.plan, &self.origin, options, &self.graph.__expect())
                 }
 
                 /// Bytes of device workspace [`Self::execute`] needs.

@@ -1,34 +1,83 @@
 //! The `cudnn-graph` command.
 //!
 //! ```text
-//! cudnn-graph env [--json]     what this process loads: libcudnn, libcuda, GPUs, versions
+//! cudnn-graph env [--json]
+//!     what this process loads: libcudnn, libcuda, other copies, GPUs, versions, warnings
+//! cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
+//!     compile a plan ahead of time, without a GPU, for the device the properties describe;
+//!     GRAPH.json is a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
 //! ```
 
 use std::process::ExitCode;
 
-fn usage() -> ExitCode {
-    eprintln!("usage: cudnn-graph env [--json]");
-    ExitCode::from(2)
-}
+const USAGE: &str = "usage:
+  cudnn-graph env [--json]
+  cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("env") => {
-            let report = cudnn_graph::env_report::EnvReport::collect();
-            if args.iter().any(|a| a == "--json") {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => {
-                        eprintln!("cudnn-graph env: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                print!("{}", report.to_text());
-            }
-            ExitCode::SUCCESS
+    let result = match args.first().map(String::as_str) {
+        Some("env") => env(&args[1..]),
+        Some("aot") => aot(&args[1..]),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
         }
-        _ => usage(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cudnn-graph: {e}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+fn env(args: &[String]) -> Result<(), String> {
+    let report = cudnn_graph::env_report::EnvReport::collect();
+    if args.iter().any(|a| a == "--json") {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+/// The value after `--name`, required.
+fn value<'a>(args: &'a [String], name: &str) -> Result<&'a str, String> {
+    let i = args.iter().position(|a| a == name).ok_or_else(|| format!("missing {name}\n{USAGE}"))?;
+    args.get(i + 1).map(String::as_str).ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+}
+
+#[cfg(feature = "cudnn")]
+fn aot(args: &[String]) -> Result<(), String> {
+    use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
+    use cudnn_graph::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
+    let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
+    let devprop = read(value(args, "--device-properties")?)?;
+    let graph_path = value(args, "--graph")?;
+    let graph =
+        cudnn_graph::serialize::structure_from_json(&read(graph_path)?).map_err(|e| format!("{graph_path}: {e}"))?;
+    let out = value(args, "--out")?;
+    let cudnn = Cudnn::deviceless(&devprop).map_err(|e| e.to_string())?;
+    let start = std::time::Instant::now();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).map_err(|e| e.to_string())?;
+    let options = SerializeOptions { structure: !args.iter().any(|a| a == "--plan-only") };
+    let bytes =
+        write_payload(&plan, &PlanOrigin::of(&cudnn), options, &Expect::default()).map_err(|e| e.to_string())?;
+    let tmp = format!("{out}.tmp");
+    std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, out)).map_err(|e| format!("{out}: {e}"))?;
+    println!(
+        "{}: {} in {:.0} ms, {} B payload -> {out}",
+        graph.name,
+        plan.selected(),
+        start.elapsed().as_secs_f64() * 1e3,
+        bytes.len()
+    );
+    Ok(())
+}
+
+#[cfg(not(feature = "cudnn"))]
+fn aot(_: &[String]) -> Result<(), String> {
+    Err("this build has no cuDNN backend (built without the `cudnn` feature)".into())
 }

@@ -43,3 +43,26 @@ pub fn relative_error<T: Element>(got: &[T], want: &[T]) -> f64 {
 pub fn max_abs_error<T: Element>(got: &[T], want: &[T]) -> f64 {
     got.iter().zip(want).map(|(g, w)| (g.to_f64_value() - w.to_f64_value()).abs()).fold(0.0, f64::max)
 }
+
+/// The H200's device properties (`tests/fixtures/h200-devprop.json`).
+pub const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-devprop.json");
+
+/// A deviceless cuDNN context for the H200, or `None` (after saying why) when libcudnn or
+/// libcuda cannot be loaded and `CUDNN_GRAPH_REQUIRE_CUDNN` is not `1`.
+#[cfg(feature = "cudnn")]
+pub fn deviceless() -> Option<cudnn_graph::backend::Cudnn> {
+    use cudnn_graph::backend::{BackendError, Cudnn};
+    let json = std::fs::read_to_string(DEVPROP).unwrap_or_else(|e| panic!("reading {DEVPROP}: {e}"));
+    match Cudnn::deviceless(&json) {
+        Ok(cudnn) => Some(cudnn),
+        Err(e @ BackendError::LibraryMissing { .. }) => {
+            assert!(
+                std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"),
+                "CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}"
+            );
+            println!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("deviceless cuDNN context: {e}"),
+    }
+}

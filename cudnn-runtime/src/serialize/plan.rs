@@ -50,7 +50,7 @@ impl Default for SerializeOptions {
     }
 }
 
-/// Who expects what of a payload being read: a `graph!` type passes its fingerprint and binding.
+/// What a `graph!` type records in its payloads and expects of those it reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Expect {
     /// The graph type's `FINGERPRINT`.
@@ -59,6 +59,35 @@ pub struct Expect {
     pub type_name: Option<String>,
     /// The runtime-dim binding, `M = 192`.
     pub binding: Option<String>,
+    /// The runtime dims by name (what a plan-only payload needs to rebuild the graph).
+    pub runtime_dims: Vec<(String, i64)>,
+}
+
+/// Where a plan was made: the cuDNN version and target, recorded in its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanOrigin {
+    /// `cudnnGetVersion()`.
+    pub cudnn_version: usize,
+    /// The target's compute capability (`90`).
+    pub sm: Option<u32>,
+    /// The device-properties JSON of a deviceless context.
+    pub device_properties: Option<String>,
+    /// The engine as recorded when the plan was first selected, for a plan loaded from a payload.
+    /// cuDNN reports a reloaded config with its default knobs filled in (`SPLIT_K_SLC = -1`, say);
+    /// the record written is the one that was read, so a round trip loses and adds nothing.
+    pub engine: Option<EngineRecord>,
+}
+
+impl PlanOrigin {
+    /// The origin of plans made with `cudnn`.
+    pub fn of(cudnn: &Cudnn) -> Self {
+        PlanOrigin {
+            cudnn_version: cudnn.version(),
+            sm: cudnn.sm(),
+            device_properties: cudnn.device_properties().map(str::to_string),
+            engine: None,
+        }
+    }
 }
 
 /// The selected engine config.
@@ -99,6 +128,9 @@ pub struct PlanRecord {
     pub type_fingerprint: Option<String>,
     /// The runtime-dim binding, when written by a `graph!` type.
     pub binding: Option<String>,
+    /// The runtime dims by name, when written by a `graph!` type.
+    #[serde(default)]
+    pub runtime_dims: Vec<(String, i64)>,
     /// `cudnnGetVersion()` of the cuDNN that made the plan.
     pub cudnn_version: usize,
     /// The target's compute capability (`90`), when known.
@@ -217,7 +249,7 @@ fn hex(v: u64) -> String {
     format!("{v:#018x}")
 }
 
-fn record(plan: &ExecutionPlan, cudnn: &Cudnn, expect: &Expect) -> Result<PlanRecord, crate::Error> {
+fn record(plan: &ExecutionPlan, origin: &PlanOrigin, expect: &Expect) -> Result<PlanRecord, crate::Error> {
     let graph = plan.graph();
     let selected = plan.selected();
     let layout = plan.layout();
@@ -234,16 +266,17 @@ fn record(plan: &ExecutionPlan, cudnn: &Cudnn, expect: &Expect) -> Result<PlanRe
         graph_fingerprint: hex(graph.fingerprint()),
         type_fingerprint: expect.type_fingerprint.map(hex),
         binding: expect.binding.clone(),
-        cudnn_version: cudnn.version(),
-        sm: cudnn.sm(),
-        device_properties: cudnn.device_properties().and_then(|p| serde_json::from_str(p).ok()),
-        engine: EngineRecord {
+        runtime_dims: expect.runtime_dims.clone(),
+        cudnn_version: origin.cudnn_version,
+        sm: origin.sm,
+        device_properties: origin.device_properties.as_deref().and_then(|p| serde_json::from_str(p).ok()),
+        engine: origin.engine.clone().unwrap_or_else(|| EngineRecord {
             id: selected.engine_id,
             tag: selected.tag(),
             knobs: selected.knobs.iter().map(|k| (k.kind, k.value)).collect(),
             behavior_notes: selected.behavior_notes.iter().map(ToString::to_string).collect(),
             numerical_notes: selected.numerical_notes.iter().map(ToString::to_string).collect(),
-        },
+        }),
         variant_pack_uids: layout.uids().to_vec(),
         scalars,
         workspace_size: plan.workspace_size(),
@@ -252,11 +285,11 @@ fn record(plan: &ExecutionPlan, cudnn: &Cudnn, expect: &Expect) -> Result<PlanRe
     })
 }
 
-/// Writes `plan` (made with `cudnn`) as a payload. `expect` carries the `graph!` type's
+/// Writes `plan` (made where `origin` says) as a payload. `expect` carries the `graph!` type's
 /// fingerprint and binding, when a typed graph writes it.
 pub fn write_payload(
     plan: &ExecutionPlan,
-    cudnn: &Cudnn,
+    origin: &PlanOrigin,
     options: SerializeOptions,
     expect: &Expect,
 ) -> Result<Vec<u8>, crate::Error> {
@@ -266,7 +299,7 @@ pub fn write_payload(
     } else {
         None
     };
-    let doc = Document { cudnn_graph_payload: PAYLOAD_FORMAT, structure, plan: record(plan, cudnn, expect)? };
+    let doc = Document { cudnn_graph_payload: PAYLOAD_FORMAT, structure, plan: record(plan, origin, expect)? };
     serde_json::to_vec(&doc).map_err(|e| PayloadError::Malformed(e.to_string()).into())
 }
 
@@ -318,6 +351,17 @@ pub fn read_payload(
     expect: &Expect,
 ) -> Result<(ExecutionPlan, Payload), PayloadError> {
     let payload = parse_payload(bytes)?;
+    let plan = load_payload(cudnn, &payload, graph, expect)?;
+    Ok((plan, payload))
+}
+
+/// [`read_payload`] for a payload already parsed with [`parse_payload`].
+pub fn load_payload(
+    cudnn: &Cudnn,
+    payload: &Payload,
+    graph: Option<Graph>,
+    expect: &Expect,
+) -> Result<ExecutionPlan, PayloadError> {
     let p = &payload.plan;
     if p.cudnn_version != cudnn.version() {
         return Err(PayloadError::CudnnVersion { payload: p.cudnn_version, runtime: cudnn.version() });
@@ -362,5 +406,27 @@ pub fn read_payload(
             graph: plan.layout().uids().to_vec(),
         });
     }
-    Ok((plan, payload))
+    Ok(plan)
+}
+
+impl Payload {
+    /// The origin recorded in the payload (re-serializing a loaded plan keeps it).
+    pub fn origin(&self) -> PlanOrigin {
+        PlanOrigin {
+            cudnn_version: self.plan.cudnn_version,
+            sm: self.plan.sm,
+            device_properties: self.plan.device_properties.as_ref().map(|v| v.to_string()),
+            engine: Some(self.plan.engine.clone()),
+        }
+    }
+
+    /// Runtime dim `name` recorded by the `graph!` type that wrote the payload.
+    pub fn runtime_dim(&self, name: &str) -> Result<usize, PayloadError> {
+        self.plan
+            .runtime_dims
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| usize::try_from(*v).ok())
+            .ok_or_else(|| PayloadError::Malformed(format!("the payload records no runtime dim `{name}`")))
+    }
 }

@@ -1,0 +1,80 @@
+//! The fuzz target's property on stable, bounded: every corpus file (`fuzz/corpus/deserialize`)
+//! and 20 000 seeded mutations of them (bit flips, byte insertions and deletions, truncations,
+//! splices of two files) go through both readers, which may reject them but never panic. The
+//! coverage-guided version is `fuzz/fuzz_targets/deserialize.rs` (`cargo +nightly fuzz run`).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/deserialize");
+
+fn read_both(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = cudnn_runtime::serialize::structure_from_json(text);
+    }
+    #[cfg(feature = "cudnn")]
+    let _ = cudnn_runtime::serialize::plan::parse_payload(data);
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn mutate(rng: &mut Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
+    let mut data = seeds[rng.below(seeds.len())].clone();
+    for _ in 0..1 + rng.below(4) {
+        let at = rng.below(data.len() + 1);
+        match rng.below(5) {
+            0 if !data.is_empty() => {
+                let i = at.min(data.len() - 1);
+                data[i] ^= 1 << rng.below(8);
+            }
+            1 => data.insert(at, b"{}[]\",:0-e.9x\\"[rng.below(14)]),
+            2 if at < data.len() => {
+                data.remove(at);
+            }
+            3 => data.truncate(at),
+            _ => {
+                let other = &seeds[rng.below(seeds.len())];
+                let from = rng.below(other.len());
+                data.truncate(at);
+                data.extend_from_slice(&other[from..]);
+            }
+        }
+    }
+    data
+}
+
+#[test]
+fn corpus_and_mutations_never_panic() {
+    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(CORPUS)
+        .unwrap_or_else(|e| panic!("{CORPUS}: {e}"))
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 5, "corpus too small");
+    for (name, data) in &seeds {
+        assert!(catch_unwind(AssertUnwindSafe(|| read_both(data))).is_ok(), "panic on corpus file {name}");
+    }
+    let seeds: Vec<Vec<u8>> = seeds.into_iter().map(|(_, d)| d).collect();
+    let mut rng = Rng(0x00c0_ffee);
+    for i in 0..20_000 {
+        let data = mutate(&mut rng, &seeds);
+        if catch_unwind(AssertUnwindSafe(|| read_both(&data))).is_err() {
+            let path = std::env::temp_dir().join(format!("cudnn-graph-crash-{i}.json"));
+            std::fs::write(&path, &data).unwrap();
+            panic!("mutation {i} panicked; input saved to {}", path.display());
+        }
+    }
+}
