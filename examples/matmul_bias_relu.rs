@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --example matmul_bias_relu            # CPU reference engine
 //! cargo run --release --example matmul_bias_relu -- --gpu
+//! cargo run --example matmul_bias_relu -- --structure g.json   # also write the structural JSON
 //! ```
 
 use cudnn_graph::graph;
@@ -69,6 +70,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (a, b, bias) = (random(1, M * K), random(2, K * N), random(3, N));
     let want = direct(&a, &b, &bias);
     println!("{}", graph.graph()?);
+    if let Some(path) = std::env::args().skip_while(|a| a != "--structure").nth(1) {
+        std::fs::write(&path, cudnn_graph::serialize::structure_to_json(&graph.graph()?))?;
+        println!("wrote the graph's structural JSON to {path}");
+    }
 
     let out = graph.reference(MatmulBiasReluInputs { a: &a, b: &b, bias: &bias })?;
     report("cpu reference", &out.y, &want);

@@ -6,19 +6,23 @@
 //! cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
 //!     compile a plan ahead of time, without a GPU, for the device the properties describe;
 //!     GRAPH.json is a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
+//! cudnn-graph picture GRAPH.json [--mermaid]
+//!     the graph as Graphviz DOT (render with `dot -Tsvg`) or a Mermaid flowchart
 //! ```
 
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   cudnn-graph env [--json]
-  cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]";
+  cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
+  cudnn-graph picture GRAPH.json [--mermaid]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("env") => env(&args[1..]),
         Some("aot") => aot(&args[1..]),
+        Some("picture") => picture(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -39,6 +43,18 @@ fn env(args: &[String]) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
     } else {
         print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+fn picture(args: &[String]) -> Result<(), String> {
+    let path = args.iter().find(|a| !a.starts_with("--")).ok_or_else(|| format!("missing GRAPH.json\n{USAGE}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let graph = cudnn_graph::serialize::structure_from_json(&text).map_err(|e| format!("{path}: {e}"))?;
+    if args.iter().any(|a| a == "--mermaid") {
+        print!("{}", graph.to_mermaid());
+    } else {
+        print!("{}", graph.to_dot());
     }
     Ok(())
 }

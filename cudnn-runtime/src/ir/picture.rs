@@ -50,7 +50,7 @@ impl Graph {
     pub fn to_dot(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "digraph \"{}\" {{", escape(&self.name));
-        let _ = writeln!(s, "  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=11];");
+        let _ = writeln!(s, "  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=11];\n  edge [fontname=\"Helvetica\", fontsize=9];");
         for (i, t) in self.tensors.iter().enumerate() {
             let style = if t.is_virtual { "dashed" } else { "solid" };
             let _ = writeln!(s, "  t{i} [shape=box, style={style}, label=\"{}\"];", escape(&tensor_label(self, i)));
