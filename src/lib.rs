@@ -150,6 +150,20 @@ pub mod __private {
         found.map(|(id, a)| cudnn_runtime::reference::scatter(graph.tensor(*id), a)).unwrap_or_default()
     }
 
+    /// For each declared port (inputs then outputs, by name), its position in `graph`'s I/O order
+    /// (`Graph::inputs` then `Graph::outputs`), computed once when a typed plan is built.
+    pub fn io_order<const N: usize>(graph: &Graph, ports: [&str; N]) -> Result<[usize; N], ArgError> {
+        let io: Vec<_> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let mut order = [0; N];
+        for (slot, port) in order.iter_mut().zip(ports) {
+            *slot = io
+                .iter()
+                .position(|id| graph.tensor(*id).name == port)
+                .ok_or_else(|| ArgError::Unexpected { graph: graph.name.clone(), tensor: port.to_string() })?;
+        }
+        Ok(order)
+    }
+
     /// Executes `plan` with device buffers named by port.
     #[cfg(feature = "cudnn")]
     pub fn execute_named(

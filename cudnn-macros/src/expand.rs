@@ -104,6 +104,11 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
     let mut seen = std::collections::HashSet::new();
     let inputs: Vec<&Port> = ck.inputs.iter().filter(|p| seen.insert(p.name.to_string())).collect();
     let outputs: Vec<&Port> = ck.outputs.iter().filter(|p| seen.insert(p.name.to_string())).collect();
+    let raw_ty = format_ident!("{}RawArgs", name);
+    let port_idents: Vec<&Ident> = inputs.iter().chain(&outputs).map(|p| &p.name).collect();
+    let port_strs: Vec<String> = port_idents.iter().map(ToString::to_string).collect();
+    let raw_docs: Vec<String> = inputs.iter().chain(&outputs).map(|p| port_doc(p)).collect();
+    let n_ports = port_idents.len();
     let input_fields = inputs.iter().map(|port| {
         let (n, t) = (&port.name, rust_type(port.dtype));
         let doc = port_doc(port);
@@ -244,6 +249,15 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 pub graph: #name #generics_use,
                 plan: #p::ExecutionPlan,
                 origin: #p::PlanOrigin,
+                /// Position in the graph's I/O order (inputs, then outputs, as the plan's
+                /// `execute_raw` takes them) of each declared port, inputs then outputs.
+                io_order: [usize; #n_ports],
+            }
+
+            #[doc = ::core::concat!("Raw device pointers (`CUdeviceptr`) of [`", #name_str, "`]'s ports, for frameworks with their own allocators.")]
+            #[derive(Debug, Clone, Copy)]
+            #vis struct #raw_ty {
+                #(#[doc = #raw_docs] pub #port_idents: u64,)*
             }
 
             #[allow(non_snake_case)]
@@ -252,7 +266,8 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 pub fn build(&self, cudnn: &#p::Cudnn, options: &#p::BuildOptions) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
                     let graph = self.graph()?;
                     let plan = #p::ExecutionPlan::build(cudnn, &graph, options)?;
-                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn) })
+                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order })
                 }
 
                 /// What this graph type records in its payloads and requires of those it loads.
@@ -273,7 +288,8 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                     let this = Self::new(#(payload.runtime_dim(#runtime_strs)?),*);
                     let graph = this.graph()?;
                     let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &this.__expect())?;
-                    ::core::result::Result::Ok(#plan_ty { graph: this, plan, origin: payload.origin() })
+                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    ::core::result::Result::Ok(#plan_ty { graph: this, plan, origin: payload.origin(), io_order })
                 }
             }
 
@@ -293,6 +309,27 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 /// Bytes of device workspace [`Self::execute`] needs.
                 pub fn workspace_size(&self) -> usize {
                     self.plan.workspace_size()
+                }
+
+                /// Executes with raw device pointers on `cudnn`'s stream (no length or type checks).
+                ///
+                /// # Safety
+                /// Each pointer must address device memory of the port's type, large enough for its
+                /// tensor (see `plan().graph()`), valid on `cudnn`'s device until the stream has run
+                /// the work; `workspace` likewise for [`Self::workspace_size`] bytes (0 if none).
+                pub unsafe fn execute_raw(
+                    &self,
+                    cudnn: &#p::Cudnn,
+                    args: #raw_ty,
+                    workspace: u64,
+                ) -> ::core::result::Result<(), #p::Error> {
+                    let declared = [#(args.#port_idents),*];
+                    let mut io = [0u64; #n_ports];
+                    for (i, &position) in self.io_order.iter().enumerate() {
+                        io[position] = declared[i];
+                    }
+                    // SAFETY: the caller's contract, as documented above.
+                    unsafe { self.plan.execute_raw(cudnn, &io, workspace) }.map_err(#p::Error::from)
                 }
 
                 /// Executes on `cudnn`'s stream.
