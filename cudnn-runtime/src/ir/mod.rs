@@ -156,6 +156,16 @@ impl Graph {
     /// formed, topological order, every node's inputs and attributes accepted by its op's shape
     /// rule and every output's dims and type equal to what the rule infers.
     pub fn validate(&self) -> Result<(), GraphError> {
+        let _span = tracing::debug_span!("validate", graph = %self.name, tensors = self.tensors.len(), nodes = self.nodes.len())
+            .entered();
+        let result = self.validate_inner();
+        if let Err(e) = &result {
+            tracing::debug!(error = %e, "graph rejected");
+        }
+        result
+    }
+
+    fn validate_inner(&self) -> Result<(), GraphError> {
         let mut seen_names = std::collections::HashSet::new();
         let mut seen_uids = std::collections::HashMap::new();
         for t in &self.tensors {

@@ -137,6 +137,8 @@ pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>
 /// Runs `graph` given a dense array for every graph input (indexed by [`TensorId`]; other slots
 /// `None`). Inputs must match their tensors' dims: callers check through [`gather`].
 pub fn run_arrays(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
+    let _span = tracing::debug_span!("reference", graph = %graph.name).entered();
+    let start = std::time::Instant::now();
     for (i, t) in graph.tensors.iter().enumerate() {
         if let Some(v) = t.pass_by_value {
             values[i] = Some(Array { dims: t.dims.clone(), data: vec![v] });
@@ -147,10 +149,14 @@ pub fn run_arrays(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
         let ins: Vec<&Array> = node.inputs.iter().map(|i| values[i.0].as_ref().unwrap_or(&empty)).collect();
         debug_assert!(ins.iter().all(|a| !a.data.is_empty()), "validated graphs define inputs first");
         let outs = node.op.reference(&ins);
+        tracing::trace!(node = %node.name, op = node.op.call_name(), "computed");
         for (id, mut out) in node.outputs.iter().zip(outs) {
             out.round_to(graph.tensor(*id).data_type);
             values[id.0] = Some(out);
         }
     }
-    graph.outputs().into_iter().map(|TensorId(i)| values[i].take().unwrap_or_else(|| empty.clone())).collect()
+    let outputs =
+        graph.outputs().into_iter().map(|TensorId(i)| values[i].take().unwrap_or_else(|| empty.clone())).collect();
+    tracing::debug!(elapsed_ms = start.elapsed().as_secs_f64() * 1e3, "reference run");
+    outputs
 }

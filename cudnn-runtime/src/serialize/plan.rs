@@ -300,7 +300,9 @@ pub fn write_payload(
         None
     };
     let doc = Document { cudnn_graph_payload: PAYLOAD_FORMAT, structure, plan: record(plan, origin, expect)? };
-    serde_json::to_vec(&doc).map_err(|e| PayloadError::Malformed(e.to_string()).into())
+    let bytes = serde_json::to_vec(&doc).map_err(|e| PayloadError::Malformed(e.to_string()))?;
+    tracing::debug!(graph = %plan.graph().name, bytes = bytes.len(), structure = options.structure, "payload written");
+    Ok(bytes)
 }
 
 /// A payload parsed and checked against `cudnn`, before cuDNN loads the plan.
@@ -357,6 +359,23 @@ pub fn read_payload(
 
 /// [`read_payload`] for a payload already parsed with [`parse_payload`].
 pub fn load_payload(
+    cudnn: &Cudnn,
+    payload: &Payload,
+    graph: Option<Graph>,
+    expect: &Expect,
+) -> Result<ExecutionPlan, PayloadError> {
+    let p = &payload.plan;
+    let _span = tracing::debug_span!("load_payload", graph = %p.graph_name, engine = %p.engine.tag).entered();
+    let start = std::time::Instant::now();
+    let result = check_and_load(cudnn, payload, graph, expect);
+    match &result {
+        Ok(_) => tracing::debug!(elapsed_ms = start.elapsed().as_secs_f64() * 1e3, "payload loaded"),
+        Err(e) => tracing::debug!(error = %e, "payload refused"),
+    }
+    result
+}
+
+fn check_and_load(
     cudnn: &Cudnn,
     payload: &Payload,
     graph: Option<Graph>,
