@@ -48,7 +48,7 @@ fn sample() -> Graph {
 
 /// The sample document, mutated as a `serde_json::Value`, then read.
 fn read_mutated(f: impl FnOnce(&mut Value)) -> Result<Graph, SerializeError> {
-    let mut v: Value = serde_json::from_str(&structure_to_json(&sample())).unwrap();
+    let mut v: Value = v1(serde_json::from_str(&structure_to_json(&sample())).unwrap());
     f(&mut v);
     structure_from_json(&serde_json::to_string(&v).unwrap())
 }
@@ -91,12 +91,31 @@ fn tensor<'a>(g: &'a Graph, name: &str) -> &'a cudnn_runtime::Tensor {
 // ---------------------------------------------------------------------------------------------
 // Round trips
 
+
+/// The document in json_version 1.0's layout (`tensors` an object keyed by uid, as cudnn-frontend
+/// wrote before 1.2x), which we also read: the tests below tamper with tensors by uid.
+fn v1(mut v: Value) -> Value {
+    if let Some(Value::Array(items)) = v.get("tensors").cloned() {
+        let mut map = serde_json::Map::new();
+        for mut t in items {
+            t["uid_assigned"] = Value::Bool(true);
+            map.insert(t["uid"].to_string(), t);
+        }
+        v["tensors"] = Value::Object(map);
+        v["json_version"] = Value::String("1.0".into());
+    }
+    v
+}
+
 #[test]
 fn sample_round_trips_in_cudnn_frontend_layout() {
     let g = sample();
     let text = round_trip(&g);
-    let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["json_version"], "1.0");
+    let written: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(written["json_version"], "2.0");
+    let uids: Vec<i64> = written["tensors"].as_array().unwrap().iter().map(|t| t["uid"].as_i64().unwrap()).collect();
+    assert_eq!(uids, (1..=9).collect::<Vec<_>>(), "tensors in ascending uid order");
+    let v = v1(written);
     assert_eq!(v["cudnn_graph"]["format"], 1);
     assert_eq!(v["cudnn_graph"]["fingerprint"], format!("0x{:016x}", g.fingerprint()));
     assert!(v["cudnn_graph"].get("tensor_order").is_none(), "uids follow creation order");
@@ -106,9 +125,7 @@ fn sample_round_trips_in_cudnn_frontend_layout() {
                "is_dynamic_shape_enabled": false, "is_override_shape_enabled": false, "name": "sample",
                "sm_count": -1})
     );
-    // Tensors keyed by uid, in ascending uid order, with cudnn-frontend's fields.
-    let positions: Vec<usize> = (1..=9).map(|u| text.find(&format!("\"{u}\": {{")).unwrap()).collect();
-    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    // cudnn-frontend's tensor fields (`uid_assigned` is the 1.0 layout's, added by `v1`).
     assert_eq!(
         v["tensors"]["1"],
         json!({"data_type": "BFLOAT16", "dim": [2, 8, 4], "is_pass_by_value": false, "is_virtual": false,
@@ -197,7 +214,7 @@ fn every_pointwise_mode_round_trips_with_non_default_attributes() {
         let graph = g.build().unwrap();
         let text = round_trip(&graph);
 
-        let v: Value = serde_json::from_str(&text).unwrap();
+        let v: Value = v1(serde_json::from_str(&text).unwrap());
         let node = &v["nodes"][0];
         assert_eq!(node["tag"], "POINTWISE");
         assert_eq!(node["mode"], mode.cudnn_name(), "{}", mode.name());
@@ -266,7 +283,7 @@ fn every_reduction_mode_round_trips() {
             g.output(y, "y", DataType::F32).unwrap();
             let graph = g.build().unwrap();
             let text = round_trip(&graph);
-            let v: Value = serde_json::from_str(&text).unwrap();
+            let v: Value = v1(serde_json::from_str(&text).unwrap());
             let node = &v["nodes"][0];
             assert_eq!(node["tag"], "REDUCTION");
             assert_eq!(node["mode"], mode.cudnn_name());
@@ -285,7 +302,7 @@ fn by_value_scalar_keeps_its_exact_bits() {
     g.output(y, "y", DataType::F32).unwrap();
     let graph = g.build().unwrap();
     let text = round_trip(&graph);
-    let v: Value = serde_json::from_str(&text).unwrap();
+    let v: Value = v1(serde_json::from_str(&text).unwrap());
     let s = &v["tensors"]["2"];
     assert_eq!(s["is_pass_by_value"], true);
     assert_eq!(s["pass_by_value"], json!({"index": 3, "value": "3DCCCCCD"}));
@@ -309,17 +326,17 @@ fn f64_scalars_are_exact_including_nan_and_infinities() {
     let values = [0.1, -0.0, 1e-310, 1.0 / 3.0, f64::MAX, f64::INFINITY, f64::NEG_INFINITY];
     for v in values {
         let text = round_trip(&f64_scalar_graph(v));
-        let j: Value = serde_json::from_str(&text).unwrap();
+        let j: Value = v1(serde_json::from_str(&text).unwrap());
         assert_eq!(j["tensors"]["2"]["pass_by_value"]["index"], 4);
         assert_eq!(j["tensors"]["2"]["cudnn_graph"]["pass_by_value"], format!("0x{:016x}", v.to_bits()));
     }
-    let j: Value = serde_json::from_str(&structure_to_json(&f64_scalar_graph(0.1))).unwrap();
+    let j: Value = v1(serde_json::from_str(&structure_to_json(&f64_scalar_graph(0.1))).unwrap());
     assert_eq!(j["tensors"]["2"]["pass_by_value"]["value"], 0.1);
     // NaN != NaN, so compare the bits: payload and sign survive.
     let nan = f64::from_bits(0xfff8_0000_0bad_f00d);
     let g = f64_scalar_graph(nan);
     let text = structure_to_json(&g);
-    let j: Value = serde_json::from_str(&text).unwrap();
+    let j: Value = v1(serde_json::from_str(&text).unwrap());
     assert_eq!(j["tensors"]["2"]["pass_by_value"]["value"], Value::Null);
     let back = structure_from_json(&text).unwrap();
     assert_eq!(back.tensors[1].pass_by_value.map(f64::to_bits), Some(nan.to_bits()));
@@ -345,7 +362,7 @@ fn scalars_of_every_variant_alternative_round_trip() {
         g.output(y, "y", dt).unwrap();
         let graph = g.build().unwrap();
         let text = round_trip(&graph);
-        let j: Value = serde_json::from_str(&text).unwrap();
+        let j: Value = v1(serde_json::from_str(&text).unwrap());
         assert_eq!(j["tensors"]["2"]["pass_by_value"], json!({"index": index, "value": encoded}), "{dt}");
         assert!(j["tensors"]["2"].get("cudnn_graph").is_none(), "{dt}");
     }
@@ -362,9 +379,9 @@ fn user_set_uids_keep_the_tensor_order() {
     let graph = g.build().unwrap();
     assert_eq!(graph.tensors.iter().map(|t| t.uid).collect::<Vec<_>>(), [100, 1, 2]);
     let text = round_trip(&graph);
-    let j: Value = serde_json::from_str(&text).unwrap();
+    let j: Value = v1(serde_json::from_str(&text).unwrap());
     assert_eq!(j["cudnn_graph"]["tensor_order"], json!([100, 1, 2]));
-    assert!(text.find("\"2\": {").unwrap() < text.find("\"100\": {").unwrap(), "tensors sorted by uid");
+    assert!(text.find("\"uid\": 2").unwrap() < text.find("\"uid\": 100").unwrap(), "tensors sorted by uid");
     assert_eq!(j["nodes"][0]["inputs"], json!({"A": 100, "B": 1}));
 }
 
@@ -552,8 +569,8 @@ fn error_too_many() {
 
 #[test]
 fn error_unsupported_version() {
-    let e = read_mutated(|v| set(v, "/json_version", json!("2.0")));
-    assert_eq!(e, Err(SerializeError::UnsupportedVersion { found: "2.0".into(), supported: "1.0" }));
+    let e = read_mutated(|v| set(v, "/json_version", json!("3.0")));
+    assert_eq!(e, Err(SerializeError::UnsupportedVersion { found: "3.0".into(), supported: "1.0 or 2.0" }));
     let e = read_mutated(|v| set(v, "/json_version", json!(1)));
     assert!(matches!(e, Err(SerializeError::WrongType { ref path, .. }) if path == "json_version"), "{e:?}");
     let e = read_mutated(|v| remove(v, "/json_version"));
@@ -731,13 +748,20 @@ fn error_duplicate_key() {
         structure_from_json(&dup),
         Err(SerializeError::DuplicateKey { path: "nodes[0].inputs".into(), key: "A".into() })
     );
-    let dup = replace_once(&text, "\"tensors\": {", r#""tensors": {"2": {"name": "twin", "dim": [1]},"#);
+    let dup = replace_once(&text, "\"tensors\": [", r#""tensors": [{"name": "twin", "uid": 2, "dim": [1]},"#);
+    assert_eq!(
+        structure_from_json(&dup),
+        Err(SerializeError::DuplicateKey { path: "tensors".into(), key: "2".into() })
+    );
+    // The same in json_version 1.0's layout, where tensors are an object keyed by uid.
+    let old = v1(serde_json::from_str(&text).unwrap()).to_string();
+    let dup = replace_once(&old, "\"tensors\":{", r#""tensors":{"2": {"name": "twin", "dim": [1]},"#);
     assert_eq!(
         structure_from_json(&dup),
         Err(SerializeError::DuplicateKey { path: "tensors".into(), key: "2".into() })
     );
     let dup =
-        replace_once(&text, "\"json_version\": \"1.0\",", "\"json_version\": \"1.0\", \"json_version\": \"1.0\",");
+        replace_once(&text, "\"json_version\": \"2.0\",", "\"json_version\": \"2.0\", \"json_version\": \"2.0\",");
     assert_eq!(
         structure_from_json(&dup),
         Err(SerializeError::DuplicateKey { path: String::new(), key: "json_version".into() })
@@ -890,7 +914,7 @@ fn error_extension_mismatch() {
         matches!(e, Err(SerializeError::ExtensionMismatch { ref field, .. }) if field == "nodes[3].relu_lower_clip")
     );
     // An f64 scalar whose decimal value disagrees with its exact bits.
-    let mut j: Value = serde_json::from_str(&structure_to_json(&f64_scalar_graph(0.1))).unwrap();
+    let mut j: Value = v1(serde_json::from_str(&structure_to_json(&f64_scalar_graph(0.1))).unwrap());
     j["tensors"]["2"]["pass_by_value"]["value"] = json!(0.2);
     let e = structure_from_json(&j.to_string());
     assert!(
@@ -1067,4 +1091,28 @@ fn mutated_documents_fail_cleanly() {
     }
     // Most mutations must be caught: only those inside names (or harmless whitespace) survive.
     assert!(rejected > 10 * accepted, "rejected {rejected}, accepted {accepted}");
+}
+
+/// Real output of cudnn-frontend 1.32 (Python, on the H200, cuDNN 9.19): `str(graph)` of
+/// matmul → bias → relu after `validate()` and after `build_plans()`, captured with
+/// `.bench/capture_fe_json.py`-style code and stored verbatim.
+#[test]
+fn captured_cudnn_frontend_graphs_load() {
+    for stage in ["validated", "built"] {
+        let text = fixture(&format!("captured_h200_matmul_bias_relu_{stage}.json"));
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["json_version"], "2.0", "{stage}");
+        let g = structure_from_json(&text).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        assert_eq!(g.nodes.len(), 3);
+        assert_eq!(g.nodes.iter().map(|n| n.op.call_name()).collect::<Vec<_>>(), ["matmul", "add", "relu"]);
+        assert_eq!(g.tensors.iter().map(|t| t.uid).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        let y = tensor(&g, "relu::OUT_0");
+        assert_eq!((y.dims.as_slice(), y.data_type, y.is_virtual), (&[1, 64, 16][..], DataType::BF16, false));
+        // Ours writes the same layout back and reads it again unchanged.
+        let again = structure_to_json(&g);
+        assert_eq!(structure_from_json(&again).unwrap(), g);
+        let w: Value = serde_json::from_str(&again).unwrap();
+        assert_eq!(w["nodes"][0]["inputs"], v["nodes"][0]["inputs"]);
+        assert_eq!(w["tensors"][3]["name"], v["tensors"][3]["name"]);
+    }
 }

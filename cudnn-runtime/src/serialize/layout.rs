@@ -6,8 +6,13 @@
 use crate::ops::{PointwiseMode, ReductionMode};
 use crate::DataType;
 
-/// The `json_version` cudnn-frontend writes (`graph_interface.h`) and we read and write.
-pub const JSON_VERSION: &str = "1.0";
+/// The `json_version` we write: cudnn-frontend 1.32's (captured from it on an H200: `tensors` is
+/// an array of tensors carrying their uids).
+pub const JSON_VERSION: &str = "2.0";
+
+/// Every `json_version` we read: `"1.0"` (cudnn-frontend before 1.2x: `tensors` is an object keyed
+/// by uid or name) and `"2.0"`.
+pub const JSON_VERSIONS: [&str; 2] = ["1.0", "2.0"];
 
 /// The version of our `cudnn_graph` extension.
 pub const FORMAT: u64 = 1;
@@ -18,8 +23,9 @@ pub(crate) const EXT: &str = "cudnn_graph";
 /// The top-level fields: the structure, cudnn-frontend's version stamps, our extension, and the
 /// plan payload's fields (cudnn-frontend's `serialize(std::vector<uint8_t>&)` adds those to the same
 /// object; the structural reader leaves them to the plan reader).
-pub(crate) const TOP_FIELDS: [&str; 15] = [
+pub(crate) const TOP_FIELDS: [&str; 16] = [
     "context",
+    "gid",
     "cudnn_graph",
     "json_version",
     "nodes",

@@ -5,24 +5,25 @@
 //! cudnn-frontend wrote) and validates it with [`Graph::validate`]. Writing then reading gives the
 //! same graph, bit for bit, and writing it again gives the same bytes.
 //!
-//! The layout is cudnn-frontend's `Graph::serialize` (`json_version` `"1.0"`):
+//! The layout is cudnn-frontend 1.32's `Graph::serialize` (`json_version` `"2.0"`, captured from
+//! it; the older `"1.0"` layout, with `tensors` an object keyed by uid or name, is read too):
 //!
 //! ```text
 //! {
 //!   "context": {"compute_data_type": "FLOAT", "intermediate_data_type": "FLOAT", "io_data_type": null,
 //!               "name": "mbr", "sm_count": -1, ...},
 //!   "cudnn_graph": {"fingerprint": "0x…", "format": 1},          ← our extension
-//!   "json_version": "1.0",
+//!   "json_version": "2.0",
 //!   "nodes": [ {"tag": "MATMUL", "name": "matmul_0", "compute_data_type": "FLOAT",
 //!               "inputs": {"A": 1, "B": 2}, "outputs": {"C": 4}, "padding_value": 0.0}, ... ],
-//!   "tensors": { "1": {"name": "a", "uid": 1, "uid_assigned": true, "data_type": "BFLOAT16",
-//!                      "dim": [2, 8, 4], "stride": [32, 4, 1], "is_virtual": false,
-//!                      "is_pass_by_value": false, "pass_by_value": null, "reordering_type": "NONE"}, ... }
+//!   "tensors": [ {"name": "a", "uid": 1, "data_type": "BFLOAT16", "dim": [2, 8, 4],
+//!                 "stride": [32, 4, 1], "is_virtual": false, "is_pass_by_value": false,
+//!                 "pass_by_value": null, "reordering_type": "NONE"}, ... ]
 //! }
 //! ```
 //!
-//! Nodes are in topological order; tensors are keyed by uid in ascending order and ports refer to
-//! them by uid. Floats are IEEE bit patterns in hex ([`float`]). What cudnn-frontend's fields cannot
+//! Nodes are in topological order; tensors are in ascending uid order and ports refer to them by
+//! uid. Floats are IEEE bit patterns in hex ([`float`]). What cudnn-frontend's fields cannot
 //! hold exactly (the `f64` value of a float attribute, a reduction's `dims` as written, an `f64`
 //! scalar, the IR's tensor order, the fingerprint) goes in `cudnn_graph` objects that cudnn-frontend
 //! ignores; where both speak, cudnn-frontend's field is authoritative and a disagreement is an
@@ -94,7 +95,7 @@ pub const MAX_RANK: usize = 16;
 /// let c = g.matmul(a, b).unwrap();
 /// g.output(c, "c", DataType::F16).unwrap();
 /// let text = structure_to_json(&g.build().unwrap());
-/// assert!(text.contains(r#""json_version": "1.0""#));
+/// assert!(text.contains(r#""json_version": "2.0""#));
 /// assert!(text.contains(r#""inputs": {"A": 1, "B": 2}"#));
 /// assert!(text.contains(r#""tag": "MATMUL""#));
 /// ```
@@ -115,7 +116,7 @@ pub fn structure_to_json(graph: &Graph) -> String {
 ///
 /// ```
 /// use cudnn_runtime::serialize::{structure_from_json, SerializeError};
-/// let e = structure_from_json(r#"{"json_version": "1.0", "nodes": [{"tag": "CONV_FPROP"}]}"#);
+/// let e = structure_from_json(r#"{"json_version": "2.0", "nodes": [{"tag": "RNG"}]}"#);
 /// assert!(matches!(e, Err(SerializeError::UnknownTag { .. })));
 /// ```
 pub fn structure_from_json(text: &str) -> Result<Graph, SerializeError> {

@@ -15,7 +15,7 @@ use super::float::{hex_to_f32, hex_to_f64, near_f64, parse_hex, same_f32};
 use super::json::{wrong_type, Json, Obj};
 use super::layout::{
     dsl_attr_of, parse_data_type, parse_reduction_mode, DataTypeName, ScalarKind, CONTEXT_FIELDS, EXT, FORMAT,
-    JSON_VERSION, MATMUL_FIELDS, NODE_FIELDS, POINTWISE_FIELDS, POINTWISE_FLOAT_FIELDS, REDUCTION_FIELDS, TAGS,
+    JSON_VERSIONS, MATMUL_FIELDS, NODE_FIELDS, POINTWISE_FIELDS, POINTWISE_FLOAT_FIELDS, REDUCTION_FIELDS, TAGS,
     TAG_MATMUL, TAG_POINTWISE, TAG_REDUCTION, TENSOR_FIELDS, TOP_FIELDS,
 };
 use super::{SerializeError, MAX_NODES, MAX_RANK, MAX_TENSORS};
@@ -34,8 +34,8 @@ pub(crate) fn graph_from_json(doc: &Json) -> Result<Graph> {
     let top = doc.as_obj("")?;
     top.deny_unknown(&TOP_FIELDS)?;
     match top.req("json_version")? {
-        Json::Str(v) if v == JSON_VERSION => {}
-        Json::Str(v) => return Err(SerializeError::UnsupportedVersion { found: v.clone(), supported: JSON_VERSION }),
+        Json::Str(v) if JSON_VERSIONS.contains(&v.as_str()) => {}
+        Json::Str(v) => return Err(SerializeError::UnsupportedVersion { found: v.clone(), supported: "1.0 or 2.0" }),
         other => return Err(wrong_type("json_version", "a string", other)),
     }
     let ext = Extension::read(&top)?;
@@ -158,6 +158,34 @@ struct Scalar {
 }
 
 fn read_tensors(top: &Obj<'_>) -> Result<Vec<RawTensor>> {
+    // json_version 2.0: an array of tensors, each referred to by its uid (or, unassigned, its name).
+    if let Some(Json::Arr(items)) = top.get("tensors") {
+        if items.len() > MAX_TENSORS {
+            return Err(SerializeError::TooMany {
+                path: "tensors".into(),
+                what: "tensors",
+                count: items.len(),
+                max: MAX_TENSORS,
+            });
+        }
+        let mut seen = HashSet::new();
+        return items
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let t = value.as_obj(&format!("tensors[{i}]"))?;
+                let key = match t.opt_i64("uid")? {
+                    Some(uid) if t.bool_or("uid_assigned", true)? => uid.to_string(),
+                    _ => t.str("name")?.to_string(),
+                };
+                // Two tensors answering to one reference would make ports ambiguous.
+                if !seen.insert(key.clone()) {
+                    return Err(SerializeError::DuplicateKey { path: "tensors".into(), key });
+                }
+                read_tensor(&key, value)
+            })
+            .collect();
+    }
     let Some(map) = top.opt_obj("tensors")? else {
         return Ok(Vec::new());
     };

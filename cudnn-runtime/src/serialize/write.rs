@@ -46,14 +46,14 @@ pub(crate) fn graph_to_json(g: &Graph) -> Json {
         ("sm_count", Json::Int(-1)),
     ]);
 
-    let tensors = by_uid.iter().map(|&i| (g.tensors[i].uid.to_string(), tensor_json(&g.tensors[i]))).collect();
+    let tensors = by_uid.iter().map(|&i| tensor_json(&g.tensors[i])).collect();
 
     sorted(vec![
         ("context", context),
         (EXT, sorted(ext)),
         ("json_version", Json::str(JSON_VERSION)),
         ("nodes", Json::Arr(g.nodes.iter().map(|n| node_json(g, n)).collect())),
-        ("tensors", Json::Obj(tensors)),
+        ("tensors", Json::Arr(tensors)),
     ])
 }
 
@@ -72,7 +72,6 @@ fn tensor_json(t: &Tensor) -> Json {
         ("reordering_type", Json::str("NONE")),
         ("stride", ints(&t.strides)),
         ("uid", Json::Int(t.uid)),
-        ("uid_assigned", Json::Bool(true)),
     ];
     if let Some(v) = t.pass_by_value {
         let (variant, exact) = scalar_json(t, v);
