@@ -43,6 +43,18 @@ pub use cudnn_runtime::backend;
 
 pub mod env_report;
 
+/// Where the plan of a `graph!` type's `build_cached` came from.
+#[cfg(feature = "cudnn")]
+#[derive(Debug, Clone)]
+pub struct CacheOutcome {
+    /// Memory, disk, or built.
+    pub source: backend::CacheSource,
+    /// Cache entries that were ignored (corrupted, for another key) or could not be written.
+    pub warnings: Vec<backend::CacheWarning>,
+    /// Time from the call to the plan.
+    pub elapsed: std::time::Duration,
+}
+
 /// Emits its input when this crate was built with the `cudnn` feature (for generated code).
 #[cfg(feature = "cudnn")]
 #[doc(hidden)]
@@ -120,9 +132,15 @@ pub mod __private {
     }
 
     #[cfg(feature = "cudnn")]
+    pub use cudnn_runtime::backend::PlanCache;
+    #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::backend::{
         cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, InputBuffer, OutputBuffer,
     };
+
+    #[cfg(feature = "cudnn")]
+    pub use crate::CacheOutcome;
+
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::serialize::plan::{
         load_payload, parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions,

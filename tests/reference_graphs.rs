@@ -155,3 +155,40 @@ fn fingerprints_are_stable_and_distinct() {
     assert_ne!(g1.fingerprint(), g2.fingerprint());
     assert_eq!(g1.fingerprint(), MatmulBiasRelu::<5, 6>::new(3).graph().unwrap().fingerprint());
 }
+
+graph! {
+    /// A logical [B, H, S, D] tensor stored BSHD (`order` lists the dims outermost in memory first).
+    pub Bshd<dyn B, dyn S>(q: f32[B, 4, S, 16] order [0, 2, 1, 3]) -> (y: f32[B, 4, S, 16] order [0, 2, 1, 3]) {
+        y = mul(q, 2.0);
+    }
+}
+
+#[test]
+fn dim_order_lays_tensors_out_in_memory_order() {
+    let g = Bshd::new(2, 8);
+    let graph = g.graph().unwrap();
+    assert_eq!(graph.tensor_by_name("q").unwrap().strides, vec![512, 16, 64, 1]);
+    assert_eq!(graph.tensor_by_name("y").unwrap().strides, vec![512, 16, 64, 1]);
+    // Element (b, h, s, d) lives at b*512 + s*64 + h*16 + d in both buffers.
+    let q = random::<f32>(11, 2 * 8 * 4 * 16);
+    let out = g.reference(BshdInputs { q: &q }).unwrap();
+    for (i, (y, x)) in out.y.iter().zip(&q).enumerate() {
+        assert_eq!(*y, x * 2.0, "element {i}");
+    }
+}
+
+graph! {
+    /// Parameters named like the generated code's own generics (`D`, `S`) must not collide.
+    pub NamedLikeGenerics<const D: usize, const S: usize, dyn B>(x: f32[B, S, D]) -> (y: f32[B, S, D]) {
+        y = neg(x);
+    }
+}
+
+#[test]
+fn parameter_names_do_not_collide_with_generated_generics() {
+    let g = NamedLikeGenerics::<4, 3>::new(2);
+    let text = serde_json::to_string(&g).unwrap();
+    assert_eq!(serde_json::from_str::<NamedLikeGenerics<4, 3>>(&text).unwrap(), g);
+    let x = random::<f32>(12, 24);
+    assert_eq!(g.reference(NamedLikeGenericsInputs { x: &x }).unwrap().y, x.iter().map(|v| -v).collect::<Vec<_>>());
+}

@@ -218,3 +218,26 @@ fn graph_values_have_a_serde_form() {
     let e = serde_json::from_str::<ScaledRelu>(&text).unwrap_err().to_string();
     assert!(e.contains("not `ScaledRelu`"), "{e}");
 }
+
+#[test]
+fn typed_graphs_build_through_the_plan_cache() {
+    use cudnn_graph::backend::{CacheSource, PlanCache};
+    let Some(cudnn) = common::deviceless() else { return };
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-typed-cache-{}", std::process::id()));
+    let cache = PlanCache::with_dir(&dir).unwrap();
+    let g = MatmulBiasRelu::<64, 32>::new(96);
+    let (first, outcome) = g.build_cached(&cache, &cudnn, &BuildOptions::default()).unwrap();
+    assert_eq!(outcome.source, CacheSource::Built);
+    let (second, outcome) = g.build_cached(&cache, &cudnn, &BuildOptions::default()).unwrap();
+    assert_eq!(outcome.source, CacheSource::Memory);
+    assert_eq!(second.plan().layout().uids(), first.plan().layout().uids());
+    // A new process (a fresh cache on the same directory) starts warm from disk.
+    let warm = PlanCache::with_dir(&dir).unwrap();
+    let (_, outcome) = g.build_cached(&warm, &cudnn, &BuildOptions::default()).unwrap();
+    assert_eq!(outcome.source, CacheSource::Disk);
+    println!("disk hit in {:.2} ms", outcome.elapsed.as_secs_f64() * 1e3);
+    // Another binding is another key.
+    let (_, outcome) = MatmulBiasRelu::<64, 32>::new(48).build_cached(&warm, &cudnn, &BuildOptions::default()).unwrap();
+    assert_eq!(outcome.source, CacheSource::Built);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -27,6 +27,8 @@ pub struct Port {
     /// `None` if the dtype was unknown (already reported).
     pub dtype: Option<DataType>,
     pub dims: Vec<SymDim>,
+    /// The memory order of the dims, outermost first, when not row-major.
+    pub order: Option<Vec<usize>>,
 }
 
 /// An operand of a node, as the generated code will pass it.
@@ -224,7 +226,24 @@ fn check_port(cx: &Ctxt, p: &PortDecl, params: &HashMap<String, bool>) -> Port {
             }
         })
         .collect();
-    Port { name: p.name.clone(), dtype, dims }
+    let order = p.order.as_ref().and_then(|(items, span)| {
+        let values: Vec<usize> = items.iter().filter_map(|i| i.base10_parse::<usize>().ok()).collect();
+        let mut sorted = values.clone();
+        sorted.sort_unstable();
+        if values.len() != items.len() || sorted != (0..p.dims.len()).collect::<Vec<_>>() {
+            cx.error_span(
+                *span,
+                format!(
+                    "`order` of `{}` must list each of its {} dims once, outermost in memory first (e.g. [0, 2, 1, 3])",
+                    p.name,
+                    p.dims.len()
+                ),
+            );
+            return None;
+        }
+        Some(values)
+    });
+    Port { name: p.name.clone(), dtype, dims, order }
 }
 
 /// Port names are unique across inputs and outputs.
@@ -448,20 +467,6 @@ impl Checker<'_> {
                 }
             }
         }
-        if args.len() != sig.inputs.len() {
-            let ports: Vec<&str> = sig.inputs.iter().map(|p| p.name).collect();
-            self.cx.error(
-                func,
-                format!(
-                    "`{name}` takes {} input{} ({}), found {}",
-                    sig.inputs.len(),
-                    if sig.inputs.len() == 1 { "" } else { "s" },
-                    ports.join(", "),
-                    args.len()
-                ),
-            );
-            return none();
-        }
         let attr_values: Vec<(String, AttrValue)> = attrs
             .iter()
             .map(|(k, v)| {
@@ -489,6 +494,24 @@ impl Checker<'_> {
                 return none();
             }
         };
+        // The instance's inputs: an op whose attributes add ports (attention's bias, sequence
+        // lengths) takes more than its first few.
+        let ports: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();
+        if args.len() != ports.len() {
+            let narrowed = ports.len() != sig.inputs.len();
+            self.cx.error(
+                func,
+                format!(
+                    "`{name}` takes {} input{}{} ({}), found {}",
+                    ports.len(),
+                    if ports.len() == 1 { "" } else { "s" },
+                    if narrowed { " with these attributes" } else { "" },
+                    ports.join(", "),
+                    args.len()
+                ),
+            );
+            return none();
+        }
         let produced = op.outputs();
         if want != produced.len() {
             self.cx.error(

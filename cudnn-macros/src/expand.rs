@@ -216,7 +216,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
         }
 
         impl #generics_decl #p::serde::Serialize for #name #generics_use {
-            fn serialize<S: #p::serde::Serializer>(&self, serializer: S) -> ::core::result::Result<S::Ok, S::Error> {
+            fn serialize<__S: #p::serde::Serializer>(&self, serializer: __S) -> ::core::result::Result<__S::Ok, __S::Error> {
                 #p::GraphDescription::new(
                     #name_str,
                     Self::FINGERPRINT,
@@ -226,13 +226,13 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
             }
         }
 
-        impl<'de, #(const #consts: usize),*> #p::serde::Deserialize<'de> for #name #generics_use {
-            fn deserialize<D: #p::serde::Deserializer<'de>>(deserializer: D) -> ::core::result::Result<Self, D::Error> {
+        impl<'__de, #(const #consts: usize),*> #p::serde::Deserialize<'__de> for #name #generics_use {
+            fn deserialize<__D: #p::serde::Deserializer<'__de>>(deserializer: __D) -> ::core::result::Result<Self, __D::Error> {
                 let description = #p::GraphDescription::deserialize(deserializer)?;
                 description
                     .check(#name_str, Self::FINGERPRINT, &[#((#const_strs, #consts as i64)),*])
-                    .map_err(<D::Error as #p::serde::de::Error>::custom)?;
-                ::core::result::Result::Ok(Self::new(#(description.dim(#runtime_strs).map_err(<D::Error as #p::serde::de::Error>::custom)?),*))
+                    .map_err(<__D::Error as #p::serde::de::Error>::custom)?;
+                ::core::result::Result::Ok(Self::new(#(description.dim(#runtime_strs).map_err(<__D::Error as #p::serde::de::Error>::custom)?),*))
             }
         }
 
@@ -268,6 +268,25 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                     let plan = #p::ExecutionPlan::build(cudnn, &graph, options)?;
                     let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
                     ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order })
+                }
+
+                /// [`Self::build`] through a plan cache: a hit (in memory or on disk, for this
+                /// graph type, binding, SM and cuDNN version) skips heuristics and compilation. The
+                /// second value says where the plan came from and what the cache had to ignore.
+                pub fn build_cached(
+                    &self,
+                    cache: &#p::PlanCache,
+                    cudnn: &#p::Cudnn,
+                    options: &#p::BuildOptions,
+                ) -> ::core::result::Result<(#plan_ty #generics_use, #p::CacheOutcome), #p::Error> {
+                    let graph = self.graph()?;
+                    let cached = cache.get_or_build(cudnn, &graph, &self.__expect(), options)?;
+                    let io_order = #p::io_order(cached.plan.graph(), [#(#port_strs),*])?;
+                    let outcome = #p::CacheOutcome { source: cached.source, warnings: cached.warnings, elapsed: cached.elapsed };
+                    ::core::result::Result::Ok((
+                        #plan_ty { graph: *self, plan: cached.plan, origin: #p::PlanOrigin::of(cudnn), io_order },
+                        outcome,
+                    ))
                 }
 
                 /// What this graph type records in its payloads and requires of those it loads.
@@ -359,7 +378,8 @@ fn graph_body(ck: &Checked, name: &str, runtime: &[String]) -> TokenStream {
         let n = port.name.to_string();
         let dt = dtype_tokens(port.dtype.unwrap_or(DataType::F32));
         let dims = dims_tokens(&port.dims, runtime);
-        quote!(let #var = b.input(#n, #dt, &#dims)?;)
+        let order = port.order.as_ref().map(|o| quote!(b.set_dim_order(#var, &[#(#o),*])?;));
+        quote!(let #var = b.input(#n, #dt, &#dims)?; #order)
     });
     let nodes = ck.nodes.iter().map(|node| {
         let (nn, op) = (&node.name, node.op);
@@ -386,9 +406,11 @@ fn graph_body(ck: &Checked, name: &str, runtime: &[String]) -> TokenStream {
         let dt = dtype_tokens(port.and_then(|p| p.dtype).unwrap_or(DataType::F32));
         let dims = dims_tokens(port.map_or(&[][..], |p| &p.dims), runtime);
         let var = tensor_var(tensor);
+        let order = port.and_then(|p| p.order.as_ref()).map(|o| quote!(b.set_dim_order(__out, &[#(#o),*])?;));
         quote! {
             let __out = b.output(#var, #out, #dt)?;
             b.expect_dims(__out, &#dims)?;
+            #order
         }
     });
     quote! {

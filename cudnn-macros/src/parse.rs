@@ -46,12 +46,14 @@ pub struct DimParam {
     pub ty: Option<syn::Type>,
 }
 
-/// `a: bf16[1, M, K]`
+/// `a: bf16[1, M, K]`, optionally `q: bf16[B, H, S, D] order [0, 2, 1, 3]` (the memory order of
+/// the dims, outermost first: here BSHD storage of a logical BHSD tensor).
 pub struct PortDecl {
     pub name: Ident,
     pub dtype: Ident,
     pub dims: Vec<DimTok>,
     pub bracket: Span,
+    pub order: Option<(Vec<LitInt>, Span)>,
 }
 
 /// A dim as written.
@@ -201,7 +203,16 @@ impl Parse for PortDecl {
                 content.parse::<Token![,]>()?;
             }
         }
-        Ok(PortDecl { name, dtype, dims, bracket: bracket.span.join() })
+        let order = if input.peek(Ident) && input.fork().parse::<Ident>().is_ok_and(|i| i == "order") {
+            input.parse::<Ident>()?;
+            let content;
+            let bracket = bracketed!(content in input);
+            let items = Punctuated::<LitInt, Token![,]>::parse_terminated(&content)?.into_iter().collect();
+            Some((items, bracket.span.join()))
+        } else {
+            None
+        };
+        Ok(PortDecl { name, dtype, dims, bracket: bracket.span.join(), order })
     }
 }
 

@@ -25,6 +25,29 @@ pub trait Dim: Clone + PartialEq + fmt::Display {
     /// `1 + (x + pre + post - dilation * (w - 1) - 1) / stride` (floor), the output extent of a
     /// convolution or pooling window (cudnn-frontend's rule).
     fn window_output(x: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64) -> Self;
+    /// `(y - 1) * stride - pre - post + dilation * (w - 1) + 1 + extra`: the smallest extent whose
+    /// window output is `y`, plus `extra` (less than `stride`): the output extent of a convolution's
+    /// data gradient (a transposed convolution).
+    fn window_input(y: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64) -> Self;
+    /// The sum of extents (a concatenation's axis).
+    fn sum(terms: &[Self]) -> Self;
+    /// The product of extents (an element count).
+    fn product(factors: &[Self]) -> Self;
+}
+
+/// [`Dim::window_input`] on known extents; `None` if it does not give a positive extent or a
+/// stride is not positive.
+pub fn window_input_extent(y: i64, w: i64, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64) -> Option<i64> {
+    if stride <= 0 || dilation <= 0 {
+        return None;
+    }
+    let x = (y - 1)
+        .checked_mul(stride)?
+        .checked_sub(pre)?
+        .checked_sub(post)?
+        .checked_add(dilation.checked_mul(w - 1)?)?
+        .checked_add(1 + extra)?;
+    (x > 0).then_some(x)
 }
 
 /// The window rule on known extents; `None` if it does not give a positive extent or a stride is
@@ -51,6 +74,15 @@ impl Dim for i64 {
         // Shape rules check the extent is positive before they use it (0 here then fails
         // validation as a bad dim).
         window_output_extent(*x, *w, pre, post, stride, dilation).unwrap_or(0)
+    }
+    fn window_input(y: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64) -> Self {
+        window_input_extent(*y, *w, pre, post, stride, dilation, extra).unwrap_or(0)
+    }
+    fn sum(terms: &[Self]) -> Self {
+        terms.iter().fold(0i64, |a, b| a.saturating_add(*b))
+    }
+    fn product(factors: &[Self]) -> Self {
+        factors.iter().fold(1i64, |a, b| a.saturating_mul(*b))
     }
 }
 
@@ -125,6 +157,32 @@ impl Dim for SymDim {
                 x.to_expr(),
                 w.to_expr()
             )),
+        }
+    }
+    fn window_input(y: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64) -> Self {
+        match (y.as_lit(), w.as_lit()) {
+            (Some(y), Some(w)) => {
+                SymDim::Lit(window_input_extent(y, w, pre, post, stride, dilation, extra).unwrap_or(0))
+            }
+            _ => SymDim::Expr(format!(
+                "({} - 1) * {stride} - {pre} - {post} + {dilation} * ({} - 1) + 1 + {extra}",
+                y.to_expr(),
+                w.to_expr()
+            )),
+        }
+    }
+    fn sum(terms: &[Self]) -> Self {
+        match terms.iter().map(Dim::as_lit).collect::<Option<Vec<i64>>>() {
+            Some(lits) => SymDim::Lit(lits.iter().fold(0i64, |a, b| a.saturating_add(*b))),
+            None if terms.len() == 1 => terms[0].clone(),
+            None => SymDim::Expr(terms.iter().map(SymDim::to_expr).collect::<Vec<_>>().join(" + ")),
+        }
+    }
+    fn product(factors: &[Self]) -> Self {
+        match factors.iter().map(Dim::as_lit).collect::<Option<Vec<i64>>>() {
+            Some(lits) => SymDim::Lit(lits.iter().fold(1i64, |a, b| a.saturating_mul(*b))),
+            None if factors.len() == 1 => factors[0].clone(),
+            None => SymDim::Expr(factors.iter().map(SymDim::to_expr).collect::<Vec<_>>().join(" * ")),
         }
     }
 }
@@ -221,6 +279,32 @@ mod tests {
         assert_eq!(out.to_string(), "(1 + ((H) + 1 + 1 - 1 * (3 - 1) - 1) / 2)");
         assert_eq!(out.params(), vec!["H".to_string()]);
         assert_eq!(SymDim::window_output(&SymDim::Lit(32), &SymDim::Lit(3), 1, 1, 1, 1), SymDim::Lit(32));
+    }
+
+    #[test]
+    fn transposed_window_rule_inverts_the_window_rule() {
+        for (x, w, pre, post, stride, dilation) in [(32, 3, 1, 1, 1, 1), (33, 3, 1, 1, 2, 1), (17, 5, 2, 0, 3, 2)] {
+            let y = window_output_extent(x, w, pre, post, stride, dilation).unwrap();
+            let smallest = window_input_extent(y, w, pre, post, stride, dilation, 0).unwrap();
+            assert!(smallest <= x && x < smallest + stride, "{x} {smallest}");
+            assert_eq!(window_output_extent(smallest, w, pre, post, stride, dilation), Some(y));
+        }
+        assert_eq!(window_input_extent(1, 3, 5, 5, 1, 1, 0), None);
+        let h = SymDim::Param("H".into());
+        let x = SymDim::window_input(&h, &SymDim::Lit(3), 1, 1, 1, 1, 0);
+        assert_eq!(x.to_string(), "(((H) - 1) * 1 - 1 - 1 + 1 * (3 - 1) + 1 + 0)");
+    }
+
+    #[test]
+    fn sums_and_products() {
+        let h = SymDim::Param("H".into());
+        assert_eq!(SymDim::sum(&[SymDim::Lit(2), SymDim::Lit(3)]), SymDim::Lit(5));
+        assert_eq!(SymDim::sum(&[h.clone(), SymDim::Lit(3)]).to_string(), "((H) + 3)");
+        assert_eq!(SymDim::sum(std::slice::from_ref(&h)), h);
+        assert_eq!(SymDim::product(&[SymDim::Lit(2), SymDim::Lit(3)]), SymDim::Lit(6));
+        assert_eq!(SymDim::product(&[h.clone(), SymDim::Lit(3)]).params(), vec!["H".to_string()]);
+        assert_eq!(<i64 as Dim>::sum(&[2, 3]), 5);
+        assert_eq!(<i64 as Dim>::product(&[2, 3, 4]), 24);
     }
 
     #[test]

@@ -49,6 +49,16 @@ pub enum GraphError {
         /// Its strides.
         strides: Vec<i64>,
     },
+    /// A dim order that is not a permutation of the tensor's dims.
+    #[error("tensor `{tensor}` has {rank} dims, so its dim order must list 0..{rank} once each; got {order:?}")]
+    BadOrder {
+        /// The tensor.
+        tensor: String,
+        /// Its rank.
+        rank: usize,
+        /// The order given.
+        order: Vec<usize>,
+    },
     /// A by-value scalar that is virtual or not all-1 dims.
     #[error("by-value tensor `{tensor}` must be non-virtual with every dim 1")]
     BadScalar {

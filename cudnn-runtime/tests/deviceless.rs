@@ -158,6 +158,7 @@ fn build_all_builds_every_viable_candidate_and_select_switches() {
         heuristics: vec![HeuristicMode::A, HeuristicMode::B, HeuristicMode::Fallback],
         max_workspace_bytes: Some(0),
         build_all: true,
+        ..BuildOptions::default()
     };
     let g = matmul_graph("all", DataType::BF16, &[1, 128, 64], &[1, 64, 256], true, Some(PointwiseMode::Relu));
     let mut p = ExecutionPlan::build(&cudnn, &g, &options).unwrap();

@@ -91,7 +91,6 @@ fn tensor<'a>(g: &'a Graph, name: &str) -> &'a cudnn_runtime::Tensor {
 // ---------------------------------------------------------------------------------------------
 // Round trips
 
-
 /// The document in json_version 1.0's layout (`tensors` an object keyed by uid, as cudnn-frontend
 /// wrote before 1.2x), which we also read: the tests below tamper with tensors by uid.
 fn v1(mut v: Value) -> Value {
@@ -776,12 +775,28 @@ fn error_unknown_tag() {
         Err(SerializeError::UnknownTag {
             node: "matmul_0".into(),
             tag: "CONV_FPROP".into(),
-            supported: vec!["MATMUL", "POINTWISE", "REDUCTION"]
+            supported: vec![
+                "MATMUL",
+                "POINTWISE",
+                "REDUCTION",
+                "LAYER_NORM",
+                "RMS_NORM",
+                "BATCHNORM",
+                "BATCHNORM_INFERENCE",
+                "INSTANCE_NORM",
+                "GENSTATS",
+                "LAYER_NORM_BPROP",
+                "RMS_NORM_BPROP",
+                "DBN",
+                "INSTANCE_NORM_BPROP",
+                "SDPA",
+                "SDPA_BWD",
+            ]
         })
     );
     // A node without a name is named by its position.
     let e = read_mutated(|v| {
-        set(v, "/nodes/1/tag", json!("SDPA"));
+        set(v, "/nodes/1/tag", json!("NOT_A_TAG"));
         remove(v, "/nodes/1/name");
     });
     assert!(matches!(e, Err(SerializeError::UnknownTag { ref node, .. }) if node == "nodes[1]"), "{e:?}");
@@ -1023,7 +1038,9 @@ fn errors_read_well() {
     let e = read_mutated(|v| set(v, "/nodes/0/tag", json!("CONV_FPROP"))).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "node `matmul_0` has tag \"CONV_FPROP\"; supported tags are MATMUL, POINTWISE, REDUCTION"
+        "node `matmul_0` has tag \"CONV_FPROP\"; supported tags are MATMUL, POINTWISE, REDUCTION, LAYER_NORM, \
+         RMS_NORM, BATCHNORM, BATCHNORM_INFERENCE, INSTANCE_NORM, GENSTATS, LAYER_NORM_BPROP, RMS_NORM_BPROP, DBN, \
+         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD"
     );
     let e = read_mutated(|v| set(v, "/tensors/2/data_type", json!("INT4"))).unwrap_err();
     assert_eq!(

@@ -197,6 +197,13 @@ impl Cudnn {
         }
     }
 
+    /// The raw `cudnnHandle_t` of an online context, for measuring against raw cuDNN calls and
+    /// for interop. It stays valid while this context (or a plan made with it) lives; never
+    /// destroy it, and never use it from two threads at once.
+    pub fn raw_handle(&self) -> Option<sys::cudnnHandle_t> {
+        self.online().map(|(handle, _)| handle)
+    }
+
     /// The handle and stream of an online context.
     pub(crate) fn online(&self) -> Option<(sys::cudnnHandle_t, &Arc<CudaStream>)> {
         match &self.target {

@@ -112,6 +112,20 @@ pub enum BackendError {
         /// Why.
         reason: String,
     },
+    /// A node breaks a support rule of cuDNN that depends on the GPU or the loaded cuDNN
+    /// version (rules that depend only on shapes are the shape rule's, at compile time). Says
+    /// which rule, so it is not a bare "no plan".
+    #[error("node `{node}` ({op}) breaks cuDNN support rule `{rule}`: {message}")]
+    SupportRule {
+        /// The node.
+        node: String,
+        /// Its op's call name.
+        op: &'static str,
+        /// The rule's stable id (`sdpa.sm80`, `sdpa.fused.causal`, ...).
+        rule: &'static str,
+        /// What the rule says and what the node or target has.
+        message: String,
+    },
     /// A graph input that no node reads: cuDNN has no operation to bind it to.
     #[error("input `{tensor}` of graph `{graph}` is read by no node; remove it or use it")]
     UnusedInput {
@@ -172,6 +186,42 @@ pub enum BackendError {
         /// The candidates that were built.
         built: Vec<usize>,
     },
+    /// [`crate::backend::BuildOptions::candidate`] past the end of the candidate list.
+    #[error("candidate #{index} was asked for, but heuristics proposed {count} candidates")]
+    CandidateIndex {
+        /// The index asked for.
+        index: usize,
+        /// Candidates proposed.
+        count: usize,
+    },
+    /// Autotuning found no built candidate that executes.
+    #[error("autotuning graph `{graph}`: no built candidate executed:{}", autotune_failures(.failures))]
+    Autotune {
+        /// The graph.
+        graph: String,
+        /// Each candidate tried, with what went wrong.
+        failures: Vec<(usize, String)>,
+    },
+    /// A Rust engine registered with an id outside the Rust region, or twice.
+    #[error("engine `{name}` cannot be registered with id {id}: {reason}")]
+    EngineId {
+        /// The engine's name.
+        name: String,
+        /// The id it gave.
+        id: i64,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// A routed plan asked to do what its engine cannot (a cuDNN plan to run on host buffers).
+    #[error("graph `{graph}` was routed to {engine}, which {reason}")]
+    WrongEngine {
+        /// The graph.
+        graph: String,
+        /// The engine it was routed to.
+        engine: String,
+        /// What it cannot do.
+        reason: &'static str,
+    },
     /// cuDNN reported a value outside its documented range.
     #[error("cuDNN reported {what} = {value}, which is out of range")]
     BadValue {
@@ -206,6 +256,10 @@ fn cudnn_message(
         s += message.trim_end();
     }
     s
+}
+
+fn autotune_failures(failures: &[(usize, String)]) -> String {
+    failures.iter().map(|(i, e)| format!("\n  #{i}: {e}")).collect()
 }
 
 fn no_plan_message(graph: &str, candidates: &[Candidate], heuristics: &[HeuristicFailure]) -> String {

@@ -1,10 +1,24 @@
 //! Execution: [`ExecutionPlan::execute`] over type-erased, borrow-checked [`DeviceBuffer`]s, and
 //! [`ExecutionPlan::execute_raw`] over raw device pointers for frameworks with their own
-//! allocators. Both fill the variant pack from the layout fixed at build time; pointer arrays live
-//! on the stack for graphs of up to [`INLINE_IO`] variant-pack entries, so the hot path allocates
-//! nothing on the Rust heap.
+//! allocators, and [`ExecutionPlan::cuda_graph`], one execute recorded as a CUDA graph.
+//!
+//! The hot path is lean: the variant-pack layout (ascending uids, each I/O tensor's position,
+//! the by-value scalars' host storage) is fixed when the plan is made, pointer arrays live on the
+//! stack for graphs of up to [`INLINE_IO`] entries, and the finalized variant packs of the last
+//! [`PACK_SLOTS`] pointer sets are kept with the plan: an execute with pointers seen recently
+//! allocates nothing, hashes nothing, locks nothing and makes no descriptor call — one
+//! `cudnnBackendExecute`, as with a variant pack prebuilt by hand. New pointers cost one pack
+//! (create, set, finalize: about 1–2 µs).
+//!
+//! Threads: a plan is `Send`, not `Sync` — cuDNN documents limits on sharing execution plans
+//! across threads (PyTorch keeps its plan caches thread-local for that reason). To run one graph
+//! from several threads on different streams, give each thread its own [`Cudnn`] and its own
+//! plan, loaded from a shared [`crate::backend::PlanCache`] in about a millisecond, without
+//! heuristics or compilation.
 
+use std::cell::RefCell;
 use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::ptr;
 use std::sync::Arc;
 
@@ -19,7 +33,7 @@ use sys::cudnnBackendDescriptorType_t as K;
 use super::descriptor::{status_error, Descriptor};
 use super::lower::ALIGNMENT;
 use super::plan::ExecutionPlan;
-use super::{BackendError, Cudnn};
+use super::{BackendError, BehaviorNote, Cudnn};
 use crate::error::ArgError;
 use crate::{DataType, Element, Fp8E4M3, Fp8E5M2};
 
@@ -256,6 +270,13 @@ impl ExecutionPlan {
     /// workspace.
     pub unsafe fn execute_raw(&self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
         let (handle, _) = self.target(cudnn)?;
+        self.check_raw(io, workspace)?;
+        // SAFETY: the caller vouches for the pointers (this function's contract).
+        unsafe { self.launch(handle, io, workspace) }
+    }
+
+    /// The checks raw pointers get: count, a workspace where one is needed, alignment.
+    fn check_raw(&self, io: &[u64], workspace: u64) -> Result<(), BackendError> {
         self.check_count(io.len())?;
         if self.workspace_size() > 0 && workspace == 0 {
             return Err(BackendError::Workspace { required: self.workspace_size(), given: 0 });
@@ -266,8 +287,7 @@ impl ExecutionPlan {
                 return Err(BackendError::Misaligned { tensor, address, alignment: ALIGNMENT });
             }
         }
-        // SAFETY: the caller vouches for the pointers (this function's contract).
-        unsafe { self.launch(handle, io, workspace) }
+        Ok(())
     }
 
     /// Runs the plan on the context's stream: `io` holds the graph inputs
@@ -305,8 +325,11 @@ impl ExecutionPlan {
         self.check_count(io.len())?;
         let (graph, layout) = (self.graph(), self.layout());
         let mut ordered = Slots::new(io.len());
-        for (name, buffer) in io.iter_mut() {
-            let position = layout.io().iter().position(|id| graph.tensor(*id).name == *name);
+        for (k, (name, buffer)) in io.iter_mut().enumerate() {
+            // Buffers usually come in I/O order (the generated code passes them so): try there
+            // first, then search.
+            let at = |i: usize| layout.io().get(i).is_some_and(|id| graph.tensor(*id).name == *name);
+            let position = if at(k) { Some(k) } else { (0..layout.io().len()).find(|&i| at(i)) };
             match position.map(|i| ordered.slot(i)) {
                 Some(slot @ None) => *slot = Some(buffer),
                 _ => return Err(ArgError::Unexpected { graph: graph.name.clone(), tensor: name.to_string() }.into()),
@@ -400,12 +423,36 @@ impl ExecutionPlan {
         Ok(())
     }
 
-    /// Fills the variant pack and calls `cudnnBackendExecute`.
+    /// Executes with the variant pack for these pointers: one of the plan's cached packs when
+    /// the same pointers were used recently (no allocation, no descriptor call), else a new pack,
+    /// which then replaces the oldest cached one.
     ///
     /// # Safety
     /// As [`ExecutionPlan::execute_raw`]: `io` (in I/O order) and `workspace` must be valid for
     /// the plan on `handle`'s stream.
     unsafe fn launch(&self, handle: sys::cudnnHandle_t, io: &[u64], workspace: u64) -> Result<(), BackendError> {
+        // A plan is not `Sync`, and nothing below calls back into it, so the borrow is always
+        // free; if it were not, a pack of its own would do.
+        let Ok(mut packs) = self.packs.slots.try_borrow_mut() else {
+            let pack = self.variant_pack(io, workspace)?;
+            // SAFETY: as this function's.
+            return unsafe { self.run(handle, &pack) };
+        };
+        if let Some(pack) = packs.find(io, workspace) {
+            // SAFETY: as this function's; the pack holds exactly these pointers (and the
+            // by-value scalars' host storage, which lives as long as the plan).
+            return unsafe { self.run(handle, pack) };
+        }
+        let pack = self.variant_pack(io, workspace)?;
+        // SAFETY: as this function's.
+        unsafe { self.run(handle, &pack) }?;
+        packs.insert(io, workspace, pack);
+        Ok(())
+    }
+
+    /// A finalized variant pack: the layout's uids, `io` at their positions, the by-value
+    /// scalars' host storage, and the workspace.
+    fn variant_pack(&self, io: &[u64], workspace: u64) -> Result<Descriptor, BackendError> {
         let layout = self.layout();
         let n = layout.uids().len();
         let mut inline = [ptr::null_mut::<c_void>(); INLINE_IO];
@@ -423,11 +470,24 @@ impl ExecutionPlan {
             // cuDNN only reads by-value scalars; the plan (and so the storage) outlives the call.
             pointers[scalar.position] = scalar.host_ptr().cast_mut().cast();
         }
+        // Tensors the lowering keeps at the front of the workspace; cuDNN's own follows them.
+        for &(position, offset) in layout.workspace_tensors() {
+            pointers[position] = (workspace + offset as u64) as *mut c_void;
+        }
+        let workspace = if workspace == 0 { 0 } else { workspace + layout.workspace_prefix() as u64 };
         let mut pack = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
         pack.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, layout.uids())?;
         pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, pointers)?;
         pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
         pack.finalize()?;
+        Ok(pack)
+    }
+
+    /// `cudnnBackendExecute` of the selected plan.
+    ///
+    /// # Safety
+    /// `pack`'s pointers must be valid for the plan on `handle`'s stream.
+    unsafe fn run(&self, handle: sys::cudnnHandle_t, pack: &Descriptor) -> Result<(), BackendError> {
         // SAFETY: a live handle, a finalized plan and a finalized variant pack whose pointers the
         // callers vouch for.
         let status = unsafe { sys::cudnnBackendExecute(handle, self.plan().descriptor.as_raw(), pack.as_raw()) };
@@ -435,5 +495,219 @@ impl ExecutionPlan {
             return Err(status_error("cudnnBackendExecute", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
         }
         Ok(())
+    }
+
+    /// Records one execute of the selected plan, with these raw pointers (as
+    /// [`ExecutionPlan::execute_raw`] takes them), as a CUDA graph that [`PlanGraph::launch`]
+    /// replays on the context's stream. With [`GraphMode::Auto`], where the plan's behavior notes
+    /// include [`BehaviorNote::SupportsCudaGraphNativeApi`], cuDNN populates the graph itself
+    /// (`cudnnBackendPopulateCudaGraph`); otherwise the execute is stream-captured, which needs a
+    /// stream made with `CudaContext::new_stream` (the legacy default stream cannot be captured:
+    /// that is a [`BackendError::Driver`]).
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::execute_raw`], and the pointers must stay valid for every launch of
+    /// the returned graph (it replays them).
+    pub unsafe fn cuda_graph(
+        &self,
+        cudnn: &Cudnn,
+        io: &[u64],
+        workspace: u64,
+        mode: GraphMode,
+    ) -> Result<PlanGraph<'_>, BackendError> {
+        let (handle, _) = self.target(cudnn)?;
+        self.check_raw(io, workspace)?;
+        let native_api = self.selected().behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi);
+        let native = match mode {
+            GraphMode::Auto => native_api,
+            GraphMode::Native if !native_api => {
+                return Err(BackendError::WrongEngine {
+                    graph: self.graph().name.clone(),
+                    engine: format!("cuDNN ({})", self.selected().tag()),
+                    reason: "lacks SUPPORTS_CUDA_GRAPH_NATIVE_API: use GraphMode::Auto or GraphMode::Capture",
+                });
+            }
+            GraphMode::Native => true,
+            GraphMode::Capture => false,
+        };
+        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "recording a CUDA graph" })?.clone();
+        let driver = |call: &'static str, r: cudarc::driver::sys::CUresult| {
+            if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                Ok(())
+            } else {
+                Err(BackendError::Driver { call, message: format!("{r:?}") })
+            }
+        };
+        if native {
+            let pack = self.variant_pack(io, workspace)?;
+            let mut graph = ptr::null_mut();
+            // SAFETY: a valid out-pointer; the stream's context is current (`target`).
+            driver("cuGraphCreate", unsafe { cudarc::driver::sys::cuGraphCreate(&mut graph, 0) })?;
+            let mut handles = NativeGraph { graph, exec: ptr::null_mut(), context: stream.context().clone() };
+            // SAFETY: a live handle, plan and pack; `graph` is an empty graph of this context
+            // (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
+            let status = unsafe {
+                sys::cudnnBackendPopulateCudaGraph(handle, self.plan().descriptor.as_raw(), pack.as_raw(), graph.cast())
+            };
+            if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+                return Err(status_error(
+                    "cudnnBackendPopulateCudaGraph",
+                    status,
+                    "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR",
+                ));
+            }
+            // SAFETY: a valid out-pointer and a populated graph.
+            driver("cuGraphInstantiateWithFlags", unsafe {
+                cudarc::driver::sys::cuGraphInstantiateWithFlags(&mut handles.exec, handles.graph, 0)
+            })?;
+            return Ok(PlanGraph { kind: GraphKind::Native(handles), stream, _plan: PhantomData });
+        }
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| BackendError::Driver { call: "cuStreamBeginCapture", message: e.to_string() })?;
+        // SAFETY: as this function's.
+        let launched = unsafe { self.launch(handle, io, workspace) };
+        let captured = stream.end_capture(CUgraphInstantiate_flags(0));
+        launched?;
+        match captured {
+            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), stream, _plan: PhantomData }),
+            Ok(None) => {
+                Err(BackendError::Driver { call: "cuStreamEndCapture", message: "nothing was captured".into() })
+            }
+            Err(e) => Err(BackendError::Driver { call: "cuStreamEndCapture", message: e.to_string() }),
+        }
+    }
+}
+
+/// How [`ExecutionPlan::cuda_graph`] records an execute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GraphMode {
+    /// cuDNN's native API where the plan supports it, stream capture otherwise.
+    #[default]
+    Auto,
+    /// `cudnnBackendPopulateCudaGraph` (an error for plans without
+    /// [`BehaviorNote::SupportsCudaGraphNativeApi`]).
+    Native,
+    /// Stream capture of an ordinary execute.
+    Capture,
+}
+
+/// How many variant packs a plan keeps: callers that rotate two or three sets of buffers
+/// (double buffering) hit as often as those that reuse one.
+pub const PACK_SLOTS: usize = 4;
+
+/// The variant packs of a plan's recent executes, keyed by their pointers (I/O in I/O order,
+/// then the workspace). A pack depends only on the pointers (and the by-value scalars' storage,
+/// which the plan owns), so it is reused across [`ExecutionPlan::select`].
+pub(crate) struct PackCache {
+    slots: RefCell<PackSlots>,
+}
+
+struct PackSlots {
+    packs: [Option<CachedPack>; PACK_SLOTS],
+    next: usize,
+}
+
+struct CachedPack {
+    key: Box<[u64]>,
+    descriptor: Descriptor,
+}
+
+impl PackCache {
+    pub(crate) fn new(_io: usize) -> Self {
+        PackCache { slots: RefCell::new(PackSlots { packs: std::array::from_fn(|_| None), next: 0 }) }
+    }
+}
+
+impl std::fmt::Debug for PackCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cached = self.slots.try_borrow().map_or(0, |s| s.packs.iter().flatten().count());
+        write!(f, "PackCache({cached} of {PACK_SLOTS})")
+    }
+}
+
+impl PackSlots {
+    fn find(&self, io: &[u64], workspace: u64) -> Option<&Descriptor> {
+        self.packs.iter().flatten().find(|p| p.matches(io, workspace)).map(|p| &p.descriptor)
+    }
+
+    fn insert(&mut self, io: &[u64], workspace: u64, descriptor: Descriptor) {
+        let key = io.iter().copied().chain([workspace]).collect();
+        self.packs[self.next] = Some(CachedPack { key, descriptor });
+        self.next = (self.next + 1) % PACK_SLOTS;
+    }
+}
+
+impl CachedPack {
+    fn matches(&self, io: &[u64], workspace: u64) -> bool {
+        self.key.len() == io.len() + 1 && self.key[..io.len()] == *io && self.key[io.len()] == workspace
+    }
+}
+
+/// A CUDA graph of one execute (see [`ExecutionPlan::cuda_graph`]); it borrows the plan, whose
+/// kernels it launches. Not `Send`: CUDA graphs are not internally synchronized.
+pub struct PlanGraph<'p> {
+    kind: GraphKind,
+    stream: Arc<CudaStream>,
+    _plan: PhantomData<&'p ExecutionPlan>,
+}
+
+enum GraphKind {
+    /// Populated by cuDNN.
+    Native(NativeGraph),
+    /// Stream-captured.
+    Captured(cudarc::driver::CudaGraph),
+}
+
+struct NativeGraph {
+    graph: cudarc::driver::sys::CUgraph,
+    exec: cudarc::driver::sys::CUgraphExec,
+    context: Arc<CudaContext>,
+}
+
+impl Drop for NativeGraph {
+    fn drop(&mut self) {
+        // Nothing useful can be done with failures here.
+        let _ = self.context.bind_to_thread();
+        // SAFETY: created by cuGraphInstantiateWithFlags / cuGraphCreate, destroyed once each.
+        unsafe {
+            if !self.exec.is_null() {
+                let _ = cudarc::driver::sys::cuGraphExecDestroy(self.exec);
+            }
+            let _ = cudarc::driver::sys::cuGraphDestroy(self.graph);
+        }
+    }
+}
+
+impl std::fmt::Debug for PlanGraph<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PlanGraph({})", if self.is_native() { "populated by cuDNN" } else { "stream-captured" })
+    }
+}
+
+impl PlanGraph<'_> {
+    /// Whether cuDNN populated the graph (`cudnnBackendPopulateCudaGraph`) rather than a stream
+    /// capture.
+    pub fn is_native(&self) -> bool {
+        matches!(self.kind, GraphKind::Native(_))
+    }
+
+    /// Replays the execute on the stream it was recorded for.
+    pub fn launch(&self) -> Result<(), BackendError> {
+        let failed = |e: String| BackendError::Driver { call: "cuGraphLaunch", message: e };
+        match &self.kind {
+            GraphKind::Native(native) => {
+                native.context.bind_to_thread().map_err(|e| failed(e.to_string()))?;
+                // SAFETY: an instantiated graph of this context, launched on a live stream.
+                let r = unsafe { cudarc::driver::sys::cuGraphLaunch(native.exec, self.stream.cu_stream()) };
+                if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                    Ok(())
+                } else {
+                    Err(failed(format!("{r:?}")))
+                }
+            }
+            GraphKind::Captured(graph) => graph.launch().map_err(|e| failed(e.to_string())),
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! error messages.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use cudarc::cudnn::sys;
 use sys::cudnnBackendAttributeName_t as A;
@@ -130,10 +131,19 @@ macro_rules! notes {
         }
 
         impl $name {
-            fn from_cudnn(v: i32) -> Self {
+            pub(crate) fn from_cudnn(v: i32) -> Self {
                 match v {
                     $($value => $name::$variant,)*
                     other => $name::Other(other),
+                }
+            }
+
+            /// The note named as its [`Display`](fmt::Display) writes it (cuDNN's name without the
+            /// prefix, or `note{value}`), as plan payloads record it; `None` for anything else.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $($text => Some($name::$variant),)*
+                    other => other.strip_prefix("note")?.parse().ok().map(Self::from_cudnn),
                 }
             }
         }
@@ -197,6 +207,15 @@ pub enum Rejection {
         /// The limit.
         limit: usize,
     },
+    /// It needs more shared memory than [`crate::backend::BuildOptions::max_shared_memory_bytes`].
+    SharedMemory {
+        /// Bytes per block it needs.
+        required: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Barred by one of the note or engine filters of [`crate::backend::BuildOptions`].
+    Filtered(Filter),
     /// The same engine and knobs as an earlier candidate (heuristic modes often agree).
     Duplicate {
         /// The earlier candidate's index.
@@ -237,8 +256,54 @@ impl fmt::Display for Rejection {
             Rejection::Workspace { required, limit } => {
                 write!(f, "needs {required} bytes of workspace, over the limit of {limit}")
             }
+            Rejection::SharedMemory { required, limit } => {
+                write!(f, "needs {required} bytes of shared memory, over the limit of {limit}")
+            }
+            Rejection::Filtered(filter) => write!(f, "barred by {}: {filter}", filter.name()),
             Rejection::Duplicate { of } => write!(f, "same engine and knobs as candidate #{of}"),
             Rejection::Other { message } => f.write_str(message),
+        }
+    }
+}
+
+/// The filter of [`crate::backend::BuildOptions`] that barred a candidate, with cudnn-frontend's
+/// semantics: a `select_*` list keeps the candidates that have *all* of its notes, a `deselect_*`
+/// list drops the candidates that have *any* of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Filter {
+    /// `select_behavior_notes`: the candidate lacks this note.
+    LacksBehaviorNote(BehaviorNote),
+    /// `deselect_behavior_notes`: the candidate has this note.
+    HasBehaviorNote(BehaviorNote),
+    /// `select_numerical_notes`: the candidate lacks this note.
+    LacksNumericalNote(NumericalNote),
+    /// `deselect_numerical_notes`: the candidate has this note.
+    HasNumericalNote(NumericalNote),
+    /// `deselect_engines`: the candidate's engine is on the list.
+    DeselectedEngine(i64),
+}
+
+impl Filter {
+    /// The [`crate::backend::BuildOptions`] field that holds this filter.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Filter::LacksBehaviorNote(_) => "select_behavior_notes",
+            Filter::HasBehaviorNote(_) => "deselect_behavior_notes",
+            Filter::LacksNumericalNote(_) => "select_numerical_notes",
+            Filter::HasNumericalNote(_) => "deselect_numerical_notes",
+            Filter::DeselectedEngine(_) => "deselect_engines",
+        }
+    }
+}
+
+impl fmt::Display for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Filter::LacksBehaviorNote(n) => write!(f, "lacks behavior note {n}"),
+            Filter::HasBehaviorNote(n) => write!(f, "has behavior note {n}"),
+            Filter::LacksNumericalNote(n) => write!(f, "lacks numerical note {n}"),
+            Filter::HasNumericalNote(n) => write!(f, "has numerical note {n}"),
+            Filter::DeselectedEngine(id) => write!(f, "engine {id} is deselected"),
         }
     }
 }
@@ -247,7 +312,7 @@ impl fmt::Display for Rejection {
 #[derive(Debug, Clone, PartialEq)]
 pub enum CandidateState {
     /// Not tried: an earlier candidate was built and [`crate::backend::BuildOptions::build_all`]
-    /// is off.
+    /// is off, or [`crate::backend::BuildOptions::candidate`] asked for another one.
     Untried,
     /// Built into an execution plan.
     Built,
@@ -350,32 +415,105 @@ impl fmt::Display for HeuristicFailure {
 #[derive(Debug)]
 pub(crate) struct Config {
     pub(crate) descriptor: Descriptor,
+    /// Descriptors the config was made from (engine, knob choices), kept alive with it.
+    pub(crate) parts: Vec<Descriptor>,
     pub(crate) candidate: Candidate,
 }
 
+/// What [`query`] found, and how long its two halves took.
+#[derive(Debug)]
+pub(crate) struct Query {
+    pub(crate) configs: Vec<Config>,
+    pub(crate) failures: Vec<HeuristicFailure>,
+    /// The heuristic queries themselves.
+    pub(crate) heuristics: Duration,
+    /// Describing each config (engine, knobs, notes, workspace: cuDNN's support check without
+    /// compiling).
+    pub(crate) check_support: Duration,
+}
+
 /// Queries every mode in order; a failing mode is recorded, not fatal.
-pub(crate) fn query(
-    cudnn: &Cudnn,
-    operation_graph: &Descriptor,
-    modes: &[HeuristicMode],
-) -> (Vec<Config>, Vec<HeuristicFailure>) {
-    let mut configs: Vec<Config> = Vec::new();
-    let mut failures = Vec::new();
+pub(crate) fn query(cudnn: &Cudnn, operation_graph: &Descriptor, modes: &[HeuristicMode]) -> Query {
+    let mut q =
+        Query { configs: Vec::new(), failures: Vec::new(), heuristics: Duration::ZERO, check_support: Duration::ZERO };
     for &mode in modes {
-        match query_mode(cudnn, operation_graph, mode) {
+        let start = Instant::now();
+        let found = query_mode(cudnn, operation_graph, mode);
+        q.heuristics += start.elapsed();
+        match found {
             Ok(found) => {
+                let start = Instant::now();
                 for descriptor in found {
-                    let mut candidate = describe(&descriptor, configs.len(), Some(mode));
-                    if let Some(first) = configs.iter().find(|c| c.candidate.same_config(&candidate)) {
+                    let mut candidate = describe(&descriptor, q.configs.len(), Some(mode));
+                    if let Some(first) = q.configs.iter().find(|c| c.candidate.same_config(&candidate)) {
                         candidate.state = CandidateState::Rejected(Rejection::Duplicate { of: first.candidate.index });
                     }
-                    configs.push(Config { descriptor, candidate });
+                    q.configs.push(Config { descriptor, parts: Vec::new(), candidate });
                 }
+                q.check_support += start.elapsed();
             }
-            Err(e) => failures.push(HeuristicFailure { mode, reason: Rejection::from_error(e) }),
+            Err(e) => q.failures.push(HeuristicFailure { mode, reason: Rejection::from_error(e) }),
         }
     }
-    (configs, failures)
+    q
+}
+
+/// The engine config `engine` with exactly `knobs`, made without heuristics (cudnn-frontend's
+/// `create_execution_plan(engine_id, knobs)`), described like a heuristic candidate; a config
+/// cuDNN refuses is the rejected candidate, saying why.
+pub(crate) fn explicit(
+    cudnn: &Cudnn,
+    operation_graph: &Descriptor,
+    engine: i64,
+    knobs: &[Knob],
+) -> Result<Config, Box<Candidate>> {
+    let mut parts = Vec::new();
+    let made = (|| -> Result<Descriptor, BackendError> {
+        let mut e = Descriptor::new(K::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+        e.set_descriptors(A::CUDNN_ATTR_ENGINE_OPERATION_GRAPH, &[operation_graph])?;
+        e.set_i64s(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX, &[engine])?;
+        if let Binding::DeviceProperties(properties) = cudnn.binding() {
+            e.set_descriptors(A::CUDNN_ATTR_ENGINE_DEVICEPROP, &[properties])?;
+        }
+        e.finalize()?;
+        let mut choices = Vec::with_capacity(knobs.len());
+        for k in knobs {
+            let mut c = Descriptor::new(K::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)?;
+            let kind = u32::try_from(k.kind)
+                .map_err(|_| BackendError::BadValue { what: "a knob type", value: i64::from(k.kind) })?;
+            c.set_enum(A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, T::CUDNN_TYPE_KNOB_TYPE, kind)?;
+            c.set_i64s(A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, &[k.value])?;
+            c.finalize()?;
+            choices.push(c);
+        }
+        let mut config = Descriptor::new(K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)?;
+        config.set_descriptors(A::CUDNN_ATTR_ENGINECFG_ENGINE, &[&e])?;
+        if !choices.is_empty() {
+            let refs: Vec<&Descriptor> = choices.iter().collect();
+            config.set_descriptors(A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, &refs)?;
+        }
+        config.finalize()?;
+        parts.push(e);
+        parts.extend(choices);
+        Ok(config)
+    })();
+    match made {
+        Ok(descriptor) => {
+            let candidate = describe(&descriptor, 0, None);
+            Ok(Config { descriptor, parts, candidate })
+        }
+        Err(e) => Err(Box::new(Candidate {
+            index: 0,
+            mode: None,
+            engine_id: Some(engine),
+            knobs: knobs.to_vec(),
+            numerical_notes: Vec::new(),
+            behavior_notes: Vec::new(),
+            workspace_bytes: None,
+            shared_memory_bytes: None,
+            state: CandidateState::Rejected(Rejection::from_error(e)),
+        })),
+    }
 }
 
 fn query_mode(

@@ -11,7 +11,8 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::context::Binding;
-use super::descriptor::{Descriptor, Label};
+pub(crate) use super::descriptor::Descriptor;
+use super::descriptor::Label;
 use super::{BackendError, Cudnn};
 use crate::ir::{Graph, Node, Tensor};
 use crate::ops::Op;
@@ -28,7 +29,52 @@ pub(crate) const ALIGNMENT: u64 = 16;
 #[derive(Debug)]
 pub(crate) struct LoweredGraph {
     pub(crate) operation_graph: Descriptor,
+    /// Tensors the lowering added that the variant pack binds (see [`internals`]).
+    pub(crate) internals: Internals,
     _parts: Vec<Descriptor>,
+}
+
+/// Tensors a lowering adds beyond the graph's own that the variant pack must bind: by-value
+/// scalars (attention's scale and mask constants) and device tensors that live at the front of
+/// the workspace (attention backward's softmax sums and dQ accumulator, as cudnn-frontend's
+/// "fe workspace"). cuDNN's own workspace follows them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Internals {
+    /// By-value scalars: uid, type, value.
+    pub(crate) scalars: Vec<(i64, DataType, f64)>,
+    /// Workspace tensors: uid and byte offset into the workspace.
+    pub(crate) workspace: Vec<(i64, usize)>,
+    /// Bytes of workspace they take (a multiple of 256), before cuDNN's own.
+    pub(crate) workspace_bytes: usize,
+}
+
+impl Internals {
+    /// Appends `other`, its workspace tensors placed after these.
+    pub(crate) fn extend(&mut self, other: Internals) {
+        self.scalars.extend(other.scalars);
+        let base = self.workspace_bytes;
+        self.workspace.extend(other.workspace.into_iter().map(|(uid, offset)| (uid, base + offset)));
+        self.workspace_bytes += other.workspace_bytes;
+    }
+}
+
+/// The first uid a lowering may give a tensor of its own: one past the graph's largest.
+fn first_free_uid(graph: &Graph) -> i64 {
+    graph.tensors.iter().map(|t| t.uid).max().unwrap_or(0).max(0) + 1
+}
+
+/// The [`Internals`] that lowering `graph` for `cudnn` adds, without lowering it (a plan loaded
+/// from JSON needs them for its variant pack). The same function decides them for
+/// [`lower`], so the two always agree.
+pub(crate) fn internals(graph: &Graph, cudnn: &Cudnn) -> Result<Internals, BackendError> {
+    let mut next_uid = first_free_uid(graph);
+    let mut all = Internals::default();
+    for node in &graph.nodes {
+        if let Op::Sdpa(op) = &node.op {
+            all.extend(crate::ops::sdpa::lower::internals(op, node, graph, cudnn, &mut next_uid)?.1);
+        }
+    }
+    Ok(all)
 }
 
 /// One node's operation descriptor and the descriptors it refers to (matmul, pointwise or
@@ -50,6 +96,16 @@ impl NodeCx<'_> {
     /// A new descriptor whose errors name this node.
     pub(crate) fn descriptor(&self, kind: K) -> Result<Descriptor, BackendError> {
         Descriptor::labelled(kind, Label { node: Some(self.node.name.clone()), tensor: None })
+    }
+
+    /// The node being lowered.
+    pub(crate) fn node(&self) -> &Node {
+        self.node
+    }
+
+    /// The graph it belongs to.
+    pub(crate) fn graph(&self) -> &Graph {
+        self.graph
     }
 
     /// The type the node computes in.
@@ -78,6 +134,11 @@ impl NodeCx<'_> {
     /// The rank input `port` has in the graph (before padding to [`MIN_RANK`]).
     pub(crate) fn input_rank(&self, port: usize) -> usize {
         self.node.inputs.get(port).and_then(|id| self.graph.tensors.get(id.0)).map_or(0, |t| t.dims.len())
+    }
+
+    /// The element type of input `port`, if the node has that input.
+    pub(crate) fn input_data_type(&self, port: usize) -> Option<DataType> {
+        self.node.inputs.get(port).and_then(|id| self.graph.tensors.get(id.0)).map(|t| t.data_type)
     }
 
     /// A [`BackendError::Unsupported`] about this node.
@@ -140,6 +201,8 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
     let mut tensors: Vec<Option<Descriptor>> = std::iter::repeat_with(|| None).take(graph.tensors.len()).collect();
     let mut operations = Vec::with_capacity(graph.nodes.len());
     let mut parts = Vec::new();
+    let mut next_uid = first_free_uid(graph);
+    let mut internals = Internals::default();
     for node in &graph.nodes {
         // Each tensor is described where it is first used, so its errors name that node.
         for id in node.inputs.iter().chain(&node.outputs) {
@@ -159,6 +222,15 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
             Op::Matmul(op) => crate::ops::matmul::lower::lower(op, &cx)?,
             Op::Pointwise(op) => crate::ops::pointwise::lower::lower(op, &cx)?,
             Op::Reduction(op) => crate::ops::reduction::lower::lower(op, &cx)?,
+            Op::Norm(op) => crate::ops::norm::lower::lower(op, &cx)?,
+            // A subgraph of operations (composite) or one (fused), with tensors of its own.
+            Op::Sdpa(op) => {
+                let sub = crate::ops::sdpa::lower::lower(op, &cx, cudnn, &mut next_uid)?;
+                operations.extend(sub.operations);
+                parts.extend(sub.parts);
+                internals.extend(sub.internals);
+                continue;
+            }
         };
         operations.push(lowered.operation);
         parts.extend(lowered.parts);
@@ -176,7 +248,7 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
     operation_graph.finalize()?;
     parts.extend(operations);
     parts.extend(tensors.into_iter().flatten());
-    Ok(LoweredGraph { operation_graph, _parts: parts })
+    Ok(LoweredGraph { operation_graph, internals, _parts: parts })
 }
 
 #[cfg(test)]

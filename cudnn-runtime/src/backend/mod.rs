@@ -14,17 +14,25 @@
 //!    [`ExecutionPlan::execute_raw`] with raw device pointers.
 //! 4. [`ExecutionPlan::json`] / [`ExecutionPlan::from_json`]: cuDNN's serialized plan, e.g.
 //!    compiled deviceless in CI and executed on the GPU.
+//! 5. Speed: [`autotune`] times every built candidate and selects the fastest; a [`PlanCache`]
+//!    (in memory, optionally on disk) makes warm starts skip heuristics and compilation; the
+//!    [`engine`] module routes graphs across cuDNN and engines written in Rust (the CPU
+//!    reference among them).
 //!
 //! Inside, the layers are cudarc's: `sys` → `descriptor.rs` (one RAII descriptor type, one typed
 //! setter/getter per attribute type, every failing status a [`BackendError::Cudnn`] carrying
 //! `cudnnGetLastErrorString`) → these types.
 //!
 //! Threads: [`Cudnn`] and [`ExecutionPlan`] are `Send` but not `Sync` (a cuDNN handle must not be
-//! used by two threads at once); a plan keeps the handle (or device properties) it was made with
-//! alive.
+//! used by two threads at once, and cuDNN limits sharing plans across threads); a plan keeps the
+//! handle (or device properties) it was made with alive. [`PlanCache`] is `Sync`: threads share
+//! it and each loads its own plan for its own `Cudnn`.
 
+mod autotune;
+mod cache;
 mod context;
 mod descriptor;
+pub mod engine;
 mod error;
 mod execute;
 mod heuristics;
@@ -36,11 +44,14 @@ mod plan;
 /// version.
 pub use cudarc;
 
+pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
+pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport};
 pub use context::Cudnn;
+pub use engine::{Engine, EngineId, Router};
 pub use error::{BackendError, Status};
-pub use execute::{DeviceBuffer, InputBuffer, OutputBuffer, INLINE_IO};
+pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
 pub use heuristics::{
-    BehaviorNote, Candidate, CandidateState, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
+    BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
 };
 pub use library::libraries_present;
-pub use plan::{BuildOptions, ByValueScalar, ExecutionPlan, VariantLayout};
+pub use plan::{BuildOptions, BuildTimings, ByValueScalar, EngineConfig, ExecutionPlan, VariantLayout};

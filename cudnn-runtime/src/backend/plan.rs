@@ -8,33 +8,261 @@ use sys::cudnnBackendDescriptorType_t as K;
 
 use super::context::{Anchor, Binding};
 use super::descriptor::Descriptor;
-use super::heuristics::{self, Candidate, CandidateState, HeuristicMode, Rejection};
+use std::time::{Duration, Instant};
+
+use super::execute::PackCache;
+use super::heuristics::{
+    self, BehaviorNote, Candidate, CandidateState, Config, Filter, HeuristicMode, Knob, NumericalNote, Rejection,
+};
 use super::lower::{self, LoweredGraph};
 use super::{BackendError, Cudnn};
 use crate::ir::{Graph, TensorId};
 use crate::{DataType, Fp8E4M3, Fp8E5M2};
 
-/// How [`ExecutionPlan::build`] chooses a plan.
+/// How [`ExecutionPlan::build`] chooses a plan: which heuristics to ask, which candidates to
+/// bar, and how many plans to build.
+///
+/// The filters have cudnn-frontend's semantics: a `select_*` list keeps only the candidates that
+/// have **all** of its notes; a `deselect_*` list drops every candidate that has **any** of them.
+/// A barred candidate is [`CandidateState::Rejected`] with [`Rejection::Filtered`] naming the
+/// filter, so [`ExecutionPlan::candidates`] (or [`BackendError::NoPlan`]) says why it was not
+/// used.
+///
+/// ```
+/// use cudnn_runtime::backend::{BehaviorNote, BuildOptions, HeuristicMode, NumericalNote};
+/// // Deterministic, no runtime compilation, tensor cores, at most 1 MiB of workspace; every
+/// // candidate that passes is built (for autotuning).
+/// let options = BuildOptions::default()
+///     .modes(&[HeuristicMode::A, HeuristicMode::B, HeuristicMode::Fallback])
+///     .deterministic()
+///     .no_runtime_compilation()
+///     .tensor_cores()
+///     .workspace_limit(1 << 20)
+///     .all_plans();
+/// assert_eq!(options.deselect_numerical_notes, [NumericalNote::Nondeterministic]);
+/// assert_eq!(options.deselect_behavior_notes, [BehaviorNote::RuntimeCompilation]);
+/// assert_eq!(options.select_numerical_notes, [NumericalNote::TensorCore]);
+/// assert!(options.build_all);
+/// // The defaults: modes A then fallback, no filter, the first plan that builds.
+/// assert_eq!(BuildOptions::default().heuristics, [HeuristicMode::A, HeuristicMode::Fallback]);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildOptions {
     /// Heuristic modes to query, in order; their engine configs are concatenated into one
-    /// candidate list.
+    /// candidate list. Ignored when [`BuildOptions::engine`] is set.
     pub heuristics: Vec<HeuristicMode>,
     /// Candidates needing more workspace are rejected (checked before compiling where cuDNN can
     /// tell, after otherwise).
     pub max_workspace_bytes: Option<usize>,
     /// Build every viable candidate (for autotuning) instead of stopping at the first.
     pub build_all: bool,
+    /// Keep only candidates having **all** of these behavior notes.
+    pub select_behavior_notes: Vec<BehaviorNote>,
+    /// Drop candidates having **any** of these behavior notes (e.g.
+    /// [`BehaviorNote::RuntimeCompilation`]: no NVRTC compile at build time).
+    pub deselect_behavior_notes: Vec<BehaviorNote>,
+    /// Keep only candidates having **all** of these numerical notes (e.g.
+    /// [`NumericalNote::TensorCore`]).
+    pub select_numerical_notes: Vec<NumericalNote>,
+    /// Drop candidates having **any** of these numerical notes (e.g.
+    /// [`NumericalNote::Nondeterministic`]: deterministic results only).
+    pub deselect_numerical_notes: Vec<NumericalNote>,
+    /// Drop candidates of these cuDNN engine ids.
+    pub deselect_engines: Vec<i64>,
+    /// Candidates reported to need more shared memory per block are rejected (where cuDNN cannot
+    /// tell without compiling, the candidate passes).
+    pub max_shared_memory_bytes: Option<usize>,
+    /// Build exactly this engine config instead of asking heuristics (cudnn-frontend's
+    /// `create_execution_plan(engine_id, knobs)`); the filters still apply to it.
+    pub engine: Option<EngineConfig>,
+    /// Build only the candidate at this index of the (concatenated) candidate list; the others
+    /// stay [`CandidateState::Untried`]. Filters still apply to it.
+    pub candidate: Option<usize>,
 }
 
 impl Default for BuildOptions {
-    /// Modes A then fallback, no workspace limit, first plan that builds.
+    /// Modes A then fallback, no filter or limit, first plan that builds.
     fn default() -> Self {
         BuildOptions {
             heuristics: vec![HeuristicMode::A, HeuristicMode::Fallback],
             max_workspace_bytes: None,
             build_all: false,
+            select_behavior_notes: Vec::new(),
+            deselect_behavior_notes: Vec::new(),
+            select_numerical_notes: Vec::new(),
+            deselect_numerical_notes: Vec::new(),
+            deselect_engines: Vec::new(),
+            max_shared_memory_bytes: None,
+            engine: None,
+            candidate: None,
         }
+    }
+}
+
+fn push_unique<T: PartialEq>(list: &mut Vec<T>, item: T) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
+}
+
+impl BuildOptions {
+    /// Heuristic modes to query, in this order.
+    pub fn modes(mut self, modes: &[HeuristicMode]) -> Self {
+        self.heuristics = modes.to_vec();
+        self
+    }
+
+    /// Build every candidate that passes the filters (for [`crate::backend::autotune`]).
+    pub fn all_plans(mut self) -> Self {
+        self.build_all = true;
+        self
+    }
+
+    /// Deterministic engines only: deselects [`NumericalNote::Nondeterministic`].
+    pub fn deterministic(self) -> Self {
+        self.deselect_numerical(NumericalNote::Nondeterministic)
+    }
+
+    /// No runtime compilation at build time: deselects [`BehaviorNote::RuntimeCompilation`].
+    pub fn no_runtime_compilation(self) -> Self {
+        self.deselect_behavior(BehaviorNote::RuntimeCompilation)
+    }
+
+    /// Tensor-core engines only: selects [`NumericalNote::TensorCore`].
+    pub fn tensor_cores(self) -> Self {
+        self.select_numerical(NumericalNote::TensorCore)
+    }
+
+    /// Keep only candidates having `note` (and every other selected behavior note).
+    pub fn select_behavior(mut self, note: BehaviorNote) -> Self {
+        push_unique(&mut self.select_behavior_notes, note);
+        self
+    }
+
+    /// Drop candidates having `note`.
+    pub fn deselect_behavior(mut self, note: BehaviorNote) -> Self {
+        push_unique(&mut self.deselect_behavior_notes, note);
+        self
+    }
+
+    /// Keep only candidates having `note` (and every other selected numerical note).
+    pub fn select_numerical(mut self, note: NumericalNote) -> Self {
+        push_unique(&mut self.select_numerical_notes, note);
+        self
+    }
+
+    /// Drop candidates having `note`.
+    pub fn deselect_numerical(mut self, note: NumericalNote) -> Self {
+        push_unique(&mut self.deselect_numerical_notes, note);
+        self
+    }
+
+    /// Drop candidates of cuDNN engine `id`.
+    pub fn deselect_engine(mut self, id: i64) -> Self {
+        push_unique(&mut self.deselect_engines, id);
+        self
+    }
+
+    /// At most `bytes` of workspace.
+    pub fn workspace_limit(mut self, bytes: usize) -> Self {
+        self.max_workspace_bytes = Some(bytes);
+        self
+    }
+
+    /// At most `bytes` of shared memory per block.
+    pub fn shared_memory_limit(mut self, bytes: usize) -> Self {
+        self.max_shared_memory_bytes = Some(bytes);
+        self
+    }
+
+    /// Build exactly engine `id` with `knobs`, without heuristics.
+    pub fn engine_config(mut self, id: i64, knobs: &[Knob]) -> Self {
+        self.engine = Some(EngineConfig { id, knobs: knobs.to_vec() });
+        self
+    }
+
+    /// Build only candidate `index` of the heuristics' list.
+    pub fn candidate_index(mut self, index: usize) -> Self {
+        self.candidate = Some(index);
+        self
+    }
+
+    /// The first filter that bars `candidate` before anything is compiled: the note filters in
+    /// field order, the engine list, then the shared-memory and workspace limits (where cuDNN
+    /// reported the sizes).
+    pub fn bars(&self, candidate: &Candidate) -> Option<Rejection> {
+        if let Some(f) = self.bars_notes(candidate.engine_id, &candidate.behavior_notes, &candidate.numerical_notes) {
+            return Some(Rejection::Filtered(f));
+        }
+        if let (Some(required), Some(limit)) = (candidate.shared_memory_bytes, self.max_shared_memory_bytes) {
+            if required > limit {
+                return Some(Rejection::SharedMemory { required, limit });
+            }
+        }
+        match (candidate.workspace_bytes, self.max_workspace_bytes) {
+            (Some(required), Some(limit)) if required > limit => Some(Rejection::Workspace { required, limit }),
+            _ => None,
+        }
+    }
+
+    /// The first note or engine filter that bars an engine with these notes.
+    pub fn bars_notes(
+        &self,
+        engine: Option<i64>,
+        behavior: &[BehaviorNote],
+        numerical: &[NumericalNote],
+    ) -> Option<Filter> {
+        if let Some(n) = self.select_behavior_notes.iter().find(|n| !behavior.contains(n)) {
+            return Some(Filter::LacksBehaviorNote(*n));
+        }
+        if let Some(n) = self.deselect_behavior_notes.iter().find(|n| behavior.contains(n)) {
+            return Some(Filter::HasBehaviorNote(*n));
+        }
+        if let Some(n) = self.select_numerical_notes.iter().find(|n| !numerical.contains(n)) {
+            return Some(Filter::LacksNumericalNote(*n));
+        }
+        if let Some(n) = self.deselect_numerical_notes.iter().find(|n| numerical.contains(n)) {
+            return Some(Filter::HasNumericalNote(*n));
+        }
+        match engine {
+            Some(id) if self.deselect_engines.contains(&id) => Some(Filter::DeselectedEngine(id)),
+            _ => None,
+        }
+    }
+}
+
+/// An engine config named explicitly: cuDNN's global engine index and knob choices (a
+/// [`Candidate`]'s `engine_id` and `knobs`, e.g. from an earlier build or an autotune table).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EngineConfig {
+    /// cuDNN's global engine index.
+    pub id: i64,
+    /// The knob choices; knobs left out take the engine's defaults.
+    pub knobs: Vec<Knob>,
+}
+
+/// Where [`ExecutionPlan::build`] spent its time, phase by phase (cudnn-frontend's pipeline).
+/// For a plan from [`ExecutionPlan::from_json`], only `validate` and `plan_build` (loading the
+/// plan) are non-zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BuildTimings {
+    /// [`Graph::validate`].
+    pub validate: Duration,
+    /// Lowering to a finalized cuDNN operation graph.
+    pub lower: Duration,
+    /// The heuristic queries.
+    pub heuristics: Duration,
+    /// Describing each candidate without compiling (engine, knobs, notes, workspace) and
+    /// filtering.
+    pub check_support: Duration,
+    /// Finalizing execution plans (compiling, for runtime-compiled engines).
+    pub plan_build: Duration,
+}
+
+impl BuildTimings {
+    /// The sum of the phases.
+    pub fn total(&self) -> Duration {
+        self.validate + self.lower + self.heuristics + self.check_support + self.plan_build
     }
 }
 
@@ -57,7 +285,7 @@ pub struct ByValueScalar {
 }
 
 impl ByValueScalar {
-    fn new(uid: i64, position: usize, data_type: DataType, value: f64) -> Self {
+    pub(crate) fn new(uid: i64, position: usize, data_type: DataType, value: f64) -> Self {
         let mut b = [0u8; 8];
         let n = data_type.size_bytes();
         let bytes: [u8; 8] = match data_type {
@@ -101,32 +329,68 @@ pub struct VariantLayout {
     outputs_from: usize,
     io_positions: Vec<usize>,
     scalars: Vec<ByValueScalar>,
+    /// Tensors the lowering placed in the workspace: position in `uids`, byte offset.
+    workspace_tensors: Vec<(usize, usize)>,
+    /// Bytes of workspace those take, before cuDNN's own.
+    workspace_bytes: usize,
 }
 
 impl VariantLayout {
+    #[cfg(test)]
     pub(crate) fn new(graph: &Graph) -> Self {
+        Self::with_internals(graph, &lower::Internals::default())
+    }
+
+    /// The layout of `graph` plus the tensors its lowering adds (by-value constants, workspace
+    /// tensors).
+    pub(crate) fn with_internals(graph: &Graph, internals: &lower::Internals) -> Self {
         let inputs = graph.inputs();
         let outputs_from = inputs.len();
         let io: Vec<TensorId> = inputs.into_iter().chain(graph.outputs()).collect();
         enum Slot {
             Io(usize),
             Scalar(DataType, f64),
+            Workspace(usize),
         }
         let mut slots: Vec<(i64, Slot)> =
             io.iter().enumerate().map(|(i, id)| (graph.tensor(*id).uid, Slot::Io(i))).collect();
         slots.extend(
             graph.tensors.iter().filter_map(|t| t.pass_by_value.map(|v| (t.uid, Slot::Scalar(t.data_type, v)))),
         );
+        slots.extend(internals.scalars.iter().map(|&(uid, dt, v)| (uid, Slot::Scalar(dt, v))));
+        slots.extend(internals.workspace.iter().map(|&(uid, offset)| (uid, Slot::Workspace(offset))));
         slots.sort_by_key(|(uid, _)| *uid);
         let mut io_positions = vec![0; io.len()];
         let mut scalars = Vec::new();
+        let mut workspace_tensors = Vec::new();
         for (position, (uid, slot)) in slots.iter().enumerate() {
             match *slot {
                 Slot::Io(i) => io_positions[i] = position,
                 Slot::Scalar(dt, v) => scalars.push(ByValueScalar::new(*uid, position, dt, v)),
+                Slot::Workspace(offset) => workspace_tensors.push((position, offset)),
             }
         }
-        VariantLayout { uids: slots.iter().map(|(uid, _)| *uid).collect(), io, outputs_from, io_positions, scalars }
+        VariantLayout {
+            uids: slots.iter().map(|(uid, _)| *uid).collect(),
+            io,
+            outputs_from,
+            io_positions,
+            scalars,
+            workspace_tensors,
+            workspace_bytes: internals.workspace_bytes,
+        }
+    }
+
+    /// Tensors the lowering placed at the front of the workspace (attention backward's softmax
+    /// sums and dQ accumulator): their positions in [`VariantLayout::uids`] and byte offsets.
+    pub fn workspace_tensors(&self) -> &[(usize, usize)] {
+        &self.workspace_tensors
+    }
+
+    /// Bytes at the front of the workspace that [`VariantLayout::workspace_tensors`] take;
+    /// cuDNN's own workspace starts after them.
+    pub fn workspace_prefix(&self) -> usize {
+        self.workspace_bytes
     }
 
     /// Every uid of the variant pack, ascending.
@@ -161,8 +425,9 @@ pub(crate) struct BuiltPlan {
     pub(crate) candidate: usize,
     pub(crate) descriptor: Descriptor,
     pub(crate) workspace: usize,
-    // The engine config the plan was made from, kept alive with it.
+    // The engine config the plan was made from (and what it was made from), kept alive with it.
     _config: Descriptor,
+    _parts: Vec<Descriptor>,
 }
 
 /// A graph planned by cuDNN: ready to execute (online) or to serialize (either).
@@ -178,6 +443,7 @@ pub(crate) struct BuiltPlan {
 /// let cudnn = Cudnn::deviceless(&std::fs::read_to_string("tests/fixtures/h200-devprop.json")?)?;
 /// let plan = ExecutionPlan::build(&cudnn, &g.build()?, &BuildOptions::default())?;
 /// println!("{} ({} bytes of workspace)", plan.selected(), plan.workspace_size());
+/// println!("built in {:?}", plan.timings().total());
 /// let json = plan.json()?; // load it on the GPU with ExecutionPlan::from_json
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -188,8 +454,11 @@ pub struct ExecutionPlan {
     built: Vec<BuiltPlan>,
     selected: usize,
     layout: VariantLayout,
-    // Fields drop in order: plans and configs, then the operation graph they refer to, then the
-    // handle or device properties everything was made with.
+    timings: BuildTimings,
+    // Variant packs of recent executes (a pack does not depend on the plan, only on pointers).
+    pub(crate) packs: PackCache,
+    // Fields drop in order: packs, plans and configs, then the operation graph they refer to,
+    // then the handle or device properties everything was made with.
     //
     // The operation graph and its parts (`None` for a plan loaded from JSON, which carries its
     // own).
@@ -199,20 +468,58 @@ pub struct ExecutionPlan {
 }
 
 impl ExecutionPlan {
-    /// Validates `graph`, lowers it, queries heuristics and builds the first candidate cuDNN
-    /// accepts (or every one, with `build_all`). Fails with [`BackendError::NoPlan`], listing
-    /// every candidate and why it was rejected, when none is accepted.
+    /// Validates `graph`, lowers it, queries heuristics (or makes [`BuildOptions::engine`]),
+    /// filters the candidates and builds the first one cuDNN accepts (or every one, with
+    /// `build_all`; or only [`BuildOptions::candidate`]). Fails with [`BackendError::NoPlan`],
+    /// listing every candidate and why it was rejected, when none is built.
     pub fn build(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> crate::Result<ExecutionPlan> {
+        let mut timings = BuildTimings::default();
+        let start = Instant::now();
         graph.validate()?;
+        timings.validate = start.elapsed();
+        let start = Instant::now();
         let lowered = lower::lower(graph, cudnn)?;
-        let (configs, failures) = heuristics::query(cudnn, &lowered.operation_graph, &options.heuristics);
-        let mut candidates = Vec::with_capacity(configs.len());
+        timings.lower = start.elapsed();
+        let mut candidates = Vec::new();
+        let (configs, failures) = match &options.engine {
+            Some(engine) => {
+                let start = Instant::now();
+                let made = heuristics::explicit(cudnn, &lowered.operation_graph, engine.id, &engine.knobs);
+                timings.check_support = start.elapsed();
+                match made {
+                    Ok(config) => (vec![config], Vec::new()),
+                    Err(rejected) => {
+                        candidates.push(*rejected);
+                        (Vec::new(), Vec::new())
+                    }
+                }
+            }
+            None => {
+                let q = heuristics::query(cudnn, &lowered.operation_graph, &options.heuristics);
+                timings.heuristics = q.heuristics;
+                timings.check_support = q.check_support;
+                (q.configs, q.failures)
+            }
+        };
+        if let Some(index) = options.candidate {
+            if index >= configs.len().max(candidates.len()) {
+                return Err(BackendError::CandidateIndex { index, count: configs.len().max(candidates.len()) }.into());
+            }
+        }
         let mut built: Vec<BuiltPlan> = Vec::new();
-        for config in configs {
-            let mut candidate = config.candidate;
+        for Config { descriptor, parts, mut candidate } in configs {
+            let start = Instant::now();
+            if candidate.state == CandidateState::Untried {
+                if let Some(r) = options.bars(&candidate) {
+                    candidate.state = CandidateState::Rejected(r);
+                }
+            }
+            timings.check_support += start.elapsed();
+            let wanted = options.candidate.is_none_or(|i| i == candidate.index);
             let stop = !options.build_all && !built.is_empty();
-            if candidate.state == CandidateState::Untried && !stop {
-                candidate.state = match try_build(cudnn, config.descriptor, &candidate, options) {
+            if candidate.state == CandidateState::Untried && wanted && !stop {
+                let start = Instant::now();
+                candidate.state = match try_build(cudnn, descriptor, parts, &candidate, options) {
                     Ok(plan) => {
                         candidate.workspace_bytes = Some(plan.workspace);
                         built.push(plan);
@@ -220,18 +527,22 @@ impl ExecutionPlan {
                     }
                     Err(r) => CandidateState::Rejected(r),
                 };
+                timings.plan_build += start.elapsed();
             }
             candidates.push(candidate);
         }
         if built.is_empty() {
             return Err(BackendError::NoPlan { graph: graph.name.clone(), candidates, heuristics: failures }.into());
         }
+        let layout = VariantLayout::with_internals(graph, &lowered.internals);
         Ok(ExecutionPlan {
-            layout: VariantLayout::new(graph),
+            packs: PackCache::new(layout.io().len()),
+            layout,
             graph: graph.clone(),
             candidates,
             built,
             selected: 0,
+            timings,
             _lowered: Some(lowered),
             anchor: cudnn.anchor(),
         })
@@ -242,7 +553,11 @@ impl ExecutionPlan {
     /// layout and the checks of [`ExecutionPlan::execute`]. Needs the cuDNN version that wrote
     /// the JSON.
     pub fn from_json(cudnn: &Cudnn, graph: Graph, json: &str) -> crate::Result<ExecutionPlan> {
+        let mut timings = BuildTimings::default();
+        let start = Instant::now();
         graph.validate()?;
+        timings.validate = start.elapsed();
+        let start = Instant::now();
         let mut plan = Descriptor::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
         plan.set_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, json)?;
         // Finalizing with neither a handle nor device properties crashes cuDNN; a `Cudnn` always
@@ -262,13 +577,16 @@ impl ExecutionPlan {
         let mut candidate = heuristics::describe(&config, 0, None);
         candidate.workspace_bytes = Some(workspace);
         candidate.state = CandidateState::Built;
-        let layout = VariantLayout::new(&graph);
+        timings.plan_build = start.elapsed();
+        let layout = VariantLayout::with_internals(&graph, &lower::internals(&graph, cudnn)?);
         Ok(ExecutionPlan {
             graph,
             candidates: vec![candidate],
-            built: vec![BuiltPlan { candidate: 0, descriptor: plan, workspace, _config: config }],
+            built: vec![BuiltPlan { candidate: 0, descriptor: plan, workspace, _config: config, _parts: Vec::new() }],
             selected: 0,
+            packs: PackCache::new(layout.io().len()),
             layout,
+            timings,
             _lowered: None,
             anchor: cudnn.anchor(),
         })
@@ -313,9 +631,27 @@ impl ExecutionPlan {
         }
     }
 
-    /// Workspace bytes the selected plan needs at execute.
+    /// Where building (or loading) this plan spent its time.
+    pub fn timings(&self) -> &BuildTimings {
+        &self.timings
+    }
+
+    /// The raw `cudnnBackendDescriptor_t` of the selected execution plan, for measuring against
+    /// raw `cudnnBackendExecute` and for interop. It stays valid while this plan lives and the
+    /// selection does not change; never destroy or modify it.
+    pub fn raw_descriptor(&self) -> sys::cudnnBackendDescriptor_t {
+        self.plan().descriptor.as_raw()
+    }
+
+    /// Workspace bytes the largest built plan needs: enough for any [`ExecutionPlan::select`].
+    pub fn max_workspace_size(&self) -> usize {
+        self.built.iter().map(|b| b.workspace).max().unwrap_or(0) + self.layout.workspace_prefix()
+    }
+
+    /// Workspace bytes the selected plan needs at execute: cuDNN's, after the tensors the
+    /// lowering keeps at the front of the workspace ([`VariantLayout::workspace_prefix`]).
     pub fn workspace_size(&self) -> usize {
-        self.plan().workspace
+        self.plan().workspace + self.layout.workspace_prefix()
     }
 
     /// The variant-pack layout.
@@ -344,6 +680,7 @@ impl ExecutionPlan {
 fn try_build(
     cudnn: &Cudnn,
     config: Descriptor,
+    parts: Vec<Descriptor>,
     candidate: &Candidate,
     options: &BuildOptions,
 ) -> Result<BuiltPlan, Rejection> {
@@ -371,7 +708,7 @@ fn try_build(
     if let Some(r) = over(workspace) {
         return Err(r);
     }
-    Ok(BuiltPlan { candidate: candidate.index, descriptor: plan, workspace, _config: config })
+    Ok(BuiltPlan { candidate: candidate.index, descriptor: plan, workspace, _config: config, _parts: parts })
 }
 
 fn workspace_of(plan: &Descriptor) -> Result<usize, BackendError> {
@@ -411,6 +748,77 @@ mod tests {
         assert_eq!(s.data_type, DataType::F32);
         assert_eq!(s.bytes(), &0.5f32.to_ne_bytes());
         assert_eq!(s.host_ptr() as usize % 8, 0);
+    }
+
+    fn candidate(engine: i64, behavior: &[BehaviorNote], numerical: &[NumericalNote]) -> Candidate {
+        Candidate {
+            index: 0,
+            mode: Some(HeuristicMode::A),
+            engine_id: Some(engine),
+            knobs: Vec::new(),
+            numerical_notes: numerical.to_vec(),
+            behavior_notes: behavior.to_vec(),
+            workspace_bytes: Some(1024),
+            shared_memory_bytes: Some(48 << 10),
+            state: CandidateState::Untried,
+        }
+    }
+
+    #[test]
+    fn select_keeps_all_listed_notes_deselect_drops_any() {
+        use BehaviorNote::{CublasltDependency as Cublaslt, RuntimeCompilation as Rtc};
+        use NumericalNote::{Nondeterministic as Nondet, TensorCore as Tc};
+        let both = candidate(1, &[Rtc, Cublaslt], &[Tc]);
+        let rtc_only = candidate(2, &[Rtc], &[Tc, Nondet]);
+        let plain = candidate(3, &[], &[]);
+        let select = BuildOptions::default().select_behavior(Rtc).select_behavior(Cublaslt);
+        assert_eq!(select.bars(&both), None);
+        assert_eq!(select.bars(&rtc_only), Some(Rejection::Filtered(Filter::LacksBehaviorNote(Cublaslt))));
+        assert_eq!(select.bars(&plain), Some(Rejection::Filtered(Filter::LacksBehaviorNote(Rtc))));
+        let deselect = BuildOptions::default().deselect_behavior(Cublaslt).deselect_behavior(Rtc);
+        assert_eq!(deselect.bars(&both), Some(Rejection::Filtered(Filter::HasBehaviorNote(Cublaslt))));
+        assert_eq!(deselect.bars(&rtc_only), Some(Rejection::Filtered(Filter::HasBehaviorNote(Rtc))));
+        assert_eq!(deselect.bars(&plain), None);
+        let det = BuildOptions::default().deterministic().tensor_cores();
+        assert_eq!(det.bars(&both), None);
+        assert_eq!(det.bars(&rtc_only), Some(Rejection::Filtered(Filter::HasNumericalNote(Nondet))));
+        assert_eq!(det.bars(&plain), Some(Rejection::Filtered(Filter::LacksNumericalNote(Tc))));
+        assert_eq!(
+            BuildOptions::default().deselect_engine(2).bars(&rtc_only),
+            Some(Rejection::Filtered(Filter::DeselectedEngine(2)))
+        );
+        let caps = BuildOptions::default().shared_memory_limit(32 << 10);
+        assert_eq!(caps.bars(&plain), Some(Rejection::SharedMemory { required: 48 << 10, limit: 32 << 10 }));
+        assert_eq!(
+            BuildOptions::default().workspace_limit(512).bars(&plain),
+            Some(Rejection::Workspace { required: 1024, limit: 512 })
+        );
+        // Unknown sizes pass; building decides (workspace) or nothing can (shared memory).
+        let unknown = Candidate { workspace_bytes: None, shared_memory_bytes: None, ..plain.clone() };
+        assert_eq!(caps.workspace_limit(0).bars(&unknown), None);
+        // The builders do not repeat a note.
+        assert_eq!(BuildOptions::default().deterministic().deterministic().deselect_numerical_notes, [Nondet]);
+        assert_eq!(
+            Rejection::Filtered(Filter::HasBehaviorNote(Rtc)).to_string(),
+            "barred by deselect_behavior_notes: has behavior note RUNTIME_COMPILATION"
+        );
+        assert_eq!(
+            Rejection::SharedMemory { required: 10, limit: 4 }.to_string(),
+            "needs 10 bytes of shared memory, over the limit of 4"
+        );
+    }
+
+    #[test]
+    fn notes_read_back_from_their_names() {
+        for n in [NumericalNote::TensorCore, NumericalNote::WinogradTile4x4, NumericalNote::Other(42)] {
+            assert_eq!(NumericalNote::from_name(&n.to_string()), Some(n));
+        }
+        for n in [BehaviorNote::RuntimeCompilation, BehaviorNote::SupportsCudaGraphNativeApi, BehaviorNote::Other(9)] {
+            assert_eq!(BehaviorNote::from_name(&n.to_string()), Some(n));
+        }
+        assert_eq!(BehaviorNote::from_name("note3"), Some(BehaviorNote::SupportsCudaGraphNativeApi));
+        assert_eq!(BehaviorNote::from_name("FAST"), None);
+        assert_eq!(NumericalNote::from_name("notex"), None);
     }
 
     #[test]

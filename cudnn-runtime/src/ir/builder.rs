@@ -121,6 +121,34 @@ impl GraphBuilder {
         Ok(self)
     }
 
+    /// Lays a tensor out with its dims in memory order `order` (outermost first), packed: a logical
+    /// `[B, H, S, D]` tensor stored BSHD is `order = [0, 2, 1, 3]`.
+    ///
+    /// ```
+    /// use cudnn_runtime::{DataType, GraphBuilder};
+    /// let mut g = GraphBuilder::new("g");
+    /// let q = g.input("q", DataType::F16, &[2, 4, 8, 16]).unwrap();
+    /// g.set_dim_order(q, &[0, 2, 1, 3]).unwrap();
+    /// let y = g.op("identity", &[q.into()], &[]).unwrap()[0];
+    /// g.output(y, "y", DataType::F16).unwrap();
+    /// assert_eq!(g.build().unwrap().tensors[0].strides, vec![512, 16, 64, 1]);
+    /// ```
+    pub fn set_dim_order(&mut self, id: TensorId, order: &[usize]) -> Result<&mut Self, GraphError> {
+        let t = self.get(id)?;
+        let mut sorted = order.to_vec();
+        sorted.sort_unstable();
+        if sorted != (0..t.dims.len()).collect::<Vec<_>>() {
+            return Err(GraphError::BadOrder { tensor: t.name.clone(), rank: t.dims.len(), order: order.to_vec() });
+        }
+        let mut strides = vec![0; t.dims.len()];
+        let mut next = 1i64;
+        for &axis in order.iter().rev() {
+            strides[axis] = next;
+            next *= t.dims[axis].max(1);
+        }
+        self.set_strides(id, &strides)
+    }
+
     /// Sets a tensor's uid (user-set values win over assignment).
     pub fn set_uid(&mut self, id: TensorId, uid: i64) -> Result<&mut Self, GraphError> {
         let name = self.get(id)?.name.clone();
@@ -166,6 +194,7 @@ impl GraphBuilder {
             return Err(GraphError::DuplicateName { name: node.to_string() });
         }
         let sig = op.signature();
+        let ports = op.inputs();
         let rank = inputs
             .iter()
             .find_map(|o| match o {
@@ -181,11 +210,11 @@ impl GraphBuilder {
                     ids.push(t);
                 }
                 Operand::Scalar(v) => {
-                    if !sig.inputs.get(i).is_some_and(|p| p.scalar_ok) {
+                    if !ports.get(i).is_some_and(|p| p.scalar_ok) {
                         return Err(GraphError::ScalarNotAllowed {
                             node: node.to_string(),
                             op: sig.name,
-                            port: sig.inputs.get(i).map_or("?", |p| p.name),
+                            port: ports.get(i).map_or("?", |p| p.name),
                         });
                     }
                     let dt = self.context.compute_data_type;
@@ -213,7 +242,7 @@ impl GraphBuilder {
         let outs = op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
             node: node.to_string(),
             op: sig.name,
-            port: source.arg.map(|a| sig.inputs[a].name),
+            port: source.arg.and_then(|a| ports.get(a).map(|p| p.name)),
             source,
         })?;
         let mut out_ids = Vec::with_capacity(outs.len());

@@ -239,7 +239,7 @@ impl Graph {
             let inferred = node.op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
                 node: node.name.clone(),
                 op: node.op.call_name(),
-                port: source.arg.map(|a| node.op.signature().inputs[a].name),
+                port: source.arg.and_then(|a| node.op.inputs().get(a).map(|p| p.name)),
                 source,
             })?;
             if inferred.len() != node.outputs.len() {

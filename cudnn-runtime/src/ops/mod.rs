@@ -14,12 +14,16 @@ use crate::dim::{shape_string, Dim, DimCx};
 use crate::DataType;
 
 pub mod matmul;
+pub mod norm;
 pub mod pointwise;
 pub mod reduction;
+pub mod sdpa;
 
 pub use matmul::Matmul;
+pub use norm::{Norm, NormKind, NormMode, NormPhase};
 pub use pointwise::{Pointwise, PointwiseMode};
 pub use reduction::{Reduction, ReductionMode};
+pub use sdpa::{Alignment, Implementation, Sdpa, SdpaPass};
 
 /// One operation of a graph.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +38,12 @@ pub enum Op {
     /// Reduction over chosen dims (reduced dims become 1).
     #[serde(rename = "REDUCTION")]
     Reduction(Reduction),
+    /// A normalization (layer, RMS, batch, instance norm, their backward ops, genstats).
+    #[serde(rename = "NORM")]
+    Norm(Norm),
+    /// Scaled dot-product attention, forward or backward.
+    #[serde(rename = "SDPA")]
+    Sdpa(Sdpa),
 }
 
 /// How a port is fed.
@@ -142,6 +152,10 @@ pub enum Family {
     Pointwise(PointwiseMode),
     /// [`Reduction`] with this mode.
     Reduction(ReductionMode),
+    /// [`Norm`] of this kind.
+    Norm(NormKind),
+    /// [`Sdpa`], this pass.
+    Sdpa(SdpaPass),
 }
 
 /// The signature of an op callable by name: what the macro checks arity and attributes against.
@@ -167,6 +181,12 @@ pub fn lookup(name: &str) -> Option<OpSignature> {
     if let Some(mode) = PointwiseMode::from_name(name) {
         return Some(mode.signature());
     }
+    if let Some(kind) = NormKind::from_name(name) {
+        return Some(kind.signature());
+    }
+    if let Some(pass) = SdpaPass::from_name(name) {
+        return Some(pass.signature());
+    }
     ReductionMode::from_name(name).map(ReductionMode::signature)
 }
 
@@ -175,6 +195,8 @@ pub fn all_names() -> impl Iterator<Item = &'static str> {
     std::iter::once(matmul::NAME)
         .chain(PointwiseMode::ALL.iter().map(|m| m.name()))
         .chain(ReductionMode::ALL.iter().map(|m| m.name()))
+        .chain(NormKind::ALL.iter().map(|k| k.name()))
+        .chain(SdpaPass::ALL.iter().map(|p| p.name()))
 }
 
 /// The closest known op name to a misspelled one, if any is close.
@@ -330,7 +352,6 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    #[allow(dead_code)] // first used by the convolution, norm and attention families
     pub(crate) fn bool(&self, name: &str) -> Option<bool> {
         match self.get(name)? {
             AttrValue::Bool(v) => Some(*v),
@@ -338,7 +359,6 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    #[allow(dead_code)] // first used by the convolution, norm and attention families
     pub(crate) fn name(&self, name: &str) -> Option<&str> {
         match self.get(name)? {
             AttrValue::Name(v) => Some(v),
@@ -458,6 +478,27 @@ pub enum ShapeErrorKind {
         /// What it takes.
         expected: &'static str,
     },
+    /// A port whose dims the op's rule does not accept (a norm's SCALE, epsilon, statistics).
+    #[error("`{op}` port {port} must be {expected}, found {found}")]
+    PortShape {
+        /// The op.
+        op: &'static str,
+        /// The port.
+        port: &'static str,
+        /// What it must be, with the shapes it follows from.
+        expected: String,
+        /// What it is.
+        found: String,
+    },
+    /// A rule of an op about its ports' dims and types or its attributes, in words that name
+    /// the ports and shapes (attention's head dims, GQA heads, masks).
+    #[error("`{op}`: {rule}")]
+    Rule {
+        /// The op.
+        op: &'static str,
+        /// What the rule says and what was given.
+        rule: String,
+    },
     /// An axis outside the tensor.
     #[error("`{op}` axis {axis} is out of range for rank {rank}")]
     Axis {
@@ -549,6 +590,8 @@ impl Op {
             Family::Matmul => Op::Matmul(Matmul::from_attrs(&attrs)),
             Family::Pointwise(mode) => Op::Pointwise(Pointwise::from_attrs(mode, &attrs)),
             Family::Reduction(mode) => Op::Reduction(Reduction::from_attrs(mode, &attrs)),
+            Family::Norm(kind) => Op::Norm(Norm::from_attrs(kind, &attrs)),
+            Family::Sdpa(pass) => Op::Sdpa(Sdpa::from_attrs(pass, &attrs)),
         })
     }
 
@@ -563,13 +606,29 @@ impl Op {
             Op::Matmul(_) => Vec::new(),
             Op::Pointwise(p) => p.call_attrs(),
             Op::Reduction(r) => r.call_attrs(),
+            Op::Norm(n) => n.call_attrs(),
+            Op::Sdpa(a) => a.call_attrs(),
         }
     }
 
     /// The outputs this op instance produces, in order. Usually the signature's; an op whose
     /// attributes decide its outputs (a norm's training phase adds statistics) narrows them.
     pub fn outputs(&self) -> Vec<&'static str> {
-        self.signature().outputs.to_vec()
+        match self {
+            Op::Norm(n) => n.outputs().to_vec(),
+            Op::Sdpa(a) => a.outputs(),
+            _ => self.signature().outputs.to_vec(),
+        }
+    }
+
+    /// The inputs this op instance takes, in order. Usually the signature's; an op whose
+    /// attributes decide its inputs (attention's bias, sequence lengths, dropout seed) narrows
+    /// them. Positional arguments, graph nodes and JSON ports follow this list.
+    pub fn inputs(&self) -> Vec<PortSpec> {
+        match self {
+            Op::Sdpa(a) => a.inputs(),
+            _ => self.signature().inputs.to_vec(),
+        }
     }
 
     /// This op's signature.
@@ -578,6 +637,8 @@ impl Op {
             Op::Matmul(_) => matmul::signature(),
             Op::Pointwise(p) => p.mode.signature(),
             Op::Reduction(r) => r.mode.signature(),
+            Op::Norm(n) => n.kind.signature(),
+            Op::Sdpa(a) => a.pass.signature(),
         }
     }
 
@@ -588,16 +649,19 @@ impl Op {
         cx: &mut impl DimCx<D>,
     ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         let sig = self.signature();
-        if inputs.len() != sig.inputs.len() {
+        let expected = self.inputs().len();
+        if inputs.len() != expected {
             return Err(ShapeError {
                 arg: None,
-                kind: Box::new(ShapeErrorKind::Arity { op: sig.name, expected: sig.inputs.len(), found: inputs.len() }),
+                kind: Box::new(ShapeErrorKind::Arity { op: sig.name, expected, found: inputs.len() }),
             });
         }
         match self {
             Op::Matmul(m) => m.infer(inputs, cx).map(|o| vec![o]),
             Op::Pointwise(p) => p.infer(inputs, cx).map(|o| vec![o]),
             Op::Reduction(r) => r.infer(inputs).map(|o| vec![o]),
+            Op::Norm(n) => n.infer(inputs, cx),
+            Op::Sdpa(a) => a.infer(inputs, cx),
         }
     }
 
@@ -607,6 +671,8 @@ impl Op {
             Op::Matmul(m) => vec![m.reference(inputs[0], inputs[1])],
             Op::Pointwise(p) => vec![p.reference(inputs)],
             Op::Reduction(r) => vec![r.reference(inputs[0])],
+            Op::Norm(n) => n.reference(inputs),
+            Op::Sdpa(a) => a.reference(inputs),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! (Pointwise modes and port names live with the op definitions: `PointwiseMode::cudnn_name`,
 //! `PortSpec::name`.)
 
-use crate::ops::{PointwiseMode, ReductionMode};
+use crate::ops::{NormKind, PointwiseMode, ReductionMode};
 use crate::DataType;
 
 /// The `json_version` we write: cudnn-frontend 1.32's (captured from it on an H200: `tensors` is
@@ -88,12 +88,41 @@ pub(crate) const POINTWISE_FIELDS: [&str; 8] = [
 /// `Reduction_attributes`'s own fields.
 pub(crate) const REDUCTION_FIELDS: [&str; 2] = ["is_deterministic", "mode"];
 
+/// The normalizations' own fields: the forward phase (`Layernorm_attributes`, `Rmsnorm_attributes`,
+/// `Instancenorm_attributes`) and batch norm's peer statistics (`Batchnorm_attributes`,
+/// `Batchnorm_backward_attributes`).
+pub(crate) const NORM_PHASE_FIELD: &str = "forward_phase";
+pub(crate) const NORM_PEER_STATS_FIELD: &str = "peer_stats";
+
 /// Node tags.
 pub(crate) const TAG_MATMUL: &str = "MATMUL";
 pub(crate) const TAG_POINTWISE: &str = "POINTWISE";
 pub(crate) const TAG_REDUCTION: &str = "REDUCTION";
+/// The normalizations' tags (`NormKind::frontend_tag`; `RMS_NORM` is `rmsnorm` or `rmsnorm_bias`).
+pub(crate) const NORM_TAGS: [&str; 10] = [
+    "LAYER_NORM",
+    "RMS_NORM",
+    "BATCHNORM",
+    "BATCHNORM_INFERENCE",
+    "INSTANCE_NORM",
+    "GENSTATS",
+    "LAYER_NORM_BPROP",
+    "RMS_NORM_BPROP",
+    "DBN",
+    "INSTANCE_NORM_BPROP",
+];
 /// The tags this reader supports.
 pub(crate) const TAGS: [&str; 3] = [TAG_MATMUL, TAG_POINTWISE, TAG_REDUCTION];
+
+/// The normalization a cudnn-frontend norm tag reads to; `RMS_NORM` reads to `rmsnorm_bias` when
+/// the node has a BIAS input (`has_bias`).
+pub(crate) fn norm_kind_of_tag(tag: &str, has_bias: bool) -> Option<NormKind> {
+    match tag {
+        "RMS_NORM" if has_bias => Some(NormKind::RmsNormBias),
+        "RMS_NORM" => Some(NormKind::RmsNorm),
+        _ => NormKind::ALL.iter().copied().find(|k| k.frontend_tag() == tag),
+    }
+}
 
 /// cudnn-frontend's `DataType_t` spelling of an IR data type.
 pub(crate) const fn data_type_name(d: DataType) -> &'static str {
@@ -228,6 +257,16 @@ mod tests {
         }
         assert!(matches!(parse_data_type("INT4"), DataTypeName::Unsupported));
         assert!(matches!(parse_data_type("float"), DataTypeName::Unknown));
+    }
+
+    #[test]
+    fn norm_tags_are_cudnn_frontends() {
+        for &kind in NormKind::ALL {
+            let tag = kind.frontend_tag();
+            assert!(NORM_TAGS.contains(&tag), "{kind:?}");
+            assert_eq!(norm_kind_of_tag(tag, kind == NormKind::RmsNormBias), Some(kind));
+        }
+        assert_eq!(norm_kind_of_tag("ADALAYER_NORM", false), None);
     }
 
     #[test]

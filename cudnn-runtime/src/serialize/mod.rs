@@ -56,6 +56,7 @@ mod layout;
 #[cfg(feature = "cudnn")]
 pub mod plan;
 mod read;
+mod sdpa;
 mod write;
 
 pub use error::SerializeError;

@@ -18,10 +18,11 @@ use super::layout::{
     JSON_VERSIONS, MATMUL_FIELDS, NODE_FIELDS, POINTWISE_FIELDS, POINTWISE_FLOAT_FIELDS, REDUCTION_FIELDS, TAGS,
     TAG_MATMUL, TAG_POINTWISE, TAG_REDUCTION, TENSOR_FIELDS, TOP_FIELDS,
 };
+use super::layout::{norm_kind_of_tag, NORM_PEER_STATS_FIELD, NORM_PHASE_FIELD, NORM_TAGS};
 use super::{SerializeError, MAX_NODES, MAX_RANK, MAX_TENSORS};
 use crate::dim::{shape_string, Concrete};
 use crate::error::GraphError;
-use crate::ops::{matmul, AttrValue, Op, PointwiseMode, TensorMeta};
+use crate::ops::{matmul, AttrValue, Norm, NormKind, NormPhase, Op, PointwiseMode, TensorMeta};
 use crate::{Context, DataType, Graph, Node, Tensor, TensorId};
 
 type Result<T> = std::result::Result<T, SerializeError>;
@@ -262,7 +263,7 @@ enum FrontendScalar {
 }
 
 /// An f32 written in cudnn-frontend's hex encoding, or as a plain number.
-fn f32_value(v: &Json, path: &str) -> Result<f32> {
+pub(crate) fn f32_value(v: &Json, path: &str) -> Result<f32> {
     match v {
         Json::Str(s) => hex_to_f32(s).ok_or_else(|| SerializeError::BadFloat {
             path: path.to_string(),
@@ -417,7 +418,12 @@ fn read_nodes(top: &Obj<'_>, cx: &RawContext, tensors: &[RawTensor]) -> Result<V
 /// An op, or a cudnn-frontend reduction whose `dims` must wait for its input's dims.
 enum PendingOp {
     Ready(Op),
-    Reduction { call: &'static str },
+    Reduction {
+        call: &'static str,
+    },
+    /// An attention node read from cudnn-frontend's fields alone: a scale equal (as an f32) to
+    /// the default for Q's head dim reads as the default.
+    Attention(crate::ops::Sdpa),
 }
 
 /// A cudnn-frontend attribute value as written (f32 fields keep their bits for comparison).
@@ -425,6 +431,26 @@ enum PendingOp {
 enum FrontendAttr {
     Int(i64),
     F32(f32),
+    /// An enum field, as the DSL spells it (a norm's `forward_phase`).
+    Name(&'static str),
+    /// Told by the ports (an RMS-norm backward with a DBIAS output).
+    Bool(bool),
+}
+
+/// The DSL attributes that cudnn-frontend's fields set.
+fn frontend_call_attrs(attrs: &FrontendAttrs) -> Vec<(String, AttrValue)> {
+    attrs
+        .iter()
+        .map(|(_, dsl, v)| {
+            let v = match v {
+                FrontendAttr::Int(x) => AttrValue::Int(*x),
+                FrontendAttr::F32(x) => AttrValue::Float(f64::from(*x)),
+                FrontendAttr::Name(x) => AttrValue::Name(x.to_string()),
+                FrontendAttr::Bool(x) => AttrValue::Bool(*x),
+            };
+            (dsl.to_string(), v)
+        })
+        .collect()
 }
 
 /// A cudnn-frontend attribute: its field, the DSL attribute it sets, its value.
@@ -533,12 +559,113 @@ fn read_family(n: &Obj<'_>, label: &str, tag: &str) -> Result<Family> {
                 pointwise: None,
             })
         }
+        tag if NORM_TAGS.contains(&tag) => read_norm_family(n, tag),
+        super::sdpa::TAG_FORWARD | super::sdpa::TAG_BACKWARD => read_sdpa_family(n, tag),
         other => Err(SerializeError::UnknownTag {
             node: label.to_string(),
             tag: other.to_string(),
-            supported: TAGS.to_vec(),
+            supported: TAGS
+                .iter()
+                .chain(&NORM_TAGS)
+                .chain(&[super::sdpa::TAG_FORWARD, super::sdpa::TAG_BACKWARD])
+                .copied()
+                .collect(),
         }),
     }
+}
+
+/// A normalization node: `forward_phase` gives the phase (cudnn-frontend requires it), an
+/// `RMS_NORM` with a BIAS input is `rmsnorm_bias`, an `RMS_NORM_BPROP` with a DBIAS output has
+/// `dbias = true`; batch norm needs its running statistics and no peer statistics.
+fn read_norm_family(n: &Obj<'_>, tag: &str) -> Result<Family> {
+    let has_port = |field: &str, port: &str| -> Result<bool> {
+        Ok(n.opt_obj(field)?.and_then(|p| p.get(port)).is_some_and(|v| !matches!(v, Json::Null)))
+    };
+    let unknown = || SerializeError::UnknownEnum { path: n.field_path("tag"), kind: "tag", value: tag.to_string() };
+    let kind = norm_kind_of_tag(tag, has_port("inputs", "BIAS")?).ok_or_else(unknown)?;
+    let batch = matches!(kind, NormKind::BatchNorm | NormKind::BatchNormBackward);
+    let own: Vec<&'static str> = [(kind.takes_phase(), NORM_PHASE_FIELD), (batch, NORM_PEER_STATS_FIELD)]
+        .into_iter()
+        .filter_map(|(has, field)| has.then_some(field))
+        .collect();
+    deny_unknown_node_fields(n, &own)?;
+    let mut norm = Norm::new(kind);
+    let mut attrs: FrontendAttrs = Vec::new();
+    if kind.takes_phase() {
+        let path = n.field_path(NORM_PHASE_FIELD);
+        let name = match n.get(NORM_PHASE_FIELD) {
+            None | Some(Json::Null) => return Err(SerializeError::MissingField { path }),
+            Some(Json::Str(s)) => s,
+            Some(other) => return Err(wrong_type(&path, "a string", other)),
+        };
+        norm.phase = NormPhase::from_frontend_name(name).ok_or_else(|| SerializeError::UnknownEnum {
+            path,
+            kind: "norm forward phase",
+            value: name.clone(),
+        })?;
+        attrs.push((NORM_PHASE_FIELD, "phase", FrontendAttr::Name(norm.phase.name())));
+    }
+    if batch {
+        let path = n.field_path(NORM_PEER_STATS_FIELD);
+        match n.get(NORM_PEER_STATS_FIELD) {
+            None | Some(Json::Null) => {}
+            Some(Json::Arr(peers)) if peers.is_empty() => {}
+            Some(Json::Arr(_)) => {
+                return Err(SerializeError::Unsupported { path, feature: "batch norm peer statistics".into() })
+            }
+            Some(other) => return Err(wrong_type(&path, "an array", other)),
+        }
+    }
+    if kind == NormKind::BatchNorm && !has_port("inputs", "PREV_RUNNING_MEAN")? {
+        return Err(SerializeError::Unsupported {
+            path: n.field_path("inputs"),
+            feature: "batch norm without running statistics (PREV_RUNNING_MEAN, PREV_RUNNING_VAR, MOMENTUM)".into(),
+        });
+    }
+    if kind == NormKind::RmsNormBackward && has_port("outputs", "DBIAS")? {
+        norm.dbias = true;
+        attrs.push(("outputs", "dbias", FrontendAttr::Bool(true)));
+    }
+    let sig = kind.signature();
+    Ok(Family {
+        call: sig.name,
+        inputs: sig.inputs.iter().map(|p| p.name).collect(),
+        outputs: norm.outputs(),
+        // cudnn-frontend wires DLN's epsilon only for cuDNN < 8.9.6.
+        unsupported_ports: if kind == NormKind::LayerNormBackward { &["EPSILON"] } else { &[] },
+        attrs,
+        pointwise: None,
+    })
+}
+
+/// An attention node (`SDPA`, `SDPA_BWD`): its fields and which optional ports it has decide
+/// the attributes, and those decide the ports (`Sdpa::inputs`).
+fn read_sdpa_family(n: &Obj<'_>, tag: &str) -> Result<Family> {
+    use super::sdpa::Read;
+    let (pass, fields) = super::sdpa::read_fields(n, tag)?;
+    let attrs: FrontendAttrs = fields
+        .into_iter()
+        .map(|(field, dsl, v)| {
+            let v = match v {
+                Read::Int(x) => FrontendAttr::Int(x),
+                Read::F32(x) => FrontendAttr::F32(x),
+                Read::Bool(x) => FrontendAttr::Bool(x),
+                Read::Name(x) => FrontendAttr::Name(x),
+            };
+            (field, dsl, v)
+        })
+        .collect();
+    let op = Op::from_call(pass.name(), &frontend_call_attrs(&attrs))
+        .map_err(|source| SerializeError::Attr { node: n.path().to_string(), source })?;
+    let Op::Sdpa(sdpa) = &op else { unreachable!("an attention call makes an attention op") };
+    Ok(Family {
+        call: pass.name(),
+        inputs: sdpa.inputs().iter().map(|p| p.name).collect(),
+        outputs: sdpa.output_ports(),
+        unsupported_ports: super::sdpa::UNSUPPORTED_PORTS,
+        attrs,
+        pointwise: None,
+    })
 }
 
 /// Resolves a port map to tensor positions, in port order.
@@ -703,24 +830,38 @@ fn read_node(index: usize, value: &Json, cx: &RawContext, by_key: &HashMap<&str,
                     });
                 }
             }
-            PendingOp::Ready(
-                Op::from_call(family.call, &ext)
-                    .map_err(|source| SerializeError::Attr { node: label.clone(), source })?,
-            )
+            let op = Op::from_call(family.call, &ext)
+                .map_err(|source| SerializeError::Attr { node: label.clone(), source })?;
+            let sdpa = matches!(tag, super::sdpa::TAG_FORWARD | super::sdpa::TAG_BACKWARD);
+            if sdpa
+                && (op.inputs().iter().map(|p| p.name).ne(family.inputs.iter().copied())
+                    || op.outputs() != family.outputs)
+            {
+                // The exact attributes must ask for the ports the node has.
+                return Err(SerializeError::ExtensionMismatch { path: ext_path, field: n.field_path("inputs") });
+            }
+            if NORM_TAGS.contains(&tag) {
+                // cudnn-frontend's fields (the phase, the DBIAS port) are authoritative.
+                let fe = Op::from_call(family.call, &frontend_call_attrs(&family.attrs))
+                    .map_err(|source| SerializeError::Attr { node: label.clone(), source })?;
+                if fe != op {
+                    let field = family.attrs.first().map_or("tag", |a| a.0);
+                    return Err(SerializeError::ExtensionMismatch { path: ext_path, field: n.field_path(field) });
+                }
+            }
+            PendingOp::Ready(op)
         }
         None if tag == TAG_REDUCTION => PendingOp::Reduction { call: family.call },
+        None if matches!(tag, super::sdpa::TAG_FORWARD | super::sdpa::TAG_BACKWARD) => {
+            match Op::from_call(family.call, &frontend_call_attrs(&family.attrs))
+                .map_err(|source| SerializeError::Attr { node: label.clone(), source })?
+            {
+                Op::Sdpa(a) => PendingOp::Attention(a),
+                other => PendingOp::Ready(other),
+            }
+        }
         None => {
-            let attrs: Vec<(String, AttrValue)> = family
-                .attrs
-                .iter()
-                .map(|(_, dsl, v)| {
-                    let v = match v {
-                        FrontendAttr::Int(x) => AttrValue::Int(*x),
-                        FrontendAttr::F32(x) => AttrValue::Float(f64::from(*x)),
-                    };
-                    (dsl.to_string(), v)
-                })
-                .collect();
+            let attrs = frontend_call_attrs(&family.attrs);
             PendingOp::Ready(
                 Op::from_call(family.call, &attrs)
                     .map_err(|source| SerializeError::Attr { node: label.clone(), source })?,
@@ -761,6 +902,10 @@ fn fill_in(cx: &RawContext, raw: &mut [RawTensor], nodes: Vec<RawNode>) -> Resul
         let dims_of = |ids: &[usize]| ids.first().and_then(|&i| raw.get(i)).map(|t| t.dims.clone()).unwrap_or_default();
         let op = match n.op {
             PendingOp::Ready(ref op) => op.clone(),
+            PendingOp::Attention(ref a) => {
+                let d_qk = dims_of(&n.inputs).get(3).copied().unwrap_or(0);
+                Op::Sdpa(a.clone().default_scale_folded(d_qk))
+            }
             PendingOp::Reduction { call } => {
                 let (x, y) = (dims_of(&n.inputs), dims_of(&n.outputs));
                 let dims = reduced_dims(&x, &y).ok_or_else(|| SerializeError::ReductionDims {
@@ -788,7 +933,7 @@ fn fill_in(cx: &RawContext, raw: &mut [RawTensor], nodes: Vec<RawNode>) -> Resul
             let inferred = op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
                 node: n.name.clone(),
                 op: op.call_name(),
-                port: source.arg.and_then(|a| op.signature().inputs.get(a).map(|p| p.name)),
+                port: source.arg.and_then(|a| op.inputs().get(a).map(|p| p.name)),
                 source,
             })?;
             for (&o, meta) in n.outputs.iter().zip(inferred) {

@@ -8,7 +8,8 @@
 use super::float::{f32_to_hex, f64_to_hex};
 use super::json::Json;
 use super::layout::{data_type_name, ScalarKind, EXT, FORMAT, JSON_VERSION, TAG_MATMUL, TAG_POINTWISE, TAG_REDUCTION};
-use crate::ops::{AttrValue, Op};
+use super::layout::{NORM_PEER_STATS_FIELD, NORM_PHASE_FIELD};
+use crate::ops::{AttrValue, NormKind, Op};
 use crate::{Graph, Node, Tensor, TensorId};
 
 /// An object with members sorted by key.
@@ -125,13 +126,14 @@ fn f32_field(v: Option<f64>) -> Json {
 }
 
 fn node_json(g: &Graph, n: &Node) -> Json {
-    let sig = n.op.signature();
-    let input_names: Vec<&'static str> = sig.inputs.iter().map(|p| p.name).collect();
+    // The instance's ports (an op whose attributes add ports has more than its first few).
+    let input_names: Vec<&'static str> = n.op.inputs().iter().map(|p| p.name).collect();
+    let output_names = n.op.outputs();
     let mut members = vec![
         ("compute_data_type", Json::str(data_type_name(n.compute_data_type))),
         ("inputs", ports(g, &input_names, &n.inputs)),
         ("name", Json::str(&n.name)),
-        ("outputs", ports(g, sig.outputs, &n.outputs)),
+        ("outputs", ports(g, &output_names, &n.outputs)),
     ];
     match &n.op {
         Op::Matmul(_) => {
@@ -158,6 +160,16 @@ fn node_json(g: &Graph, n: &Node) -> Json {
                 ("tag", Json::str(TAG_REDUCTION)),
             ]);
         }
+        Op::Norm(norm) => {
+            if norm.kind.takes_phase() {
+                members.push((NORM_PHASE_FIELD, Json::str(norm.phase.frontend_name())));
+            }
+            if matches!(norm.kind, NormKind::BatchNorm | NormKind::BatchNormBackward) {
+                members.push((NORM_PEER_STATS_FIELD, Json::Arr(Vec::new())));
+            }
+            members.push(("tag", Json::str(norm.kind.frontend_tag())));
+        }
+        Op::Sdpa(a) => members.extend(super::sdpa::frontend_fields(g, n, a)),
     }
     // The call's attributes exactly: floats as f64 bits (cudnn-frontend keeps f32), and what it
     // has no field for (a reduction's dims, as written).

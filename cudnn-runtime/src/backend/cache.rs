@@ -1,0 +1,567 @@
+//! [`PlanCache`]: built plans kept as payloads, so that a warm start skips heuristics and
+//! compilation entirely and only asks cuDNN to load the plan (about a millisecond).
+//!
+//! **Keys.** A [`PlanKey`] is (graph fingerprint, runtime-dim binding, SM, cuDNN version):
+//! [`crate::Graph::fingerprint`] covers the concrete dims, strides and types, the binding names the
+//! `graph!` type's runtime dims (`M = 192`), and plans load only into the SM and the exact cuDNN
+//! version that made them. The [`BuildOptions`] are not part of the key: an entry is used only if
+//! its selected engine passes the options' note and engine filters and workspace limit (checked
+//! against the engine recorded in the payload), otherwise the lookup is a miss and the new plan
+//! replaces the entry. ([`BuildOptions::candidate`] and the shared-memory limit are not
+//! recorded, so they are not checked.)
+//!
+//! **Threads.** Plans are `Send` but not `Sync`, and cuDNN limits sharing them across threads,
+//! so the cache holds *payloads*, not plans: it is `Send + Sync` (one `Mutex` around a map of
+//! parsed payloads, held only to look up or insert, never while cuDNN works), and every hit
+//! loads a fresh [`ExecutionPlan`] for the caller's [`Cudnn`]. Share it with an `Arc`, or a
+//! `static`.
+//!
+//! **Disk.** With a directory, each entry is one file named by its key,
+//! `{fingerprint:016x}-{binding hash:016x}-sm{sm}-cudnn{version}.plan.json`, holding a plan
+//! payload with structure ([`crate::serialize::plan`]). Writes go to a uniquely named temporary
+//! file in the same directory (`.`-prefixed), are synced, then renamed over the entry: readers in
+//! any process see a whole old file or a whole new one, never a torn one, and concurrent writers
+//! of one key leave one of their (equivalent) files. Entries are never trusted blindly: each is
+//! parsed and checked by [`load_payload`] (format, cuDNN version, SM, graph fingerprint, binding,
+//! variant pack) and its recorded key must be the one looked up; an entry that fails is ignored
+//! with a [`CacheWarning`] (returned, and logged with `tracing::warn!`) and rebuilt over.
+//!
+//! ```no_run
+//! use cudnn_runtime::backend::{BuildOptions, CacheSource, Cudnn, PlanCache};
+//! use cudnn_runtime::serialize::plan::Expect;
+//! # fn graph() -> cudnn_runtime::Graph { unimplemented!() }
+//! let cache = PlanCache::with_dir("/tmp/cudnn-graph-plans")?;
+//! let cudnn = Cudnn::new(cudarc::driver::CudaContext::new(0)?.default_stream())?;
+//! let first = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
+//! let again = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
+//! assert_eq!(again.source, CacheSource::Memory);
+//! println!("cold {:?}, warm {:?}", first.elapsed, again.elapsed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, NumericalNote};
+use crate::serialize::plan::{
+    load_payload, parse_payload, write_payload, Expect, Payload, PlanOrigin, PlanRecord, SerializeOptions,
+    MAX_PAYLOAD_BYTES,
+};
+use crate::{Fnv, Graph};
+
+/// What a cached plan is filed under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PlanKey {
+    /// [`Graph::fingerprint`].
+    pub graph_fingerprint: u64,
+    /// The `graph!` type's runtime-dim binding ([`Expect::binding`]), if any.
+    pub binding: Option<String>,
+    /// The target's compute capability.
+    pub sm: Option<u32>,
+    /// `cudnnGetVersion()`.
+    pub cudnn_version: usize,
+}
+
+impl PlanKey {
+    /// The key of `graph` (with `expect`'s binding) planned by `cudnn`.
+    pub fn new(cudnn: &Cudnn, graph: &Graph, expect: &Expect) -> Self {
+        PlanKey {
+            graph_fingerprint: graph.fingerprint(),
+            binding: expect.binding.clone(),
+            sm: cudnn.sm(),
+            cudnn_version: cudnn.version(),
+        }
+    }
+
+    /// The key a payload's plan record was made under; `None` if its fingerprint is not `0x…`
+    /// hex.
+    pub fn of_record(record: &PlanRecord) -> Option<Self> {
+        let hex = record.graph_fingerprint.strip_prefix("0x")?;
+        Some(PlanKey {
+            graph_fingerprint: u64::from_str_radix(hex, 16).ok()?,
+            binding: record.binding.clone(),
+            sm: record.sm,
+            cudnn_version: record.cudnn_version,
+        })
+    }
+
+    /// The entry's file name in a cache directory.
+    ///
+    /// ```
+    /// use cudnn_runtime::backend::PlanKey;
+    /// let key = PlanKey { graph_fingerprint: 0xab, binding: None, sm: Some(90), cudnn_version: 91900 };
+    /// assert!(key.file_name().starts_with("00000000000000ab-"));
+    /// assert!(key.file_name().ends_with("-sm90-cudnn91900.plan.json"));
+    /// ```
+    pub fn file_name(&self) -> String {
+        let mut h = Fnv::default();
+        match &self.binding {
+            Some(b) => h.write_str(&format!("some:{b}")),
+            None => h.write_str("none"),
+        }
+        let sm = self.sm.map_or_else(|| "any".to_string(), |s| s.to_string());
+        format!("{:016x}-{:016x}-sm{sm}-cudnn{}.plan.json", self.graph_fingerprint, h.finish(), self.cudnn_version)
+    }
+}
+
+impl fmt::Display for PlanKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "graph {:#018x}", self.graph_fingerprint)?;
+        if let Some(b) = &self.binding {
+            write!(f, " ({b})")?;
+        }
+        match self.sm {
+            Some(sm) => write!(f, ", sm {sm}")?,
+            None => f.write_str(", sm ?")?,
+        }
+        write!(f, ", cuDNN {}", self.cudnn_version)
+    }
+}
+
+/// Where a [`CachedPlan`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheSource {
+    /// A payload held in memory: loaded, no heuristics, no compilation.
+    Memory,
+    /// A payload file of the cache directory: read, loaded, no heuristics, no compilation.
+    Disk,
+    /// A miss: built (and stored).
+    Built,
+}
+
+/// A cache entry that was ignored (or could not be written), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheWarning {
+    /// The file, for a disk entry.
+    pub path: Option<PathBuf>,
+    /// What was wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for CacheWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(p) => write!(f, "plan cache entry {}: {}", p.display(), self.reason),
+            None => write!(f, "plan cache: {}", self.reason),
+        }
+    }
+}
+
+fn warn(warnings: &mut Vec<CacheWarning>, path: Option<&Path>, reason: String) {
+    let w = CacheWarning { path: path.map(Path::to_path_buf), reason };
+    tracing::warn!("{w}");
+    warnings.push(w);
+}
+
+/// A plan from [`PlanCache::get_or_build`].
+#[derive(Debug)]
+pub struct CachedPlan {
+    /// The plan, for the caller's context.
+    pub plan: ExecutionPlan,
+    /// Where it came from.
+    pub source: CacheSource,
+    /// Entries ignored on the way (corrupted, for another key) or not written.
+    pub warnings: Vec<CacheWarning>,
+    /// Time from the call to the plan, lookups and (on a miss) the build and store included.
+    pub elapsed: Duration,
+}
+
+/// Hit and miss counts of a [`PlanCache`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Hits in memory.
+    pub memory_hits: u64,
+    /// Hits on disk.
+    pub disk_hits: u64,
+    /// Misses (plans built).
+    pub misses: u64,
+    /// Entries ignored with a warning.
+    pub ignored: u64,
+}
+
+/// What [`PlanCache::seed_from_dir`] loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    /// Payloads added.
+    pub seeded: usize,
+    /// Files skipped, and why.
+    pub warnings: Vec<CacheWarning>,
+}
+
+/// Plans by [`PlanKey`], as payloads: in memory, and in a directory if one is given. See the
+/// module documentation for the design; `Send + Sync`.
+pub struct PlanCache {
+    entries: Mutex<HashMap<PlanKey, Arc<Payload>>>,
+    dir: Option<PathBuf>,
+    memory_hits: AtomicU64,
+    disk_hits: AtomicU64,
+    misses: AtomicU64,
+    ignored: AtomicU64,
+}
+
+impl fmt::Debug for PlanCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlanCache").field("entries", &self.len()).field("dir", &self.dir).finish()
+    }
+}
+
+impl Default for PlanCache {
+    fn default() -> Self {
+        Self::in_memory()
+    }
+}
+
+/// Distinguishes the temporary files of threads of one process.
+static TEMP_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `options` accept the engine recorded in `record`.
+fn accepts(options: &BuildOptions, record: &PlanRecord) -> bool {
+    let behavior: Option<Vec<BehaviorNote>> =
+        record.engine.behavior_notes.iter().map(|n| BehaviorNote::from_name(n)).collect();
+    let numerical: Option<Vec<NumericalNote>> =
+        record.engine.numerical_notes.iter().map(|n| NumericalNote::from_name(n)).collect();
+    // A note this build cannot name cannot be checked: such an entry passes only unfiltered.
+    let (Some(behavior), Some(numerical)) = (behavior, numerical) else {
+        return options.select_behavior_notes.is_empty()
+            && options.deselect_behavior_notes.is_empty()
+            && options.select_numerical_notes.is_empty()
+            && options.deselect_numerical_notes.is_empty();
+    };
+    if options.bars_notes(record.engine.id, &behavior, &numerical).is_some() {
+        return false;
+    }
+    if options.max_workspace_bytes.is_some_and(|limit| record.workspace_size > limit) {
+        return false;
+    }
+    match &options.engine {
+        Some(e) => {
+            record.engine.id == Some(e.id) && e.knobs.iter().all(|k| record.engine.knobs.contains(&(k.kind, k.value)))
+        }
+        None => true,
+    }
+}
+
+impl PlanCache {
+    /// A cache in memory only.
+    pub fn in_memory() -> Self {
+        PlanCache {
+            entries: Mutex::new(HashMap::new()),
+            dir: None,
+            memory_hits: AtomicU64::new(0),
+            disk_hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            ignored: AtomicU64::new(0),
+        }
+    }
+
+    /// A cache in memory backed by directory `dir` (created if missing). Entries already there
+    /// are read when first looked up (or all at once with [`PlanCache::seed_from_dir`]).
+    pub fn with_dir(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)?;
+        Ok(PlanCache { dir: Some(dir), ..Self::in_memory() })
+    }
+
+    /// The cache directory, if any.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    fn entries(&self) -> MutexGuard<'_, HashMap<PlanKey, Arc<Payload>>> {
+        // A panic elsewhere while the map was locked cannot leave it half-updated (every update
+        // is one insert or remove), so a poisoned lock is still usable.
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Entries held in memory.
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    /// Whether no entry is held in memory.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether an entry for `key` is held in memory.
+    pub fn contains(&self, key: &PlanKey) -> bool {
+        self.entries().contains_key(key)
+    }
+
+    /// Forgets every entry held in memory (files stay).
+    pub fn clear(&self) {
+        self.entries().clear();
+    }
+
+    /// Hit and miss counts so far.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            memory_hits: self.memory_hits.load(Ordering::Relaxed),
+            disk_hits: self.disk_hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            ignored: self.ignored.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The path of `key`'s entry, with a directory.
+    pub fn path_of(&self, key: &PlanKey) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join(key.file_name()))
+    }
+
+    /// The cached plan of `graph` for `cudnn`, or one built with `options` and stored. On a hit
+    /// no heuristics run and nothing is compiled: cuDNN only loads the plan.
+    pub fn get_or_build(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+    ) -> crate::Result<CachedPlan> {
+        self.get_or_insert_with(cudnn, graph, expect, options, || ExecutionPlan::build(cudnn, graph, options))
+    }
+
+    /// [`PlanCache::get_or_build`] with the plan made by `make` on a miss (built with
+    /// `build_all` and autotuned, say); `options` are what an entry must satisfy to be used.
+    pub fn get_or_insert_with(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        make: impl FnOnce() -> crate::Result<ExecutionPlan>,
+    ) -> crate::Result<CachedPlan> {
+        let start = Instant::now();
+        let key = PlanKey::new(cudnn, graph, expect);
+        let mut warnings = Vec::new();
+        if let Some((plan, source)) = self.lookup(cudnn, &key, graph, expect, options, &mut warnings) {
+            return Ok(CachedPlan { plan, source, warnings, elapsed: start.elapsed() });
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let plan = make()?;
+        warnings.extend(self.insert(cudnn, &plan, expect));
+        Ok(CachedPlan { plan, source: CacheSource::Built, warnings, elapsed: start.elapsed() })
+    }
+
+    /// The cached plan of `graph` for `cudnn`, if an entry satisfies `options` and loads.
+    pub fn get(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+    ) -> (Option<(ExecutionPlan, CacheSource)>, Vec<CacheWarning>) {
+        let key = PlanKey::new(cudnn, graph, expect);
+        let mut warnings = Vec::new();
+        let found = self.lookup(cudnn, &key, graph, expect, options, &mut warnings);
+        (found, warnings)
+    }
+
+    fn lookup(
+        &self,
+        cudnn: &Cudnn,
+        key: &PlanKey,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        warnings: &mut Vec<CacheWarning>,
+    ) -> Option<(ExecutionPlan, CacheSource)> {
+        let held = self.entries().get(key).cloned();
+        if let Some(payload) = held {
+            if accepts(options, &payload.plan) {
+                match load_payload(cudnn, &payload, Some(graph.clone()), expect) {
+                    Ok(plan) => {
+                        self.memory_hits.fetch_add(1, Ordering::Relaxed);
+                        return Some((plan, CacheSource::Memory));
+                    }
+                    Err(e) => {
+                        self.ignored.fetch_add(1, Ordering::Relaxed);
+                        warn(warnings, None, format!("the entry for {key} does not load: {e}"));
+                        self.entries().remove(key);
+                    }
+                }
+            }
+        }
+        let path = self.path_of(key)?;
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                self.ignored.fetch_add(1, Ordering::Relaxed);
+                warn(warnings, Some(&path), format!("cannot be read: {e}"));
+                return None;
+            }
+        };
+        let loaded = parse_payload(&bytes).map_err(|e| e.to_string()).and_then(|payload| {
+            match PlanKey::of_record(&payload.plan) {
+                Some(k) if k == *key => {}
+                Some(k) => return Err(format!("it holds the plan of {k}, not {key}")),
+                None => return Err(format!("its graph fingerprint `{}` is not hex", payload.plan.graph_fingerprint)),
+            }
+            if !accepts(options, &payload.plan) {
+                return Ok(None);
+            }
+            let plan = load_payload(cudnn, &payload, Some(graph.clone()), expect).map_err(|e| e.to_string())?;
+            Ok(Some((plan, payload)))
+        });
+        match loaded {
+            Ok(Some((plan, payload))) => {
+                self.remember(key.clone(), payload);
+                self.disk_hits.fetch_add(1, Ordering::Relaxed);
+                Some((plan, CacheSource::Disk))
+            }
+            Ok(None) => None,
+            Err(reason) => {
+                self.ignored.fetch_add(1, Ordering::Relaxed);
+                warn(warnings, Some(&path), format!("ignored: {reason}"));
+                None
+            }
+        }
+    }
+
+    /// Keeps a payload in memory, without its structure (lookups always bring the graph).
+    fn remember(&self, key: PlanKey, payload: Payload) {
+        let payload = Payload { structure: None, ..payload };
+        self.entries().insert(key, Arc::new(payload));
+    }
+
+    /// Stores `plan` (its selected candidate, made with `cudnn`) under its key, in memory and in
+    /// the directory; replaces an entry there. Failures are returned as warnings: a cache that
+    /// cannot write is still a working build.
+    pub fn insert(&self, cudnn: &Cudnn, plan: &ExecutionPlan, expect: &Expect) -> Vec<CacheWarning> {
+        let mut warnings = Vec::new();
+        let key = PlanKey::new(cudnn, plan.graph(), expect);
+        let bytes = match write_payload(plan, &PlanOrigin::of(cudnn), SerializeOptions { structure: true }, expect) {
+            Ok(b) => b,
+            Err(e) => {
+                warn(&mut warnings, None, format!("the plan for {key} cannot be written as a payload: {e}"));
+                return warnings;
+            }
+        };
+        match parse_payload(&bytes) {
+            Ok(payload) => self.remember(key.clone(), payload),
+            Err(e) => warn(&mut warnings, None, format!("the payload written for {key} does not read back: {e}")),
+        }
+        if let Some(path) = self.path_of(&key) {
+            if let Err(e) = write_atomically(&path, &bytes) {
+                warn(&mut warnings, Some(&path), format!("cannot be written: {e}"));
+            }
+        }
+        warnings
+    }
+
+    /// Adds every payload file of `dir` (written ahead of time, e.g. by `cudnn-graph aot` or
+    /// [`write_payload`]; any file name; with or without structure) to the memory cache, under
+    /// the key its record names. Files that do not parse as payloads, `.`-prefixed files
+    /// (temporaries) and subdirectories are skipped; the first two with a warning. Nothing is
+    /// loaded into cuDNN yet: each entry is checked in full when first looked up.
+    pub fn seed_from_dir(&self, dir: impl AsRef<Path>) -> std::io::Result<SeedReport> {
+        let mut report = SeedReport::default();
+        let mut paths: Vec<PathBuf> = fs::read_dir(dir.as_ref())?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths {
+            let hidden = path.file_name().and_then(|n| n.to_str()).is_none_or(|n| n.starts_with('.'));
+            let Ok(meta) = fs::metadata(&path) else { continue };
+            if hidden || !meta.is_file() {
+                continue;
+            }
+            if meta.len() > MAX_PAYLOAD_BYTES as u64 {
+                warn(
+                    &mut report.warnings,
+                    Some(&path),
+                    format!("skipped: {} bytes is over the payload limit", meta.len()),
+                );
+                continue;
+            }
+            let parsed =
+                fs::read(&path).map_err(|e| e.to_string()).and_then(|b| parse_payload(&b).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(payload) => match PlanKey::of_record(&payload.plan) {
+                    Some(key) => {
+                        self.remember(key, payload);
+                        report.seeded += 1;
+                    }
+                    None => warn(&mut report.warnings, Some(&path), "skipped: its graph fingerprint is not hex".into()),
+                },
+                Err(e) => warn(&mut report.warnings, Some(&path), format!("skipped: {e}")),
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Writes `bytes` to `path` so that no reader ever sees a partial file: a uniquely named
+/// temporary in the same directory, synced, then renamed over `path`.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
+    let unique = format!(
+        ".{name}.{}.{}.{}.tmp",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    );
+    let temp = dir.join(unique);
+    let written = (|| {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&temp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(fp: u64, binding: Option<&str>, sm: Option<u32>, version: usize) -> PlanKey {
+        PlanKey { graph_fingerprint: fp, binding: binding.map(str::to_string), sm, cudnn_version: version }
+    }
+
+    #[test]
+    fn every_key_part_changes_the_file_name() {
+        let base = key(1, Some("M = 64"), Some(90), 91900);
+        let names = [
+            base.file_name(),
+            key(2, Some("M = 64"), Some(90), 91900).file_name(),
+            key(1, Some("M = 65"), Some(90), 91900).file_name(),
+            key(1, None, Some(90), 91900).file_name(),
+            key(1, Some(""), Some(90), 91900).file_name(),
+            key(1, Some("M = 64"), Some(80), 91900).file_name(),
+            key(1, Some("M = 64"), None, 91900).file_name(),
+            key(1, Some("M = 64"), Some(90), 91400).file_name(),
+        ];
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:#?}");
+        assert_eq!(base.file_name(), key(1, Some("M = 64"), Some(90), 91900).file_name());
+        assert!(names.iter().all(|n| !n.starts_with('.') && !n.contains('/')));
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_leave_no_temporaries() {
+        let dir = std::env::temp_dir().join(format!("cudnn-graph-atomic-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("entry.plan.json");
+        write_atomically(&path, b"first").unwrap();
+        write_atomically(&path, b"second, longer").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second, longer");
+        let left: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from("entry.plan.json")]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_cache_is_shareable() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<PlanCache>();
+    }
+}

@@ -1,0 +1,327 @@
+//! cuDNN lowering of attention, two ways, chosen per node by [`support::choose`] (the node's
+//! `implementation` attribute, the loaded cuDNN version and the GPU):
+//!
+//! - **fused**: one `CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR` (cuDNN 9.13.1+) over Q, K, V,
+//!   O, Stats, the scale (a by-value `f32` unless it is an input) and, from 9.15, the sequence
+//!   lengths (cudnn-frontend's `UnifiedSDPANode`);
+//! - **composite**: the subgraph of [`composite::expand`] (matmul, pointwise, reduction, RNG and
+//!   reshape operations, cudnn-frontend's `CompositeSDPANode` / `CompositeSDPABackwardNode`),
+//!   which cuDNN's fused flash-attention engines pattern-match.
+//!
+//! Either way the node's own tensors keep their descriptors; the lowering adds tensors of its
+//! own (virtual intermediates, Kᵀ/Vᵀ views of K and V under their uids, by-value constants and
+//! the backward's workspace tensors), with fresh uids past the graph's. The by-value and
+//! workspace ones are the [`Internals`] the variant pack binds.
+
+use cudarc::cudnn::sys;
+use sys::cudnnBackendAttributeName_t as A;
+use sys::cudnnBackendAttributeType_t as T;
+use sys::cudnnBackendDescriptorType_t as K;
+
+use super::composite::{self, Expansion, Kind, SubOp, SubTensor};
+use super::support::{self, Problem, Target};
+use super::{Implementation, Sdpa};
+use crate::backend::lower::{Descriptor, Internals, NodeCx, ALIGNMENT};
+use crate::backend::{BackendError, Cudnn};
+use crate::ir::{Graph, Node, Tensor};
+use crate::DataType;
+
+/// The operations of one node, what they refer to, and the tensors the variant pack binds.
+pub(crate) struct LoweredSubgraph {
+    pub(crate) operations: Vec<Descriptor>,
+    pub(crate) parts: Vec<Descriptor>,
+    pub(crate) internals: Internals,
+}
+
+/// What a node lowers to.
+pub(crate) enum Plan {
+    /// The fused operation; the scale as a by-value scalar `(uid, value)` unless it is an input.
+    Fused { scale: Option<(i64, f64)> },
+    /// The composite subgraph.
+    Composite(Expansion),
+}
+
+fn tensors<'g>(graph: &'g Graph, ids: &[crate::ir::TensorId]) -> Vec<&'g Tensor> {
+    ids.iter().filter_map(|id| graph.tensors.get(id.0)).collect()
+}
+
+fn rule_error(node: &Node, failure: support::RuleFailure) -> BackendError {
+    BackendError::SupportRule {
+        node: node.name.clone(),
+        op: node.op.call_name(),
+        rule: failure.rule,
+        message: failure.message,
+    }
+}
+
+/// Decides how `node` lowers on `cudnn` and the tensors that adds to the variant pack. Pure
+/// (no cuDNN call), so a plan loaded from JSON gets the same answer as the one that was built.
+pub(crate) fn internals(
+    op: &Sdpa,
+    node: &Node,
+    graph: &Graph,
+    cudnn: &Cudnn,
+    next_uid: &mut i64,
+) -> Result<(Plan, Internals), BackendError> {
+    let ins = tensors(graph, &node.inputs);
+    let outs = tensors(graph, &node.outputs);
+    let malformed = || BackendError::Unsupported {
+        node: node.name.clone(),
+        op: node.op.call_name(),
+        reason: "its tensors are not the ones its shape rule gives (validate the graph)".into(),
+    };
+    if ins.len() != op.inputs().len() || outs.len() != op.outputs().len() {
+        return Err(malformed());
+    }
+    // The head dim (the last) of every 4-d port must be contiguous.
+    let names = op.inputs().into_iter().map(|p| p.name).chain(op.outputs());
+    for (t, port) in ins.iter().chain(&outs).zip(names) {
+        let four_d = ["Q", "K", "V", "O", "dO", "dQ", "dK", "dV"].contains(&port);
+        if four_d && t.strides.last() != Some(&1) {
+            return Err(rule_error(
+                node,
+                support::RuleFailure {
+                    rule: "sdpa.strides",
+                    message: format!(
+                        "port {port} (tensor `{}`) has strides {:?}; the head dim (last) must have stride 1",
+                        t.name, t.strides
+                    ),
+                },
+            ));
+        }
+    }
+    let problem = Problem::from_dims(&ins[0].dims, &ins[1].dims, &ins[2].dims, node.compute_data_type == DataType::F32)
+        .ok_or_else(malformed)?;
+    let target = Target { version: cudnn.version(), sm: cudnn.sm() };
+    let choice = support::choose(op, &problem, target).map_err(|f| rule_error(node, f))?;
+    match choice {
+        Implementation::Fused => {
+            let mut internals = Internals::default();
+            let scale = op.literal_scale(problem.d_qk).map(|value| {
+                let uid = *next_uid;
+                *next_uid += 1;
+                let value = DataType::F32.round(value);
+                internals.scalars.push((uid, DataType::F32, value));
+                (uid, value)
+            });
+            Ok((Plan::Fused { scale }, internals))
+        }
+        Implementation::Composite | Implementation::Auto => {
+            let cx = composite::Context {
+                inputs: &ins,
+                outputs: &outs,
+                intermediate: graph.context.intermediate_data_type,
+                compute: node.compute_data_type,
+                version: cudnn.version(),
+            };
+            let x = composite::expand(op, &cx, next_uid).ok_or_else(malformed)?;
+            let mut internals = Internals { workspace_bytes: x.workspace_bytes, ..Internals::default() };
+            for t in &x.tensors {
+                match t.kind {
+                    Kind::Scalar(v) => internals.scalars.push((t.uid, t.data_type, v)),
+                    Kind::Workspace { offset } => internals.workspace.push((t.uid, offset)),
+                    _ => {}
+                }
+            }
+            Ok((Plan::Composite(x), internals))
+        }
+    }
+}
+
+/// Lowers `op` (the node of `cx`).
+pub(crate) fn lower(
+    op: &Sdpa,
+    cx: &NodeCx<'_>,
+    cudnn: &Cudnn,
+    next_uid: &mut i64,
+) -> Result<LoweredSubgraph, BackendError> {
+    let (plan, internals) = internals(op, cx.node(), cx.graph(), cudnn, next_uid)?;
+    let (operations, parts) = match plan {
+        Plan::Fused { scale } => fused(op, cx, scale)?,
+        Plan::Composite(x) => materialize(cx, &x)?,
+    };
+    Ok(LoweredSubgraph { operations, parts, internals })
+}
+
+/// A tensor descriptor of the lowering's own.
+fn tensor(cx: &NodeCx<'_>, t: &SubTensor) -> Result<Descriptor, BackendError> {
+    let mut d = cx.descriptor(K::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+    d.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, t.data_type)?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &t.dims)?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &t.strides)?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[t.uid])?;
+    d.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[ALIGNMENT as i64])?;
+    d.set_bool(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, t.kind == Kind::Virtual)?;
+    if matches!(t.kind, Kind::Scalar(_)) {
+        d.set_bool(A::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
+    }
+    d.finalize()?;
+    Ok(d)
+}
+
+fn fused(
+    op: &Sdpa,
+    cx: &NodeCx<'_>,
+    scale: Option<(i64, f64)>,
+) -> Result<(Vec<Descriptor>, Vec<Descriptor>), BackendError> {
+    let mut parts = Vec::new();
+    let mut sdpa = cx.descriptor(K::CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR)?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, &[cx.input(0)?])?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, &[cx.input(1)?])?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, &[cx.input(2)?])?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, &[cx.output(0)?])?;
+    if op.training {
+        sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, &[cx.output(1)?])?;
+    }
+    match (scale, op.input_index("Attn_scale")) {
+        (Some((uid, value)), _) => {
+            let t = SubTensor {
+                name: "attn_scale",
+                kind: Kind::Scalar(value),
+                uid,
+                dims: vec![1; 4],
+                strides: vec![1; 4],
+                data_type: DataType::F32,
+            };
+            let d = tensor(cx, &t)?;
+            sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, &[&d])?;
+            parts.push(d);
+        }
+        (None, Some(i)) => sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, &[cx.input(i)?])?,
+        (None, None) => {}
+    }
+    if let (Some(q), Some(kv)) = (op.input_index("SEQ_LEN_Q"), op.input_index("SEQ_LEN_KV")) {
+        sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC, &[cx.input(q)?])?;
+        sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC, &[cx.input(kv)?])?;
+    }
+    sdpa.finalize()?;
+    Ok((vec![sdpa], parts))
+}
+
+/// Descriptors for an expansion's tensors and operations.
+fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<Descriptor>), BackendError> {
+    // Own descriptors for every tensor but the node's; the node's are borrowed from `cx`.
+    let mut own: Vec<Option<Descriptor>> = Vec::with_capacity(x.tensors.len());
+    for t in &x.tensors {
+        own.push(match t.kind {
+            Kind::Input(_) | Kind::Output(_) => None,
+            _ => Some(tensor(cx, t)?),
+        });
+    }
+    let get = |i: usize| -> Result<&Descriptor, BackendError> {
+        match (x.tensors.get(i).map(|t| &t.kind), own.get(i)) {
+            (Some(Kind::Input(port)), _) => cx.input(*port),
+            (Some(Kind::Output(port)), _) => cx.output(*port),
+            (_, Some(Some(d))) => Ok(d),
+            _ => Err(cx.unsupported(format!("its attention subgraph refers to a tensor #{i} it does not have"))),
+        }
+    };
+    let mut operations = Vec::with_capacity(x.ops.len());
+    let mut parts = Vec::new();
+    let compute = cx.compute_type();
+    for (_, op) in &x.ops {
+        match op {
+            SubOp::Matmul { a, b, c, m_override, n_override, k_override } => {
+                let mut desc = cx.descriptor(K::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
+                desc.set_data_type(A::CUDNN_ATTR_MATMUL_COMP_TYPE, compute)?;
+                desc.finalize()?;
+                let mut o = cx.descriptor(K::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_MATMUL_ADESC, &[get(*a)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_MATMUL_BDESC, &[get(*b)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &[get(*c)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_MATMUL_DESC, &[&desc])?;
+                let overrides = [
+                    (A::CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m_override),
+                    (A::CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n_override),
+                    (A::CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k_override),
+                ];
+                for (attr, t) in overrides {
+                    if let Some(t) = t {
+                        o.set_descriptors(attr, &[get(*t)?])?;
+                    }
+                }
+                o.finalize()?;
+                operations.push(o);
+                parts.push(desc);
+            }
+            SubOp::Pointwise { mode, inputs, output, compute, axis } => {
+                let mut desc = cx.descriptor(K::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
+                desc.set_enum(A::CUDNN_ATTR_POINTWISE_MODE, T::CUDNN_TYPE_POINTWISE_MODE, mode.cudnn_value())?;
+                desc.set_data_type(A::CUDNN_ATTR_POINTWISE_MATH_PREC, *compute)?;
+                if let Some(axis) = axis {
+                    desc.set_i64s(A::CUDNN_ATTR_POINTWISE_AXIS, &[*axis])?;
+                }
+                desc.finalize()?;
+                let mut o = cx.descriptor(K::CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, &[&desc])?;
+                let ports = [
+                    A::CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+                    A::CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+                    A::CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
+                ];
+                for (attr, t) in ports.into_iter().zip(inputs) {
+                    o.set_descriptors(attr, &[get(*t)?])?;
+                }
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &[get(*output)?])?;
+                o.finalize()?;
+                operations.push(o);
+                parts.push(desc);
+            }
+            SubOp::Reduction { mode, x: input, y } => {
+                let mut desc = cx.descriptor(K::CUDNN_BACKEND_REDUCTION_DESCRIPTOR)?;
+                desc.set_data_type(A::CUDNN_ATTR_REDUCTION_COMP_TYPE, compute)?;
+                desc.set_enum(
+                    A::CUDNN_ATTR_REDUCTION_OPERATOR,
+                    T::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                    mode.cudnn_value(),
+                )?;
+                desc.finalize()?;
+                let mut o = cx.descriptor(K::CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR)?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_REDUCTION_XDESC, &[get(*input)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &[get(*y)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_REDUCTION_DESC, &[&desc])?;
+                o.finalize()?;
+                operations.push(o);
+                parts.push(desc);
+            }
+            SubOp::Rng { keep, seed, offset, y } => {
+                let mut desc = cx.descriptor(K::CUDNN_BACKEND_RNG_DESCRIPTOR)?;
+                let bernoulli = sys::cudnnRngDistribution_t::CUDNN_RNG_DISTRIBUTION_BERNOULLI as u32;
+                desc.set_enum(A::CUDNN_ATTR_RNG_DISTRIBUTION, T::CUDNN_TYPE_RNG_DISTRIBUTION, bernoulli)?;
+                desc.set_f64(A::CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, *keep)?;
+                desc.finalize()?;
+                let mut o = cx.descriptor(K::CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR)?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_RNG_YDESC, &[get(*y)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_RNG_DESC, &[&desc])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_RNG_SEED, &[get(*seed)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, &[get(*offset)?])?;
+                o.finalize()?;
+                operations.push(o);
+                parts.push(desc);
+            }
+            SubOp::Reshape { x: input, y, .. } => {
+                let mut o = cx.descriptor(K::CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_RESHAPE_XDESC, &[get(*input)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_RESHAPE_YDESC, &[get(*y)?])?;
+                o.finalize()?;
+                operations.push(o);
+            }
+        }
+    }
+    parts.extend(own.into_iter().flatten());
+    Ok((operations, parts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::SdpaPass;
+
+    #[test]
+    fn backward_never_fuses() {
+        let op = Sdpa { implementation: Implementation::Auto, ..Sdpa::new(SdpaPass::Backward) };
+        let p = Problem { b: 1, h_q: 2, h_k: 2, h_v: 2, s_q: 128, s_kv: 128, d_qk: 64, d_v: 64, compute_f32: true };
+        let t = Target { version: 91900, sm: Some(90) };
+        assert_eq!(support::choose(&op, &p, t).unwrap(), Implementation::Composite);
+    }
+}

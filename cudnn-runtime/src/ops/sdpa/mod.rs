@@ -1,0 +1,710 @@
+//! Scaled dot-product attention: `sdpa(q, k, v, ...)` (forward) and
+//! `sdpa_backward(q, k, v, o, d_o, stats, ...)`, cuDNN's flash attention.
+//!
+//! Dims are logical `[B, H, S, D]` as in cudnn-frontend: Q is `[B, H_q, S_q, D_qk]`, K is
+//! `[B, H_k, S_kv, D_qk]`, V is `[B, H_v, S_kv, D_v]`, O is `[B, H_q, S_q, D_v]`. Any strides
+//! whose last one is 1 (BHSD, BSHD, ...) are accepted; set them with
+//! [`crate::GraphBuilder::set_strides`].
+//!
+//! ```text
+//! S = scale · Q·Kᵀ (+ bias), masked (padding, causal, sliding window) to −∞
+//! P = softmax(S) along S_kv,  Stats = max(S) + log Σ exp(S − max(S))   (training)
+//! O = dropout(P) · V
+//! ```
+//!
+//! Attributes (all optional): `scale` (default `1/sqrt(D_qk)`) or `scale_tensor = true` (an
+//! `Attn_scale` input), `causal`, `alignment = top_left | bottom_right` (where the causal
+//! diagonal and the window sit when `S_q != S_kv`), `window = w` (sliding window: row `i` sees
+//! keys `j` with `i + shift - w < j`, `shift = S_kv - S_q` bottom-right, 0 top-left),
+//! `bias = true` (a `Bias` input), `padding_mask = true` (`SEQ_LEN_Q`, `SEQ_LEN_KV` inputs),
+//! `dropout = p` (`Seed`, `Offset` inputs), `training = true` (forward: the `Stats` output),
+//! `d_bias = true` (backward: the `dBias` output), `deterministic = true` (backward), and
+//! `implementation = auto | fused | composite` (see [`Implementation`]).
+//!
+//! Optional inputs follow Q, K, V (and O, dO, Stats for the backward) in this order:
+//! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`; an instance takes those its
+//! attributes ask for ([`Sdpa::inputs`]).
+//!
+//! The shape rule checks every support rule that depends only on shapes, types and attributes
+//! (the macro runs it at compile time); rules that depend on the GPU or the cuDNN version are
+//! checked when a plan is built ([`support`]).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+// The lowering's description; the tests run it on the CPU.
+#[cfg(any(feature = "cudnn", test))]
+pub(crate) mod composite;
+#[cfg(feature = "cudnn")]
+pub(crate) mod lower;
+mod reference;
+pub mod support;
+
+use super::{
+    AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind,
+    TensorMeta,
+};
+use crate::dim::{shape_string, Dim, DimCx};
+use crate::DataType;
+
+/// The forward call name.
+pub const FORWARD: &str = "sdpa";
+/// The backward call name.
+pub const BACKWARD: &str = "sdpa_backward";
+
+const fn port(name: &'static str) -> PortSpec {
+    PortSpec { name, scalar_ok: false }
+}
+
+const FORWARD_INPUTS: &[PortSpec] = &[
+    port("Q"),
+    port("K"),
+    port("V"),
+    port("Attn_scale"),
+    port("Bias"),
+    port("SEQ_LEN_Q"),
+    port("SEQ_LEN_KV"),
+    port("Seed"),
+    port("Offset"),
+];
+const BACKWARD_INPUTS: &[PortSpec] = &[
+    port("Q"),
+    port("K"),
+    port("V"),
+    port("O"),
+    port("dO"),
+    port("Stats"),
+    port("Attn_scale"),
+    port("Bias"),
+    port("SEQ_LEN_Q"),
+    port("SEQ_LEN_KV"),
+    port("Seed"),
+    port("Offset"),
+];
+const FORWARD_OUTPUTS: &[&str] = &["O", "Stats"];
+const BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "dBias"];
+
+const ALIGNMENTS: &[&str] = &["top_left", "bottom_right"];
+const IMPLEMENTATIONS: &[&str] = &["auto", "fused", "composite"];
+const BACKWARD_IMPLEMENTATIONS: &[&str] = &["auto", "composite"];
+
+const fn attr(name: &'static str, kind: AttrKind) -> AttrSpec {
+    AttrSpec { name, kind, required: false }
+}
+
+const FORWARD_ATTRS: &[AttrSpec] = &[
+    attr("scale", AttrKind::Float),
+    attr("scale_tensor", AttrKind::Bool),
+    attr("causal", AttrKind::Bool),
+    attr("alignment", AttrKind::OneOf(ALIGNMENTS)),
+    attr("window", AttrKind::Int),
+    attr("bias", AttrKind::Bool),
+    attr("padding_mask", AttrKind::Bool),
+    attr("dropout", AttrKind::Float),
+    attr("training", AttrKind::Bool),
+    attr("implementation", AttrKind::OneOf(IMPLEMENTATIONS)),
+];
+const BACKWARD_ATTRS: &[AttrSpec] = &[
+    attr("scale", AttrKind::Float),
+    attr("scale_tensor", AttrKind::Bool),
+    attr("causal", AttrKind::Bool),
+    attr("alignment", AttrKind::OneOf(ALIGNMENTS)),
+    attr("window", AttrKind::Int),
+    attr("bias", AttrKind::Bool),
+    attr("padding_mask", AttrKind::Bool),
+    attr("dropout", AttrKind::Float),
+    attr("d_bias", AttrKind::Bool),
+    attr("deterministic", AttrKind::Bool),
+    attr("implementation", AttrKind::OneOf(BACKWARD_IMPLEMENTATIONS)),
+];
+
+/// Forward or backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SdpaPass {
+    /// `sdpa`: Q, K, V → O (and Stats).
+    Forward,
+    /// `sdpa_backward`: Q, K, V, O, dO, Stats → dQ, dK, dV (and dBias).
+    Backward,
+}
+
+impl SdpaPass {
+    /// Both passes.
+    pub const ALL: [SdpaPass; 2] = [SdpaPass::Forward, SdpaPass::Backward];
+
+    /// The call name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SdpaPass::Forward => FORWARD,
+            SdpaPass::Backward => BACKWARD,
+        }
+    }
+
+    /// Looks a pass up by its call name.
+    pub fn from_name(name: &str) -> Option<SdpaPass> {
+        SdpaPass::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The call signature: every port the op can have (an instance takes a subset, see
+    /// [`Sdpa::inputs`] and [`Sdpa::outputs`]).
+    pub fn signature(self) -> OpSignature {
+        let (inputs, outputs, attrs) = match self {
+            SdpaPass::Forward => (FORWARD_INPUTS, FORWARD_OUTPUTS, FORWARD_ATTRS),
+            SdpaPass::Backward => (BACKWARD_INPUTS, BACKWARD_OUTPUTS, BACKWARD_ATTRS),
+        };
+        OpSignature { name: self.name(), family: Family::Sdpa(self), inputs, outputs, attrs }
+    }
+
+    /// The inputs every instance has.
+    fn required(self) -> usize {
+        match self {
+            SdpaPass::Forward => 3,
+            SdpaPass::Backward => 6,
+        }
+    }
+}
+
+/// Where the causal diagonal (and the sliding window) sits when `S_q != S_kv` (cudnn-frontend's
+/// `DiagonalAlignment_t`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Alignment {
+    /// Query `i` sees keys `j <= i` (`top_left`, the default).
+    #[default]
+    TopLeft,
+    /// Query `i` sees keys `j <= i + S_kv - S_q`: the last query sees every key (`bottom_right`,
+    /// for decoding with a KV cache).
+    BottomRight,
+}
+
+impl Alignment {
+    /// The DSL spelling.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Alignment::TopLeft => "top_left",
+            Alignment::BottomRight => "bottom_right",
+        }
+    }
+
+    /// cudnn-frontend's spelling.
+    pub const fn cudnn_name(self) -> &'static str {
+        match self {
+            Alignment::TopLeft => "TOP_LEFT",
+            Alignment::BottomRight => "BOTTOM_RIGHT",
+        }
+    }
+}
+
+/// Which cuDNN lowering a node gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Implementation {
+    /// `fused` where the loaded cuDNN's `SDPA_FWD` operation supports the node's features,
+    /// `composite` otherwise (the default).
+    #[default]
+    Auto,
+    /// cuDNN's dedicated `CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR` (cuDNN 9.13.1 or newer;
+    /// forward only). Asking for it where it cannot be used is a build-time error naming the rule.
+    Fused,
+    /// The matmul → scale → bias → masks → softmax → (dropout) → matmul subgraph that cuDNN's
+    /// fused attention engines recognise (every supported cuDNN; the only backward lowering).
+    Composite,
+}
+
+impl Implementation {
+    /// The DSL spelling.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Implementation::Auto => "auto",
+            Implementation::Fused => "fused",
+            Implementation::Composite => "composite",
+        }
+    }
+
+    /// cudnn-frontend's spelling (`AttentionImplementation_t`).
+    pub const fn cudnn_name(self) -> &'static str {
+        match self {
+            Implementation::Auto => "AUTO",
+            Implementation::Fused => "UNIFIED",
+            Implementation::Composite => "COMPOSITE",
+        }
+    }
+}
+
+impl fmt::Display for Implementation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One attention op, forward or backward, with its options.
+///
+/// ```
+/// use cudnn_runtime::ops::{Op, AttrValue};
+/// let op = Op::from_call("sdpa", &[("causal".into(), true.into()), ("training".into(), true.into())]).unwrap();
+/// assert_eq!(op.outputs(), ["O", "Stats"]);
+/// let names: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();
+/// assert_eq!(names, ["Q", "K", "V"]);
+/// let op = Op::from_call("sdpa", &[("bias".into(), true.into()), ("padding_mask".into(), true.into())]).unwrap();
+/// let names: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();
+/// assert_eq!(names, ["Q", "K", "V", "Bias", "SEQ_LEN_Q", "SEQ_LEN_KV"]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sdpa {
+    /// Forward or backward.
+    pub pass: SdpaPass,
+    /// The attention scale as a literal; `None` means `1/sqrt(D_qk)` (unless `scale_tensor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    /// The scale comes from an `Attn_scale` input (`f32[1, 1, 1, 1]`).
+    #[serde(default)]
+    pub scale_tensor: bool,
+    /// Causal masking (cudnn-frontend's right bound 0).
+    #[serde(default)]
+    pub causal: bool,
+    /// Where the diagonal sits.
+    #[serde(default)]
+    pub alignment: Alignment,
+    /// Sliding window length (cudnn-frontend's left bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<i64>,
+    /// An additive `Bias` input.
+    #[serde(default)]
+    pub bias: bool,
+    /// Per-batch sequence lengths (`SEQ_LEN_Q`, `SEQ_LEN_KV`): positions past them are masked.
+    #[serde(default)]
+    pub padding_mask: bool,
+    /// Dropout probability (`Seed`, `Offset` inputs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f64>,
+    /// Forward: also output `Stats` (the softmax log-sum-exp the backward needs).
+    #[serde(default)]
+    pub training: bool,
+    /// Backward: also output `dBias`.
+    #[serde(default)]
+    pub d_bias: bool,
+    /// Backward: the deterministic algorithm (no atomics in dQ).
+    #[serde(default)]
+    pub deterministic: bool,
+    /// Which lowering.
+    #[serde(default)]
+    pub implementation: Implementation,
+}
+
+/// The cuDNN types Q, K and V may have.
+fn takes(dtype: DataType) -> bool {
+    matches!(dtype, DataType::F16 | DataType::BF16)
+}
+
+fn rule(op: &'static str, arg: Option<usize>, rule: String) -> ShapeError {
+    ShapeError { arg, kind: Box::new(ShapeErrorKind::Rule { op, rule }) }
+}
+
+impl Sdpa {
+    /// A plain (non-causal, unscaled-by-default, inference) attention op of `pass`.
+    pub fn new(pass: SdpaPass) -> Self {
+        Sdpa {
+            pass,
+            scale: None,
+            scale_tensor: false,
+            causal: false,
+            alignment: Alignment::TopLeft,
+            window: None,
+            bias: false,
+            padding_mask: false,
+            dropout: None,
+            training: false,
+            d_bias: false,
+            deterministic: false,
+            implementation: Implementation::Auto,
+        }
+    }
+
+    pub(crate) fn from_attrs(pass: SdpaPass, a: &Attrs<'_>) -> Self {
+        let mut s = Sdpa::new(pass);
+        s.scale = a.float("scale");
+        s.scale_tensor = a.bool("scale_tensor").unwrap_or(false);
+        s.causal = a.bool("causal").unwrap_or(false);
+        s.alignment = match a.name("alignment") {
+            Some("bottom_right") => Alignment::BottomRight,
+            _ => Alignment::TopLeft,
+        };
+        s.window = a.int("window");
+        s.bias = a.bool("bias").unwrap_or(false);
+        s.padding_mask = a.bool("padding_mask").unwrap_or(false);
+        s.dropout = a.float("dropout");
+        s.training = a.bool("training").unwrap_or(false);
+        s.d_bias = a.bool("d_bias").unwrap_or(false);
+        s.deterministic = a.bool("deterministic").unwrap_or(false);
+        s.implementation = match a.name("implementation") {
+            Some("fused") => Implementation::Fused,
+            Some("composite") => Implementation::Composite,
+            _ => Implementation::Auto,
+        };
+        s
+    }
+
+    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        let mut out: Vec<(String, AttrValue)> = Vec::new();
+        let mut push = |k: &str, v: AttrValue| out.push((k.to_string(), v));
+        if let Some(s) = self.scale {
+            push("scale", AttrValue::Float(s));
+        }
+        let flags = [
+            ("scale_tensor", self.scale_tensor),
+            ("causal", self.causal),
+            ("bias", self.bias),
+            ("padding_mask", self.padding_mask),
+            ("training", self.training),
+            ("d_bias", self.d_bias),
+            ("deterministic", self.deterministic),
+        ];
+        for (k, v) in flags {
+            if v {
+                push(k, AttrValue::Bool(true));
+            }
+        }
+        if self.alignment != Alignment::TopLeft {
+            push("alignment", AttrValue::Name(self.alignment.name().into()));
+        }
+        if let Some(w) = self.window {
+            push("window", AttrValue::Int(w));
+        }
+        if let Some(p) = self.dropout {
+            push("dropout", AttrValue::Float(p));
+        }
+        if self.implementation != Implementation::Auto {
+            push("implementation", AttrValue::Name(self.implementation.name().into()));
+        }
+        out
+    }
+
+    /// Whether this instance has the optional input `name`.
+    fn has(&self, name: &str) -> bool {
+        match name {
+            "Attn_scale" => self.scale_tensor,
+            "Bias" => self.bias,
+            "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
+            "Seed" | "Offset" => self.dropout.is_some(),
+            _ => false,
+        }
+    }
+
+    /// The inputs of this instance, in order: the required ones, then the optional ones its
+    /// attributes ask for.
+    pub fn inputs(&self) -> Vec<PortSpec> {
+        let all = self.pass.signature().inputs;
+        let required = self.pass.required();
+        all[..required].iter().copied().chain(all[required..].iter().copied().filter(|p| self.has(p.name))).collect()
+    }
+
+    /// The outputs of this instance: `O` (and `Stats` when training), or `dQ, dK, dV` (and
+    /// `dBias`).
+    pub fn outputs(&self) -> Vec<&'static str> {
+        self.output_ports().to_vec()
+    }
+
+    /// [`Sdpa::outputs`], as the static list it is a prefix of.
+    pub fn output_ports(&self) -> &'static [&'static str] {
+        match self.pass {
+            SdpaPass::Forward if self.training => FORWARD_OUTPUTS,
+            SdpaPass::Forward => &FORWARD_OUTPUTS[..1],
+            SdpaPass::Backward if self.d_bias => BACKWARD_OUTPUTS,
+            SdpaPass::Backward => &BACKWARD_OUTPUTS[..3],
+        }
+    }
+
+    /// The position of input `name` in [`Sdpa::inputs`], if this instance has it.
+    pub fn input_index(&self, name: &str) -> Option<usize> {
+        self.inputs().iter().position(|p| p.name == name)
+    }
+
+    /// The scale applied to `Q·Kᵀ` when it is a literal: the attribute, or `1/sqrt(d_qk)`.
+    /// `None` when it comes from the `Attn_scale` input.
+    pub fn literal_scale(&self, d_qk: i64) -> Option<f64> {
+        if self.scale_tensor {
+            None
+        } else {
+            Some(self.scale.unwrap_or_else(|| 1.0 / (d_qk.max(1) as f64).sqrt()))
+        }
+    }
+
+    /// This op with a literal scale that equals the default for head dim `d_qk` (as the `f32`
+    /// cuDNN uses) written as the default: how a cudnn-frontend document, which always spells the
+    /// scale out, reads back to the op that wrote it.
+    pub fn default_scale_folded(mut self, d_qk: i64) -> Sdpa {
+        let default = 1.0 / (d_qk.max(1) as f64).sqrt();
+        if self.scale.is_some_and(|s| s as f32 == default as f32) {
+            self.scale = None;
+        }
+        self
+    }
+
+    /// Whether a score row `i` is shifted by `S_kv - S_q` (bottom-right alignment).
+    pub fn bottom_right(&self) -> bool {
+        self.alignment == Alignment::BottomRight
+    }
+
+    /// The shape and type rule; also every support rule that depends only on shapes, types and
+    /// attributes.
+    pub(crate) fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        let op = self.pass.name();
+        let ports = self.inputs();
+        let at = |name: &str| ports.iter().position(|p| p.name == name);
+        self.check_attributes()?;
+
+        // Ranks first: every port of this op is 4-d.
+        for (i, (t, p)) in inputs.iter().zip(&ports).enumerate() {
+            if t.dims.len() != 4 {
+                return Err(ShapeError::at(
+                    i,
+                    ShapeErrorKind::Rank {
+                        op,
+                        port: p.name,
+                        expected: "rank 4 ([B, H, S, D])".into(),
+                        found: t.dims.len(),
+                        shape: shape_string(&t.dims),
+                    },
+                ));
+            }
+        }
+        let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
+        if !takes(q.dtype) {
+            return Err(ShapeError::at(
+                0,
+                ShapeErrorKind::DType { op, port: "Q", found: q.dtype, expected: "f16 or bf16" },
+            ));
+        }
+        for (i, name) in [(1usize, "K"), (2, "V")] {
+            if inputs[i].dtype != q.dtype {
+                return Err(rule(
+                    op,
+                    Some(i),
+                    format!("port {name} is {} but Q is {}; Q, K and V must have one type", inputs[i].dtype, q.dtype),
+                ));
+            }
+        }
+        let (qs, ks, vs) = (shape_string(&q.dims), shape_string(&k.dims), shape_string(&v.dims));
+        let [b, h_q, s_q, d_qk] = [&q.dims[0], &q.dims[1], &q.dims[2], &q.dims[3]];
+        let [h_k, s_kv, d_k] = [&k.dims[1], &k.dims[2], &k.dims[3]];
+        let [h_v, d_v] = [&v.dims[1], &v.dims[3]];
+        for (i, name, t, shape) in [(1usize, "K", k, &ks), (2, "V", v, &vs)] {
+            if !cx.require_eq(b, &t.dims[0]) {
+                return Err(rule(
+                    op,
+                    Some(i),
+                    format!(
+                        "batch sizes differ: Q is {qs} and {name} is {shape}, so Q[0] = {b} must equal {name}[0] = {}",
+                        t.dims[0]
+                    ),
+                ));
+            }
+        }
+        if !cx.require_eq(d_qk, d_k) {
+            return Err(rule(
+                op,
+                Some(1),
+                format!("head dims differ: Q is {qs} and K is {ks}, so Q[3] = {d_qk} must equal K[3] = {d_k}"),
+            ));
+        }
+        if !cx.require_eq(s_kv, &v.dims[2]) {
+            return Err(rule(
+                op,
+                Some(2),
+                format!(
+                    "sequence lengths differ: K is {ks} and V is {vs}, so K[2] = {s_kv} must equal V[2] = {}",
+                    v.dims[2]
+                ),
+            ));
+        }
+        for (i, name, h, shape) in [(1usize, "K", h_k, &ks), (2, "V", h_v, &vs)] {
+            let divides = match (h_q.as_lit(), h.as_lit()) {
+                (Some(hq), Some(hk)) => hk > 0 && hq % hk == 0,
+                // Symbolic: equal names divide; anything else is decided at run time.
+                _ => true,
+            };
+            if !divides {
+                return Err(rule(
+                    op,
+                    Some(i),
+                    format!(
+                        "Q's heads must be a multiple of {name}'s (grouped-query attention): Q is {qs} with {h_q} \
+                         heads and {name} is {shape} with {h}, and {h_q} % {h} != 0"
+                    ),
+                ));
+            }
+        }
+        for (i, name, d, shape) in [(0usize, "Q", d_qk, &qs), (2, "V", d_v, &vs)] {
+            if d.as_lit().is_some_and(|d| d % 8 != 0) {
+                return Err(rule(
+                    op,
+                    Some(i),
+                    format!("the head dim of {name} {shape} is {d}; cuDNN's fp16/bf16 attention needs a multiple of 8"),
+                ));
+            }
+        }
+        // Bottom-right alignment and windows need S_q <= S_kv unless the actual lengths come
+        // from the padding mask.
+        if !self.padding_mask && (self.bottom_right() || self.window.is_some()) {
+            if let (Some(sq), Some(skv)) = (s_q.as_lit(), s_kv.as_lit()) {
+                if sq > skv {
+                    let what = if self.window.is_some() { "a sliding window" } else { "bottom-right causal masking" };
+                    return Err(rule(
+                        op,
+                        Some(0),
+                        format!(
+                            "{what} needs S_q <= S_kv without a padding mask, but Q is {qs} and K is {ks} \
+                             (S_q = {sq} > S_kv = {skv})"
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.pass == SdpaPass::Backward && s_q.as_lit() == Some(1) && s_kv.as_lit() == Some(1) {
+            return Err(rule(op, Some(0), format!("S_q = S_kv = 1 is not supported by cuDNN's backward (Q is {qs})")));
+        }
+
+        let mut expect = |name: &'static str,
+                          want: &[(&D, bool)],
+                          form: &str,
+                          dtype_ok: &dyn Fn(DataType) -> bool,
+                          types: &str|
+         -> Result<(), ShapeError> {
+            let Some(i) = at(name) else { return Ok(()) };
+            let t = &inputs[i];
+            let want_shape: Vec<String> =
+                want.iter().map(|(d, may_be_one)| if *may_be_one { format!("1|{d}") } else { d.to_string() }).collect();
+            let fits = t
+                .dims
+                .iter()
+                .zip(want)
+                .all(|(got, (d, may_be_one))| (*may_be_one && got.is_one()) || cx.require_eq(got, d));
+            if !fits {
+                return Err(rule(
+                    op,
+                    Some(i),
+                    format!(
+                        "port {name} must be {form} = [{}], found {}",
+                        want_shape.join(", "),
+                        shape_string(&t.dims)
+                    ),
+                ));
+            }
+            if !dtype_ok(t.dtype) {
+                return Err(rule(op, Some(i), format!("port {name} is {} but must be {types}", t.dtype)));
+            }
+            Ok(())
+        };
+        let one = D::lit(1);
+        let o_dims = [b, h_q, s_q, d_v];
+        if self.pass == SdpaPass::Backward {
+            let same = |dt: DataType| dt == q.dtype;
+            let q_type = format!("{} (the type of Q)", q.dtype);
+            let rows: Vec<(&D, bool)> = o_dims.iter().map(|d| (*d, false)).collect();
+            expect("O", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
+            expect("dO", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
+            expect(
+                "Stats",
+                &[(b, false), (h_q, false), (s_q, false), (&one, false)],
+                "[B, H_q, S_q, 1]",
+                &|dt| dt == DataType::F32,
+                "f32",
+            )?;
+        }
+        expect("Attn_scale", &[(&one, false); 4], "[1, 1, 1, 1]", &|dt| dt == DataType::F32, "f32")?;
+        expect(
+            "Bias",
+            &[(b, true), (h_q, true), (s_q, false), (s_kv, false)],
+            "[1 or B, 1 or H_q, S_q, S_kv]",
+            &|dt| dt != DataType::Bool,
+            "a numeric type (not bool)",
+        )?;
+        for name in ["SEQ_LEN_Q", "SEQ_LEN_KV"] {
+            expect(
+                name,
+                &[(b, false), (&one, false), (&one, false), (&one, false)],
+                "[B, 1, 1, 1]",
+                &|dt| dt == DataType::I32,
+                "i32",
+            )?;
+        }
+        for name in ["Seed", "Offset"] {
+            expect(
+                name,
+                &[(&one, false); 4],
+                "[1, 1, 1, 1]",
+                &|dt| matches!(dt, DataType::I64 | DataType::I32),
+                "i64 or i32",
+            )?;
+        }
+
+        Ok(match self.pass {
+            SdpaPass::Forward => {
+                let mut outs = vec![OutputMeta { dims: o_dims.iter().map(|d| (*d).clone()).collect(), dtype: None }];
+                if self.training {
+                    outs.push(OutputMeta {
+                        dims: vec![b.clone(), h_q.clone(), s_q.clone(), D::lit(1)],
+                        dtype: Some(DataType::F32),
+                    });
+                }
+                outs
+            }
+            SdpaPass::Backward => {
+                let mut outs = vec![
+                    OutputMeta { dims: q.dims.clone(), dtype: None },
+                    OutputMeta { dims: k.dims.clone(), dtype: None },
+                    OutputMeta { dims: v.dims.clone(), dtype: None },
+                ];
+                if self.d_bias {
+                    // `check_attributes` made sure there is a bias. cuDNN writes dBias in the
+                    // I/O type (an f32 dBias finds no engine).
+                    let bias = at("Bias").map(|i| inputs[i].dims.clone()).unwrap_or_default();
+                    outs.push(OutputMeta { dims: bias, dtype: Some(q.dtype) });
+                }
+                outs
+            }
+        })
+    }
+
+    /// The rules on attributes alone (cudnn-frontend's, independent of the GPU and the cuDNN
+    /// version).
+    fn check_attributes(&self) -> Result<(), ShapeError> {
+        let op = self.pass.name();
+        let fail = |r: &str| Err(rule(op, None, r.to_string()));
+        if self.scale_tensor && self.scale.is_some() {
+            return fail("give the scale as `scale = <number>` or as an input with `scale_tensor = true`, not both");
+        }
+        if let Some(s) = self.scale {
+            if !s.is_finite() {
+                return fail(&format!("the scale must be finite, found {s}"));
+            }
+        }
+        if let Some(w) = self.window {
+            if w < 1 {
+                return fail(&format!("the sliding window must be at least 1 key long, found window = {w}"));
+            }
+        }
+        if self.bottom_right() && !self.causal && self.window.is_none() {
+            return fail("`alignment = bottom_right` places the causal diagonal or the window; add `causal = true` or `window = ...`");
+        }
+        if let Some(p) = self.dropout {
+            if !(p > 0.0 && p < 1.0) {
+                return fail(&format!(
+                    "the dropout probability must be in (0, 1), found {p}; leave `dropout` out for none"
+                ));
+            }
+        }
+        if self.bottom_right() && (self.bias || self.dropout.is_some()) {
+            return fail("bottom-right alignment is supported without bias and without dropout only");
+        }
+        if self.d_bias && !self.bias {
+            return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+//! The CPU reference of attention, forward and backward: naive loops, `f64` throughout.
+//!
+//! Masking follows cudnn-frontend: with `padding_mask`, query rows at or past `SEQ_LEN_Q[b]` and
+//! key columns at or past `SEQ_LEN_KV[b]` are masked; causal keeps `j <= i + shift` and a window
+//! of `w` keeps `j > i + shift - w`, where `shift` is `S_kv - S_q` (the actual lengths with a
+//! padding mask) for bottom-right alignment and 0 for top-left. A row with no visible key has
+//! `O = 0`, `Stats = -inf` and no gradient (cuDNN leaves such rows unspecified).
+//!
+//! Dropout keeps each score with probability `1 - p` and scales kept ones by `1 / (1 - p)`. The
+//! mask here is a documented hash of (seed, offset, position) ([`dropout_keep`]); cuDNN's
+//! Philox stream is not reproduced, so dropout results agree with the GPU statistically, not
+//! element by element.
+
+use super::{Sdpa, SdpaPass};
+use crate::reference::Array;
+
+/// Dims of a 4-d array.
+fn dims4(a: &Array) -> [usize; 4] {
+    let d = |i: usize| a.dims.get(i).copied().unwrap_or(1).max(0) as usize;
+    [d(0), d(1), d(2), d(3)]
+}
+
+/// Row-major offset of `[i0, i1, i2, i3]` in an array of `dims`, with dims of extent 1
+/// broadcast.
+fn at(dims: [usize; 4], idx: [usize; 4]) -> usize {
+    let i = |k: usize| if dims[k] == 1 { 0 } else { idx[k] };
+    ((i(0) * dims[1] + i(1)) * dims[2] + i(2)) * dims[3] + i(3)
+}
+
+/// Whether dropout keeps score `(b, h, i, j)`: a splitmix64 hash of the seed, the offset and the
+/// position in the `[B, H_q, S_q, S_kv]` score tensor, compared with `p`.
+pub fn dropout_keep(seed: i64, offset: i64, flat: u64, p: f64) -> bool {
+    let mut z = (seed as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add((offset as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9))
+        .wrapping_add(flat);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+    u >= p
+}
+
+/// Everything the passes share: dims, the score rule and the masks.
+struct Problem<'a> {
+    op: &'a Sdpa,
+    q: &'a Array,
+    k: &'a Array,
+    v: &'a Array,
+    bias: Option<&'a Array>,
+    seq_q: Option<&'a Array>,
+    seq_kv: Option<&'a Array>,
+    seed_offset: Option<(i64, i64)>,
+    scale: f64,
+    b: usize,
+    h_q: usize,
+    s_q: usize,
+    d_qk: usize,
+    h_k: usize,
+    s_kv: usize,
+    h_v: usize,
+    d_v: usize,
+}
+
+impl<'a> Problem<'a> {
+    fn new(op: &'a Sdpa, inputs: &[&'a Array]) -> Problem<'a> {
+        let get = |name: &str| op.input_index(name).and_then(|i| inputs.get(i).copied());
+        let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
+        let [b, h_q, s_q, d_qk] = dims4(q);
+        let [_, h_k, s_kv, _] = dims4(k);
+        let [_, h_v, _, d_v] = dims4(v);
+        // cuDNN applies the scale as an f32.
+        let scale = match op.literal_scale(d_qk as i64) {
+            Some(s) => crate::DataType::F32.round(s),
+            None => get("Attn_scale").and_then(|t| t.data.first().copied()).unwrap_or(1.0),
+        };
+        let scalar = |name: &str| get(name).and_then(|t| t.data.first().copied()).unwrap_or(0.0) as i64;
+        let seed_offset = op.dropout.map(|_| (scalar("Seed"), scalar("Offset")));
+        Problem {
+            op,
+            q,
+            k,
+            v,
+            bias: get("Bias"),
+            seq_q: get("SEQ_LEN_Q"),
+            seq_kv: get("SEQ_LEN_KV"),
+            seed_offset,
+            scale,
+            b,
+            h_q,
+            s_q,
+            d_qk,
+            h_k: h_k.max(1),
+            s_kv,
+            h_v: h_v.max(1),
+            d_v,
+        }
+    }
+
+    /// The actual lengths of batch `b`.
+    fn lengths(&self, b: usize) -> (usize, usize) {
+        let len = |t: Option<&Array>, max: usize| {
+            t.and_then(|t| t.data.get(b)).map_or(max, |v| (v.max(0.0) as usize).min(max))
+        };
+        if self.op.padding_mask {
+            (len(self.seq_q, self.s_q), len(self.seq_kv, self.s_kv))
+        } else {
+            (self.s_q, self.s_kv)
+        }
+    }
+
+    /// Whether query `i` sees key `j` in batch `b`.
+    fn visible(&self, b: usize, i: usize, j: usize) -> bool {
+        let (sq, skv) = self.lengths(b);
+        if i >= sq || j >= skv {
+            return false;
+        }
+        let shift = if self.op.bottom_right() { skv as i64 - sq as i64 } else { 0 };
+        let (i, j) = (i as i64, j as i64);
+        if self.op.causal && j > i + shift {
+            return false;
+        }
+        if let Some(w) = self.op.window {
+            if j <= i + shift - w {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The dropout factor of score `(b, h, i, j)`: 0 or `1 / (1 - p)` (1 without dropout).
+    fn dropout(&self, b: usize, h: usize, i: usize, j: usize) -> f64 {
+        match (self.op.dropout, self.seed_offset) {
+            (Some(p), Some((seed, offset))) => {
+                let flat = (((b * self.h_q + h) * self.s_q + i) * self.s_kv + j) as u64;
+                if dropout_keep(seed, offset, flat, p) {
+                    // cuDNN scales by an f32.
+                    crate::DataType::F32.round(1.0 / (1.0 - p))
+                } else {
+                    0.0
+                }
+            }
+            _ => 1.0,
+        }
+    }
+
+    /// The scores of row `(b, h, i)`: `scale · q·k + bias`, `-inf` where masked.
+    fn scores(&self, b: usize, h: usize, i: usize) -> Vec<f64> {
+        let hk = h / (self.h_q / self.h_k).max(1);
+        let qd = dims4(self.q);
+        let kd = dims4(self.k);
+        (0..self.s_kv)
+            .map(|j| {
+                if !self.visible(b, i, j) {
+                    return f64::NEG_INFINITY;
+                }
+                let dot: f64 = (0..self.d_qk)
+                    .map(|d| self.q.data[at(qd, [b, h, i, d])] * self.k.data[at(kd, [b, hk, j, d])])
+                    .sum();
+                let bias = self.bias.map_or(0.0, |t| t.data[at(dims4(t), [b, h, i, j])]);
+                self.scale * dot + bias
+            })
+            .collect()
+    }
+
+    fn v_head(&self, h: usize) -> usize {
+        h / (self.h_q / self.h_v).max(1)
+    }
+}
+
+/// `max + ln Σ exp(s - max)` of a row, `-inf` when every score is.
+fn log_sum_exp(row: &[f64]) -> f64 {
+    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return m;
+    }
+    m + row.iter().map(|s| (s - m).exp()).sum::<f64>().ln()
+}
+
+impl Sdpa {
+    /// Computes the op on the CPU: `[O]` or `[O, Stats]` forward, `[dQ, dK, dV]` or
+    /// `[dQ, dK, dV, dBias]` backward (validated graphs only: dims are the shape rule's).
+    pub(crate) fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        if inputs.len() < self.inputs().len() {
+            return Vec::new();
+        }
+        match self.pass {
+            SdpaPass::Forward => self.forward(inputs),
+            SdpaPass::Backward => self.backward(inputs),
+        }
+    }
+
+    fn forward(&self, inputs: &[&Array]) -> Vec<Array> {
+        let p = Problem::new(self, inputs);
+        let vd = dims4(p.v);
+        let mut o = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, p.d_v as i64]);
+        let mut stats = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, 1]);
+        for b in 0..p.b {
+            for h in 0..p.h_q {
+                let hv = p.v_head(h);
+                for i in 0..p.s_q {
+                    let s = p.scores(b, h, i);
+                    let lse = log_sum_exp(&s);
+                    stats.data[(b * p.h_q + h) * p.s_q + i] = lse;
+                    if lse == f64::NEG_INFINITY {
+                        continue;
+                    }
+                    let row = ((b * p.h_q + h) * p.s_q + i) * p.d_v;
+                    for (j, sj) in s.iter().enumerate() {
+                        let w = (sj - lse).exp() * p.dropout(b, h, i, j);
+                        if w == 0.0 {
+                            continue;
+                        }
+                        for d in 0..p.d_v {
+                            o.data[row + d] += w * p.v.data[at(vd, [b, hv, j, d])];
+                        }
+                    }
+                }
+            }
+        }
+        let mut outs = vec![o];
+        if self.training {
+            outs.push(stats);
+        }
+        outs
+    }
+
+    fn backward(&self, inputs: &[&Array]) -> Vec<Array> {
+        let p = Problem::new(self, inputs);
+        let (o, d_o, stats) = (inputs[3], inputs[4], inputs[5]);
+        let (qd, kd, vd) = (dims4(p.q), dims4(p.k), dims4(p.v));
+        let od = dims4(o);
+        let mut dq = Array::zeros(&p.q.dims);
+        let mut dk = Array::zeros(&p.k.dims);
+        let mut dv = Array::zeros(&p.v.dims);
+        let mut dbias = p.bias.map(|t| Array::zeros(&t.dims));
+        for b in 0..p.b {
+            for h in 0..p.h_q {
+                let hk = h / (p.h_q / p.h_k).max(1);
+                let hv = p.v_head(h);
+                for i in 0..p.s_q {
+                    let s = p.scores(b, h, i);
+                    let lse = stats.data.get((b * p.h_q + h) * p.s_q + i).copied().unwrap_or(f64::NEG_INFINITY);
+                    // delta_i = Σ_d dO·O.
+                    let delta: f64 =
+                        (0..p.d_v).map(|d| d_o.data[at(od, [b, h, i, d])] * o.data[at(od, [b, h, i, d])]).sum();
+                    for (j, sj) in s.iter().enumerate() {
+                        if *sj == f64::NEG_INFINITY {
+                            continue;
+                        }
+                        let prob = (sj - lse).exp();
+                        let keep = p.dropout(b, h, i, j);
+                        // dV += P̃ᵀ dO; dP̃ = dO · Vᵀ.
+                        let mut dp_tilde = 0.0;
+                        for d in 0..p.d_v {
+                            let g = d_o.data[at(od, [b, h, i, d])];
+                            dv.data[at(vd, [b, hv, j, d])] += prob * keep * g;
+                            dp_tilde += g * p.v.data[at(vd, [b, hv, j, d])];
+                        }
+                        let ds = prob * (dp_tilde * keep - delta);
+                        if let (Some(db), Some(bias)) = (dbias.as_mut(), p.bias) {
+                            db.data[at(dims4(bias), [b, h, i, j])] += ds;
+                        }
+                        let g = p.scale * ds;
+                        for d in 0..p.d_qk {
+                            dq.data[at(qd, [b, h, i, d])] += g * p.k.data[at(kd, [b, hk, j, d])];
+                            dk.data[at(kd, [b, hk, j, d])] += g * p.q.data[at(qd, [b, h, i, d])];
+                        }
+                    }
+                }
+            }
+        }
+        let mut outs = vec![dq, dk, dv];
+        if self.d_bias {
+            outs.push(dbias.unwrap_or_else(|| Array::zeros(&[1])));
+        }
+        outs
+    }
+}

@@ -1,0 +1,737 @@
+//! Tests of the attention op: attributes and ports, shape rules, the reference against finite
+//! differences, and the composite subgraph run on the CPU against the reference.
+
+use super::composite::{self, Expansion, Kind, SubOp};
+use super::*;
+use crate::dim::{Concrete, SymDim, Symbolic};
+use crate::ir::Tensor;
+use crate::ops::{Op, Pointwise, PointwiseMode, ReductionMode};
+use crate::reference::Array;
+
+fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Sdpa {
+    let attrs: Vec<(String, AttrValue)> = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    match Op::from_call(name, &attrs).unwrap() {
+        Op::Sdpa(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn meta(dims: &[i64], dtype: DataType) -> TensorMeta<i64> {
+    TensorMeta { dims: dims.to_vec(), dtype }
+}
+
+/// A small deterministic generator (xorshift64*), values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        (v >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+
+    fn array(&mut self, dims: &[i64]) -> Array {
+        Array::from_fn(dims, |_| self.next())
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next() + 1.0) * 0.5 * n as f64) as usize % n.max(1)
+    }
+}
+
+#[test]
+fn attributes_decide_ports() {
+    let plain = op("sdpa", &[]);
+    assert_eq!(plain.outputs(), ["O"]);
+    let names = |s: &Sdpa| s.inputs().iter().map(|p| p.name).collect::<Vec<_>>();
+    assert_eq!(names(&plain), ["Q", "K", "V"]);
+    let all = op(
+        "sdpa",
+        &[
+            ("scale_tensor", true.into()),
+            ("bias", true.into()),
+            ("padding_mask", true.into()),
+            ("dropout", 0.1.into()),
+            ("training", true.into()),
+        ],
+    );
+    assert_eq!(names(&all), ["Q", "K", "V", "Attn_scale", "Bias", "SEQ_LEN_Q", "SEQ_LEN_KV", "Seed", "Offset"]);
+    assert_eq!(all.outputs(), ["O", "Stats"]);
+    let bwd = op("sdpa_backward", &[("bias", true.into()), ("d_bias", true.into())]);
+    assert_eq!(names(&bwd), ["Q", "K", "V", "O", "dO", "Stats", "Bias"]);
+    assert_eq!(bwd.outputs(), ["dQ", "dK", "dV", "dBias"]);
+    assert_eq!(Op::Sdpa(bwd.clone()).inputs().len(), 7);
+    let e = Op::from_call("sdpa", &[("training".into(), 1.0.into())]).unwrap_err();
+    assert_eq!(e.to_string(), "attribute `training` of `sdpa` must be `true` or `false`");
+    let e = Op::from_call("sdpa_backward", &[("training".into(), true.into())]).unwrap_err();
+    assert!(e.to_string().contains("has no attribute `training`"), "{e}");
+    let e = Op::from_call("sdpa_backward", &[("implementation".into(), "fused".into())]).unwrap_err();
+    assert_eq!(e.to_string(), "attribute `implementation` of `sdpa_backward` must be one of `auto`, `composite`");
+}
+
+#[test]
+fn call_attributes_round_trip() {
+    let cases: Vec<Vec<(&str, AttrValue)>> = vec![
+        vec![],
+        vec![("scale", 0.125.into()), ("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![("window", 64.into()), ("bias", true.into()), ("dropout", 0.25.into()), ("training", true.into())],
+        vec![("scale_tensor", true.into()), ("padding_mask", true.into()), ("implementation", "composite".into())],
+    ];
+    for attrs in cases {
+        let o = Op::Sdpa(op("sdpa", &attrs));
+        assert_eq!(Op::from_call("sdpa", &o.call_attrs()).unwrap(), o);
+    }
+    let b = Op::Sdpa(op(
+        "sdpa_backward",
+        &[("d_bias", true.into()), ("bias", true.into()), ("deterministic", true.into())],
+    ));
+    assert_eq!(Op::from_call("sdpa_backward", &b.call_attrs()).unwrap(), b);
+}
+
+fn qkv(b: i64, h_q: i64, h_kv: i64, s_q: i64, s_kv: i64, d: i64) -> Vec<TensorMeta<i64>> {
+    vec![
+        meta(&[b, h_q, s_q, d], DataType::BF16),
+        meta(&[b, h_kv, s_kv, d], DataType::BF16),
+        meta(&[b, h_kv, s_kv, d], DataType::BF16),
+    ]
+}
+
+fn infer(s: &Sdpa, inputs: &[TensorMeta<i64>]) -> Result<Vec<OutputMeta<i64>>, ShapeError> {
+    Op::Sdpa(s.clone()).infer(inputs, &mut Concrete)
+}
+
+#[test]
+fn forward_shapes() {
+    let s = op("sdpa", &[("training", true.into())]);
+    let out = infer(&s, &qkv(2, 8, 2, 100, 37, 64)).unwrap();
+    assert_eq!(out[0].dims, [2, 8, 100, 64]);
+    assert_eq!(out[0].dtype, None);
+    assert_eq!(out[1].dims, [2, 8, 100, 1]);
+    assert_eq!(out[1].dtype, Some(DataType::F32));
+    // D_v may differ from D_qk.
+    let mut ins = qkv(1, 4, 4, 16, 16, 64);
+    ins[2].dims[3] = 128;
+    assert_eq!(infer(&op("sdpa", &[]), &ins).unwrap()[0].dims, [1, 4, 16, 128]);
+}
+
+#[test]
+fn forward_shape_errors_name_the_rule() {
+    let plain = op("sdpa", &[]);
+    let err = |s: &Sdpa, ins: &[TensorMeta<i64>]| infer(s, ins).unwrap_err();
+    let mut ins = qkv(2, 8, 8, 16, 16, 64);
+    ins[1].dims[3] = 32;
+    let e = err(&plain, &ins);
+    assert_eq!(e.arg, Some(1));
+    assert_eq!(
+        e.to_string(),
+        "`sdpa`: head dims differ: Q is [2, 8, 16, 64] and K is [2, 8, 16, 32], so Q[3] = 64 must equal K[3] = 32"
+    );
+    let e = err(&plain, &qkv(2, 8, 3, 16, 16, 64));
+    assert!(e.to_string().contains("Q's heads must be a multiple of K's"), "{e}");
+    let mut ins = qkv(2, 8, 8, 16, 16, 64);
+    ins[2].dims[0] = 3;
+    assert!(err(&plain, &ins).to_string().contains("batch sizes differ"));
+    let mut ins = qkv(2, 8, 8, 16, 16, 64);
+    ins[2].dims[2] = 17;
+    assert!(err(&plain, &ins).to_string().contains("sequence lengths differ"));
+    let e = err(&plain, &qkv(2, 8, 8, 16, 16, 36));
+    assert!(e.to_string().contains("needs a multiple of 8"), "{e}");
+    let mut ins = qkv(2, 8, 8, 16, 16, 64);
+    ins[1].dtype = DataType::F16;
+    assert!(err(&plain, &ins).to_string().contains("port K is f16 but Q is bf16"));
+    let mut ins = qkv(2, 8, 8, 16, 16, 64);
+    ins.iter_mut().for_each(|t| t.dtype = DataType::F32);
+    assert!(matches!(*err(&plain, &ins).kind, ShapeErrorKind::DType { port: "Q", .. }));
+    let ins = vec![
+        meta(&[8, 16, 64], DataType::BF16),
+        meta(&[2, 8, 16, 64], DataType::BF16),
+        meta(&[2, 8, 16, 64], DataType::BF16),
+    ];
+    assert!(matches!(*err(&plain, &ins).kind, ShapeErrorKind::Rank { port: "Q", .. }));
+    // Arity follows the attributes.
+    let e = err(&op("sdpa", &[("bias", true.into())]), &qkv(2, 8, 8, 16, 16, 64));
+    assert!(matches!(*e.kind, ShapeErrorKind::Arity { expected: 4, found: 3, .. }), "{e}");
+}
+
+#[test]
+fn mask_arguments_are_checked() {
+    let with = |attrs: &[(&str, AttrValue)], extra: Vec<TensorMeta<i64>>| {
+        let mut ins = qkv(2, 8, 8, 16, 32, 64);
+        ins.extend(extra);
+        infer(&op("sdpa", attrs), &ins)
+    };
+    let bias = [("bias", AttrValue::Bool(true))];
+    assert!(with(&bias, vec![meta(&[1, 1, 16, 32], DataType::F32)]).is_ok());
+    assert!(with(&bias, vec![meta(&[2, 8, 16, 32], DataType::BF16)]).is_ok());
+    let e = with(&bias, vec![meta(&[1, 1, 32, 16], DataType::F32)]).unwrap_err();
+    assert_eq!(e.arg, Some(3));
+    assert_eq!(
+        e.to_string(),
+        "`sdpa`: port Bias must be [1 or B, 1 or H_q, S_q, S_kv] = [1|2, 1|8, 16, 32], found [1, 1, 32, 16]"
+    );
+    assert!(with(&bias, vec![meta(&[1, 1, 16, 32], DataType::Bool)]).is_err());
+    let pad = [("padding_mask", AttrValue::Bool(true))];
+    let lens = || vec![meta(&[2, 1, 1, 1], DataType::I32), meta(&[2, 1, 1, 1], DataType::I32)];
+    assert!(with(&pad, lens()).is_ok());
+    let e = with(&pad, vec![meta(&[2, 1, 1, 1], DataType::I32), meta(&[1, 1, 1, 1], DataType::I32)]).unwrap_err();
+    assert!(e.to_string().contains("port SEQ_LEN_KV must be [B, 1, 1, 1] = [2, 1, 1, 1], found [1, 1, 1, 1]"), "{e}");
+    let e = with(&pad, vec![meta(&[2, 1, 1, 1], DataType::I64), meta(&[2, 1, 1, 1], DataType::I32)]).unwrap_err();
+    assert!(e.to_string().contains("port SEQ_LEN_Q is i64 but must be i32"), "{e}");
+    let drop = [("dropout", AttrValue::Float(0.1))];
+    assert!(with(&drop, vec![meta(&[1, 1, 1, 1], DataType::I64), meta(&[1, 1, 1, 1], DataType::I64)]).is_ok());
+    let scale = [("scale_tensor", AttrValue::Bool(true))];
+    assert!(with(&scale, vec![meta(&[1, 1, 1, 1], DataType::F32)]).is_ok());
+    assert!(with(&scale, vec![meta(&[1, 1, 1, 1], DataType::BF16)]).is_err());
+}
+
+#[test]
+fn attribute_rules() {
+    let rule = |attrs: &[(&str, AttrValue)]| {
+        let s = op("sdpa", attrs);
+        let mut ins = qkv(1, 2, 2, 16, 16, 64);
+        ins.extend(s.inputs().iter().skip(3).map(|_| meta(&[1, 1, 1, 1], DataType::I64)));
+        infer(&s, &ins).unwrap_err().to_string()
+    };
+    let mut ins = qkv(1, 2, 2, 16, 16, 64);
+    ins.push(meta(&[1, 1, 1, 1], DataType::F32));
+    let both = op("sdpa", &[("scale", 0.5.into()), ("scale_tensor", true.into())]);
+    assert!(infer(&both, &ins).unwrap_err().to_string().contains("not both"));
+    assert!(rule(&[("window", 0.into())]).contains("at least 1 key"));
+    assert!(rule(&[("alignment", "bottom_right".into())]).contains("add `causal = true`"));
+    assert!(rule(&[("dropout", 1.0.into())]).contains("in (0, 1)"));
+    assert!(rule(&[("dropout", 0.0.into())]).contains("in (0, 1)"));
+    let e =
+        infer(&op("sdpa", &[("causal", true.into()), ("alignment", "bottom_right".into())]), &qkv(1, 2, 2, 32, 16, 64));
+    assert!(e.unwrap_err().to_string().contains("S_q = 32 > S_kv = 16"));
+    let e = op("sdpa_backward", &[("d_bias", true.into())]).check_attributes().unwrap_err();
+    assert!(e.to_string().contains("`d_bias = true` needs the bias"), "{e}");
+}
+
+#[test]
+fn backward_shapes() {
+    let s = op("sdpa_backward", &[("bias", true.into()), ("d_bias", true.into())]);
+    let mut ins = qkv(2, 8, 2, 64, 48, 64);
+    ins.push(meta(&[2, 8, 64, 64], DataType::BF16));
+    ins.push(meta(&[2, 8, 64, 64], DataType::BF16));
+    ins.push(meta(&[2, 8, 64, 1], DataType::F32));
+    ins.push(meta(&[1, 8, 64, 48], DataType::F32));
+    let out = infer(&s, &ins).unwrap();
+    let dims: Vec<Vec<i64>> = out.iter().map(|o| o.dims.clone()).collect();
+    assert_eq!(dims, [vec![2, 8, 64, 64], vec![2, 2, 48, 64], vec![2, 2, 48, 64], vec![1, 8, 64, 48]]);
+    ins[5].dims = vec![2, 8, 64];
+    let e = infer(&s, &ins).unwrap_err();
+    assert!(matches!(*e.kind, ShapeErrorKind::Rank { port: "Stats", .. }), "{e}");
+    ins[5].dims = vec![2, 8, 64, 2];
+    let e = infer(&s, &ins).unwrap_err();
+    assert!(e.to_string().contains("port Stats must be [B, H_q, S_q, 1]"), "{e}");
+    ins[5].dims = vec![2, 8, 64, 1];
+    ins[3].dtype = DataType::F16;
+    assert!(infer(&s, &ins).unwrap_err().to_string().contains("port O is f16"));
+    // Missing Stats: arity.
+    let e = Op::Sdpa(op("sdpa_backward", &[])).infer(&ins[..5], &mut Concrete).unwrap_err();
+    assert_eq!(e.to_string(), "`sdpa_backward` takes 6 inputs, found 5");
+}
+
+#[test]
+fn symbolic_dims_defer_or_decide() {
+    let p = |s: &str| SymDim::Param(s.into());
+    let l = SymDim::Lit;
+    let m = |dims: Vec<SymDim>| TensorMeta { dims, dtype: DataType::BF16 };
+    let s = Op::Sdpa(op("sdpa", &[("causal", true.into())]));
+    let mut cx = Symbolic::default();
+    let out = s
+        .infer(
+            &[
+                m(vec![p("B"), l(8), p("S"), l(64)]),
+                m(vec![p("B"), l(2), p("S"), p("D")]),
+                m(vec![p("B"), l(2), p("S"), l(64)]),
+            ],
+            &mut cx,
+        )
+        .unwrap();
+    assert_eq!(out[0].dims, [p("B"), l(8), p("S"), l(64)]);
+    assert_eq!(cx.deferred, [(l(64), p("D"))]);
+    let e = s
+        .infer(
+            &[
+                m(vec![p("B"), l(8), p("S"), l(64)]),
+                m(vec![p("C"), l(2), p("S"), l(64)]),
+                m(vec![p("B"), l(2), p("S"), l(64)]),
+            ],
+            &mut cx,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("Q[0] = B must equal K[0] = C"), "{e}");
+    let e = s
+        .infer(
+            &[
+                m(vec![l(1), l(8), p("S"), l(64)]),
+                m(vec![l(1), l(3), p("S"), l(64)]),
+                m(vec![l(1), l(3), p("S"), l(64)]),
+            ],
+            &mut cx,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("8 % 3 != 0"), "{e}");
+}
+
+/// Reference arrays for a problem: inputs in [`Sdpa::inputs`] order.
+struct Case {
+    op: Sdpa,
+    inputs: Vec<Array>,
+}
+
+fn case(rng: &mut Rng, op: Sdpa, [b, h_q, h_kv, s_q, s_kv, d]: [i64; 6]) -> Case {
+    let mut inputs = vec![rng.array(&[b, h_q, s_q, d]), rng.array(&[b, h_kv, s_kv, d]), rng.array(&[b, h_kv, s_kv, d])];
+    if op.pass == SdpaPass::Backward {
+        unreachable!("backward cases are made from forward ones");
+    }
+    for p in op.inputs().iter().skip(3) {
+        inputs.push(match p.name {
+            "Attn_scale" => Array { dims: vec![1; 4], data: vec![0.3] },
+            "Bias" => rng.array(&[1, h_q, s_q, s_kv]),
+            "SEQ_LEN_Q" => Array::from_fn(&[b, 1, 1, 1], |i| (s_q as usize - i % 2 * (rng.below(s_q as usize))) as f64),
+            "SEQ_LEN_KV" => {
+                Array::from_fn(&[b, 1, 1, 1], |i| (s_kv as usize - i % 2 * (rng.below(s_kv as usize))) as f64)
+            }
+            "Seed" => Array { dims: vec![1; 4], data: vec![1234.0] },
+            "Offset" => Array { dims: vec![1; 4], data: vec![7.0] },
+            other => panic!("{other}"),
+        });
+    }
+    Case { op, inputs }
+}
+
+fn refs(v: &[Array]) -> Vec<&Array> {
+    v.iter().collect()
+}
+
+/// The backward op matching forward `f`, and its inputs: Q, K, V, O, dO, Stats, then the
+/// forward's optional inputs.
+fn backward_of(f: &Case, d_o: &Array, d_bias: bool) -> Case {
+    let mut fwd = f.op.clone();
+    fwd.training = true;
+    let outs = fwd.reference(&refs(&f.inputs));
+    let mut b = Sdpa { pass: SdpaPass::Backward, training: false, d_bias: d_bias && f.op.bias, ..f.op.clone() };
+    b.implementation = Implementation::Auto;
+    let mut inputs = f.inputs[..3].to_vec();
+    inputs.push(outs[0].clone());
+    inputs.push(d_o.clone());
+    inputs.push(outs[1].clone());
+    inputs.extend(f.inputs[3..].iter().cloned());
+    Case { op: b, inputs }
+}
+
+#[test]
+fn reference_matches_a_direct_formula() {
+    // One query, two keys, d = 8: softmax weights by hand.
+    let q = Array::from_fn(&[1, 1, 1, 8], |i| if i == 0 { 1.0 } else { 0.0 });
+    let k = Array::from_fn(&[1, 1, 2, 8], |i| {
+        if i == 0 {
+            2.0
+        } else if i == 8 {
+            -1.0
+        } else {
+            0.0
+        }
+    });
+    let v = Array::from_fn(&[1, 1, 2, 8], |i| (i / 8) as f64 * 10.0 + 1.0);
+    let s = op("sdpa", &[("scale", 0.5.into()), ("training", true.into())]);
+    let out = s.reference(&[&q, &k, &v]);
+    let (e0, e1) = ((0.5f64 * 2.0).exp(), (-0.5f64).exp());
+    let want = (e0 * 1.0 + e1 * 11.0) / (e0 + e1);
+    assert!((out[0].data[0] - want).abs() < 1e-12);
+    assert!((out[1].data[0] - (e0 + e1).ln()).abs() < 1e-12);
+    // Causal top-left: the first query sees only the first key.
+    let c = op("sdpa", &[("scale", 0.5.into()), ("causal", true.into())]);
+    let q2 = Array::from_fn(&[1, 1, 2, 8], |i| if i % 8 == 0 { 1.0 } else { 0.0 });
+    assert_eq!(c.reference(&[&q2, &k, &v])[0].data[0], 1.0);
+    // Bottom-right with S_q = 1: the only query sees every key.
+    let br = op("sdpa", &[("scale", 0.5.into()), ("causal", true.into()), ("alignment", "bottom_right".into())]);
+    assert!((br.reference(&[&q, &k, &v])[0].data[0] - want).abs() < 1e-12);
+}
+
+/// Central differences of `L = Σ O ⊙ dO` against the reference backward.
+fn check_gradients(f: &Case, rng: &mut Rng) {
+    let fwd = f.op.clone();
+    let o_dims = fwd.reference(&refs(&f.inputs))[0].dims.clone();
+    let d_o = rng.array(&o_dims);
+    let loss = |inputs: &[Array]| -> f64 {
+        let o = &fwd.reference(&refs(inputs))[0];
+        o.data.iter().zip(&d_o.data).map(|(a, b)| a * b).sum()
+    };
+    let b = backward_of(f, &d_o, true);
+    let grads = b.op.reference(&refs(&b.inputs));
+    let mut targets = vec![(0usize, 0usize), (1, 1), (2, 2)];
+    if let Some(i) = f.op.input_index("Bias") {
+        targets.push((i, 3));
+    }
+    let h = 1e-6;
+    for (input, grad) in targets {
+        for e in 0..f.inputs[input].data.len() {
+            let mut plus = f.inputs.clone();
+            plus[input].data[e] += h;
+            let mut minus = f.inputs.clone();
+            minus[input].data[e] -= h;
+            let numeric = (loss(&plus) - loss(&minus)) / (2.0 * h);
+            let analytic = grads[grad].data[e];
+            assert!(
+                (numeric - analytic).abs() < 1e-6 * (1.0 + numeric.abs()),
+                "{:?}: d/d input {input}[{e}]: numeric {numeric}, analytic {analytic}",
+                f.op
+            );
+        }
+    }
+}
+
+#[test]
+fn backward_matches_finite_differences() {
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let configs: Vec<Vec<(&str, AttrValue)>> = vec![
+        vec![],
+        vec![("causal", true.into())],
+        vec![("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![("window", 2.into()), ("causal", true.into())],
+        vec![("window", 3.into())],
+        vec![("bias", true.into())],
+        vec![("padding_mask", true.into()), ("causal", true.into())],
+        vec![("padding_mask", true.into()), ("window", 2.into()), ("alignment", "bottom_right".into())],
+        vec![("dropout", 0.3.into())],
+        vec![("scale_tensor", true.into()), ("bias", true.into())],
+    ];
+    for attrs in configs {
+        let f = case(&mut rng, op("sdpa", &attrs), [2, 4, 2, 3, 5, 8]);
+        check_gradients(&f, &mut rng);
+    }
+    // MQA and equal lengths.
+    let f = case(&mut rng, op("sdpa", &[("causal", true.into())]), [1, 3, 1, 4, 4, 8]);
+    check_gradients(&f, &mut rng);
+}
+
+// ------------------------------------------------------------------------------------------
+// The composite subgraph, run on the CPU.
+
+fn permute(a: &Array, perm: [usize; 4]) -> Array {
+    let dims: Vec<i64> = perm.iter().map(|&p| a.dims[p]).collect();
+    let strides = crate::dim::packed_strides(&a.dims);
+    Array::from_fn(&dims, |flat| {
+        let idx = Array::unravel(flat as i64, &dims);
+        let off: i64 = (0..4).map(|k| idx[k] * strides[perm[k]]).sum();
+        a.data[off as usize]
+    })
+}
+
+/// Runs an expansion on dense inputs; returns the node's outputs. `round` rounds every tensor to
+/// its type as cuDNN's storage would.
+fn run(x: &Expansion, inputs: &[&Array], n_outputs: usize, round: bool) -> Vec<Array> {
+    let mut values: Vec<Option<Array>> = vec![None; x.tensors.len()];
+    for (i, t) in x.tensors.iter().enumerate() {
+        values[i] = match &t.kind {
+            Kind::Input(p) => Some(inputs[*p].clone()),
+            Kind::Alias { input, perm } => Some(permute(inputs[*input], *perm)),
+            Kind::Scalar(v) => Some(Array { dims: vec![1; 4], data: vec![*v] }),
+            _ => None,
+        };
+    }
+    let get = |values: &[Option<Array>], i: usize| {
+        values[i].clone().unwrap_or_else(|| panic!("tensor {} ({}) read before written", i, x.tensors[i].name))
+    };
+    for (name, op) in &x.ops {
+        let (out, value) = match op {
+            SubOp::Matmul { a, b, c, .. } => {
+                let (a, bm) = (get(&values, *a), get(&values, *b));
+                let dims = x.tensors[*c].dims.clone();
+                let (m, k, n) = (a.dims[2] as usize, a.dims[3] as usize, bm.dims[3] as usize);
+                assert_eq!(bm.dims[2] as usize, k, "{name}: inner dims");
+                let out = Array::from_fn(&dims, |flat| {
+                    let idx = Array::unravel(flat as i64, &dims);
+                    let (bb, h, i, j) = (idx[0] as usize, idx[1] as usize, idx[2] as usize, idx[3] as usize);
+                    let map = |t: &Array, h: usize| {
+                        let tb = if t.dims[0] == 1 { 0 } else { bb };
+                        let th = h / (dims[1] as usize / t.dims[1] as usize);
+                        tb * t.dims[1] as usize + th
+                    };
+                    let (ab, bbh) = (map(&a, h), map(&bm, h));
+                    (0..k).map(|p| a.data[(ab * m + i) * k + p] * bm.data[(bbh * k + p) * n + j]).sum()
+                });
+                (*c, out)
+            }
+            SubOp::Pointwise { mode, inputs: ins, output, axis, .. } => {
+                let args: Vec<Array> = ins.iter().map(|i| get(&values, *i)).collect();
+                let dims = x.tensors[*output].dims.clone();
+                let p = Pointwise::new(*mode);
+                let out = Array::from_fn(&dims, |flat| {
+                    let idx = Array::unravel(flat as i64, &dims);
+                    if *mode == PointwiseMode::GenIndex {
+                        return idx[axis.unwrap_or(0) as usize] as f64;
+                    }
+                    let vals: Vec<f64> =
+                        args.iter()
+                            .map(|t| {
+                                let off: i64 = (0..4)
+                                    .map(|k| {
+                                        if t.dims[k] == 1 {
+                                            0
+                                        } else {
+                                            idx[k] * crate::dim::packed_strides(&t.dims)[k]
+                                        }
+                                    })
+                                    .sum();
+                                t.data[off as usize]
+                            })
+                            .collect();
+                    p.apply(&vals)
+                });
+                (*output, out)
+            }
+            SubOp::Reduction { mode, x: input, y } => {
+                let a = get(&values, *input);
+                let dims = x.tensors[*y].dims.clone();
+                let init = if *mode == ReductionMode::Max { f64::NEG_INFINITY } else { 0.0 };
+                let mut out = Array { dims: dims.clone(), data: vec![init; dims.iter().product::<i64>() as usize] };
+                let strides = crate::dim::packed_strides(&dims);
+                for (flat, v) in a.data.iter().enumerate() {
+                    let idx = Array::unravel(flat as i64, &a.dims);
+                    let off: i64 = (0..4).map(|k| idx[k] / (a.dims[k] / dims[k]) * strides[k]).sum();
+                    let acc = &mut out.data[off as usize];
+                    *acc = match mode {
+                        ReductionMode::Max => acc.max(*v),
+                        ReductionMode::Sum => *acc + v,
+                        other => panic!("{other:?}"),
+                    };
+                }
+                (*y, out)
+            }
+            SubOp::Rng { keep, seed, offset, y } => {
+                let (seed, offset) = (get(&values, *seed).data[0] as i64, get(&values, *offset).data[0] as i64);
+                let dims = x.tensors[*y].dims.clone();
+                let out = Array::from_fn(&dims, |flat| {
+                    f64::from(u8::from(super::reference::dropout_keep(seed, offset, flat as u64, 1.0 - keep)))
+                });
+                (*y, out)
+            }
+            SubOp::Reshape { x: input, y, perm } => (*y, permute(&get(&values, *input), *perm)),
+        };
+        let mut value = value;
+        if round {
+            value.round_to(x.tensors[out].data_type);
+        }
+        values[out] = Some(value);
+    }
+    (0..n_outputs)
+        .map(|o| {
+            let i = x
+                .tensors
+                .iter()
+                .position(|t| t.kind == Kind::Output(o))
+                .unwrap_or_else(|| panic!("output {o} is never written"));
+            get(&values, i)
+        })
+        .collect()
+}
+
+fn tensor(name: &str, uid: i64, a: &Array, dtype: DataType) -> Tensor {
+    Tensor {
+        name: name.into(),
+        uid,
+        dims: a.dims.clone(),
+        strides: crate::dim::packed_strides(&a.dims),
+        data_type: dtype,
+        is_virtual: false,
+        pass_by_value: None,
+    }
+}
+
+fn expand_case(c: &Case, outputs: &[Array], version: usize) -> Expansion {
+    let ins: Vec<Tensor> =
+        c.inputs.iter().enumerate().map(|(i, a)| tensor("in", i as i64 + 1, a, DataType::BF16)).collect();
+    let outs: Vec<Tensor> =
+        outputs.iter().enumerate().map(|(i, a)| tensor("out", 100 + i as i64, a, DataType::BF16)).collect();
+    let ins: Vec<&Tensor> = ins.iter().collect();
+    let outs: Vec<&Tensor> = outs.iter().collect();
+    let cx = composite::Context {
+        inputs: &ins,
+        outputs: &outs,
+        intermediate: DataType::F32,
+        compute: DataType::F32,
+        version,
+    };
+    let mut next = 1000;
+    let x = composite::expand(&c.op, &cx, &mut next).expect("expands");
+    // Fresh uids are distinct and past the graph's.
+    let mut fresh: Vec<i64> = x
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.kind, Kind::Virtual | Kind::Scalar(_) | Kind::Workspace { .. }))
+        .map(|t| t.uid)
+        .collect();
+    let n = fresh.len();
+    fresh.sort_unstable();
+    fresh.dedup();
+    assert_eq!(fresh.len(), n);
+    assert!(fresh.iter().all(|&u| (1000..next).contains(&u)));
+    x
+}
+
+/// Rows `(b, h, i)` with at least one visible key.
+fn live_rows(f: &Case) -> Vec<bool> {
+    let mut fwd = f.op.clone();
+    fwd.training = true;
+    let stats = &fwd.reference(&refs(&f.inputs))[1];
+    stats.data.iter().map(|s| s.is_finite()).collect()
+}
+
+fn assert_close(what: &str, got: &Array, want: &Array, rows: Option<(&[bool], usize)>, tol: f64) {
+    assert_eq!(got.dims, want.dims, "{what}");
+    for (e, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+        if let Some((live, width)) = rows {
+            if !live[e / width] {
+                continue;
+            }
+        }
+        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}[{e}]: composite {g}, reference {w}");
+    }
+}
+
+#[test]
+fn composite_subgraph_computes_the_reference() {
+    let mut rng = Rng(0xfeed_beef_0bad_f00d);
+    let configs: Vec<Vec<(&str, AttrValue)>> = vec![
+        vec![],
+        vec![("training", true.into())],
+        vec![("causal", true.into()), ("training", true.into())],
+        vec![("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![("window", 3.into()), ("causal", true.into())],
+        vec![("window", 4.into()), ("alignment", "bottom_right".into())],
+        vec![("bias", true.into()), ("scale", 0.2.into())],
+        vec![("scale_tensor", true.into())],
+        vec![("padding_mask", true.into()), ("training", true.into())],
+        vec![("padding_mask", true.into()), ("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![
+            ("padding_mask", true.into()),
+            ("window", 2.into()),
+            ("causal", true.into()),
+            ("alignment", "bottom_right".into()),
+        ],
+        vec![("dropout", 0.2.into()), ("training", true.into())],
+    ];
+    // Shapes: GQA, MQA, odd lengths, S_q < S_kv and S_q > S_kv.
+    let shapes = [[2, 4, 2, 5, 7, 8], [1, 3, 1, 6, 6, 16], [2, 2, 2, 9, 4, 8], [1, 4, 4, 1, 5, 8]];
+    for attrs in &configs {
+        for shape in shapes {
+            let s = op("sdpa", attrs);
+            let br_or_window = s.bottom_right() || s.window.is_some();
+            if br_or_window && !s.padding_mask && shape[3] > shape[4] {
+                continue; // the shape rule forbids it
+            }
+            let f = case(&mut rng, s, shape);
+            let want = f.op.reference(&refs(&f.inputs));
+            let x = expand_case(&f, &want, 91900);
+            let got = run(&x, &refs(&f.inputs), want.len(), false);
+            let live = live_rows(&f);
+            let d_v = shape[5] as usize;
+            assert_close(&format!("O {attrs:?} {shape:?}"), &got[0], &want[0], Some((&live, d_v)), 1e-7);
+            if f.op.training {
+                assert_close(&format!("Stats {attrs:?} {shape:?}"), &got[1], &want[1], Some((&live, 1)), 1e-7);
+            }
+            // Backward.
+            if shape[3] == 1 && shape[4] == 1 {
+                continue;
+            }
+            let d_o = rng.array(&want[0].dims);
+            let mut b = backward_of(&f, &d_o, true);
+            // Rows with no visible key have -inf statistics; cuDNN's are finite there.
+            b.inputs[5].data.iter_mut().for_each(|s| {
+                if !s.is_finite() {
+                    *s = 0.0
+                }
+            });
+            let grads = b.op.reference(&refs(&b.inputs));
+            for deterministic in [false, true] {
+                b.op.deterministic = deterministic;
+                let x = expand_case(&b, &grads, 91900);
+                assert!(x.workspace_bytes > 0);
+                let got = run(&x, &refs(&b.inputs), grads.len(), false);
+                assert_eq!(got.len(), grads.len());
+                for ((g, want), name) in got.iter().zip(&grads).zip(["dQ", "dK", "dV", "dBias"]) {
+                    assert_close(&format!("{name} {attrs:?} {shape:?} det={deterministic}"), g, want, None, 1e-7);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn composite_with_storage_rounding_stays_within_bf16_tolerance() {
+    let mut rng = Rng(42);
+    let f = case(&mut rng, op("sdpa", &[("causal", true.into())]), [1, 4, 2, 33, 33, 64]);
+    let want = f.op.reference(&refs(&f.inputs));
+    let x = expand_case(&f, &want, 91900);
+    let got = run(&x, &refs(&f.inputs), 1, true);
+    assert_close("O rounded", &got[0], &want[0], None, 2e-2);
+}
+
+#[test]
+fn composite_structure_follows_cudnn_frontend() {
+    let mut rng = Rng(7);
+    let f = case(&mut rng, op("sdpa", &[("causal", true.into())]), [1, 2, 2, 8, 8, 8]);
+    let want = f.op.reference(&refs(&f.inputs));
+    let x = expand_case(&f, &want, 91900);
+    let names: Vec<&str> = x.ops.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        [
+            "bmm1",
+            "attn_scale",
+            "gen_row_index",
+            "gen_col_index",
+            "row>=col",
+            "right_bound_select",
+            "Max",
+            "sub_M",
+            "exp_sub_M",
+            "sum",
+            "log",
+            "add",
+            "softmax",
+            "bmm2"
+        ]
+    );
+    assert_eq!(x.workspace_bytes, 0);
+    // Kᵀ is K's uid with its last two dims and strides swapped.
+    let kt = x.tensors.iter().find(|t| matches!(t.kind, Kind::Alias { .. })).unwrap();
+    assert_eq!((kt.uid, kt.dims.clone(), kt.strides.clone()), (2, vec![1, 2, 8, 8], vec![128, 64, 1, 8]));
+    // The mask value: -inf from cuDNN 9.10, the lowest finite f32 before.
+    assert_eq!(composite::masked_value(91900), f64::NEG_INFINITY);
+    assert_eq!(composite::masked_value(90800), f64::from(f32::MIN));
+    // The second matmul's A is in the I/O type.
+    let SubOp::Matmul { a, .. } = x.ops.last().unwrap().1 else { panic!() };
+    assert_eq!(x.tensors[a].data_type, DataType::BF16);
+}
+
+#[test]
+fn backward_workspace_is_the_softmax_sum_and_the_dq_accumulator() {
+    let mut rng = Rng(9);
+    let f = case(&mut rng, op("sdpa", &[]), [2, 4, 4, 16, 16, 64]);
+    let outs = f.op.reference(&refs(&f.inputs));
+    let d_o = rng.array(&outs[0].dims);
+    let mut b = backward_of(&f, &d_o, false);
+    let grads = b.op.reference(&refs(&b.inputs));
+    let x = expand_case(&b, &grads, 91900);
+    let ws: Vec<(&str, usize)> = x
+        .tensors
+        .iter()
+        .filter_map(|t| match t.kind {
+            Kind::Workspace { offset } => Some((t.name, offset)),
+            _ => None,
+        })
+        .collect();
+    // dQ_accum: 2·4·16·64 f32 = 32 KiB; softmax_sum 2·4·16 f32 = 512 B.
+    assert_eq!(ws, [("dQ_accum", 0), ("softmax_sum", 32768)]);
+    assert_eq!(x.workspace_bytes, 32768 + 512);
+    b.op.deterministic = true;
+    let x = expand_case(&b, &grads, 91900);
+    assert_eq!(x.workspace_bytes, 512);
+}

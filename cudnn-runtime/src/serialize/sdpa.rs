@@ -1,0 +1,236 @@
+//! Attention nodes in cudnn-frontend's layout: `SDPA` (`SDPA_attributes`) and `SDPA_BWD`
+//! (`SDPA_backward_attributes`), written with every field cudnn-frontend writes and read back
+//! from them; our exact attributes ride in the node's `cudnn_graph.attrs` as for every op.
+//!
+//! cudnn-frontend's fields map to ours: `attn_scale_value` (absent means no scaling, i.e. 1) to
+//! `scale`, `right_bound = 0` to `causal`, `left_bound` to `window`, `diagonal_alignment` to
+//! `alignment`, `dropout_probability` to `dropout`, `generate_stats` to `training`,
+//! `is_deterministic_algorithm` to `deterministic`, `implementation` (`UNIFIED` is our `fused`),
+//! and the presence of the `Attn_scale`, `Bias`, `SEQ_LEN_*`, `Seed`/`Offset` and `dBias` ports to
+//! the flags that add them. Alibi masks, paged caches, ragged offsets, right bounds other than 0
+//! and custom dropout masks are not supported.
+
+use super::float::f32_to_hex;
+use super::json::{Json, Obj};
+use super::layout::NODE_FIELDS;
+use super::read::f32_value;
+use super::SerializeError;
+use crate::ops::{Alignment, Implementation, Sdpa, SdpaPass};
+use crate::{Graph, Node};
+
+/// The node tags.
+pub(crate) const TAG_FORWARD: &str = "SDPA";
+pub(crate) const TAG_BACKWARD: &str = "SDPA_BWD";
+
+/// `SDPA_attributes`'s own fields.
+pub(crate) const FORWARD_FIELDS: [&str; 12] = [
+    "alibi_mask",
+    "attn_scale_value",
+    "diagonal_alignment",
+    "dropout_probability",
+    "generate_stats",
+    "implementation",
+    "left_bound",
+    "max_seq_len_kv",
+    "mma_core_mode",
+    "padding_mask",
+    "right_bound",
+    "unfuse_fma",
+];
+
+/// `SDPA_backward_attributes`'s own fields.
+pub(crate) const BACKWARD_FIELDS: [&str; 10] = [
+    "alibi_mask",
+    "attn_scale_value",
+    "diagonal_alignment",
+    "dropout_probability",
+    "is_deterministic_algorithm",
+    "left_bound",
+    "max_total_seq_len_kv",
+    "max_total_seq_len_q",
+    "padding_mask",
+    "right_bound",
+];
+
+fn f32_or_null(v: Option<f64>) -> Json {
+    v.map_or(Json::Null, |x| Json::str(f32_to_hex(x as f32)))
+}
+
+/// The head dim of the node's Q (for the default scale), if the graph has it.
+fn head_dim(g: &Graph, n: &Node) -> i64 {
+    n.inputs.first().and_then(|id| g.tensors.get(id.0)).and_then(|t| t.dims.get(3).copied()).unwrap_or(1)
+}
+
+/// cudnn-frontend's fields of an attention node, with its tag.
+pub(crate) fn frontend_fields(g: &Graph, n: &Node, a: &Sdpa) -> Vec<(&'static str, Json)> {
+    let scale = a.literal_scale(head_dim(g, n));
+    let mut members = vec![
+        ("alibi_mask", Json::Bool(false)),
+        ("attn_scale_value", f32_or_null(scale)),
+        ("diagonal_alignment", Json::str(a.alignment.cudnn_name())),
+        ("dropout_probability", f32_or_null(a.dropout)),
+        ("left_bound", a.window.map_or(Json::Null, Json::Int)),
+        ("padding_mask", Json::Bool(a.padding_mask)),
+        ("right_bound", if a.causal { Json::Int(0) } else { Json::Null }),
+    ];
+    match a.pass {
+        SdpaPass::Forward => members.extend([
+            ("generate_stats", Json::Bool(a.training)),
+            ("implementation", Json::str(a.implementation.cudnn_name())),
+            ("max_seq_len_kv", Json::Null),
+            ("mma_core_mode", Json::str("HALF")),
+            ("tag", Json::str(TAG_FORWARD)),
+        ]),
+        SdpaPass::Backward => members.extend([
+            ("is_deterministic_algorithm", Json::Bool(a.deterministic)),
+            ("max_total_seq_len_kv", Json::Null),
+            ("max_total_seq_len_q", Json::Null),
+            ("tag", Json::str(TAG_BACKWARD)),
+        ]),
+    }
+    members
+}
+
+/// The implementation cudnn-frontend's spelling names.
+pub(crate) fn implementation_of(name: &str) -> Option<Implementation> {
+    [Implementation::Auto, Implementation::Fused, Implementation::Composite]
+        .into_iter()
+        .find(|i| i.cudnn_name() == name)
+}
+
+/// What cudnn-frontend's fields of an attention node say, as DSL attributes with the field each
+/// comes from: `(field, attribute, value)`. Ports decide the flags that add ports.
+pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), SerializeError> {
+    let pass = if tag == TAG_BACKWARD { SdpaPass::Backward } else { SdpaPass::Forward };
+    let own: &[&'static str] = match pass {
+        SdpaPass::Forward => &FORWARD_FIELDS,
+        SdpaPass::Backward => &BACKWARD_FIELDS,
+    };
+    let accepted: Vec<&'static str> = NODE_FIELDS.iter().chain(own).copied().collect();
+    n.deny_unknown(&accepted)?;
+    let unsupported =
+        |field: &str, feature: &str| SerializeError::Unsupported { path: n.field_path(field), feature: feature.into() };
+    let null = |field: &str| matches!(n.get(field), None | Some(Json::Null));
+    let has_port = |field: &str, port: &str| -> Result<bool, SerializeError> {
+        Ok(n.opt_obj(field)?.and_then(|p| p.get(port)).is_some_and(|v| !matches!(v, Json::Null)))
+    };
+    let mut out: Fields = Vec::new();
+    if n.bool_or("alibi_mask", false)? {
+        return Err(unsupported("alibi_mask", "alibi masks"));
+    }
+    for field in ["max_seq_len_kv", "max_total_seq_len_q", "max_total_seq_len_kv"] {
+        if own.contains(&field) && !null(field) {
+            return Err(unsupported(field, "paged or ragged attention"));
+        }
+    }
+    if n.bool_or("unfuse_fma", false)? {
+        return Err(unsupported("unfuse_fma", "unfused FMA softmax"));
+    }
+    if let Some(mode) = n.get("mma_core_mode").filter(|v| !matches!(v, Json::Null)) {
+        if !matches!(mode, Json::Str(s) if s == "HALF") {
+            return Err(unsupported("mma_core_mode", "attention in an MMA mode other than HALF (fp8)"));
+        }
+    }
+    match n.get("right_bound") {
+        None | Some(Json::Null) => {}
+        Some(v) => match v.as_i64(&n.field_path("right_bound"))? {
+            0 => out.push(("right_bound", "causal", Read::Bool(true))),
+            _ => return Err(unsupported("right_bound", "right bounds other than 0 (causal)")),
+        },
+    }
+    if let Some(w) = n.opt_i64("left_bound")? {
+        out.push(("left_bound", "window", Read::Int(w)));
+    }
+    if let Some(a) = n.opt_str("diagonal_alignment")? {
+        let alignment = [Alignment::TopLeft, Alignment::BottomRight]
+            .into_iter()
+            .find(|x| x.cudnn_name() == a)
+            .ok_or_else(|| SerializeError::UnknownEnum {
+                path: n.field_path("diagonal_alignment"),
+                kind: "diagonal alignment",
+                value: a.to_string(),
+            })?;
+        if alignment != Alignment::TopLeft {
+            out.push(("diagonal_alignment", "alignment", Read::Name(alignment.name())));
+        }
+    }
+    if let Some(v) = n.get("dropout_probability").filter(|v| !matches!(v, Json::Null)) {
+        out.push(("dropout_probability", "dropout", Read::F32(f32_value(v, &n.field_path("dropout_probability"))?)));
+    }
+    if has_port("inputs", "Attn_scale")? {
+        out.push(("inputs", "scale_tensor", Read::Bool(true)));
+    } else {
+        // cudnn-frontend scales only when it is given a scale.
+        let scale = match n.get("attn_scale_value").filter(|v| !matches!(v, Json::Null)) {
+            Some(v) => f32_value(v, &n.field_path("attn_scale_value"))?,
+            None => 1.0,
+        };
+        out.push(("attn_scale_value", "scale", Read::F32(scale)));
+    }
+    if has_port("inputs", "Bias")? {
+        out.push(("inputs", "bias", Read::Bool(true)));
+    }
+    if n.bool_or("padding_mask", false)? {
+        out.push(("padding_mask", "padding_mask", Read::Bool(true)));
+    }
+    match pass {
+        SdpaPass::Forward => {
+            if n.bool_or("generate_stats", false)? {
+                out.push(("generate_stats", "training", Read::Bool(true)));
+            }
+            if let Some(i) = n.opt_str("implementation")? {
+                let implementation = implementation_of(i).ok_or_else(|| SerializeError::UnknownEnum {
+                    path: n.field_path("implementation"),
+                    kind: "attention implementation",
+                    value: i.to_string(),
+                })?;
+                if implementation != Implementation::Auto {
+                    out.push(("implementation", "implementation", Read::Name(implementation.name())));
+                }
+            }
+        }
+        SdpaPass::Backward => {
+            if n.bool_or("is_deterministic_algorithm", false)? {
+                out.push(("is_deterministic_algorithm", "deterministic", Read::Bool(true)));
+            }
+            if has_port("outputs", "dBias")? {
+                out.push(("outputs", "d_bias", Read::Bool(true)));
+            }
+        }
+    }
+    Ok((pass, out))
+}
+
+/// `(field, DSL attribute, value)` for each attribute cudnn-frontend's fields set.
+pub(crate) type Fields = Vec<(&'static str, &'static str, Read)>;
+
+/// A value read from a cudnn-frontend field.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Read {
+    Int(i64),
+    F32(f32),
+    Bool(bool),
+    Name(&'static str),
+}
+
+/// cudnn-frontend ports of attention nodes that we do not support.
+pub(crate) const UNSUPPORTED_PORTS: &[&str] = &[
+    "Dropout_mask",
+    "Dropout_scale",
+    "Page_table_K",
+    "Page_table_V",
+    "Block_mask",
+    "Descale_Q",
+    "Descale_K",
+    "Descale_V",
+    "Descale_S",
+    "Scale_S",
+    "Scale_O",
+    "SINK_TOKEN",
+    "Max",
+    "Sum_exp",
+    "RNG_DUMP",
+    "Amax_S",
+    "Amax_O",
+    "DSINK_TOKEN",
+];

@@ -1,0 +1,125 @@
+//! Attention graphs through the structural JSON (cudnn-frontend's `SDPA` / `SDPA_BWD` nodes):
+//! exact round trips with our extension, and cudnn-frontend's fields alone read to the same
+//! graph.
+
+use cudnn_runtime::ops::AttrValue;
+use cudnn_runtime::serialize::{structure_from_json, structure_to_json};
+use cudnn_runtime::{reference, DataType, Graph, GraphBuilder, Operand};
+
+fn attrs(list: &[(&str, AttrValue)]) -> Vec<(String, AttrValue)> {
+    list.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+/// `[b, h_q, h_kv, s_q, s_kv, d]` attention, forward or backward, with `list`'s attributes and the
+/// inputs they ask for.
+fn graph(backward: bool, list: &[(&str, AttrValue)]) -> Graph {
+    let (b, h_q, h_kv, s_q, s_kv, d) = (2, 4, 2, 6, 10, 16);
+    let a = attrs(list);
+    let name = if backward { "sdpa_backward" } else { "sdpa" };
+    let op = cudnn_runtime::ops::Op::from_call(name, &a).unwrap();
+    let mut g = GraphBuilder::new("attn");
+    let mut ins: Vec<Operand> = Vec::new();
+    for p in op.inputs() {
+        let (dt, dims): (DataType, Vec<i64>) = match p.name {
+            "Q" | "O" | "dO" => (DataType::BF16, vec![b, h_q, s_q, d]),
+            "K" | "V" => (DataType::BF16, vec![b, h_kv, s_kv, d]),
+            "Stats" => (DataType::F32, vec![b, h_q, s_q, 1]),
+            "Attn_scale" => (DataType::F32, vec![1, 1, 1, 1]),
+            "Bias" => (DataType::BF16, vec![1, h_q, s_q, s_kv]),
+            "SEQ_LEN_Q" | "SEQ_LEN_KV" => (DataType::I32, vec![b, 1, 1, 1]),
+            _ => (DataType::I64, vec![1, 1, 1, 1]),
+        };
+        ins.push(g.input(&p.name.to_lowercase(), dt, &dims).unwrap().into());
+    }
+    let outs = g.op(name, &ins, &a).unwrap();
+    for (t, port) in outs.iter().zip(op.outputs()) {
+        let dt = if port == "Stats" { DataType::F32 } else { DataType::BF16 };
+        g.output(*t, &format!("out_{}", port.to_lowercase()), dt).unwrap();
+    }
+    g.build().unwrap()
+}
+
+fn cases() -> Vec<(bool, Vec<(&'static str, AttrValue)>)> {
+    vec![
+        (false, vec![]),
+        (false, vec![("causal", true.into()), ("training", true.into()), ("scale", 0.25.into())]),
+        (false, vec![("causal", true.into()), ("alignment", "bottom_right".into()), ("window", 3.into())]),
+        (false, vec![("bias", true.into()), ("padding_mask", true.into()), ("implementation", "composite".into())]),
+        (false, vec![("scale_tensor", true.into()), ("dropout", 0.125.into())]),
+        (false, vec![("implementation", "fused".into())]),
+        (true, vec![("causal", true.into())]),
+        (true, vec![("bias", true.into()), ("d_bias", true.into()), ("deterministic", true.into())]),
+        (true, vec![("padding_mask", true.into()), ("dropout", 0.25.into()), ("scale", 0.5.into())]),
+    ]
+}
+
+#[test]
+fn attention_graphs_round_trip_exactly() {
+    for (backward, list) in cases() {
+        let g = graph(backward, &list);
+        let text = structure_to_json(&g);
+        let back = structure_from_json(&text).unwrap_or_else(|e| panic!("{list:?}: {e}\n{text}"));
+        assert_eq!(back, g, "{list:?}");
+        let tag = if backward { "\"SDPA_BWD\"" } else { "\"SDPA\"" };
+        assert!(text.contains(tag), "{text}");
+    }
+}
+
+/// Removes our `cudnn_graph` members (what cudnn-frontend itself writes).
+fn frontend_only(text: &str) -> String {
+    let mut doc: serde_json::Value = serde_json::from_str(text).unwrap();
+    doc.as_object_mut().unwrap().remove("cudnn_graph");
+    for node in doc["nodes"].as_array_mut().unwrap() {
+        node.as_object_mut().unwrap().remove("cudnn_graph");
+    }
+    doc.to_string()
+}
+
+#[test]
+fn cudnn_frontend_fields_alone_give_the_same_computation() {
+    for (backward, list) in cases() {
+        let g = graph(backward, &list);
+        let text = frontend_only(&structure_to_json(&g));
+        let back = structure_from_json(&text).unwrap_or_else(|e| panic!("{list:?}: {e}\n{text}"));
+        // cudnn-frontend keeps the scale as an f32, resolved: compare what the graphs compute.
+        assert_eq!(back.nodes.len(), g.nodes.len());
+        assert_eq!(back.nodes[0].op.inputs(), g.nodes[0].op.inputs(), "{list:?}");
+        assert_eq!(back.nodes[0].op.outputs(), g.nodes[0].op.outputs(), "{list:?}");
+        let run = |graph: &Graph| {
+            let mut values = vec![None; graph.tensors.len()];
+            for id in graph.inputs() {
+                let t = graph.tensor(id);
+                let n: i64 = t.dims.iter().product();
+                let data: Vec<f64> = (0..n)
+                    .map(|i| match t.data_type {
+                        DataType::I32 => (3 + i % 4) as f64,
+                        DataType::I64 => 17.0,
+                        _ if t.name == "attn_scale" => 0.3,
+                        _ => ((i * 7919 % 113) as f64 / 56.0 - 1.0) * 0.5,
+                    })
+                    .collect();
+                values[id.0] = Some(reference::Array { dims: t.dims.clone(), data });
+            }
+            reference::run_arrays(graph, values)
+        };
+        let (want, got) = (run(&g), run(&back));
+        for (w, o) in want.iter().zip(&got) {
+            for (a, b) in w.data.iter().zip(&o.data) {
+                assert!((a - b).abs() <= 1e-6 * (1.0 + a.abs()) || (a.is_nan() && b.is_nan()), "{list:?}: {a} vs {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn unsupported_frontend_features_are_named() {
+    let g = graph(false, &[("causal", true.into())]);
+    let mut doc: serde_json::Value = serde_json::from_str(&frontend_only(&structure_to_json(&g))).unwrap();
+    doc["nodes"][0]["alibi_mask"] = serde_json::Value::Bool(true);
+    let e = structure_from_json(&doc.to_string()).unwrap_err();
+    assert!(e.to_string().contains("alibi masks"), "{e}");
+    doc["nodes"][0]["alibi_mask"] = serde_json::Value::Bool(false);
+    doc["nodes"][0]["right_bound"] = serde_json::json!(4);
+    let e = structure_from_json(&doc.to_string()).unwrap_err();
+    assert!(e.to_string().contains("right bounds other than 0"), "{e}");
+}
