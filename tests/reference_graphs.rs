@@ -192,3 +192,28 @@ fn parameter_names_do_not_collide_with_generated_generics() {
     let x = random::<f32>(12, 24);
     assert_eq!(g.reference(NamedLikeGenericsInputs { x: &x }).unwrap().y, x.iter().map(|v| -v).collect::<Vec<_>>());
 }
+
+graph! {
+    /// Outputs of a multi-output op assigned directly, as a tuple.
+    pub NormTuple<dyn N>(x: f32[N, 16], scale: f32[1, 16], bias: f32[1, 16]) -> (y: f32[N, 16], mean: f32[N, 1], inv_var: f32[N, 1]) {
+        (y, mean, inv_var) = layernorm(x, scale, bias, 1e-5, phase = training);
+    }
+
+    /// The same through `let` bindings.
+    pub NormLet<dyn N>(x: f32[N, 16], scale: f32[1, 16], bias: f32[1, 16]) -> (y: f32[N, 16], mean: f32[N, 1], inv_var: f32[N, 1]) {
+        let (a, b, c) = layernorm(x, scale, bias, 1e-5, phase = training);
+        y = a;
+        mean = b;
+        inv_var = c;
+    }
+}
+
+#[test]
+fn tuple_assignment_of_outputs() {
+    let (x, scale, bias) = (random::<f32>(13, 5 * 16), random::<f32>(14, 16), random::<f32>(15, 16));
+    let t = NormTuple::new(5).reference(NormTupleInputs { x: &x, scale: &scale, bias: &bias }).unwrap();
+    let l = NormLet::new(5).reference(NormLetInputs { x: &x, scale: &scale, bias: &bias }).unwrap();
+    assert_eq!((t.y, t.mean, t.inv_var), (l.y, l.mean, l.inv_var));
+    let graph = NormTuple::new(5).graph().unwrap();
+    assert_eq!(graph.nodes.len(), 1, "no identity copies: the op writes the outputs");
+}

@@ -295,6 +295,45 @@ impl Checker<'_> {
                         self.env.insert(key, value);
                     }
                 }
+                Stmt::AssignTuple { targets, expr } => {
+                    let first = targets.first().map(ToString::to_string);
+                    let before = self.nodes.len();
+                    let produced = self.expr_multi(expr, first.as_deref(), targets.len());
+                    if self.nodes.len() > before {
+                        if let Some(node) = self.nodes.last_mut() {
+                            node.outputs = targets.iter().map(ToString::to_string).collect();
+                        }
+                    }
+                    for (target, value) in targets.iter().zip(produced) {
+                        let key = target.to_string();
+                        let Some((idx, port)) = outputs.iter().enumerate().find(|(_, o)| o.name == key) else {
+                            let declared: Vec<String> = outputs.iter().map(|o| format!("`{}`", o.name)).collect();
+                            self.cx.error(
+                                target,
+                                format!(
+                                    "`{key}` is not an output of graph `{}`; its outputs are {}",
+                                    def.name,
+                                    declared.join(", ")
+                                ),
+                            );
+                            continue;
+                        };
+                        if assigned.contains_key(&key) {
+                            self.cx.error(target, format!("output `{key}` is assigned twice"));
+                            continue;
+                        }
+                        match value {
+                            Some(mut value) => {
+                                value.tensor = key.clone();
+                                self.check_output(&def.outputs[idx], port, &value, expr);
+                                assigned.insert(key.clone(), key);
+                            }
+                            None => {
+                                assigned.insert(key.clone(), key);
+                            }
+                        }
+                    }
+                }
                 Stmt::Assign { target, expr } => {
                     let key = target.to_string();
                     let Some((idx, port)) = outputs.iter().enumerate().find(|(_, o)| o.name == key) else {
@@ -517,12 +556,20 @@ impl Checker<'_> {
             self.cx.error(
                 func,
                 format!(
-                    "`{name}` produces {} output{} ({}) here, but {want} name{} {} bound",
+                    "`{name}` produces {} output{} ({}) here, but {want} name{} {} bound{}",
                     produced.len(),
                     if produced.len() == 1 { "" } else { "s" },
                     produced.join(", "),
                     if want == 1 { "" } else { "s" },
                     if want == 1 { "is" } else { "are" },
+                    // The outputs of these ops depend on an attribute: say which.
+                    if want > produced.len() && sig.attrs.iter().any(|a| a.name == "phase") {
+                        "; `phase = training` adds the statistics"
+                    } else if want > produced.len() && sig.attrs.iter().any(|a| a.name == "training") {
+                        "; `training = true` adds the statistics"
+                    } else {
+                        ""
+                    },
                 ),
             );
             return none();

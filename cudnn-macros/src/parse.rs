@@ -68,6 +68,8 @@ pub enum Stmt {
     Let { names: Vec<Ident>, expr: Expr },
     /// `y = expr;` (an output)
     Assign { target: Ident, expr: Expr },
+    /// `(o, stats) = sdpa(...);` (outputs of a multi-output op)
+    AssignTuple { targets: Vec<Ident>, expr: Expr },
 }
 
 /// An expression.
@@ -229,6 +231,12 @@ impl Parse for Stmt {
             };
             input.parse::<Token![=]>()?;
             Stmt::Let { names, expr: input.parse()? }
+        } else if input.peek(token::Paren) {
+            let content;
+            parenthesized!(content in input);
+            let targets = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?.into_iter().collect();
+            input.parse::<Token![=]>()?;
+            Stmt::AssignTuple { targets, expr: input.parse()? }
         } else {
             let target: Ident = input.parse()?;
             input.parse::<Token![=]>()?;
