@@ -1,6 +1,6 @@
-//! The `graph!` procedural macro of cudnn-graph. This crate is a shim: parsing ([`parse`]),
-//! checking ([`check`], which runs the shape rules of `cudnn_runtime::ops`) and code generation
-//! ([`expand`]) are separate stages. See the `cudnn-graph` crate for the DSL reference.
+//! The `graph!` procedural macro of cudnn-graph. This crate is a shim: parsing (`parse`),
+//! checking (`check`, which runs the shape rules of `cudnn_runtime::ops`) and code generation
+//! (`expand`) are separate stages. See the `cudnn-graph` crate for the DSL reference.
 //!
 //! The macro is hermetic: no GPU, no libcudnn, no files and no network at expansion.
 

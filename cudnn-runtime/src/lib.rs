@@ -1,7 +1,7 @@
 //! # cudnn-runtime
 //!
 //! The library behind `cudnn-graph`: the graph IR and builder API ([`ir`]), the op vocabulary with
-//! one definition per op family ([`ops`]), the CPU reference engine ([`reference`]) and, with the
+//! one definition per op family ([`ops`]), the CPU reference engine ([`reference`](mod@reference)) and, with the
 //! `cudnn` feature, the cuDNN backend-API layer ([`backend`]).
 //!
 //! Without default features this crate needs neither cudarc nor a GPU: the `graph!` macro depends
