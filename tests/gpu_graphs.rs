@@ -7,11 +7,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{random, relative_error};
-use cudnn_graph::backend::cudarc::driver::{CudaContext, CudaStream};
-use cudnn_graph::backend::{BuildOptions, Cudnn};
+use cudnn_graph::backend::BuildOptions;
 use cudnn_graph::graph;
 use half::{bf16, f16};
 
@@ -56,34 +53,11 @@ const SHAPES: &[(usize, usize, usize, usize)] =
 
 const TOLERANCE: f64 = 2e-2;
 
-fn gpu() -> Option<(Arc<CudaStream>, Cudnn)> {
-    let required = std::env::var("CUDNN_GRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    let setup = || -> Result<(Arc<CudaStream>, Cudnn), String> {
-        let ctx = CudaContext::new(0).map_err(|e| format!("no CUDA device: {e:?}"))?;
-        let stream = ctx.default_stream();
-        let cudnn = Cudnn::new(stream.clone()).map_err(|e| e.to_string())?;
-        Ok((stream, cudnn))
-    };
-    if !cudnn_graph::backend::libraries_present() {
-        assert!(!required, "CUDNN_GRAPH_REQUIRE_GPU=1 but libcuda/libcudnn cannot be loaded");
-        println!("skipped: libcuda or libcudnn cannot be loaded");
-        return None;
-    }
-    match setup() {
-        Ok(s) => Some(s),
-        Err(e) if !required => {
-            println!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("CUDNN_GRAPH_REQUIRE_GPU=1 but: {e}"),
-    }
-}
-
 macro_rules! epilogue_case {
     ($test:ident, $graph:ident, $inputs:ident, $args:ident, $t:ty, [$($bias:ident, $bias_d:ident)?]) => {
         #[test]
         fn $test() {
-            let Some((stream, cudnn)) = gpu() else { return };
+            let Some((stream, cudnn)) = common::gpu() else { return };
             for (i, &(batch, m, n, k)) in SHAPES.iter().enumerate() {
                 let g = $graph::new(batch, m, n, k);
                 let bb = if stringify!($graph).ends_with("Bcast") { 1 } else { batch };

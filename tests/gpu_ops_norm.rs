@@ -13,8 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{random, relative_error};
-use cudnn_graph::backend::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn};
+use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream};
+use cudnn_graph::backend::{BackendError, BuildOptions};
 use cudnn_graph::{graph, Element, Error};
 use half::{bf16, f16};
 
@@ -112,29 +112,6 @@ graph! {
 
 const TOLERANCE: f64 = 2e-2;
 
-fn gpu() -> Option<(Arc<CudaStream>, Cudnn)> {
-    let required = std::env::var("CUDNN_GRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    if !cudnn_graph::backend::libraries_present() {
-        assert!(!required, "CUDNN_GRAPH_REQUIRE_GPU=1 but libcuda/libcudnn cannot be loaded");
-        println!("skipped: libcuda or libcudnn cannot be loaded");
-        return None;
-    }
-    let setup = || -> Result<(Arc<CudaStream>, Cudnn), String> {
-        let ctx = CudaContext::new(0).map_err(|e| format!("no CUDA device: {e:?}"))?;
-        let stream = ctx.default_stream();
-        let cudnn = Cudnn::new(stream.clone()).map_err(|e| e.to_string())?;
-        Ok((stream, cudnn))
-    };
-    match setup() {
-        Ok(s) => Some(s),
-        Err(e) if !required => {
-            println!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("CUDNN_GRAPH_REQUIRE_GPU=1 but: {e}"),
-    }
-}
-
 /// Random values in `[lo, hi)` as `T` (fixed seed, never all zeros).
 fn uniform<T: Element>(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<T> {
     random::<f64>(seed, n).into_iter().map(|v| T::from_f64_value(lo + (hi - lo) * (v + 1.0) / 2.0)).collect()
@@ -169,7 +146,7 @@ fn workspace(stream: &Arc<CudaStream>, bytes: usize) -> CudaSlice<u8> {
 
 #[test]
 fn gpu_layernorm_bf16_training() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     for (i, &(n, d)) in [(256usize, 768usize), (1000, 1024), (64, 4096)].iter().enumerate() {
         let g = LnTrain::new(n, d);
         let x = uniform::<bf16>(10 + i as u64, n * d, -3.0, 3.0);
@@ -194,7 +171,7 @@ fn gpu_layernorm_bf16_training() {
 /// runs it) and rank 2 in training; compared with the reference on 128 sampled rows.
 #[test]
 fn gpu_layernorm_bf16_16384x4096() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let (n, d) = (16384usize, 4096usize);
     let x = uniform::<bf16>(40, n * d, -2.0, 2.0);
     let scale = uniform::<bf16>(41, d, 0.5, 1.5);
@@ -239,7 +216,7 @@ fn gpu_layernorm_bf16_16384x4096() {
 
 #[test]
 fn gpu_rmsnorm() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     for (i, &(n, d)) in [(512usize, 1024usize), (333, 4096)].iter().enumerate() {
         let x = uniform::<bf16>(50 + i as u64, n * d, -2.0, 2.0);
         let scale = uniform::<bf16>(51 + i as u64, d, 0.5, 1.5);
@@ -273,7 +250,7 @@ fn gpu_rmsnorm() {
 
 #[test]
 fn gpu_batchnorm_training_with_running_stats() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     for (i, &(n, c, h, w)) in [(8usize, 64usize, 16usize, 16usize), (4, 32, 7, 9)].iter().enumerate() {
         let g = BatchNormTrain::new(n, c, h, w);
         let x = uniform::<f16>(60 + i as u64, n * c * h * w, -1.0, 3.0);
@@ -319,7 +296,7 @@ fn gpu_batchnorm_training_with_running_stats() {
 
 #[test]
 fn gpu_instancenorm_training() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let (n, c, h, w) = (4usize, 32usize, 16usize, 16usize);
     let g = InstanceNormTrain::new(n, c, h, w);
     let x = uniform::<bf16>(70, n * c * h * w, -2.0, 2.0);
@@ -342,7 +319,7 @@ fn gpu_instancenorm_training() {
 
 #[test]
 fn gpu_layernorm_backward_bf16() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let (n, d) = (1024usize, 768usize);
     let x = uniform::<bf16>(80, n * d, -2.0, 2.0);
     let dy = uniform::<bf16>(81, n * d, -1.0, 1.0);
@@ -380,7 +357,7 @@ fn gpu_layernorm_backward_bf16() {
 /// does, the fused result is compared with the reference instead.
 #[test]
 fn gpu_rmsnorm_matmul_fusion() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let (m, k, n) = (512usize, 1024usize, 256usize);
     let g = RmsMatmul::new(m, k, n);
     let x = uniform::<bf16>(90, m * k, -2.0, 2.0);

@@ -10,8 +10,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{random, relative_error};
-use cudnn_graph::backend::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
+use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream};
+use cudnn_graph::backend::{BuildOptions, DeviceBuffer, ExecutionPlan};
 use cudnn_graph::graph;
 use cudnn_graph::{DataType, Element, GraphBuilder};
 use half::{bf16, f16};
@@ -101,29 +101,6 @@ graph! {
 
 const TOLERANCE: f64 = 2e-2;
 
-fn gpu() -> Option<(Arc<CudaStream>, Cudnn)> {
-    let required = std::env::var("CUDNN_GRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    if !cudnn_graph::backend::libraries_present() {
-        assert!(!required, "CUDNN_GRAPH_REQUIRE_GPU=1 but libcuda/libcudnn cannot be loaded");
-        println!("skipped: libcuda or libcudnn cannot be loaded");
-        return None;
-    }
-    let setup = || -> Result<(Arc<CudaStream>, Cudnn), String> {
-        let ctx = CudaContext::new(0).map_err(|e| format!("no CUDA device: {e:?}"))?;
-        let stream = ctx.default_stream();
-        let cudnn = Cudnn::new(stream.clone()).map_err(|e| e.to_string())?;
-        Ok((stream, cudnn))
-    };
-    match setup() {
-        Ok(s) => Some(s),
-        Err(e) if !required => {
-            println!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("CUDNN_GRAPH_REQUIRE_GPU=1 but: {e}"),
-    }
-}
-
 /// A device buffer of `n` NaNs (every element must be written).
 fn poisoned<T: Element + cudnn_graph::backend::cudarc::driver::DeviceRepr>(
     stream: &Arc<CudaStream>,
@@ -144,7 +121,7 @@ fn check<T: Element>(what: &str, got: &[T], want: &[T]) {
 
 #[test]
 fn gpu_sdpa_forward_plain_fused_and_composite() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     for &(b, h, s, d) in &[(2, 8, 256, 64), (1, 4, 200, 128), (3, 2, 77, 64)] {
         let (q, k, v) =
             (random::<bf16>(1, b * h * s * d), random::<bf16>(2, b * h * s * d), random::<bf16>(3, b * h * s * d));
@@ -176,7 +153,7 @@ fn gpu_sdpa_forward_plain_fused_and_composite() {
 
 #[test]
 fn gpu_sdpa_forward_causal_gqa_with_stats() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     for &(b, hq, hkv, s, d) in &[(2, 8, 2, 128, 64), (1, 16, 1, 193, 128), (2, 6, 3, 64, 64)] {
         let g = CausalGqa::new(b, hq, hkv, s, d);
         let q = random::<bf16>(10, b * hq * s * d);
@@ -203,7 +180,7 @@ fn gpu_sdpa_forward_causal_gqa_with_stats() {
 
 #[test]
 fn gpu_sdpa_forward_decode_bottom_right_window_f16() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     for &(sq, skv) in &[(1, 300), (64, 512), (100, 100)] {
         let g = Decode::new(sq, skv);
         let q = random::<f16>(20, 2 * 8 * sq * 128);
@@ -229,7 +206,7 @@ fn gpu_sdpa_forward_decode_bottom_right_window_f16() {
 
 #[test]
 fn gpu_sdpa_forward_bias_and_padding() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let s = 160;
     let g = BiasPadding::new(s);
     let (q, k, v) =
@@ -269,7 +246,7 @@ fn gpu_sdpa_forward_bias_and_padding() {
 
 #[test]
 fn gpu_sdpa_forward_dropout_is_deterministic_per_seed() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let s = 128;
     let g = Dropout::new(s);
     let (q, k, v) = (random::<bf16>(40, 4 * s * 64), random::<bf16>(41, 4 * s * 64), random::<bf16>(42, 4 * s * 64));
@@ -298,7 +275,7 @@ fn gpu_sdpa_forward_dropout_is_deterministic_per_seed() {
 
 #[test]
 fn gpu_sdpa_backward_causal_gqa() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     for &(b, hq, hkv, s, d) in &[(2, 8, 2, 128, 64), (1, 4, 4, 256, 128), (2, 6, 1, 96, 64)] {
         let fwd = CausalGqa::new(b, hq, hkv, s, d);
         let q = random::<bf16>(50, b * hq * s * d);
@@ -346,7 +323,7 @@ fn gpu_sdpa_backward_causal_gqa() {
 
 #[test]
 fn gpu_sdpa_backward_bias_deterministic() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let s = 128;
     let n = 4 * s * 64;
     let (q, k, v, d_o) = (random::<bf16>(60, n), random::<bf16>(61, n), random::<bf16>(62, n), random::<bf16>(63, n));
@@ -398,7 +375,7 @@ fn gpu_sdpa_backward_bias_deterministic() {
 
 #[test]
 fn gpu_sdpa_bshd_strides_through_the_builder() {
-    let Some((stream, cudnn)) = gpu() else { return };
+    let Some((stream, cudnn)) = common::gpu() else { return };
     let (b, h, s, d) = (2usize, 8usize, 128usize, 64usize);
     let dims = [b as i64, h as i64, s as i64, d as i64];
     let bshd = [(s * h * d) as i64, d as i64, (h * d) as i64, 1];

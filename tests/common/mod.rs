@@ -66,3 +66,32 @@ pub fn deviceless() -> Option<cudnn_graph::backend::Cudnn> {
         Err(e) => panic!("deviceless cuDNN context: {e}"),
     }
 }
+
+/// The GPU's default stream and an online cuDNN context, or `None` (after saying why) when there
+/// is no GPU or libcuda/libcudnn cannot be loaded. With `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
+/// GPU bundle's runner) a missing GPU is a failure, so a broken setup cannot pass as skipped.
+#[cfg(feature = "cudnn")]
+pub fn gpu() -> Option<(std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>, cudnn_graph::backend::Cudnn)>
+{
+    use cudnn_graph::backend::{cudarc::driver::CudaContext, Cudnn};
+    let required = std::env::var("CUDNN_GRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    if !cudnn_graph::backend::libraries_present() {
+        assert!(!required, "CUDNN_GRAPH_REQUIRE_GPU=1 but libcuda/libcudnn cannot be loaded");
+        println!("skipped: libcuda or libcudnn cannot be loaded");
+        return None;
+    }
+    let setup = || -> Result<_, String> {
+        let ctx = CudaContext::new(0).map_err(|e| format!("no CUDA device: {e:?}"))?;
+        let stream = ctx.default_stream();
+        let cudnn = Cudnn::new(stream.clone()).map_err(|e| e.to_string())?;
+        Ok((stream, cudnn))
+    };
+    match setup() {
+        Ok(s) => Some(s),
+        Err(e) if !required => {
+            println!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("CUDNN_GRAPH_REQUIRE_GPU=1 but: {e}"),
+    }
+}
