@@ -241,6 +241,22 @@ pub fn packed_strides(dims: &[i64]) -> Vec<i64> {
     strides
 }
 
+/// Packed strides with the channel dim (1) innermost: `[N, C, H, W]` stored NHWC.
+///
+/// ```
+/// assert_eq!(cudnn_runtime::dim::channels_last_strides(&[2, 3, 4, 5]), vec![60, 1, 15, 3]);
+/// ```
+pub fn channels_last_strides(dims: &[i64]) -> Vec<i64> {
+    let mut strides = vec![0; dims.len()];
+    let mut next = 1;
+    let order = std::iter::once(1).chain((2..dims.len()).rev()).chain(std::iter::once(0));
+    for axis in order.take(dims.len()) {
+        strides[axis] = next;
+        next *= dims[axis].max(1);
+    }
+    strides
+}
+
 /// The number of elements of a tensor of these dims.
 pub fn element_count(dims: &[i64]) -> i64 {
     dims.iter().product()

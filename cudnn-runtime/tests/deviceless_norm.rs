@@ -5,79 +5,17 @@
 //! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
 
-use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
+use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
+use cudnn_runtime::dim::channels_last_strides;
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::{Context, DataType, Error, Graph, GraphBuilder, Operand};
 
-const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
+mod common;
 
-/// The deviceless context, or `None` (after saying why) when the libraries are missing and that
-/// is allowed.
-fn deviceless() -> Option<Cudnn> {
-    let json = std::fs::read_to_string(DEVPROP).unwrap_or_else(|e| panic!("reading {DEVPROP}: {e}"));
-    match Cudnn::deviceless(&json) {
-        Ok(cudnn) => Some(cudnn),
-        Err(e @ BackendError::LibraryMissing { .. }) => {
-            assert!(
-                std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"),
-                "CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}"
-            );
-            println!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("deviceless cuDNN context: {e}"),
-    }
-}
-
-/// Plans `graph` and checks what a usable plan must have.
-fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {
-    let name = &graph.name;
-    let plan = ExecutionPlan::build(cudnn, graph, &BuildOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert!(!plan.candidates().is_empty(), "{name}: no candidates");
-    assert_eq!(plan.selected().state, CandidateState::Built, "{name}");
-    assert!(plan.selected().engine_id.is_some(), "{name}");
-    let json = plan.json().unwrap_or_else(|e| panic!("{name}: json: {e}"));
-    assert!(json.len() > 1000, "{name}: plan JSON of {} bytes", json.len());
-    println!(
-        "{name}: {} candidates, built {} ({} B workspace)",
-        plan.candidates().len(),
-        plan.selected(),
-        plan.workspace_size()
-    );
-    plan
-}
-
-/// Asserts cuDNN 9.19 has no engine configuration for `graph` (a typed [`BackendError::NoPlan`]).
-fn no_plan(cudnn: &Cudnn, graph: &Graph) {
-    match ExecutionPlan::build(cudnn, graph, &BuildOptions::default()) {
-        Err(Error::Backend(e @ BackendError::NoPlan { .. })) => {
-            println!("{}: no plan (typed): {}", graph.name, e.to_string().lines().next().unwrap_or_default());
-            let BackendError::NoPlan { graph: name, .. } = e else { unreachable!() };
-            assert_eq!(name, graph.name);
-        }
-        Ok(p) => panic!(
-            "{}: this cuDNN plans it now ({}); move it to the planned list and docs/ops.md",
-            graph.name,
-            p.selected()
-        ),
-        Err(e) => panic!("{}: not a NoPlan error: {e}", graph.name),
-    }
-}
+use common::{deviceless, no_plan, plan};
 
 fn training() -> Vec<(String, AttrValue)> {
     vec![("phase".into(), "training".into())]
-}
-
-/// `[N, C, ...]` strides with C innermost (channels last).
-fn channels_last(dims: &[i64]) -> Vec<i64> {
-    let mut strides = vec![1i64; dims.len()];
-    let mut acc = dims[1];
-    for i in (2..dims.len()).rev() {
-        strides[i] = acc;
-        acc *= dims[i];
-    }
-    strides[0] = acc;
-    strides
 }
 
 /// Gives every tensor of rank ≥ 3 (not a scalar) channels-last strides, as cudnn-frontend infers
@@ -85,7 +23,7 @@ fn channels_last(dims: &[i64]) -> Vec<i64> {
 fn to_channels_last(mut g: Graph) -> Graph {
     for t in &mut g.tensors {
         if t.dims.len() >= 3 && t.pass_by_value.is_none() {
-            t.strides = channels_last(&t.dims);
+            t.strides = channels_last_strides(&t.dims);
         }
     }
     g.validate().unwrap();
@@ -188,7 +126,7 @@ fn batchnorm_plans_in_both_layouts() {
 fn a_channels_last_x_needs_a_channels_last_y() {
     let Some(cudnn) = deviceless() else { return };
     let mut g = batchnorm("batchnorm_mixed_layouts", F16);
-    g.tensors[0].strides = channels_last(&g.tensors[0].dims);
+    g.tensors[0].strides = channels_last_strides(&g.tensors[0].dims);
     g.validate().unwrap();
     match ExecutionPlan::build(&cudnn, &g, &BuildOptions::default()) {
         Err(Error::Backend(e @ BackendError::Cudnn { .. })) => {

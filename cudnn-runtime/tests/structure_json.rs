@@ -769,12 +769,12 @@ fn error_duplicate_key() {
 
 #[test]
 fn error_unknown_tag() {
-    let e = read_mutated(|v| set(v, "/nodes/0/tag", json!("CONV_FPROP")));
+    let e = read_mutated(|v| set(v, "/nodes/0/tag", json!("PAGED_CACHE_LOAD")));
     assert_eq!(
         e,
         Err(SerializeError::UnknownTag {
             node: "matmul_0".into(),
-            tag: "CONV_FPROP".into(),
+            tag: "PAGED_CACHE_LOAD".into(),
             supported: vec![
                 "MATMUL",
                 "POINTWISE",
@@ -791,6 +791,10 @@ fn error_unknown_tag() {
                 "INSTANCE_NORM_BPROP",
                 "SDPA",
                 "SDPA_BWD",
+                "CONV_FPROP",
+                "CONV_DGRAD",
+                "CONV_WGRAD",
+                "RESAMPLE",
             ]
         })
     );
@@ -1035,12 +1039,12 @@ fn error_graph_invalid() {
 fn errors_read_well() {
     let e = read_mutated(|v| set(v, "/nodes/0/inputs/A", json!(99))).unwrap_err();
     assert_eq!(e.to_string(), "node `matmul_0` port `A` refers to tensor 99, which `tensors` does not have");
-    let e = read_mutated(|v| set(v, "/nodes/0/tag", json!("CONV_FPROP"))).unwrap_err();
+    let e = read_mutated(|v| set(v, "/nodes/0/tag", json!("PAGED_CACHE_LOAD"))).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "node `matmul_0` has tag \"CONV_FPROP\"; supported tags are MATMUL, POINTWISE, REDUCTION, LAYER_NORM, \
+        "node `matmul_0` has tag \"PAGED_CACHE_LOAD\"; supported tags are MATMUL, POINTWISE, REDUCTION, LAYER_NORM, \
          RMS_NORM, BATCHNORM, BATCHNORM_INFERENCE, INSTANCE_NORM, GENSTATS, LAYER_NORM_BPROP, RMS_NORM_BPROP, DBN, \
-         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD"
+         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE"
     );
     let e = read_mutated(|v| set(v, "/tensors/2/data_type", json!("INT4"))).unwrap_err();
     assert_eq!(
@@ -1132,4 +1136,117 @@ fn captured_cudnn_frontend_graphs_load() {
         assert_eq!(w["nodes"][0]["inputs"], v["nodes"][0]["inputs"]);
         assert_eq!(w["tensors"][3]["name"], v["tensors"][3]["name"]);
     }
+}
+
+/// Convolutions and pooling with every attribute away from its default.
+fn window_ops() -> Graph {
+    let mut g = GraphBuilder::new("window_ops");
+    let x = g.input("x", DataType::F16, &[2, 8, 17, 15]).unwrap();
+    let w = g.input("w", DataType::F16, &[16, 8, 3, 3]).unwrap();
+    let conv = [
+        attr("pre_padding", vec![1, 2]),
+        attr("post_padding", vec![0, 1]),
+        attr("stride", vec![2, 1]),
+        attr("dilation", vec![1, 2]),
+        attr("mode", "convolution"),
+    ];
+    let y = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
+    let y = g.output(y, "y", DataType::F16).unwrap();
+    let mut dgrad = conv.to_vec();
+    dgrad.push(attr("output_padding", vec![1, 0]));
+    let dx = g.op("conv_dgrad", &[y.into(), w.into()], &dgrad).unwrap()[0];
+    assert_eq!(g.dims(dx), Some(&[2, 8, 17, 15][..]));
+    g.output(dx, "dx", DataType::F16).unwrap();
+    let mut wgrad = conv.to_vec();
+    wgrad.push(attr("filter", vec![3, 3]));
+    let dw = g.op("conv_wgrad", &[x.into(), y.into()], &wgrad).unwrap()[0];
+    g.output(dw, "dw", DataType::F32).unwrap();
+    let pool = [attr("mode", "maxpool"), attr("window", vec![3, 2]), attr("stride", vec![2, 2]), attr("index", true)];
+    let outs = g.op("resample", &[x.into()], &pool).unwrap();
+    g.output(outs[0], "pooled", DataType::F16).unwrap();
+    g.output(outs[1], "index", DataType::I8).unwrap();
+    let avg = [attr("mode", "avgpool_exclude_padding"), attr("window", vec![2, 2]), attr("padding", vec![1, 1])];
+    let a = g.op("resample", &[x.into()], &avg).unwrap()[0];
+    g.output(a, "avg", DataType::F16).unwrap();
+    g.build().unwrap()
+}
+
+#[test]
+fn convolutions_and_pooling_round_trip_in_cudnn_frontend_layout() {
+    let g = window_ops();
+    let text = round_trip(&g);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let node = |name: &str| v["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap().clone();
+    let fprop = node("conv_fprop_0");
+    assert_eq!(fprop["tag"], "CONV_FPROP");
+    assert_eq!(fprop["pre_padding"], json!([1, 2]));
+    assert_eq!(fprop["dilation"], json!([1, 2]));
+    assert_eq!(fprop["math_mode"], "CONVOLUTION");
+    let pool = node("resample_3");
+    assert_eq!(pool["tag"], "RESAMPLE");
+    assert_eq!(pool["resample_mode"], "MAXPOOL");
+    assert_eq!(pool["padding_mode"], "NEG_INF_PAD");
+    assert_eq!(pool["window"], json!([3, 2]));
+    assert_eq!(pool["generate_index"], json!(true));
+    assert_eq!(node("resample_4")["pre_padding"], json!([1, 1]));
+    // Channels-last, cudnn-frontend's default for these ops.
+    assert_eq!(tensor(&g, "x").strides, vec![8 * 17 * 15, 1, 15 * 8, 8]);
+}
+
+/// A document as cudnn-frontend writes it: without our extension anywhere.
+fn strip_extension(v: &mut Value) {
+    v.as_object_mut().unwrap().remove("cudnn_graph");
+    for list in ["nodes", "tensors"] {
+        for n in v[list].as_array_mut().unwrap() {
+            n.as_object_mut().unwrap().remove("cudnn_graph");
+        }
+    }
+}
+
+/// Without our exact attributes, cudnn-frontend's fields and the tensors give the same ops: the
+/// filter gradient's filter comes from DW, the data gradient's output padding from DX.
+#[test]
+fn convolutions_read_from_cudnn_frontend_fields_alone() {
+    let g = window_ops();
+    let mut v: Value = serde_json::from_str(&structure_to_json(&g)).unwrap();
+    strip_extension(&mut v);
+    let back = structure_from_json(&v.to_string()).unwrap();
+    for (a, b) in g.nodes.iter().zip(&back.nodes) {
+        let (Some(x), Some(y)) = (g.tensors.get(a.inputs[0].0), back.tensors.get(b.inputs[0].0)) else { panic!() };
+        assert_eq!(x.dims, y.dims);
+        // The same op up to defaults written out explicitly.
+        let fill = |op: &cudnn_runtime::ops::Op| match op {
+            cudnn_runtime::ops::Op::Conv(c) => format!("{:?} {:?} {:?} {:?}", c.kind, c.window(2), c.filter, c.mode),
+            cudnn_runtime::ops::Op::Resample(r) => format!("{:?} {:?} {}", r.mode, r.geometry(2), r.index),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(fill(&a.op), fill(&b.op), "node {}", a.name);
+    }
+    let dgrad = back.nodes.iter().find(|n| n.op.call_name() == "conv_dgrad").unwrap();
+    let cudnn_runtime::ops::Op::Conv(c) = &dgrad.op else { unreachable!() };
+    assert_eq!(c.output_padding, vec![1, 0]);
+
+    // A gradient whose output has no dims cannot be told.
+    let mut v: Value = serde_json::from_str(&structure_to_json(&g)).unwrap();
+    let dw_uid = tensor(&g, "dw").uid;
+    for t in v["tensors"].as_array_mut().unwrap() {
+        if t["uid"] == dw_uid {
+            t["dim"] = json!([]);
+        }
+    }
+    strip_extension(&mut v);
+    let e = structure_from_json(&v.to_string()).unwrap_err();
+    assert!(matches!(e, SerializeError::ConvGeometry { .. }), "{e}");
+}
+
+#[test]
+fn error_pooling_padding_mode() {
+    let mut v: Value = serde_json::from_str(&structure_to_json(&window_ops())).unwrap();
+    let pool = v["nodes"].as_array_mut().unwrap().iter_mut().find(|n| n["tag"] == "RESAMPLE").unwrap();
+    pool["padding_mode"] = json!("EDGE_VAL_PAD");
+    let e = structure_from_json(&v.to_string()).unwrap_err();
+    assert!(
+        matches!(e, SerializeError::Unsupported { ref feature, .. } if feature == "MAXPOOL with padding mode EDGE_VAL_PAD"),
+        "{e}"
+    );
 }

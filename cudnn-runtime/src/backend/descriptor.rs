@@ -227,6 +227,14 @@ impl Descriptor {
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_INT64, values.len(), values.as_ptr().cast()) }
     }
 
+    /// `CUDNN_TYPE_FRACTION` array, each value `v` as the fraction `v / 1`.
+    pub(crate) fn set_whole_fractions(&mut self, attr: Attr, values: &[i64]) -> Result<(), BackendError> {
+        let fractions: Vec<sys::cudnnFraction_t> =
+            values.iter().map(|&numerator| sys::cudnnFraction_t { numerator, denominator: 1 }).collect();
+        // SAFETY: `fractions` holds `len` `cudnnFraction_t`s, the C type of CUDNN_TYPE_FRACTION.
+        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_FRACTION, fractions.len(), fractions.as_ptr().cast()) }
+    }
+
     /// `CUDNN_TYPE_DOUBLE`.
     pub(crate) fn set_f64(&mut self, attr: Attr, value: f64) -> Result<(), BackendError> {
         // SAFETY: one f64, the C type of CUDNN_TYPE_DOUBLE.

@@ -2,7 +2,7 @@
 //! that `graph!` generates.
 
 use super::{Context, Graph, Node, Tensor, TensorId};
-use crate::dim::{packed_strides, shape_string, Concrete};
+use crate::dim::{channels_last_strides, packed_strides, shape_string, Concrete};
 use crate::error::GraphError;
 use crate::ops::{AttrValue, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};
 use crate::DataType;
@@ -105,6 +105,11 @@ impl GraphBuilder {
             pass_by_value: None,
             produced: false,
         }))
+    }
+
+    /// A tensor's dims as inferred so far (`None` for an id this builder did not make).
+    pub fn dims(&self, tensor: TensorId) -> Option<&[i64]> {
+        self.tensors.get(tensor.0).map(|t| t.dims.as_slice())
     }
 
     /// Sets a tensor's strides (user-set values win over inference).
@@ -353,9 +358,47 @@ impl GraphBuilder {
         Ok(())
     }
 
+    /// Lays out channels-last (NHWC, cudnn-frontend's default for these ops) every tensor of
+    /// rank 3 to 5 whose strides are unset and that is a port of a convolution or pooling node,
+    /// or reaches one through pointwise nodes of the same rank (a conv's bias and its
+    /// activation's output follow the conv's layout).
+    fn default_channels_last(&mut self) {
+        let unset = |t: &Pending, rank: usize| t.strides.is_none() && t.pass_by_value.is_none() && t.dims.len() == rank;
+        let mut nhwc = vec![false; self.tensors.len()];
+        for n in &self.nodes {
+            if matches!(n.op, Op::Conv(_) | Op::Resample(_)) {
+                for id in n.inputs.iter().chain(&n.outputs) {
+                    let t = &self.tensors[id.0];
+                    nhwc[id.0] = unset(t, t.dims.len()) && (3..=5).contains(&t.dims.len());
+                }
+            }
+        }
+        let mut changed = nhwc.iter().any(|&c| c);
+        while changed {
+            changed = false;
+            for n in self.nodes.iter().filter(|n| matches!(n.op, Op::Pointwise(_))) {
+                let ports: Vec<TensorId> = n.inputs.iter().chain(&n.outputs).copied().collect();
+                let Some(rank) = ports.iter().find(|id| nhwc[id.0]).map(|id| self.tensors[id.0].dims.len()) else {
+                    continue;
+                };
+                for id in ports {
+                    if !nhwc[id.0] && unset(&self.tensors[id.0], rank) {
+                        nhwc[id.0] = true;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        for (t, _) in self.tensors.iter_mut().zip(&nhwc).filter(|(_, &c)| c) {
+            t.strides = Some(channels_last_strides(&t.dims));
+        }
+    }
+
     /// Assigns uids (user-set values win; the rest count up from 1 in creation order, skipping
-    /// taken values), fills packed strides where unset, and validates.
-    pub fn build(self) -> Result<Graph, GraphError> {
+    /// taken values), lays out convolution tensors channels-last and the rest packed where
+    /// strides are unset, and validates.
+    pub fn build(mut self) -> Result<Graph, GraphError> {
+        self.default_channels_last();
         let taken: std::collections::HashSet<i64> = self.tensors.iter().filter_map(|t| t.uid).collect();
         let mut next = 1i64;
         let tensors = self

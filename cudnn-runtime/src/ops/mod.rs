@@ -13,16 +13,20 @@ use serde::{Deserialize, Serialize};
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::DataType;
 
+pub mod conv;
 pub mod matmul;
 pub mod norm;
 pub mod pointwise;
 pub mod reduction;
+pub mod resample;
 pub mod sdpa;
 
+pub use conv::{Conv, ConvKind, ConvMode};
 pub use matmul::Matmul;
 pub use norm::{Norm, NormKind, NormMode, NormPhase};
 pub use pointwise::{Pointwise, PointwiseMode};
 pub use reduction::{Reduction, ReductionMode};
+pub use resample::{Resample, ResampleMode};
 pub use sdpa::{Alignment, Implementation, Sdpa, SdpaPass};
 
 /// One operation of a graph.
@@ -44,6 +48,12 @@ pub enum Op {
     /// Scaled dot-product attention, forward or backward.
     #[serde(rename = "SDPA")]
     Sdpa(Sdpa),
+    /// A convolution: forward, data gradient or filter gradient.
+    #[serde(rename = "CONV")]
+    Conv(Conv),
+    /// Pooling (max or average), optionally with the maximum's index.
+    #[serde(rename = "RESAMPLE")]
+    Resample(Resample),
 }
 
 /// How a port is fed.
@@ -156,6 +166,10 @@ pub enum Family {
     Norm(NormKind),
     /// [`Sdpa`], this pass.
     Sdpa(SdpaPass),
+    /// [`Conv`] of this kind.
+    Conv(ConvKind),
+    /// [`Resample`].
+    Resample,
 }
 
 /// The signature of an op callable by name: what the macro checks arity and attributes against.
@@ -187,6 +201,12 @@ pub fn lookup(name: &str) -> Option<OpSignature> {
     if let Some(pass) = SdpaPass::from_name(name) {
         return Some(pass.signature());
     }
+    if let Some(kind) = ConvKind::from_name(name) {
+        return Some(kind.signature());
+    }
+    if name == resample::NAME {
+        return Some(resample::signature());
+    }
     ReductionMode::from_name(name).map(ReductionMode::signature)
 }
 
@@ -197,6 +217,8 @@ pub fn all_names() -> impl Iterator<Item = &'static str> {
         .chain(ReductionMode::ALL.iter().map(|m| m.name()))
         .chain(NormKind::ALL.iter().map(|k| k.name()))
         .chain(SdpaPass::ALL.iter().map(|p| p.name()))
+        .chain(ConvKind::ALL.iter().map(|k| k.name()))
+        .chain(std::iter::once(resample::NAME))
 }
 
 /// The closest known op name to a misspelled one, if any is close.
@@ -277,6 +299,16 @@ pub enum AttrError {
         op: String,
         /// The attribute.
         attr: String,
+    },
+    /// Attributes that are each well typed but do not go together.
+    #[error("attribute `{attr}` of `{op}` {reason}")]
+    Invalid {
+        /// The op.
+        op: String,
+        /// The attribute at fault.
+        attr: String,
+        /// Why, in words that name the other attribute.
+        reason: String,
     },
     /// No op of this name.
     #[error("unknown op `{op}`{}", .suggestion.map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
@@ -592,6 +624,8 @@ impl Op {
             Family::Reduction(mode) => Op::Reduction(Reduction::from_attrs(mode, &attrs)),
             Family::Norm(kind) => Op::Norm(Norm::from_attrs(kind, &attrs)),
             Family::Sdpa(pass) => Op::Sdpa(Sdpa::from_attrs(pass, &attrs)),
+            Family::Conv(kind) => Op::Conv(Conv::from_attrs(kind, &attrs)?),
+            Family::Resample => Op::Resample(Resample::from_attrs(&attrs)?),
         })
     }
 
@@ -608,6 +642,8 @@ impl Op {
             Op::Reduction(r) => r.call_attrs(),
             Op::Norm(n) => n.call_attrs(),
             Op::Sdpa(a) => a.call_attrs(),
+            Op::Conv(c) => c.call_attrs(),
+            Op::Resample(r) => r.call_attrs(),
         }
     }
 
@@ -617,6 +653,7 @@ impl Op {
         match self {
             Op::Norm(n) => n.outputs().to_vec(),
             Op::Sdpa(a) => a.outputs(),
+            Op::Resample(r) => r.outputs().to_vec(),
             _ => self.signature().outputs.to_vec(),
         }
     }
@@ -639,6 +676,8 @@ impl Op {
             Op::Reduction(r) => r.mode.signature(),
             Op::Norm(n) => n.kind.signature(),
             Op::Sdpa(a) => a.pass.signature(),
+            Op::Conv(c) => c.kind.signature(),
+            Op::Resample(_) => resample::signature(),
         }
     }
 
@@ -662,6 +701,8 @@ impl Op {
             Op::Reduction(r) => r.infer(inputs).map(|o| vec![o]),
             Op::Norm(n) => n.infer(inputs, cx),
             Op::Sdpa(a) => a.infer(inputs, cx),
+            Op::Conv(c) => c.infer(inputs, cx).map(|o| vec![o]),
+            Op::Resample(r) => r.infer(inputs),
         }
     }
 
@@ -673,6 +714,8 @@ impl Op {
             Op::Reduction(r) => vec![r.reference(inputs[0])],
             Op::Norm(n) => n.reference(inputs),
             Op::Sdpa(a) => a.reference(inputs),
+            Op::Conv(c) => vec![c.reference(inputs[0], inputs[1])],
+            Op::Resample(r) => r.reference(inputs[0]),
         }
     }
 }
@@ -687,6 +730,7 @@ mod tests {
         assert!(lookup("gelu_tanh").is_some());
         assert!(lookup("reduce_sum").is_some());
         assert!(lookup("conv").is_none());
+        assert_eq!(suggest("conv_fprob"), Some("conv_fprop"));
         assert_eq!(suggest("matmull"), Some("matmul"));
         assert_eq!(suggest("sigmod"), Some("sigmoid"));
         assert_eq!(suggest("zzzzzzzz"), None);

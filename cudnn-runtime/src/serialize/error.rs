@@ -244,6 +244,17 @@ pub enum SerializeError {
         /// Y's dims.
         y: String,
     },
+    /// A cudnn-frontend convolution gradient whose filter extents or output padding cannot be
+    /// told from its tensors (cudnn-frontend has no field for them).
+    #[error("node `{node}`: cannot tell the convolution's geometry from its inputs {inputs} and output {output}")]
+    ConvGeometry {
+        /// The node.
+        node: String,
+        /// The output's dims.
+        output: String,
+        /// The inputs' dims.
+        inputs: String,
+    },
     /// `cudnn_graph.tensor_order` is not a permutation of the document's uids.
     #[error("cudnn_graph.tensor_order {reason}")]
     TensorOrder {

@@ -57,6 +57,7 @@ mod layout;
 pub mod plan;
 mod read;
 mod sdpa;
+mod window;
 mod write;
 
 pub use error::SerializeError;

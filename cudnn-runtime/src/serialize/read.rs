@@ -424,11 +424,16 @@ enum PendingOp {
     /// An attention node read from cudnn-frontend's fields alone: a scale equal (as an f32) to
     /// the default for Q's head dim reads as the default.
     Attention(crate::ops::Sdpa),
+    /// A convolution read from cudnn-frontend's fields alone: a filter gradient's filter and a
+    /// data gradient's output padding come from the tensors.
+    Conv(crate::ops::Conv),
 }
 
 /// A cudnn-frontend attribute value as written (f32 fields keep their bits for comparison).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum FrontendAttr {
+    /// A field that maps to a DSL attribute value as is (a convolution's paddings).
+    Value(AttrValue),
     Int(i64),
     F32(f32),
     /// An enum field, as the DSL spells it (a norm's `forward_phase`).
@@ -447,6 +452,7 @@ fn frontend_call_attrs(attrs: &FrontendAttrs) -> Vec<(String, AttrValue)> {
                 FrontendAttr::F32(x) => AttrValue::Float(f64::from(*x)),
                 FrontendAttr::Name(x) => AttrValue::Name(x.to_string()),
                 FrontendAttr::Bool(x) => AttrValue::Bool(*x),
+                FrontendAttr::Value(v) => v.clone(),
             };
             (dsl.to_string(), v)
         })
@@ -561,6 +567,27 @@ fn read_family(n: &Obj<'_>, label: &str, tag: &str) -> Result<Family> {
         }
         tag if NORM_TAGS.contains(&tag) => read_norm_family(n, tag),
         super::sdpa::TAG_FORWARD | super::sdpa::TAG_BACKWARD => read_sdpa_family(n, tag),
+        tag if super::window::TAGS.contains(&tag) => {
+            let (call, fields) = super::window::read_fields(n, tag)?;
+            let attrs: FrontendAttrs = fields.into_iter().map(|(dsl, v)| (dsl, dsl, FrontendAttr::Value(v))).collect();
+            let sig = crate::ops::lookup(call).expect("window tags read to known calls");
+            let outputs = match sig.family {
+                crate::ops::Family::Resample => match Op::from_call(call, &frontend_call_attrs(&attrs)) {
+                    Ok(Op::Resample(r)) => r.outputs(),
+                    Ok(_) => sig.outputs,
+                    Err(source) => return Err(SerializeError::Attr { node: label.to_string(), source }),
+                },
+                _ => sig.outputs,
+            };
+            Ok(Family {
+                call,
+                inputs: sig.inputs.iter().map(|p| p.name).collect(),
+                outputs,
+                unsupported_ports: &[],
+                attrs,
+                pointwise: None,
+            })
+        }
         other => Err(SerializeError::UnknownTag {
             node: label.to_string(),
             tag: other.to_string(),
@@ -568,6 +595,7 @@ fn read_family(n: &Obj<'_>, label: &str, tag: &str) -> Result<Family> {
                 .iter()
                 .chain(&NORM_TAGS)
                 .chain(&[super::sdpa::TAG_FORWARD, super::sdpa::TAG_BACKWARD])
+                .chain(&super::window::TAGS)
                 .copied()
                 .collect(),
         }),
@@ -860,6 +888,19 @@ fn read_node(index: usize, value: &Json, cx: &RawContext, by_key: &HashMap<&str,
                 other => PendingOp::Ready(other),
             }
         }
+        None if tag.starts_with("CONV_") => {
+            let mut attrs = frontend_call_attrs(&family.attrs);
+            if tag == "CONV_WGRAD" {
+                // cudnn-frontend has no field for the filter: `fill_in` takes it from DW.
+                attrs.push(("filter".into(), AttrValue::IntList(Vec::new())));
+            }
+            match Op::from_call(family.call, &attrs)
+                .map_err(|source| SerializeError::Attr { node: label.clone(), source })?
+            {
+                Op::Conv(c) => PendingOp::Conv(c),
+                other => PendingOp::Ready(other),
+            }
+        }
         None => {
             let attrs = frontend_call_attrs(&family.attrs);
             PendingOp::Ready(
@@ -905,6 +946,19 @@ fn fill_in(cx: &RawContext, raw: &mut [RawTensor], nodes: Vec<RawNode>) -> Resul
             PendingOp::Attention(ref a) => {
                 let d_qk = dims_of(&n.inputs).get(3).copied().unwrap_or(0);
                 Op::Sdpa(a.clone().default_scale_folded(d_qk))
+            }
+            PendingOp::Conv(ref c) => {
+                let dims =
+                    |k: usize| n.inputs.get(k).and_then(|&i| raw.get(i)).map(|t| t.dims.clone()).unwrap_or_default();
+                let out = dims_of(&n.outputs);
+                let conv = super::window::resolve(c, &dims(0), &dims(1), &out).ok_or_else(|| {
+                    SerializeError::ConvGeometry {
+                        node: n.label.clone(),
+                        output: shape_string(&out),
+                        inputs: format!("{} and {}", shape_string(&dims(0)), shape_string(&dims(1))),
+                    }
+                })?;
+                Op::Conv(conv)
             }
             PendingOp::Reduction { call } => {
                 let (x, y) = (dims_of(&n.inputs), dims_of(&n.outputs));

@@ -170,6 +170,7 @@ fn node_json(g: &Graph, n: &Node) -> Json {
             members.push(("tag", Json::str(norm.kind.frontend_tag())));
         }
         Op::Sdpa(a) => members.extend(super::sdpa::frontend_fields(g, n, a)),
+        Op::Conv(_) | Op::Resample(_) => members.extend(super::window::frontend_fields(g, n)),
     }
     // The call's attributes exactly: floats as f64 bits (cudnn-frontend keeps f32), and what it
     // has no field for (a reduction's dims, as written).

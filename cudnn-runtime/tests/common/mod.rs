@@ -1,0 +1,65 @@
+//! Helpers of the deviceless integration tests: the H200 context, planning with the checks a
+//! usable plan must pass, and the typed "no engine" outcome.
+
+#![allow(dead_code)]
+
+use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
+use cudnn_runtime::{Error, Graph};
+
+/// The H200's device properties.
+pub const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
+
+/// The deviceless context, or `None` (after saying why) when the libraries are missing and that
+/// is allowed (`CUDNN_GRAPH_REQUIRE_CUDNN` is not `1`).
+pub fn deviceless() -> Option<Cudnn> {
+    let json = std::fs::read_to_string(DEVPROP).unwrap_or_else(|e| panic!("reading {DEVPROP}: {e}"));
+    match Cudnn::deviceless(&json) {
+        Ok(cudnn) => Some(cudnn),
+        Err(e @ BackendError::LibraryMissing { .. }) => {
+            assert!(
+                std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"),
+                "CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}"
+            );
+            println!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("deviceless cuDNN context: {e}"),
+    }
+}
+
+/// Plans `graph` and checks what a usable plan must have: candidates, a built engine, a
+/// serializable plan.
+pub fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {
+    let name = &graph.name;
+    let plan = ExecutionPlan::build(cudnn, graph, &BuildOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(!plan.candidates().is_empty(), "{name}: no candidates");
+    assert_eq!(plan.selected().state, CandidateState::Built, "{name}");
+    assert!(plan.selected().engine_id.is_some(), "{name}");
+    let json = plan.json().unwrap_or_else(|e| panic!("{name}: json: {e}"));
+    assert!(json.len() > 1000, "{name}: plan JSON of {} bytes", json.len());
+    println!(
+        "{name}: {} candidates, built {} ({} B workspace)",
+        plan.candidates().len(),
+        plan.selected(),
+        plan.workspace_size()
+    );
+    plan
+}
+
+/// Asserts cuDNN has no engine configuration for `graph` (a typed [`BackendError::NoPlan`]
+/// naming the graph).
+pub fn no_plan(cudnn: &Cudnn, graph: &Graph) {
+    match ExecutionPlan::build(cudnn, graph, &BuildOptions::default()) {
+        Err(Error::Backend(e @ BackendError::NoPlan { .. })) => {
+            println!("{}: no plan (typed): {}", graph.name, e.to_string().lines().next().unwrap_or_default());
+            let BackendError::NoPlan { graph: name, .. } = e else { unreachable!() };
+            assert_eq!(name, graph.name);
+        }
+        Ok(p) => panic!(
+            "{}: this cuDNN plans it now ({}); move it to the planned list and docs/ops.md",
+            graph.name,
+            p.selected()
+        ),
+        Err(e) => panic!("{}: not a NoPlan error: {e}", graph.name),
+    }
+}

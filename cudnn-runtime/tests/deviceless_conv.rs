@@ -1,0 +1,141 @@
+//! Convolutions and pooling lowered and planned by real cuDNN without a GPU, for the H200
+//! described by `tests/fixtures/h200-devprop.json`: which graphs cuDNN 9.19 plans, and the typed
+//! errors of those it does not (recorded in `docs/ops.md`). Tensors are channels-last, the
+//! builder's default for these ops.
+//!
+//! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
+#![cfg(feature = "cudnn")]
+
+mod common;
+
+use common::{deviceless, plan};
+use cudnn_runtime::dim::channels_last_strides;
+use cudnn_runtime::ops::AttrValue;
+use cudnn_runtime::ops::PointwiseMode;
+use cudnn_runtime::{DataType, Graph, GraphBuilder, Operand};
+
+use DataType::{BF16, F16, F32};
+
+fn attrs(list: &[(&str, AttrValue)]) -> Vec<(String, AttrValue)> {
+    list.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+/// `op(a, b)` (a convolution), optionally followed by `+ bias` and `relu`, in `io` with f32
+/// compute.
+fn conv(name: &str, op: &str, io: DataType, a: &[i64], b: &[i64], attr: &[(&str, AttrValue)], epilogue: bool) -> Graph {
+    let mut g = GraphBuilder::new(name);
+    let x = g.input("a", io, a).unwrap();
+    let w = g.input("b", io, b).unwrap();
+    let mut y = g.op(op, &[x.into(), w.into()], &attrs(attr)).unwrap_or_else(|e| panic!("{name}: {e}"))[0];
+    if epilogue {
+        let k = g.dims(y).unwrap()[1];
+        let bias = g.input("bias", io, &[1, k, 1, 1]).unwrap();
+        y = g.pointwise(PointwiseMode::Add, &[y.into(), bias.into()]).unwrap();
+        y = g.pointwise(PointwiseMode::Relu, &[Operand::Tensor(y)]).unwrap();
+    }
+    g.output(y, "y", io).unwrap();
+    let graph = g.build().unwrap();
+    for t in graph.tensors.iter().filter(|t| t.pass_by_value.is_none()) {
+        assert_eq!(t.strides, channels_last_strides(&t.dims), "{name}: tensor `{}` is not channels-last", t.name);
+    }
+    graph
+}
+
+fn list(v: &[i64]) -> AttrValue {
+    AttrValue::IntList(v.to_vec())
+}
+
+#[test]
+fn convolutions_plan_for_the_h200() {
+    let Some(cudnn) = deviceless() else { return };
+    let pad1 = [("padding", list(&[1, 1]))];
+    for dt in [F16, BF16] {
+        plan(
+            &cudnn,
+            &conv(&format!("fprop_3x3_{dt}"), "conv_fprop", dt, &[8, 64, 56, 56], &[128, 64, 3, 3], &pad1, false),
+        );
+        plan(
+            &cudnn,
+            &conv(&format!("conv_bias_relu_{dt}"), "conv_fprop", dt, &[8, 64, 56, 56], &[128, 64, 3, 3], &pad1, true),
+        );
+    }
+    let strided = [("padding", list(&[1, 1])), ("stride", list(&[2, 2])), ("dilation", list(&[2, 2]))];
+    plan(&cudnn, &conv("fprop_strided_dilated", "conv_fprop", F16, &[4, 32, 33, 31], &[64, 32, 3, 3], &strided, false));
+    let flipped = [("padding", list(&[2, 1])), ("mode", "convolution".into())];
+    plan(
+        &cudnn,
+        &conv("fprop_convolution_mode", "conv_fprop", F16, &[2, 16, 20, 20], &[32, 16, 5, 3], &flipped, false),
+    );
+    plan(
+        &cudnn,
+        &conv(
+            "fprop_3d",
+            "conv_fprop",
+            F16,
+            &[2, 16, 8, 16, 16],
+            &[32, 16, 3, 3, 3],
+            &[("padding", list(&[1, 1, 1]))],
+            false,
+        ),
+    );
+    plan(&cudnn, &conv("fprop_f32", "conv_fprop", F32, &[2, 8, 16, 16], &[16, 8, 3, 3], &pad1, false));
+
+    plan(&cudnn, &conv("dgrad_3x3", "conv_dgrad", F16, &[8, 128, 28, 28], &[128, 64, 3, 3], &strided[..2], false));
+    let wgrad = [("padding", list(&[1, 1])), ("filter", list(&[3, 3]))];
+    plan(&cudnn, &conv("wgrad_3x3", "conv_wgrad", F16, &[8, 64, 28, 28], &[8, 128, 28, 28], &wgrad, false));
+}
+
+/// A 1-D convolution: cuDNN 9.19 plans rank-3 tensors directly.
+#[test]
+fn one_dimensional_convolutions_plan() {
+    let Some(cudnn) = deviceless() else { return };
+    plan(&cudnn, &conv("fprop_1d", "conv_fprop", F16, &[4, 16, 64], &[32, 16, 3], &[("padding", list(&[1]))], false));
+}
+
+/// `relu_bwd(conv_dgrad(dy, w), x)`: the data gradient through a ReLU, one fused graph.
+#[test]
+fn dgrad_drelu_plans() {
+    let Some(cudnn) = deviceless() else { return };
+    let mut g = GraphBuilder::new("dgrad_drelu");
+    let dy = g.input("dy", F16, &[8, 64, 28, 28]).unwrap();
+    let w = g.input("w", F16, &[64, 32, 3, 3]).unwrap();
+    let x = g.input("x", F16, &[8, 32, 28, 28]).unwrap();
+    let dx = g.op("conv_dgrad", &[dy.into(), w.into()], &attrs(&[("padding", list(&[1, 1]))])).unwrap()[0];
+    let dx = g.pointwise(PointwiseMode::ReluBwd, &[dx.into(), x.into()]).unwrap();
+    g.output(dx, "dx", F16).unwrap();
+    plan(&cudnn, &g.build().unwrap());
+}
+
+fn pool(name: &str, dt: DataType, x: &[i64], attr: &[(&str, AttrValue)], outputs: usize) -> Graph {
+    let mut g = GraphBuilder::new(name);
+    let xi = g.input("x", dt, x).unwrap();
+    let outs = g.op("resample", &[xi.into()], &attrs(attr)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(outs.len(), outputs);
+    for (i, o) in outs.into_iter().enumerate() {
+        let ty = if i == 0 { dt } else { DataType::I8 };
+        g.output(o, &format!("out{i}"), ty).unwrap();
+    }
+    g.build().unwrap()
+}
+
+#[test]
+fn pooling_plans_for_the_h200() {
+    let Some(cudnn) = deviceless() else { return };
+    let max = [("mode", AttrValue::from("maxpool")), ("window", list(&[2, 2]))];
+    for dt in [F16, BF16] {
+        plan(&cudnn, &pool(&format!("maxpool_2x2_{dt}"), dt, &[8, 64, 56, 56], &max, 1));
+    }
+    let avg = [
+        ("mode", AttrValue::from("avgpool_include_padding")),
+        ("window", list(&[3, 3])),
+        ("stride", list(&[2, 2])),
+        ("padding", list(&[1, 1])),
+    ];
+    plan(&cudnn, &pool("avgpool_include_3x3", F16, &[8, 64, 56, 56], &avg, 1));
+    let mut exclude = avg.clone();
+    exclude[0].1 = "avgpool_exclude_padding".into();
+    plan(&cudnn, &pool("avgpool_exclude_3x3", F16, &[8, 64, 56, 56], &exclude, 1));
+    let mut index = max.to_vec();
+    index.push(("index", true.into()));
+    plan(&cudnn, &pool("maxpool_index", F16, &[8, 64, 56, 56], &index, 2));
+}
