@@ -10,12 +10,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{random, relative_error};
-use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream};
+use common::{check, poisoned, uniform, upload, workspace};
 use cudnn_graph::backend::{BackendError, BuildOptions};
-use cudnn_graph::{graph, Element, Error};
+use cudnn_graph::{graph, Error};
 use half::{bf16, f16};
 
 graph! {
@@ -108,40 +105,6 @@ graph! {
     pub RmsMatmul<dyn M, dyn K, dyn N>(x: bf16[M, K], scale: bf16[1, K], w: bf16[K, N]) -> (y: bf16[M, N]) {
         y = matmul(rmsnorm(x, scale, 1e-5), w);
     }
-}
-
-const TOLERANCE: f64 = 2e-2;
-
-/// Random values in `[lo, hi)` as `T` (fixed seed, never all zeros).
-fn uniform<T: Element>(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<T> {
-    random::<f64>(seed, n).into_iter().map(|v| T::from_f64_value(lo + (hi - lo) * (v + 1.0) / 2.0)).collect()
-}
-
-/// A device copy of `data`.
-fn upload<T: Element + cudnn_graph::backend::cudarc::driver::DeviceRepr>(
-    stream: &Arc<CudaStream>,
-    data: &[T],
-) -> CudaSlice<T> {
-    stream.clone_htod(data).unwrap()
-}
-
-/// A device buffer of `n` NaNs: every element must be written.
-fn poisoned<T: Element + cudnn_graph::backend::cudarc::driver::DeviceRepr>(
-    stream: &Arc<CudaStream>,
-    n: usize,
-) -> CudaSlice<T> {
-    stream.clone_htod(&vec![T::from_f64_value(f64::NAN); n]).unwrap()
-}
-
-/// Compares one output, prints the figure, and asserts the tolerance.
-fn check<T: Element>(case: &str, output: &str, got: &[T], want: &[T]) {
-    let err = relative_error(got, want);
-    println!("{case}: {output} relative error {err:.3e} ({} values)", got.len());
-    assert!(err <= TOLERANCE, "{case}: {output} relative error {err}");
-}
-
-fn workspace(stream: &Arc<CudaStream>, bytes: usize) -> CudaSlice<u8> {
-    stream.alloc_zeros::<u8>(bytes.max(1)).unwrap()
 }
 
 #[test]

@@ -95,3 +95,45 @@ pub fn gpu() -> Option<(std::sync::Arc<cudnn_graph::backend::cudarc::driver::Cud
         Err(e) => panic!("CUDNN_GRAPH_REQUIRE_GPU=1 but: {e}"),
     }
 }
+
+/// Random values in `[lo, hi)` as `T` (fixed seed, never all zeros).
+pub fn uniform<T: Element>(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<T> {
+    random::<f64>(seed, n).into_iter().map(|v| T::from_f64_value(lo + (hi - lo) * (v + 1.0) / 2.0)).collect()
+}
+
+/// The relative error a GPU output may have against the CPU reference (bf16/f16 outputs).
+pub const GPU_TOLERANCE: f64 = 2e-2;
+
+/// Compares one output, prints the figure, and asserts [`GPU_TOLERANCE`].
+pub fn check<T: Element>(case: &str, output: &str, got: &[T], want: &[T]) {
+    let err = relative_error(got, want);
+    println!("{case}: {output} relative error {err:.3e} ({} values)", got.len());
+    assert!(err <= GPU_TOLERANCE, "{case}: {output} relative error {err}");
+}
+
+/// A device copy of `data`.
+#[cfg(feature = "cudnn")]
+pub fn upload<T: Element + cudnn_graph::backend::cudarc::driver::DeviceRepr>(
+    stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,
+    data: &[T],
+) -> cudnn_graph::backend::cudarc::driver::CudaSlice<T> {
+    stream.clone_htod(data).unwrap()
+}
+
+/// A device buffer of `n` NaNs: every element must be written.
+#[cfg(feature = "cudnn")]
+pub fn poisoned<T: Element + cudnn_graph::backend::cudarc::driver::DeviceRepr>(
+    stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,
+    n: usize,
+) -> cudnn_graph::backend::cudarc::driver::CudaSlice<T> {
+    stream.clone_htod(&vec![T::from_f64_value(f64::NAN); n]).unwrap()
+}
+
+/// A workspace of at least `bytes` (one byte when the plan needs none).
+#[cfg(feature = "cudnn")]
+pub fn workspace(
+    stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,
+    bytes: usize,
+) -> cudnn_graph::backend::cudarc::driver::CudaSlice<u8> {
+    stream.alloc_zeros::<u8>(bytes.max(1)).unwrap()
+}

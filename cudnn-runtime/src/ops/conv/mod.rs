@@ -279,6 +279,16 @@ pub(crate) fn paddings(op: &str, a: &Attrs<'_>) -> Result<(Vec<i64>, Vec<i64>), 
     Ok((pre.or_else(|| both.clone()).unwrap_or_default(), post.or(both).unwrap_or_default()))
 }
 
+/// The attribute names to blame for two paddings: `padding` when they agree (as `padding`
+/// sets them), else their own.
+pub(crate) fn padding_names(pre: &[i64], post: &[i64]) -> (&'static str, &'static str) {
+    if pre == post {
+        ("padding", "padding")
+    } else {
+        ("pre_padding", "post_padding")
+    }
+}
+
 /// The call attributes of two paddings: `padding` when they agree.
 pub(crate) fn padding_attrs(pre: &[i64], post: &[i64], out: &mut Vec<(String, AttrValue)>) {
     if !pre.is_empty() && pre == post {
@@ -358,9 +368,10 @@ impl Conv {
     /// The padding, stride and dilation for `spatial` spatial dims, defaults filled in.
     pub fn window(&self, spatial: usize) -> Result<Window, ShapeErrorKind> {
         let op = self.kind.name();
+        let (pre_name, post_name) = padding_names(&self.pre_padding, &self.post_padding);
         Ok(Window {
-            pre: spatial_list(op, "pre_padding", &self.pre_padding, spatial, 0, 0)?,
-            post: spatial_list(op, "post_padding", &self.post_padding, spatial, 0, 0)?,
+            pre: spatial_list(op, pre_name, &self.pre_padding, spatial, 0, 0)?,
+            post: spatial_list(op, post_name, &self.post_padding, spatial, 0, 0)?,
             stride: spatial_list(op, "stride", &self.stride, spatial, 1, 1)?,
             dilation: spatial_list(op, "dilation", &self.dilation, spatial, 1, 1)?,
         })

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::conv::{padding_attrs, paddings, rule, spatial_list, ConvMode, Taps, Window};
+use super::conv::{padding_attrs, padding_names, paddings, rule, spatial_list, ConvMode, Taps, Window};
 use super::{
     AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
     ShapeErrorKind, TensorMeta,
@@ -204,13 +204,14 @@ impl Resample {
     pub fn geometry(&self, spatial: usize) -> Result<(Vec<i64>, Window), ShapeErrorKind> {
         let window = spatial_list(NAME, "window", &self.window, spatial, 1, 1)?;
         let stride = if self.stride.is_empty() { window.clone() } else { self.stride.clone() };
+        let (pre_name, post_name) = padding_names(&self.pre_padding, &self.post_padding);
         let w = Window {
-            pre: spatial_list(NAME, "pre_padding", &self.pre_padding, spatial, 0, 0)?,
-            post: spatial_list(NAME, "post_padding", &self.post_padding, spatial, 0, 0)?,
+            pre: spatial_list(NAME, pre_name, &self.pre_padding, spatial, 0, 0)?,
+            post: spatial_list(NAME, post_name, &self.post_padding, spatial, 0, 0)?,
             stride: spatial_list(NAME, "stride", &stride, spatial, 1, 1)?,
             dilation: vec![1; spatial],
         };
-        for (attr, pad) in [("pre_padding", &w.pre), ("post_padding", &w.post)] {
+        for (attr, pad) in [(pre_name, &w.pre), (post_name, &w.post)] {
             if let Some(i) = (0..spatial).find(|&i| pad[i] >= window[i]) {
                 return Err(rule(
                     NAME,

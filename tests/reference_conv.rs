@@ -1,0 +1,103 @@
+//! Convolutions and pooling through `graph!` on the CPU reference engine, against loops written
+//! here over NHWC buffers (the layout these ops default to), and the same graph made with the
+//! builder API.
+
+mod common;
+
+use common::{max_abs_error, random};
+use cudnn_graph::{graph, GraphBuilder};
+
+graph! {
+    pub Conv3x3<dyn N, dyn C, dyn K, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W], w: f32[K, C, 3, 3]) -> (y: f32[N, K, P, Q]) {
+        y = conv_fprop(x, w, pre_padding = [1, 0], post_padding = [0, 2], stride = [2, 1], dilation = [1, 2]);
+    }
+
+    pub Pool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W]) -> (y: f32[N, C, P, Q]) {
+        y = resample(x, mode = avgpool_include_padding, window = [2, 3], stride = [1, 2], padding = [1, 1]);
+    }
+}
+
+/// `x[n, c, h, w]` of an NHWC buffer.
+fn nhwc(dims: [usize; 4], n: usize, c: usize, h: usize, w: usize) -> usize {
+    ((n * dims[2] + h) * dims[3] + w) * dims[1] + c
+}
+
+#[test]
+fn conv_fprop_matches_direct_loops_over_nhwc() {
+    let (n, c, k, h, w) = (2usize, 3usize, 4usize, 7usize, 6usize);
+    // P = 1 + (7 + 1 + 0 - 2 - 1) / 2 = 3, Q = 1 + (6 + 0 + 2 - 4 - 1) / 1 = 4.
+    let (p, q) = (3usize, 4usize);
+    let g = Conv3x3::new(n, c, k, h, w, p, q);
+    let x = random::<f32>(1, n * c * h * w);
+    let wt = random::<f32>(2, k * c * 9);
+    let got = g.reference(Conv3x3Inputs { x: &x, w: &wt }).unwrap();
+    let mut want = vec![0f32; n * k * p * q];
+    for ni in 0..n {
+        for ki in 0..k {
+            for pi in 0..p {
+                for qi in 0..q {
+                    let mut acc = 0f64;
+                    for ci in 0..c {
+                        for r in 0..3 {
+                            for s in 0..3 {
+                                let (hh, ww) = ((pi * 2 + r) as i64 - 1, (qi + s * 2) as i64);
+                                if hh < 0 || hh >= h as i64 || ww >= w as i64 {
+                                    continue;
+                                }
+                                let xv = x[nhwc([n, c, h, w], ni, ci, hh as usize, ww as usize)];
+                                let wv = wt[nhwc([k, c, 3, 3], ki, ci, r, s)];
+                                acc += f64::from(xv) * f64::from(wv);
+                            }
+                        }
+                    }
+                    want[nhwc([n, k, p, q], ni, ki, pi, qi)] = acc as f32;
+                }
+            }
+        }
+    }
+    assert!(max_abs_error(&got.y, &want) < 1e-6, "{}", max_abs_error(&got.y, &want));
+
+    // The builder makes the same graph, up to names.
+    let mut b = GraphBuilder::new("Conv3x3");
+    let xi = b.input("x", cudnn_graph::DataType::F32, &[n as i64, c as i64, h as i64, w as i64]).unwrap();
+    let wi = b.input("w", cudnn_graph::DataType::F32, &[k as i64, c as i64, 3, 3]).unwrap();
+    let attrs = [
+        ("pre_padding".to_string(), vec![1i64, 0].into()),
+        ("post_padding".to_string(), vec![0i64, 2].into()),
+        ("stride".to_string(), vec![2i64, 1].into()),
+        ("dilation".to_string(), vec![1i64, 2].into()),
+    ];
+    let y = b.op("conv_fprop", &[xi.into(), wi.into()], &attrs).unwrap()[0];
+    b.output(y, "y", cudnn_graph::DataType::F32).unwrap();
+    assert_eq!(b.build().unwrap().fingerprint(), g.graph().unwrap().fingerprint());
+}
+
+#[test]
+fn average_pooling_matches_direct_loops_over_nhwc() {
+    let (n, c, h, w) = (2usize, 3usize, 5usize, 7usize);
+    // P = 1 + (5 + 2 - 2) / 1 = 6, Q = 1 + (7 + 2 - 3) / 2 = 4.
+    let (p, q) = (6usize, 4usize);
+    let g = Pool::new(n, c, h, w, p, q);
+    let x = random::<f32>(3, n * c * h * w);
+    let got = g.reference(PoolInputs { x: &x }).unwrap();
+    let mut want = vec![0f32; n * c * p * q];
+    for ni in 0..n {
+        for ci in 0..c {
+            for pi in 0..p {
+                for qi in 0..q {
+                    let mut acc = 0f64;
+                    for r in 0..2 {
+                        for s in 0..3 {
+                            let (hh, ww) = ((pi + r) as i64 - 1, (qi * 2 + s) as i64 - 1);
+                            if (0..h as i64).contains(&hh) && (0..w as i64).contains(&ww) {
+                                acc += f64::from(x[nhwc([n, c, h, w], ni, ci, hh as usize, ww as usize)]);
+                            }
+                        }
+                    }
+                    want[nhwc([n, c, p, q], ni, ci, pi, qi)] = (acc / 6.0) as f32;
+                }
+            }
+        }
+    }
+    assert!(max_abs_error(&got.y, &want) < 1e-6, "{}", max_abs_error(&got.y, &want));
+}
