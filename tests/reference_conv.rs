@@ -1,6 +1,6 @@
-//! Convolutions and pooling through `graph!` on the CPU reference engine, against loops written
-//! here over NHWC buffers (the layout these ops default to), and the same graph made with the
-//! builder API.
+//! Convolutions, pooling and layout ops through `graph!` on the CPU reference engine, against
+//! loops written here over NHWC buffers (the layout convolutions default to), and the same graph
+//! made with the builder API.
 
 mod common;
 
@@ -10,6 +10,11 @@ use cudnn_graph::{graph, GraphBuilder};
 graph! {
     pub Conv3x3<dyn N, dyn C, dyn K, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W], w: f32[K, C, 3, 3]) -> (y: f32[N, K, P, Q]) {
         y = conv_fprop(x, w, pre_padding = [1, 0], post_padding = [0, 2], stride = [2, 1], dilation = [1, 2]);
+    }
+
+    /// `[B, S, H·D]` → `[B, S, H, D]` → `[B, H, S, D]`, then scaled.
+    pub Heads<dyn B, dyn S>(x: f32[B, S, 32]) -> (y: f32[B, 4, S, 8]) {
+        y = mul(transpose(reshape(x, shape = [2, 5, 4, 8]), permutation = [0, 2, 1, 3]), 0.5);
     }
 
     pub Pool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W]) -> (y: f32[N, C, P, Q]) {
@@ -100,4 +105,28 @@ fn average_pooling_matches_direct_loops_over_nhwc() {
         }
     }
     assert!(max_abs_error(&got.y, &want) < 1e-6, "{}", max_abs_error(&got.y, &want));
+}
+
+#[test]
+fn reshape_and_transpose_split_heads() {
+    let (b, s_len) = (2usize, 5usize);
+    let g = Heads::new(b, s_len);
+    let x = random::<f32>(4, b * s_len * 32);
+    let got = g.reference(HeadsInputs { x: &x }).unwrap();
+    // The transpose is a view (strides permuted); `mul` writes y packed, in the new order.
+    let graph = g.graph().unwrap();
+    let view = graph.nodes[1].outputs[0];
+    assert_eq!(graph.tensor(view).strides, vec![160, 8, 32, 1]);
+    assert_eq!(graph.tensor_by_name("y").unwrap().strides, vec![160, 40, 8, 1]);
+    let mut want = vec![0f32; x.len()];
+    for bi in 0..b {
+        for h in 0..4 {
+            for si in 0..s_len {
+                for d in 0..8 {
+                    want[((bi * 4 + h) * s_len + si) * 8 + d] = x[(bi * s_len + si) * 32 + h * 8 + d] * 0.5;
+                }
+            }
+        }
+    }
+    assert!(max_abs_error(&got.y, &want) < 1e-7);
 }

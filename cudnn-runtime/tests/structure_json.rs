@@ -795,6 +795,8 @@ fn error_unknown_tag() {
                 "CONV_DGRAD",
                 "CONV_WGRAD",
                 "RESAMPLE",
+                "RESHAPE",
+                "TRANSPOSE",
             ]
         })
     );
@@ -1044,7 +1046,7 @@ fn errors_read_well() {
         e.to_string(),
         "node `matmul_0` has tag \"PAGED_CACHE_LOAD\"; supported tags are MATMUL, POINTWISE, REDUCTION, LAYER_NORM, \
          RMS_NORM, BATCHNORM, BATCHNORM_INFERENCE, INSTANCE_NORM, GENSTATS, LAYER_NORM_BPROP, RMS_NORM_BPROP, DBN, \
-         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE"
+         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE, RESHAPE, TRANSPOSE"
     );
     let e = read_mutated(|v| set(v, "/tensors/2/data_type", json!("INT4"))).unwrap_err();
     assert_eq!(
@@ -1249,4 +1251,31 @@ fn error_pooling_padding_mode() {
         matches!(e, SerializeError::Unsupported { ref feature, .. } if feature == "MAXPOOL with padding mode EDGE_VAL_PAD"),
         "{e}"
     );
+}
+
+#[test]
+fn layout_ops_round_trip_and_read_from_cudnn_frontend_fields() {
+    let mut g = GraphBuilder::new("layout");
+    let x = g.input("x", DataType::F16, &[2, 6, 4]).unwrap();
+    let r = g.op("reshape", &[x.into()], &[attr("shape", vec![2, 3, 8])]).unwrap()[0];
+    let t = g.op("transpose", &[r.into()], &[attr("permutation", vec![2, 0, 1])]).unwrap()[0];
+    let y = g.op("relu", &[t.into()], &[]).unwrap()[0];
+    g.output(y, "y", DataType::F16).unwrap();
+    let g = g.build().unwrap();
+    let text = round_trip(&g);
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes[0]["tag"], "RESHAPE");
+    assert_eq!(nodes[0]["dim"], json!([2, 3, 8]));
+    assert_eq!(nodes[0]["reshape_mode"], "VIEW_ONLY");
+    assert_eq!(nodes[1]["tag"], "TRANSPOSE");
+    assert_eq!(nodes[1]["permutation"], json!([2, 0, 1]));
+    strip_extension(&mut v);
+    // cudnn-frontend may leave `dim` empty and set Y's dims instead.
+    v["nodes"][0]["dim"] = json!([]);
+    let back = structure_from_json(&v.to_string()).unwrap();
+    assert_eq!(back.nodes[0].op, g.nodes[0].op);
+    assert_eq!(back.nodes[1].op, g.nodes[1].op);
+    v["nodes"][0]["reshape_mode"] = json!("LOGICAL");
+    assert!(matches!(structure_from_json(&v.to_string()), Err(SerializeError::Unsupported { .. })));
 }

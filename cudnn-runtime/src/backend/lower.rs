@@ -225,6 +225,7 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
             Op::Norm(op) => crate::ops::norm::lower::lower(op, &cx)?,
             Op::Conv(op) => crate::ops::conv::lower::lower(op, &cx)?,
             Op::Resample(op) => crate::ops::resample::lower::lower(op, &cx)?,
+            Op::Layout(op) => crate::ops::layout::lower::lower(op, &cx)?,
             // A subgraph of operations (composite) or one (fused), with tensors of its own.
             Op::Sdpa(op) => {
                 let sub = crate::ops::sdpa::lower::lower(op, &cx, cudnn, &mut next_uid)?;

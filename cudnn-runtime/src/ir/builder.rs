@@ -394,11 +394,28 @@ impl GraphBuilder {
         }
     }
 
+    /// Gives a transpose's or reshape's output with unset strides the strides that make it a view
+    /// of its input (cudnn-frontend's rule), in node order so chains of views follow.
+    fn default_view_strides(&mut self) {
+        for n in &self.nodes {
+            let Op::Layout(layout) = &n.op else { continue };
+            let (Some(x), Some(y)) = (n.inputs.first(), n.outputs.first()) else { continue };
+            if self.tensors[y.0].strides.is_some() {
+                continue;
+            }
+            let x = &self.tensors[x.0];
+            let x_strides = x.strides.clone().unwrap_or_else(|| packed_strides(&x.dims));
+            let strides = layout.output_strides(&x_strides, &self.tensors[y.0].dims);
+            self.tensors[y.0].strides = Some(strides);
+        }
+    }
+
     /// Assigns uids (user-set values win; the rest count up from 1 in creation order, skipping
     /// taken values), lays out convolution tensors channels-last and the rest packed where
     /// strides are unset, and validates.
     pub fn build(mut self) -> Result<Graph, GraphError> {
         self.default_channels_last();
+        self.default_view_strides();
         let taken: std::collections::HashSet<i64> = self.tensors.iter().filter_map(|t| t.uid).collect();
         let mut next = 1i64;
         let tensors = self

@@ -14,6 +14,7 @@ use crate::dim::{shape_string, Dim, DimCx};
 use crate::DataType;
 
 pub mod conv;
+pub mod layout;
 pub mod matmul;
 pub mod norm;
 pub mod pointwise;
@@ -22,6 +23,7 @@ pub mod resample;
 pub mod sdpa;
 
 pub use conv::{Conv, ConvKind, ConvMode};
+pub use layout::{Layout, LayoutKind};
 pub use matmul::Matmul;
 pub use norm::{Norm, NormKind, NormMode, NormPhase};
 pub use pointwise::{Pointwise, PointwiseMode};
@@ -54,6 +56,9 @@ pub enum Op {
     /// Pooling (max or average), optionally with the maximum's index.
     #[serde(rename = "RESAMPLE")]
     Resample(Resample),
+    /// A view: reshape or transpose.
+    #[serde(rename = "LAYOUT")]
+    Layout(Layout),
 }
 
 /// How a port is fed.
@@ -170,6 +175,8 @@ pub enum Family {
     Conv(ConvKind),
     /// [`Resample`].
     Resample,
+    /// [`Layout`] of this kind.
+    Layout(LayoutKind),
 }
 
 /// The signature of an op callable by name: what the macro checks arity and attributes against.
@@ -207,6 +214,9 @@ pub fn lookup(name: &str) -> Option<OpSignature> {
     if name == resample::NAME {
         return Some(resample::signature());
     }
+    if let Some(kind) = LayoutKind::from_name(name) {
+        return Some(kind.signature());
+    }
     ReductionMode::from_name(name).map(ReductionMode::signature)
 }
 
@@ -219,6 +229,7 @@ pub fn all_names() -> impl Iterator<Item = &'static str> {
         .chain(SdpaPass::ALL.iter().map(|p| p.name()))
         .chain(ConvKind::ALL.iter().map(|k| k.name()))
         .chain(std::iter::once(resample::NAME))
+        .chain(LayoutKind::ALL.iter().map(|k| k.name()))
 }
 
 /// The closest known op name to a misspelled one, if any is close.
@@ -626,6 +637,7 @@ impl Op {
             Family::Sdpa(pass) => Op::Sdpa(Sdpa::from_attrs(pass, &attrs)),
             Family::Conv(kind) => Op::Conv(Conv::from_attrs(kind, &attrs)?),
             Family::Resample => Op::Resample(Resample::from_attrs(&attrs)?),
+            Family::Layout(kind) => Op::Layout(Layout::from_attrs(kind, &attrs)),
         })
     }
 
@@ -644,6 +656,7 @@ impl Op {
             Op::Sdpa(a) => a.call_attrs(),
             Op::Conv(c) => c.call_attrs(),
             Op::Resample(r) => r.call_attrs(),
+            Op::Layout(l) => l.call_attrs(),
         }
     }
 
@@ -678,6 +691,7 @@ impl Op {
             Op::Sdpa(a) => a.pass.signature(),
             Op::Conv(c) => c.kind.signature(),
             Op::Resample(_) => resample::signature(),
+            Op::Layout(l) => l.kind().signature(),
         }
     }
 
@@ -703,6 +717,7 @@ impl Op {
             Op::Sdpa(a) => a.infer(inputs, cx),
             Op::Conv(c) => c.infer(inputs, cx).map(|o| vec![o]),
             Op::Resample(r) => r.infer(inputs),
+            Op::Layout(l) => l.infer(inputs, cx).map(|o| vec![o]),
         }
     }
 
@@ -716,6 +731,7 @@ impl Op {
             Op::Sdpa(a) => a.reference(inputs),
             Op::Conv(c) => vec![c.reference(inputs[0], inputs[1])],
             Op::Resample(r) => r.reference(inputs[0]),
+            Op::Layout(l) => vec![l.reference(inputs[0])],
         }
     }
 }

@@ -427,6 +427,8 @@ enum PendingOp {
     /// A convolution read from cudnn-frontend's fields alone: a filter gradient's filter and a
     /// data gradient's output padding come from the tensors.
     Conv(crate::ops::Conv),
+    /// A reshape without `dim`: Y's dims are the shape.
+    Reshape,
 }
 
 /// A cudnn-frontend attribute value as written (f32 fields keep their bits for comparison).
@@ -888,6 +890,12 @@ fn read_node(index: usize, value: &Json, cx: &RawContext, by_key: &HashMap<&str,
                 other => PendingOp::Ready(other),
             }
         }
+        None if tag == "RESHAPE" => match Op::from_call(family.call, &frontend_call_attrs(&family.attrs))
+            .map_err(|source| SerializeError::Attr { node: label.clone(), source })?
+        {
+            Op::Layout(crate::ops::Layout::Reshape { shape }) if shape.is_empty() => PendingOp::Reshape,
+            other => PendingOp::Ready(other),
+        },
         None if tag.starts_with("CONV_") => {
             let mut attrs = frontend_call_attrs(&family.attrs);
             if tag == "CONV_WGRAD" {
@@ -959,6 +967,13 @@ fn fill_in(cx: &RawContext, raw: &mut [RawTensor], nodes: Vec<RawNode>) -> Resul
                     }
                 })?;
                 Op::Conv(conv)
+            }
+            PendingOp::Reshape => {
+                let shape = dims_of(&n.outputs);
+                if shape.is_empty() {
+                    return Err(SerializeError::MissingField { path: format!("{}.dim", n.label) });
+                }
+                Op::Layout(crate::ops::Layout::Reshape { shape })
             }
             PendingOp::Reduction { call } => {
                 let (x, y) = (dims_of(&n.inputs), dims_of(&n.outputs));

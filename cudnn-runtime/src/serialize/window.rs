@@ -1,4 +1,4 @@
-//! Window ops in cudnn-frontend's layout: the convolutions (`CONV_FPROP`, `CONV_DGRAD`,
+//! Window and layout ops in cudnn-frontend's layout: the convolutions (`CONV_FPROP`, `CONV_DGRAD`,
 //! `CONV_WGRAD`: `Conv_*_attributes`) and pooling (`RESAMPLE`: `Resample_attributes`), written with
 //! every field cudnn-frontend writes, defaults filled in, and read back from them; our exact
 //! attributes ride in the node's `cudnn_graph.attrs` as for every op.
@@ -9,13 +9,16 @@
 //! fields alone takes them from its DW or DX tensor ([`resolve`]). Pooling's fields are
 //! `resample_mode`, `padding_mode` (which must be the one the mode implies: `NEG_INF_PAD` for max
 //! pooling, `ZERO_PAD` for averages), `generate_index`, `window`, `stride` and the paddings.
+//!
+//! Layout ops: `RESHAPE` (`dim`, `stride`: Y's, and `reshape_mode` `VIEW_ONLY`; a node with an
+//! empty `dim` takes Y's dims) and `TRANSPOSE` (`permutation`).
 
 use super::json::{wrong_type, Json, Obj};
 use super::layout::NODE_FIELDS;
 use super::SerializeError;
 use crate::dim::window_input_extent;
 use crate::ops::conv::Window;
-use crate::ops::{AttrValue, Conv, ConvKind, ConvMode, Op, ResampleMode};
+use crate::ops::{AttrValue, Conv, ConvKind, ConvMode, Layout, LayoutKind, Op, ResampleMode};
 use crate::{Graph, Node};
 
 /// `Conv_{fprop,dgrad,wgrad}_attributes`'s own fields.
@@ -28,8 +31,28 @@ pub(crate) const RESAMPLE_FIELDS: [&str; 7] =
 /// The pooling tag.
 pub(crate) const TAG_RESAMPLE: &str = "RESAMPLE";
 
+/// `Reshape_attributes`'s own fields.
+pub(crate) const RESHAPE_FIELDS: [&str; 3] = ["dim", "reshape_mode", "stride"];
+
+/// `Transpose_attributes`'s own fields.
+pub(crate) const TRANSPOSE_FIELDS: [&str; 1] = ["permutation"];
+
 /// Every tag this module reads.
-pub(crate) const TAGS: [&str; 4] = ["CONV_FPROP", "CONV_DGRAD", "CONV_WGRAD", TAG_RESAMPLE];
+pub(crate) const TAGS: [&str; 6] = ["CONV_FPROP", "CONV_DGRAD", "CONV_WGRAD", TAG_RESAMPLE, "RESHAPE", "TRANSPOSE"];
+
+/// cudnn-frontend's fields of a layout node, with the tag.
+pub(crate) fn layout_fields(g: &Graph, n: &Node, op: &Layout) -> Vec<(&'static str, Json)> {
+    let mut out = match op {
+        Layout::Reshape { shape } => {
+            let strides =
+                n.outputs.first().and_then(|id| g.tensors.get(id.0)).map_or(Vec::new(), |t| t.strides.clone());
+            vec![("dim", ints(shape)), ("reshape_mode", Json::str("VIEW_ONLY")), ("stride", ints(&strides))]
+        }
+        Layout::Transpose { permutation } => vec![("permutation", ints(permutation))],
+    };
+    out.push(("tag", Json::str(op.kind().frontend_tag())));
+    out
+}
 
 fn ints(values: &[i64]) -> Json {
     Json::Arr(values.iter().map(|&v| Json::Int(v)).collect())
@@ -98,9 +121,32 @@ type CallAttrs = Vec<(&'static str, AttrValue)>;
 /// The DSL call and attributes that a convolution or pooling node's cudnn-frontend fields give.
 pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(&'static str, CallAttrs), SerializeError> {
     let mut attrs = Vec::new();
-    let own: &[&'static str] = if tag == TAG_RESAMPLE { &RESAMPLE_FIELDS } else { &CONV_FIELDS };
+    let own: &[&'static str] = match tag {
+        TAG_RESAMPLE => &RESAMPLE_FIELDS,
+        "RESHAPE" => &RESHAPE_FIELDS,
+        "TRANSPOSE" => &TRANSPOSE_FIELDS,
+        _ => &CONV_FIELDS,
+    };
     let accepted: Vec<&'static str> = NODE_FIELDS.iter().chain(own).copied().collect();
     n.deny_unknown(&accepted)?;
+    if tag == "TRANSPOSE" {
+        let permutation = list(n, "permutation")?
+            .ok_or_else(|| SerializeError::MissingField { path: n.field_path("permutation") })?;
+        return Ok((LayoutKind::Transpose.name(), vec![("permutation", AttrValue::IntList(permutation))]));
+    }
+    if tag == "RESHAPE" {
+        if let Some(mode) = n.opt_str("reshape_mode")? {
+            if mode != "VIEW_ONLY" {
+                return Err(SerializeError::Unsupported {
+                    path: n.field_path("reshape_mode"),
+                    feature: format!("reshape mode {mode} (cuDNN 9.22)"),
+                });
+            }
+        }
+        // An empty `dim` (Y's dims set on the tensor instead) is resolved from Y by the reader.
+        let shape = list(n, "dim")?.unwrap_or_default();
+        return Ok((LayoutKind::Reshape.name(), vec![("shape", AttrValue::IntList(shape))]));
+    }
     for field in ["pre_padding", "post_padding", "stride"] {
         if let Some(v) = list(n, field)? {
             attrs.push((field, AttrValue::IntList(v)));

@@ -171,6 +171,7 @@ fn node_json(g: &Graph, n: &Node) -> Json {
         }
         Op::Sdpa(a) => members.extend(super::sdpa::frontend_fields(g, n, a)),
         Op::Conv(_) | Op::Resample(_) => members.extend(super::window::frontend_fields(g, n)),
+        Op::Layout(l) => members.extend(super::window::layout_fields(g, n, l)),
     }
     // The call's attributes exactly: floats as f64 bits (cudnn-frontend keeps f32), and what it
     // has no field for (a reduction's dims, as written).

@@ -1,0 +1,53 @@
+//! Layout ops (reshape, transpose) lowered by real cuDNN 9.19 without a GPU, for the H200: the
+//! reshape operation finalizes, but heuristics propose no engine for it alone, after a matmul's
+//! epilogue or feeding a matmul (a typed `NoPlan`, recorded in `docs/ops.md`; cuDNN 9.22 adds
+//! dedicated transpose and slice operations). A test here fails the day cuDNN plans one.
+//!
+//! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
+#![cfg(feature = "cudnn")]
+
+mod common;
+
+use common::{deviceless, no_plan};
+use cudnn_runtime::ops::{AttrValue, PointwiseMode};
+use cudnn_runtime::{DataType, GraphBuilder, Operand};
+
+fn ints(name: &str, v: &[i64]) -> Vec<(String, AttrValue)> {
+    vec![(name.to_string(), AttrValue::IntList(v.to_vec()))]
+}
+
+#[test]
+fn cudnn_9_19_has_no_engine_for_layout_ops() {
+    let Some(cudnn) = deviceless() else { return };
+    use DataType::F16;
+
+    // matmul(a, transpose(b)): B stored [N, K], viewed as [K, N].
+    let mut g = GraphBuilder::new("matmul_transposed_b");
+    let a = g.input("a", F16, &[1, 64, 32]).unwrap();
+    let b = g.input("b", F16, &[1, 48, 32]).unwrap();
+    let bt = g.op("transpose", &[b.into()], &ints("permutation", &[0, 2, 1])).unwrap()[0];
+    let c = g.matmul(a, bt).unwrap();
+    g.output(c, "c", F16).unwrap();
+    let graph = g.build().unwrap();
+    let bt_strides = &graph.tensors[bt.0].strides;
+    assert_eq!(bt_strides, &vec![48 * 32, 1, 32], "a transpose is a view: its strides are B's, permuted");
+    no_plan(&cudnn, &graph);
+
+    // relu(matmul) reshaped: [1, 64, 48] -> [1, 3072, 1].
+    let mut g = GraphBuilder::new("matmul_relu_reshape");
+    let a = g.input("a", F16, &[1, 64, 32]).unwrap();
+    let b = g.input("b", F16, &[1, 32, 48]).unwrap();
+    let c = g.matmul(a, b).unwrap();
+    let r = g.pointwise(PointwiseMode::Relu, &[Operand::Tensor(c)]).unwrap();
+    let y = g.op("reshape", &[r.into()], &ints("shape", &[1, 3072, 1])).unwrap()[0];
+    // A view keeps its input's type: the f32 intermediate.
+    g.output(y, "y", DataType::F32).unwrap();
+    no_plan(&cudnn, &g.build().unwrap());
+
+    // A lone transpose.
+    let mut g = GraphBuilder::new("transpose_alone");
+    let x = g.input("x", F16, &[8, 16, 32]).unwrap();
+    let y = g.op("transpose", &[x.into()], &ints("permutation", &[2, 0, 1])).unwrap()[0];
+    g.output(y, "y", F16).unwrap();
+    no_plan(&cudnn, &g.build().unwrap());
+}
