@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --example attention                    # CPU reference engine
 //! cargo run --release --example attention -- --gpu
+//! cargo run --example attention -- --structure g.json   # also write the forward graph's JSON
 //! ```
 //!
 //! 8 query heads share 2 key/value heads (GQA); the sequence length is a runtime dim. The shape
@@ -72,6 +73,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bwd = AttentionBackward::new(B, S);
     println!("{}", fwd.graph()?);
     println!("{}", bwd.graph()?);
+    if let Some(path) = std::env::args().skip_while(|a| a != "--structure").nth(1) {
+        std::fs::write(&path, cudnn_graph::serialize::structure_to_json(&fwd.graph()?))?;
+    }
     let (q, k, v) = (random(1, B * 8 * S * 64), random(2, B * 2 * S * 64), random(3, B * 2 * S * 64));
     let d_o = random(4, B * 8 * S * 64);
 

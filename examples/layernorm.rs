@@ -5,6 +5,7 @@
 //! cargo run --example layernorm                        # CPU reference, bf16 256 × 4096
 //! cargo run --example layernorm -- --rows 1024         # CPU reference, bf16 1024 × 4096
 //! cargo run --release --example layernorm -- --gpu     # cuDNN, bf16 16384 × 4096, timed
+//! cargo run --example layernorm -- --structure g.json   # also write the structural JSON
 //! ```
 //!
 //! The CPU path defaults to 256 rows (the reference engine computes in f64, one element at a
@@ -99,6 +100,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (x, scale, bias) = (random(1, n * D, -3.0, 3.0), random(2, D, 0.5, 1.5), random(3, D, -1.0, 1.0));
     let graph = LayerNorm::<D>::new(n);
     println!("{}", graph.graph()?);
+    if let Some(path) = args.iter().skip_while(|a| *a != "--structure").nth(1) {
+        std::fs::write(path, cudnn_graph::serialize::structure_to_json(&graph.graph()?))?;
+    }
 
     if gpu {
         return run_gpu(n, &x, &scale, &bias);

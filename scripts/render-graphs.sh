@@ -8,7 +8,7 @@ command -v dot >/dev/null || { echo "render-graphs: needs Graphviz's dot (apt-ge
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cargo build -q --examples --bin cudnn-graph
-for example in matmul_bias_relu conv_bias_relu "$@"; do
+for example in matmul_bias_relu conv_bias_relu layernorm attention "$@"; do
   cargo run -q --example "$example" -- --structure "$tmp/$example.json" >/dev/null
   cargo run -q --bin cudnn-graph -- picture "$tmp/$example.json" | dot -Tsvg -o "docs/img/$example.svg"
   echo "docs/img/$example.svg"
