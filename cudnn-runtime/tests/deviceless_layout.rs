@@ -9,6 +9,7 @@
 mod common;
 
 use common::{deviceless, no_plan};
+use cudnn_runtime::backend::{BuildOptions, ExecutionPlan};
 use cudnn_runtime::ops::{AttrValue, PointwiseMode};
 use cudnn_runtime::{DataType, GraphBuilder, Operand};
 
@@ -50,4 +51,39 @@ fn cudnn_9_19_has_no_engine_for_layout_ops() {
     let y = g.op("transpose", &[x.into()], &ints("permutation", &[2, 0, 1])).unwrap()[0];
     g.output(y, "y", F16).unwrap();
     no_plan(&cudnn, &g.build().unwrap());
+}
+
+/// A slice of a graph input lowers as cudnn-frontend does before cuDNN 9.22: no operation, the
+/// sliced tensor bound to the input's address plus an offset. cuDNN plans the op it feeds.
+#[test]
+fn slices_of_graph_inputs_plan_as_pointer_offsets() {
+    let Some(cudnn) = deviceless() else { return };
+    use DataType::F16;
+    let mut g = GraphBuilder::new("slice_matmul");
+    let a = g.input("a", F16, &[4, 64, 32]).unwrap();
+    let b = g.input("b", F16, &[1, 32, 48]).unwrap();
+    let attrs = [
+        ("start".to_string(), AttrValue::IntList(vec![1, 8, 0])),
+        ("limit".to_string(), AttrValue::IntList(vec![3, 40, 32])),
+    ];
+    let s = g.op("slice", &[a.into()], &attrs).unwrap()[0];
+    let c = g.matmul(s, b).unwrap();
+    g.output(c, "c", F16).unwrap();
+    let graph = g.build().unwrap();
+    let plan = common::plan(&cudnn, &graph);
+    let layout = plan.layout();
+    // `a` is read only through the slice: it is not in the pack; the slice is, at a's address
+    // plus (1·2048 + 8·32) elements of 2 bytes.
+    assert_eq!(layout.io_positions()[0], None);
+    assert_eq!(layout.views().len(), 1);
+    assert_eq!(layout.views()[0].1, 0);
+    assert_eq!(layout.views()[0].2, (2048 + 8 * 32) * 2);
+
+    // A slice of a computed tensor, or one that is itself the output, has no lowering on 9.19.
+    let mut g = GraphBuilder::new("slice_output");
+    let a = g.input("a", F16, &[4, 64, 32]).unwrap();
+    let s = g.op("slice", &[a.into()], &attrs).unwrap()[0];
+    g.output(s, "s", F16).unwrap();
+    let e = ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("Y must feed another op"), "{e}");
 }

@@ -797,6 +797,7 @@ fn error_unknown_tag() {
                 "RESAMPLE",
                 "RESHAPE",
                 "TRANSPOSE",
+                "SLICE",
             ]
         })
     );
@@ -1046,7 +1047,7 @@ fn errors_read_well() {
         e.to_string(),
         "node `matmul_0` has tag \"PAGED_CACHE_LOAD\"; supported tags are MATMUL, POINTWISE, REDUCTION, LAYER_NORM, \
          RMS_NORM, BATCHNORM, BATCHNORM_INFERENCE, INSTANCE_NORM, GENSTATS, LAYER_NORM_BPROP, RMS_NORM_BPROP, DBN, \
-         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE, RESHAPE, TRANSPOSE"
+         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE, RESHAPE, TRANSPOSE, SLICE"
     );
     let e = read_mutated(|v| set(v, "/tensors/2/data_type", json!("INT4"))).unwrap_err();
     assert_eq!(
@@ -1261,6 +1262,10 @@ fn layout_ops_round_trip_and_read_from_cudnn_frontend_fields() {
     let t = g.op("transpose", &[r.into()], &[attr("permutation", vec![2, 0, 1])]).unwrap()[0];
     let y = g.op("relu", &[t.into()], &[]).unwrap()[0];
     g.output(y, "y", DataType::F16).unwrap();
+    let slice = [attr("start", vec![0, 1, 0]), attr("limit", vec![2, 5, 4]), attr("step", vec![1, 2, 1])];
+    let s = g.op("slice", &[x.into()], &slice).unwrap()[0];
+    let z = g.op("abs", &[s.into()], &[]).unwrap()[0];
+    g.output(z, "z", DataType::F16).unwrap();
     let g = g.build().unwrap();
     let text = round_trip(&g);
     let mut v: Value = serde_json::from_str(&text).unwrap();
@@ -1270,12 +1275,16 @@ fn layout_ops_round_trip_and_read_from_cudnn_frontend_fields() {
     assert_eq!(nodes[0]["reshape_mode"], "VIEW_ONLY");
     assert_eq!(nodes[1]["tag"], "TRANSPOSE");
     assert_eq!(nodes[1]["permutation"], json!([2, 0, 1]));
+    assert_eq!(nodes[3]["tag"], "SLICE");
+    assert_eq!(nodes[3]["slices"], json!([[0, 2], [1, 5], [0, 4]]));
+    assert_eq!(nodes[3]["slice_strides"], json!([1, 2, 1]));
     strip_extension(&mut v);
     // cudnn-frontend may leave `dim` empty and set Y's dims instead.
     v["nodes"][0]["dim"] = json!([]);
     let back = structure_from_json(&v.to_string()).unwrap();
     assert_eq!(back.nodes[0].op, g.nodes[0].op);
     assert_eq!(back.nodes[1].op, g.nodes[1].op);
+    assert_eq!(back.nodes[3].op, g.nodes[3].op);
     v["nodes"][0]["reshape_mode"] = json!("LOGICAL");
     assert!(matches!(structure_from_json(&v.to_string()), Err(SerializeError::Unsupported { .. })));
 }

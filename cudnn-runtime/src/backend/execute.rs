@@ -463,8 +463,14 @@ impl ExecutionPlan {
             spill.resize(n, ptr::null_mut());
             &mut spill
         };
-        for (address, &position) in io.iter().zip(layout.io_positions()) {
-            pointers[position] = *address as *mut c_void;
+        for (address, position) in io.iter().zip(layout.io_positions()) {
+            if let Some(position) = *position {
+                pointers[position] = *address as *mut c_void;
+            }
+        }
+        // Slices: the viewed tensor's address plus the offset (checked aligned at lowering).
+        for &(position, base, offset) in layout.views() {
+            pointers[position] = (io[base] + offset) as *mut c_void;
         }
         for scalar in layout.scalars() {
             // cuDNN only reads by-value scalars; the plan (and so the storage) outlives the call.

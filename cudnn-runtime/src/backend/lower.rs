@@ -14,8 +14,8 @@ use super::context::Binding;
 pub(crate) use super::descriptor::Descriptor;
 use super::descriptor::Label;
 use super::{BackendError, Cudnn};
-use crate::ir::{Graph, Node, Tensor};
-use crate::ops::Op;
+use crate::ir::{Graph, Node, Tensor, TensorId};
+use crate::ops::{Layout, Op};
 use crate::DataType;
 
 /// The smallest rank cuDNN accepts for these ops' tensors.
@@ -46,6 +46,12 @@ pub(crate) struct Internals {
     pub(crate) workspace: Vec<(i64, usize)>,
     /// Bytes of workspace they take (a multiple of 256), before cuDNN's own.
     pub(crate) workspace_bytes: usize,
+    /// Slices lowered as cudnn-frontend does before cuDNN 9.22: Y's uid, bound to the address
+    /// of graph input X plus a byte offset.
+    pub(crate) views: Vec<(i64, TensorId, u64)>,
+    /// Graph inputs read only through such views: no operation names them, so the variant pack
+    /// leaves them out.
+    pub(crate) aliased: Vec<TensorId>,
 }
 
 impl Internals {
@@ -55,7 +61,54 @@ impl Internals {
         let base = self.workspace_bytes;
         self.workspace.extend(other.workspace.into_iter().map(|(uid, offset)| (uid, base + offset)));
         self.workspace_bytes += other.workspace_bytes;
+        self.views.extend(other.views);
+        self.aliased.extend(other.aliased);
     }
+}
+
+/// The slices of `graph` as pointer offsets ([`Internals::views`], [`Internals::aliased`]).
+/// cuDNN 9.19 has no slice operation, so a slice must read a graph input and feed another op.
+fn views(graph: &Graph) -> Result<Internals, BackendError> {
+    let mut out = Internals::default();
+    let unsupported = |node: &Node, reason: String| BackendError::Unsupported {
+        node: node.name.clone(),
+        op: node.op.call_name(),
+        reason,
+    };
+    for node in &graph.nodes {
+        let Op::Layout(slice @ Layout::Slice { .. }) = &node.op else { continue };
+        let (x_id, y_id) = (node.inputs[0], node.outputs[0]);
+        let (x, y) = (graph.tensor(x_id), graph.tensor(y_id));
+        if x.is_virtual || x.pass_by_value.is_some() {
+            return Err(unsupported(
+                node,
+                format!(
+                    "cuDNN before 9.22 slices by pointer offset, so X must be a graph input; `{}` is computed",
+                    x.name
+                ),
+            ));
+        }
+        if !y.is_virtual {
+            return Err(unsupported(
+                node,
+                format!("cuDNN before 9.22 slices by pointer offset, so Y must feed another op; `{}` is a graph output that nothing would write", y.name),
+            ));
+        }
+        let offset = slice.offset(&x.strides) as u64 * x.data_type.size_bytes() as u64;
+        if !offset.is_multiple_of(ALIGNMENT) {
+            return Err(unsupported(
+                node,
+                format!("the slice starts {offset} bytes into `{}`, which is not {ALIGNMENT}-byte aligned", x.name),
+            ));
+        }
+        out.views.push((y.uid, x_id, offset));
+        let read_elsewhere =
+            graph.nodes.iter().any(|n| n.inputs.contains(&x_id) && !matches!(n.op, Op::Layout(Layout::Slice { .. })));
+        if !read_elsewhere && !out.aliased.contains(&x_id) {
+            out.aliased.push(x_id);
+        }
+    }
+    Ok(out)
 }
 
 /// The first uid a lowering may give a tensor of its own: one past the graph's largest.
@@ -68,7 +121,7 @@ fn first_free_uid(graph: &Graph) -> i64 {
 /// [`lower`], so the two always agree.
 pub(crate) fn internals(graph: &Graph, cudnn: &Cudnn) -> Result<Internals, BackendError> {
     let mut next_uid = first_free_uid(graph);
-    let mut all = Internals::default();
+    let mut all = views(graph)?;
     for node in &graph.nodes {
         if let Op::Sdpa(op) = &node.op {
             all.extend(crate::ops::sdpa::lower::internals(op, node, graph, cudnn, &mut next_uid)?.1);
@@ -202,8 +255,18 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
     let mut operations = Vec::with_capacity(graph.nodes.len());
     let mut parts = Vec::new();
     let mut next_uid = first_free_uid(graph);
-    let mut internals = Internals::default();
+    let mut internals = views(graph)?;
     for node in &graph.nodes {
+        if let Op::Layout(Layout::Slice { .. }) = node.op {
+            // No operation: Y, described as a device tensor, is bound to X's address plus the
+            // offset (`views`); X is described only where another op reads it.
+            let y = graph.tensor(node.outputs[0]);
+            if tensors[node.outputs[0].0].is_none() {
+                let bound = Tensor { is_virtual: false, ..y.clone() };
+                tensors[node.outputs[0].0] = Some(tensor_descriptor(&bound, node)?);
+            }
+            continue;
+        }
         // Each tensor is described where it is first used, so its errors name that node.
         for id in node.inputs.iter().chain(&node.outputs) {
             let (Some(slot), Some(tensor)) = (tensors.get_mut(id.0), graph.tensors.get(id.0)) else {
@@ -238,7 +301,8 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
         operations.push(lowered.operation);
         parts.extend(lowered.parts);
     }
-    if let Some(unused) = graph.inputs().into_iter().find(|id| tensors.get(id.0).is_none_or(Option::is_none)) {
+    let described = |id: &TensorId| tensors.get(id.0).is_some_and(Option::is_some);
+    if let Some(unused) = graph.inputs().into_iter().find(|id| !described(id) && !internals.aliased.contains(id)) {
         return Err(BackendError::UnusedInput { graph: graph.name.clone(), tensor: graph.tensor(unused).name.clone() });
     }
     let mut operation_graph = Descriptor::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;

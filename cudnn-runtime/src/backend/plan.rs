@@ -327,8 +327,10 @@ pub struct VariantLayout {
     uids: Vec<i64>,
     io: Vec<TensorId>,
     outputs_from: usize,
-    io_positions: Vec<usize>,
+    io_positions: Vec<Option<usize>>,
     scalars: Vec<ByValueScalar>,
+    /// Slices bound by pointer offset: position in `uids`, the I/O tensor they view, byte offset.
+    views: Vec<(usize, usize, u64)>,
     /// Tensors the lowering placed in the workspace: position in `uids`, byte offset.
     workspace_tensors: Vec<(usize, usize)>,
     /// Bytes of workspace those take, before cuDNN's own.
@@ -351,21 +353,31 @@ impl VariantLayout {
             Io(usize),
             Scalar(DataType, f64),
             Workspace(usize),
+            View(usize, u64),
         }
-        let mut slots: Vec<(i64, Slot)> =
-            io.iter().enumerate().map(|(i, id)| (graph.tensor(*id).uid, Slot::Io(i))).collect();
+        let mut slots: Vec<(i64, Slot)> = io
+            .iter()
+            .enumerate()
+            .filter(|(_, id)| !internals.aliased.contains(id))
+            .map(|(i, id)| (graph.tensor(*id).uid, Slot::Io(i)))
+            .collect();
+        slots.extend(internals.views.iter().filter_map(|&(uid, base, offset)| {
+            io.iter().position(|id| *id == base).map(|i| (uid, Slot::View(i, offset)))
+        }));
         slots.extend(
             graph.tensors.iter().filter_map(|t| t.pass_by_value.map(|v| (t.uid, Slot::Scalar(t.data_type, v)))),
         );
         slots.extend(internals.scalars.iter().map(|&(uid, dt, v)| (uid, Slot::Scalar(dt, v))));
         slots.extend(internals.workspace.iter().map(|&(uid, offset)| (uid, Slot::Workspace(offset))));
         slots.sort_by_key(|(uid, _)| *uid);
-        let mut io_positions = vec![0; io.len()];
+        let mut io_positions = vec![None; io.len()];
         let mut scalars = Vec::new();
         let mut workspace_tensors = Vec::new();
+        let mut views = Vec::new();
         for (position, (uid, slot)) in slots.iter().enumerate() {
             match *slot {
-                Slot::Io(i) => io_positions[i] = position,
+                Slot::Io(i) => io_positions[i] = Some(position),
+                Slot::View(i, offset) => views.push((position, i, offset)),
                 Slot::Scalar(dt, v) => scalars.push(ByValueScalar::new(*uid, position, dt, v)),
                 Slot::Workspace(offset) => workspace_tensors.push((position, offset)),
             }
@@ -377,6 +389,7 @@ impl VariantLayout {
             io_positions,
             scalars,
             workspace_tensors,
+            views,
             workspace_bytes: internals.workspace_bytes,
         }
     }
@@ -403,9 +416,16 @@ impl VariantLayout {
         &self.io
     }
 
-    /// For the `i`-th I/O tensor, its position in [`VariantLayout::uids`].
-    pub fn io_positions(&self) -> &[usize] {
+    /// For the `i`-th I/O tensor, its position in [`VariantLayout::uids`]; `None` for a graph
+    /// input read only through slices ([`VariantLayout::views`]), which no operation names.
+    pub fn io_positions(&self) -> &[Option<usize>] {
         &self.io_positions
+    }
+
+    /// Slices lowered as pointer offsets (cuDNN before 9.22): each one's position in
+    /// [`VariantLayout::uids`], the index of the I/O tensor it views and the byte offset.
+    pub fn views(&self) -> &[(usize, usize, u64)] {
+        &self.views
     }
 
     /// Whether the `i`-th I/O tensor is an output.
@@ -739,7 +759,7 @@ mod tests {
         want.sort_unstable();
         assert_eq!(layout.uids(), &want[..]);
         for (i, id) in layout.io().iter().enumerate() {
-            assert_eq!(layout.uids()[layout.io_positions()[i]], graph.tensor(*id).uid);
+            assert_eq!(layout.uids()[layout.io_positions()[i].unwrap()], graph.tensor(*id).uid);
         }
         assert!(!layout.is_output(1) && layout.is_output(2));
         let s = &layout.scalars()[0];

@@ -11,7 +11,8 @@
 //! pooling, `ZERO_PAD` for averages), `generate_index`, `window`, `stride` and the paddings.
 //!
 //! Layout ops: `RESHAPE` (`dim`, `stride`: Y's, and `reshape_mode` `VIEW_ONLY`; a node with an
-//! empty `dim` takes Y's dims) and `TRANSPOSE` (`permutation`).
+//! empty `dim` takes Y's dims), `TRANSPOSE` (`permutation`) and `SLICE` (`slices`, one
+//! `[start, limit]` pair per dim, and `slice_strides`).
 
 use super::json::{wrong_type, Json, Obj};
 use super::layout::NODE_FIELDS;
@@ -37,8 +38,12 @@ pub(crate) const RESHAPE_FIELDS: [&str; 3] = ["dim", "reshape_mode", "stride"];
 /// `Transpose_attributes`'s own fields.
 pub(crate) const TRANSPOSE_FIELDS: [&str; 1] = ["permutation"];
 
+/// `Slice_attributes`'s own fields.
+pub(crate) const SLICE_FIELDS: [&str; 2] = ["slice_strides", "slices"];
+
 /// Every tag this module reads.
-pub(crate) const TAGS: [&str; 6] = ["CONV_FPROP", "CONV_DGRAD", "CONV_WGRAD", TAG_RESAMPLE, "RESHAPE", "TRANSPOSE"];
+pub(crate) const TAGS: [&str; 7] =
+    ["CONV_FPROP", "CONV_DGRAD", "CONV_WGRAD", TAG_RESAMPLE, "RESHAPE", "TRANSPOSE", "SLICE"];
 
 /// cudnn-frontend's fields of a layout node, with the tag.
 pub(crate) fn layout_fields(g: &Graph, n: &Node, op: &Layout) -> Vec<(&'static str, Json)> {
@@ -49,6 +54,11 @@ pub(crate) fn layout_fields(g: &Graph, n: &Node, op: &Layout) -> Vec<(&'static s
             vec![("dim", ints(shape)), ("reshape_mode", Json::str("VIEW_ONLY")), ("stride", ints(&strides))]
         }
         Layout::Transpose { permutation } => vec![("permutation", ints(permutation))],
+        Layout::Slice { start, limit, .. } => {
+            let rank = start.len();
+            let pairs = start.iter().zip(limit).map(|(&a, &b)| ints(&[a, b])).collect();
+            vec![("slice_strides", ints(&op.steps(rank))), ("slices", Json::Arr(pairs))]
+        }
     };
     out.push(("tag", Json::str(op.kind().frontend_tag())));
     out
@@ -125,6 +135,7 @@ pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(&'static str, CallA
         TAG_RESAMPLE => &RESAMPLE_FIELDS,
         "RESHAPE" => &RESHAPE_FIELDS,
         "TRANSPOSE" => &TRANSPOSE_FIELDS,
+        "SLICE" => &SLICE_FIELDS,
         _ => &CONV_FIELDS,
     };
     let accepted: Vec<&'static str> = NODE_FIELDS.iter().chain(own).copied().collect();
@@ -133,6 +144,29 @@ pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(&'static str, CallA
         let permutation = list(n, "permutation")?
             .ok_or_else(|| SerializeError::MissingField { path: n.field_path("permutation") })?;
         return Ok((LayoutKind::Transpose.name(), vec![("permutation", AttrValue::IntList(permutation))]));
+    }
+    if tag == "SLICE" {
+        let path = n.field_path("slices");
+        let pairs = match n.get("slices") {
+            Some(Json::Arr(pairs)) => pairs,
+            Some(other) => return Err(wrong_type(&path, "an array of [start, limit] pairs", other)),
+            None => return Err(SerializeError::MissingField { path }),
+        };
+        let (mut start, mut limit) = (Vec::new(), Vec::new());
+        for (i, pair) in pairs.iter().enumerate() {
+            match pair.as_i64_list(&format!("{path}[{i}]"))?.as_slice() {
+                [a, b] => {
+                    start.push(*a);
+                    limit.push(*b);
+                }
+                _ => return Err(wrong_type(&format!("{path}[{i}]"), "a [start, limit] pair", pair)),
+            }
+        }
+        let mut attrs = vec![("start", AttrValue::IntList(start)), ("limit", AttrValue::IntList(limit))];
+        if let Some(step) = list(n, "slice_strides")?.filter(|s| s.iter().any(|&v| v != 1)) {
+            attrs.push(("step", AttrValue::IntList(step)));
+        }
+        return Ok((LayoutKind::Slice.name(), attrs));
     }
     if tag == "RESHAPE" {
         if let Some(mode) = n.opt_str("reshape_mode")? {
