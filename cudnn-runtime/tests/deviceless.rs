@@ -12,26 +12,12 @@ use cudnn_runtime::backend::{
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};
 
-const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
+mod common;
+
+use common::{deviceless, DEVPROP};
 
 fn devprop_json() -> String {
     std::fs::read_to_string(DEVPROP).unwrap_or_else(|e| panic!("reading {DEVPROP}: {e}"))
-}
-
-/// The deviceless context, or `None` (after saying why) when the libraries are missing and that
-/// is allowed.
-fn deviceless() -> Option<Cudnn> {
-    match Cudnn::deviceless(&devprop_json()) {
-        Ok(cudnn) => Some(cudnn),
-        Err(e @ BackendError::LibraryMissing { .. }) => {
-            if std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() == Ok("1") {
-                panic!("CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}");
-            }
-            println!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("deviceless cuDNN context: {e}"),
-    }
 }
 
 /// Plans `graph` deviceless and checks what a usable plan must have.

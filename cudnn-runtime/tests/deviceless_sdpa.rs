@@ -11,22 +11,9 @@ use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, 
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder, TensorId};
 
-const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
+mod common;
 
-fn deviceless() -> Option<Cudnn> {
-    let json = std::fs::read_to_string(DEVPROP).unwrap_or_else(|e| panic!("reading {DEVPROP}: {e}"));
-    match Cudnn::deviceless(&json) {
-        Ok(cudnn) => Some(cudnn),
-        Err(e @ BackendError::LibraryMissing { .. }) => {
-            if std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() == Ok("1") {
-                panic!("CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}");
-            }
-            println!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("deviceless cuDNN context: {e}"),
-    }
-}
+use common::deviceless;
 
 /// Logical `[B, H, S, D]` dims with BSHD strides (`[S·H·D, D, H·D, 1]`).
 fn bshd(dims: [i64; 4]) -> [i64; 4] {
