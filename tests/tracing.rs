@@ -42,6 +42,6 @@ fn phases_are_traced() {
     });
     let log = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     assert!(log.contains("validate") && log.contains("graph=traced"), "{log}");
-    assert!(log.contains("reference run") && log.contains("elapsed_ms"), "{log}");
+    assert!(log.contains("reference run") && log.contains("elapsed_us"), "{log}");
     assert!(log.contains("op=\"relu\""), "{log}");
 }

@@ -247,7 +247,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
             #vis struct #plan_ty #generics_decl {
                 /// The graph (and runtime dims) it was built for.
                 pub graph: #name #generics_use,
-                plan: #p::ExecutionPlan,
+                plan: ::std::sync::Arc<#p::ExecutionPlan>,
                 origin: #p::PlanOrigin,
                 /// Position in the graph's I/O order (inputs, then outputs, as the plan's
                 /// `execute_raw` takes them) of each declared port, inputs then outputs.
@@ -267,12 +267,15 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                     let graph = self.graph()?;
                     let plan = #p::ExecutionPlan::build(cudnn, &graph, options)?;
                     let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    let plan = ::std::sync::Arc::new(plan);
                     ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order })
                 }
 
                 /// [`Self::build`] through a plan cache: a hit (in memory or on disk, for this
-                /// graph type, binding, SM and cuDNN version) skips heuristics and compilation. The
-                /// second value says where the plan came from and what the cache had to ignore.
+                /// graph type, binding, SM and cuDNN version) skips heuristics and compilation; from
+                /// memory, the plan is the one the cache shares with every caller on this CUDA
+                /// context. The second value says where the plan came from and what the cache had
+                /// to ignore.
                 pub fn build_cached(
                     &self,
                     cache: &#p::PlanCache,
@@ -308,6 +311,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                     let graph = this.graph()?;
                     let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &this.__expect())?;
                     let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    let plan = ::std::sync::Arc::new(plan);
                     ::core::result::Result::Ok(#plan_ty { graph: this, plan, origin: payload.origin(), io_order })
                 }
             }

@@ -53,3 +53,9 @@ impl Fnv {
         self.0
     }
 }
+
+/// Whole microseconds of `d`, the unit of every `elapsed_us` field of this crate's tracing
+/// events (saturating; no duration a process sees comes near it).
+pub(crate) fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}

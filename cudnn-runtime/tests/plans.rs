@@ -321,12 +321,33 @@ fn cache_hits_skip_heuristics_and_compilation() {
     let warm = cache.get_or_build(&cudnn, &graph, &Expect::default(), &options).unwrap();
     assert_eq!(warm.source, CacheSource::Memory);
     println!("cold {:?} ({:?}), warm {:?}", cold.elapsed, cold.plan.timings(), warm.elapsed);
-    assert_eq!(warm.plan.timings().heuristics, std::time::Duration::ZERO);
-    assert_eq!(warm.plan.candidates().len(), 1, "loaded, not planned");
-    assert_eq!(warm.plan.selected().engine_id, cold.plan.selected().engine_id);
-    assert_eq!(warm.plan.layout(), cold.plan.layout());
+    // A memory hit shares the plan: the very one built, nothing loaded.
+    assert!(Arc::ptr_eq(&warm.plan, &cold.plan));
     assert_eq!(cache.stats().memory_hits, 1);
     assert_eq!(cache.stats().misses, 1);
+
+    // The same device described in other words (another context the plan does not serve): the
+    // payload held in memory is loaded for it, without heuristics, and then shared in turn.
+    let json = std::fs::read_to_string(format!("{FIXTURES}/h200-devprop.json")).unwrap();
+    let other = Cudnn::deviceless(&format!("{json}\n")).unwrap();
+    let loaded = cache.get_or_build(&other, &graph, &Expect::default(), &options).unwrap();
+    assert_eq!(loaded.source, CacheSource::Memory);
+    assert!(!Arc::ptr_eq(&loaded.plan, &cold.plan));
+    assert_eq!(loaded.plan.timings().heuristics, std::time::Duration::ZERO);
+    assert_eq!(loaded.plan.candidates().len(), 1, "loaded, not planned");
+    assert_eq!(loaded.plan.selected().engine_id, cold.plan.selected().engine_id);
+    assert_eq!(loaded.plan.layout(), cold.plan.layout());
+    let again = cache.get_or_build(&other, &graph, &Expect::default(), &options).unwrap();
+    assert!(Arc::ptr_eq(&again.plan, &loaded.plan));
+    let first = cache.get_or_build(&cudnn, &graph, &Expect::default(), &options).unwrap();
+    assert!(Arc::ptr_eq(&first.plan, &cold.plan), "each context keeps its plan");
+    // A graph equal but for its names has the same key, and gets a plan of its own names.
+    let renamed = Graph { name: "renamed".into(), ..graph.clone() };
+    let named = cache.get_or_build(&cudnn, &renamed, &Expect::default(), &options).unwrap();
+    assert_eq!((named.source, named.plan.graph().name.as_str()), (CacheSource::Memory, "renamed"));
+    assert_eq!(cache.stats().memory_hits, 5);
+    assert_eq!(cache.stats().misses, 1);
+    assert_eq!(cache.len(), 1);
 
     // An entry whose engine the options bar is a miss, and the new plan replaces it.
     let engine = cold.plan.selected().engine_id.unwrap();
@@ -457,7 +478,7 @@ fn concurrent_writers_and_readers_never_see_a_torn_entry() {
             std::thread::spawn(move || {
                 let cudnn = Cudnn::deviceless(&json).unwrap();
                 let cache = PlanCache::with_dir(&dir).unwrap();
-                let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+                let plan = Arc::new(ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap());
                 let mut reads = 0;
                 for _ in 0..20 {
                     if t % 2 == 0 {
@@ -522,7 +543,6 @@ fn one_cache_shared_by_threads_each_with_its_own_context() {
     let cache = Arc::new(PlanCache::in_memory());
     let graph = add_relu(72);
     let built = cache.get_or_build(&cudnn, &graph, &Expect::default(), &BuildOptions::default()).unwrap();
-    let engine = built.plan.selected().engine_id;
     let json = std::fs::read_to_string(format!("{FIXTURES}/h200-devprop.json")).unwrap();
     let handles: Vec<_> = (0..3)
         .map(|_| {
@@ -530,13 +550,44 @@ fn one_cache_shared_by_threads_each_with_its_own_context() {
             std::thread::spawn(move || {
                 let cudnn = Cudnn::deviceless(&json).unwrap();
                 let got = cache.get_or_build(&cudnn, &graph, &Expect::default(), &BuildOptions::default()).unwrap();
-                (got.source, got.plan.selected().engine_id)
+                (got.source, got.plan)
             })
         })
         .collect();
     for h in handles {
-        assert_eq!(h.join().unwrap(), (CacheSource::Memory, engine));
+        let (source, plan) = h.join().unwrap();
+        assert_eq!(source, CacheSource::Memory);
+        // The same described device: every thread shares the one plan.
+        assert!(Arc::ptr_eq(&plan, &built.plan));
     }
+}
+
+#[test]
+fn one_plan_is_used_by_several_threads_at_once() {
+    fn assert_send<T: Send>() {}
+    fn assert_sync<T: Sync>() {}
+    assert_send::<ExecutionPlan>();
+    assert_sync::<ExecutionPlan>();
+    assert_send::<Arc<ExecutionPlan>>();
+    assert_sync::<PlanCache>();
+    let Some(cudnn) = h200() else { return };
+    let graph = add_relu(56);
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    let json = std::fs::read_to_string(format!("{FIXTURES}/h200-devprop.json")).unwrap();
+    // Each thread, with its own context, reads the shared plan's cuDNN descriptor over and over
+    // while the others do; every reading loads back into the same engine.
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let own = Cudnn::deviceless(&json).unwrap();
+                for _ in 0..10 {
+                    let copy = ExecutionPlan::from_json(&own, graph.clone(), &plan.json().unwrap()).unwrap();
+                    assert_eq!(copy.selected().engine_id, plan.selected().engine_id);
+                    assert_eq!(copy.layout(), plan.layout());
+                }
+            });
+        }
+    });
 }
 
 #[test]

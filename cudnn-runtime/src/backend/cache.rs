@@ -1,5 +1,6 @@
-//! [`PlanCache`]: built plans kept as payloads, so that a warm start skips heuristics and
-//! compilation entirely and only asks cuDNN to load the plan (about a millisecond).
+//! [`PlanCache`]: built plans kept in memory, and as payloads, so that a warm start skips
+//! heuristics and compilation entirely: a memory hit hands out the plan already loaded (an
+//! [`Arc`] clone, microseconds), a disk hit asks cuDNN to load the plan (about a millisecond).
 //!
 //! **Keys.** A [`PlanKey`] is (graph fingerprint, runtime-dim binding, SM, cuDNN version):
 //! [`crate::Graph::fingerprint`] covers the concrete dims, strides and types, the binding names the
@@ -10,11 +11,17 @@
 //! replaces the entry. ([`BuildOptions::candidate`] and the shared-memory limit are not
 //! recorded, so they are not checked.)
 //!
-//! **Threads.** Plans are `Send` but not `Sync`, and cuDNN limits sharing them across threads,
-//! so the cache holds *payloads*, not plans: it is `Send + Sync` (one `Mutex` around a map of
-//! parsed payloads, held only to look up or insert, never while cuDNN works), and every hit
-//! loads a fresh [`ExecutionPlan`] for the caller's [`Cudnn`]. Share it with an `Arc`, or a
-//! `static`.
+//! **Memory.** Each entry holds the plan's payload and the plans loaded from it (or inserted),
+//! shared: plans are `Send + Sync` (see [`ExecutionPlan`]), so every caller gets an `Arc` of the
+//! same plan. A plan serves the callers whose [`Cudnn`] it could
+//! have been made by — online, the same CUDA context (any stream of it); deviceless, the same
+//! device-properties JSON — and whose graph equals its own (the fingerprint leaves names out); for
+//! another context the payload is loaded once more and that plan is kept beside the first (at
+//! most [`SHARED_PLANS`] per entry). Shared plans keep the cuDNN handle and CUDA context they
+//! were made with alive until the entry is replaced or [`PlanCache::clear`]ed.
+//!
+//! **Threads.** The cache is `Send + Sync`: one `Mutex` around the map, held only to look up or
+//! insert, never while cuDNN works. Share it with an `Arc`, or a `static`.
 //!
 //! **Disk.** With a directory, each entry is one file named by its key,
 //! `{fingerprint:016x}-{binding hash:016x}-sm{sm}-cudnn{version}.plan.json`, holding a plan
@@ -35,6 +42,7 @@
 //! let first = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
 //! let again = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
 //! assert_eq!(again.source, CacheSource::Memory);
+//! assert!(std::sync::Arc::ptr_eq(&first.plan, &again.plan), "one plan, shared");
 //! println!("cold {:?}, warm {:?}", first.elapsed, again.elapsed);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -127,7 +135,8 @@ impl fmt::Display for PlanKey {
 /// Where a [`CachedPlan`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CacheSource {
-    /// A payload held in memory: loaded, no heuristics, no compilation.
+    /// The memory tier: the plan already loaded for this context (shared), or, the first time
+    /// this context asks, loaded from the payload held in memory; no heuristics, no compilation.
     Memory,
     /// A payload file of the cache directory: read, loaded, no heuristics, no compilation.
     Disk,
@@ -162,8 +171,9 @@ fn warn(warnings: &mut Vec<CacheWarning>, path: Option<&Path>, reason: String) {
 /// A plan from [`PlanCache::get_or_build`].
 #[derive(Debug)]
 pub struct CachedPlan {
-    /// The plan, for the caller's context.
-    pub plan: ExecutionPlan,
+    /// The plan, for the caller's context; shared with the cache and every other caller it
+    /// serves.
+    pub plan: Arc<ExecutionPlan>,
     /// Where it came from.
     pub source: CacheSource,
     /// Entries ignored on the way (corrupted, for another key) or not written.
@@ -194,10 +204,10 @@ pub struct SeedReport {
     pub warnings: Vec<CacheWarning>,
 }
 
-/// Plans by [`PlanKey`], as payloads: in memory, and in a directory if one is given. See the
-/// module documentation for the design; `Send + Sync`.
+/// Plans by [`PlanKey`]: loaded plans and their payloads in memory, and payloads in a directory
+/// if one is given. See the module documentation for the design; `Send + Sync`.
 pub struct PlanCache {
-    entries: Mutex<HashMap<PlanKey, Arc<Payload>>>,
+    entries: Mutex<HashMap<PlanKey, Entry>>,
     dir: Option<PathBuf>,
     memory_hits: AtomicU64,
     disk_hits: AtomicU64,
@@ -214,6 +224,46 @@ impl fmt::Debug for PlanCache {
 impl Default for PlanCache {
     fn default() -> Self {
         Self::in_memory()
+    }
+}
+
+/// How many loaded plans one memory entry keeps (one per CUDA context or described device that
+/// asked for it); past that the oldest is let go (its holders keep it).
+pub const SHARED_PLANS: usize = 8;
+
+/// A memory entry: a payload, without structure (lookups always bring the graph), and the plans
+/// loaded from it, shared.
+struct Entry {
+    payload: Arc<Payload>,
+    plans: Vec<Arc<ExecutionPlan>>,
+}
+
+/// Whether `plan` serves a caller of `graph` on `cudnn` as well as a plan it loaded itself.
+fn serves(plan: &ExecutionPlan, cudnn: &Cudnn, graph: &Graph) -> bool {
+    plan.anchor().serves(cudnn) && plan.graph() == graph
+}
+
+/// One lookup's question.
+struct Lookup<'a> {
+    cudnn: &'a Cudnn,
+    graph: &'a Graph,
+    expect: &'a Expect,
+    options: &'a BuildOptions,
+    key: PlanKey,
+    start: Instant,
+}
+
+impl Lookup<'_> {
+    /// Traces a hit: the tier, whether the plan had to be loaded into cuDNN, and the time taken.
+    fn hit(&self, source: CacheSource, loaded: bool) {
+        let tier = if source == CacheSource::Disk { "disk" } else { "memory" };
+        tracing::debug!(
+            fingerprint = format_args!("{:#018x}", self.key.graph_fingerprint),
+            tier,
+            loaded,
+            elapsed_us = crate::micros(self.start.elapsed()),
+            "plan cache hit"
+        );
     }
 }
 
@@ -273,7 +323,7 @@ impl PlanCache {
         self.dir.as_deref()
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<PlanKey, Arc<Payload>>> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<PlanKey, Entry>> {
         // A panic elsewhere while the map was locked cannot leave it half-updated (every update
         // is one insert or remove), so a poisoned lock is still usable.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
@@ -294,7 +344,7 @@ impl PlanCache {
         self.entries().contains_key(key)
     }
 
-    /// Forgets every entry held in memory (files stay).
+    /// Forgets every entry held in memory, with the plans it shares (files stay).
     pub fn clear(&self) {
         self.entries().clear();
     }
@@ -315,7 +365,8 @@ impl PlanCache {
     }
 
     /// The cached plan of `graph` for `cudnn`, or one built with `options` and stored. On a hit
-    /// no heuristics run and nothing is compiled: cuDNN only loads the plan.
+    /// no heuristics run and nothing is compiled: the plan is shared from memory, or cuDNN loads
+    /// it.
     pub fn get_or_build(
         &self,
         cudnn: &Cudnn,
@@ -336,16 +387,21 @@ impl PlanCache {
         options: &BuildOptions,
         make: impl FnOnce() -> crate::Result<ExecutionPlan>,
     ) -> crate::Result<CachedPlan> {
-        let start = Instant::now();
-        let key = PlanKey::new(cudnn, graph, expect);
+        let query =
+            Lookup { cudnn, graph, expect, options, key: PlanKey::new(cudnn, graph, expect), start: Instant::now() };
         let mut warnings = Vec::new();
-        if let Some((plan, source)) = self.lookup(cudnn, &key, graph, expect, options, &mut warnings) {
-            return Ok(CachedPlan { plan, source, warnings, elapsed: start.elapsed() });
+        if let Some((plan, source)) = self.lookup(&query, &mut warnings) {
+            return Ok(CachedPlan { plan, source, warnings, elapsed: query.start.elapsed() });
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let plan = make()?;
+        tracing::debug!(
+            fingerprint = format_args!("{:#018x}", query.key.graph_fingerprint),
+            elapsed_us = crate::micros(query.start.elapsed()),
+            "plan cache miss"
+        );
+        let plan = Arc::new(make()?);
         warnings.extend(self.insert(cudnn, &plan, expect));
-        Ok(CachedPlan { plan, source: CacheSource::Built, warnings, elapsed: start.elapsed() })
+        Ok(CachedPlan { plan, source: CacheSource::Built, warnings, elapsed: query.start.elapsed() })
     }
 
     /// The cached plan of `graph` for `cudnn`, if an entry satisfies `options` and loads.
@@ -355,35 +411,39 @@ impl PlanCache {
         graph: &Graph,
         expect: &Expect,
         options: &BuildOptions,
-    ) -> (Option<(ExecutionPlan, CacheSource)>, Vec<CacheWarning>) {
-        let key = PlanKey::new(cudnn, graph, expect);
+    ) -> (Option<(Arc<ExecutionPlan>, CacheSource)>, Vec<CacheWarning>) {
+        let query =
+            Lookup { cudnn, graph, expect, options, key: PlanKey::new(cudnn, graph, expect), start: Instant::now() };
         let mut warnings = Vec::new();
-        let found = self.lookup(cudnn, &key, graph, expect, options, &mut warnings);
+        let found = self.lookup(&query, &mut warnings);
         (found, warnings)
     }
 
-    fn lookup(
-        &self,
-        cudnn: &Cudnn,
-        key: &PlanKey,
-        graph: &Graph,
-        expect: &Expect,
-        options: &BuildOptions,
-        warnings: &mut Vec<CacheWarning>,
-    ) -> Option<(ExecutionPlan, CacheSource)> {
-        let held = self.entries().get(key).cloned();
+    fn lookup(&self, q: &Lookup<'_>, warnings: &mut Vec<CacheWarning>) -> Option<(Arc<ExecutionPlan>, CacheSource)> {
+        let key = &q.key;
+        let held = match self.entries().get(key) {
+            Some(entry) if accepts(q.options, &entry.payload.plan) => {
+                if let Some(plan) = entry.plans.iter().find(|p| serves(p, q.cudnn, q.graph)) {
+                    self.memory_hits.fetch_add(1, Ordering::Relaxed);
+                    q.hit(CacheSource::Memory, false);
+                    return Some((plan.clone(), CacheSource::Memory));
+                }
+                Some(entry.payload.clone())
+            }
+            _ => None,
+        };
         if let Some(payload) = held {
-            if accepts(options, &payload.plan) {
-                match load_payload(cudnn, &payload, Some(graph.clone()), expect) {
-                    Ok(plan) => {
-                        self.memory_hits.fetch_add(1, Ordering::Relaxed);
-                        return Some((plan, CacheSource::Memory));
-                    }
-                    Err(e) => {
-                        self.ignored.fetch_add(1, Ordering::Relaxed);
-                        warn(warnings, None, format!("the entry for {key} does not load: {e}"));
-                        self.entries().remove(key);
-                    }
+            match load_payload(q.cudnn, &payload, Some(q.graph.clone()), q.expect) {
+                Ok(plan) => {
+                    let plan = self.share(q, &payload, plan);
+                    self.memory_hits.fetch_add(1, Ordering::Relaxed);
+                    q.hit(CacheSource::Memory, true);
+                    return Some((plan, CacheSource::Memory));
+                }
+                Err(e) => {
+                    self.ignored.fetch_add(1, Ordering::Relaxed);
+                    warn(warnings, None, format!("the entry for {key} does not load: {e}"));
+                    self.entries().remove(key);
                 }
             }
         }
@@ -403,16 +463,18 @@ impl PlanCache {
                 Some(k) => return Err(format!("it holds the plan of {k}, not {key}")),
                 None => return Err(format!("its graph fingerprint `{}` is not hex", payload.plan.graph_fingerprint)),
             }
-            if !accepts(options, &payload.plan) {
+            if !accepts(q.options, &payload.plan) {
                 return Ok(None);
             }
-            let plan = load_payload(cudnn, &payload, Some(graph.clone()), expect).map_err(|e| e.to_string())?;
+            let plan = load_payload(q.cudnn, &payload, Some(q.graph.clone()), q.expect).map_err(|e| e.to_string())?;
             Ok(Some((plan, payload)))
         });
         match loaded {
             Ok(Some((plan, payload))) => {
-                self.remember(key.clone(), payload);
+                let plan = Arc::new(plan);
+                self.remember(key.clone(), payload, Some(plan.clone()));
                 self.disk_hits.fetch_add(1, Ordering::Relaxed);
+                q.hit(CacheSource::Disk, true);
                 Some((plan, CacheSource::Disk))
             }
             Ok(None) => None,
@@ -424,16 +486,38 @@ impl PlanCache {
         }
     }
 
-    /// Keeps a payload in memory, without its structure (lookups always bring the graph).
-    fn remember(&self, key: PlanKey, payload: Payload) {
-        let payload = Payload { structure: None, ..payload };
-        self.entries().insert(key, Arc::new(payload));
+    /// Adds `plan`, loaded from the entry's `payload` for this lookup, to the entry's shared
+    /// plans and returns it — or the plan another thread added meanwhile for the same context, so
+    /// that callers keep sharing one. If the entry was replaced meanwhile, `plan` is returned
+    /// unshared.
+    fn share(&self, q: &Lookup<'_>, payload: &Arc<Payload>, plan: ExecutionPlan) -> Arc<ExecutionPlan> {
+        let mut entries = self.entries();
+        let Some(entry) = entries.get_mut(&q.key).filter(|e| Arc::ptr_eq(&e.payload, payload)) else {
+            return Arc::new(plan);
+        };
+        if let Some(other) = entry.plans.iter().find(|p| serves(p, q.cudnn, q.graph)) {
+            return other.clone();
+        }
+        if entry.plans.len() == SHARED_PLANS {
+            entry.plans.remove(0);
+        }
+        let plan = Arc::new(plan);
+        entry.plans.push(plan.clone());
+        plan
     }
 
-    /// Stores `plan` (its selected candidate, made with `cudnn`) under its key, in memory and in
-    /// the directory; replaces an entry there. Failures are returned as warnings: a cache that
-    /// cannot write is still a working build.
-    pub fn insert(&self, cudnn: &Cudnn, plan: &ExecutionPlan, expect: &Expect) -> Vec<CacheWarning> {
+    /// Keeps a payload in memory, without its structure (lookups always bring the graph), with
+    /// the plan made from it if there is one; replaces the entry for `key`.
+    fn remember(&self, key: PlanKey, payload: Payload, plan: Option<Arc<ExecutionPlan>>) {
+        let payload = Arc::new(Payload { structure: None, ..payload });
+        self.entries().insert(key, Entry { payload, plans: plan.into_iter().collect() });
+    }
+
+    /// Stores `plan` (its selected candidate, made with `cudnn`) under its key, in memory (the
+    /// plan itself, shared with the callers it serves, and its payload) and in the directory;
+    /// replaces an entry there. Failures are returned as warnings: a cache that cannot write is
+    /// still a working build.
+    pub fn insert(&self, cudnn: &Cudnn, plan: &Arc<ExecutionPlan>, expect: &Expect) -> Vec<CacheWarning> {
         let mut warnings = Vec::new();
         let key = PlanKey::new(cudnn, plan.graph(), expect);
         let bytes = match write_payload(plan, &PlanOrigin::of(cudnn), SerializeOptions { structure: true }, expect) {
@@ -444,7 +528,7 @@ impl PlanCache {
             }
         };
         match parse_payload(&bytes) {
-            Ok(payload) => self.remember(key.clone(), payload),
+            Ok(payload) => self.remember(key.clone(), payload, Some(plan.clone())),
             Err(e) => warn(&mut warnings, None, format!("the payload written for {key} does not read back: {e}")),
         }
         if let Some(path) = self.path_of(&key) {
@@ -483,7 +567,7 @@ impl PlanCache {
             match parsed {
                 Ok(payload) => match PlanKey::of_record(&payload.plan) {
                     Some(key) => {
-                        self.remember(key, payload);
+                        self.remember(key, payload, None);
                         report.seeded += 1;
                     }
                     None => warn(&mut report.warnings, Some(&path), "skipped: its graph fingerprint is not hex".into()),

@@ -26,7 +26,8 @@ struct Handle {
 
 // SAFETY: the handle is owned by this value alone and cuDNN ties it to no thread. It is only ever
 // *used* through a `Cudnn` (which is not `Sync`) on the thread holding that `Cudnn`; the other
-// owners of the `Arc` (plans) only keep it alive, so shared references never use it concurrently.
+// owners of the `Arc` (plans, which threads share) only keep it alive and read its stream's
+// context, so shared references never use the handle concurrently.
 unsafe impl Send for Handle {}
 // SAFETY: as above.
 unsafe impl Sync for Handle {}
@@ -39,12 +40,16 @@ impl Drop for Handle {
     }
 }
 
-/// A finalized device-properties descriptor.
+/// A finalized device-properties descriptor, with the JSON it was made from.
 #[derive(Debug)]
-struct Properties(Descriptor);
+struct Properties {
+    descriptor: Descriptor,
+    json: String,
+}
 
 // SAFETY: after finalize cuDNN only reads the descriptor; it is set on heuristics and plans
-// through a `Cudnn` (not `Sync`), and the plans holding the `Arc` only keep it alive.
+// through a `Cudnn` (not `Sync`), and the plans holding the `Arc` (which threads share) only keep
+// it alive and compare its JSON.
 unsafe impl Sync for Properties {}
 
 #[derive(Debug, Clone)]
@@ -68,6 +73,17 @@ pub(crate) enum Binding<'a> {
 pub(crate) struct Anchor(Target);
 
 impl Anchor {
+    /// Whether a plan made with this anchor serves `cudnn` as well as one `cudnn` made itself:
+    /// online, the same CUDA context (another stream of it is fine: the stream comes with the
+    /// `Cudnn` passed to execute); deviceless, the same described device.
+    pub(crate) fn serves(&self, cudnn: &Cudnn) -> bool {
+        match (&self.0, &cudnn.target) {
+            (Target::Online(made), Target::Online(asks)) => **made.stream.context() == **asks.stream.context(),
+            (Target::Deviceless(made), Target::Deviceless(asks)) => made.json == asks.json,
+            _ => false,
+        }
+    }
+
     /// The CUDA context of an online plan.
     pub(crate) fn context(&self) -> Option<&Arc<CudaContext>> {
         match &self.0 {
@@ -97,8 +113,6 @@ pub struct Cudnn {
     version: usize,
     /// Compute capability as `major * 10 + minor` (90 for an H200), when known.
     sm: Option<u32>,
-    /// The device-properties JSON of a deviceless context.
-    device_properties: Option<String>,
     // `Send` but not `Sync`: a cuDNN handle must not be used by two threads at once. (Every call
     // that uses the handle binds the stream's CUDA context to the calling thread first.)
     _not_sync: PhantomData<Cell<()>>,
@@ -134,13 +148,7 @@ impl Cudnn {
             (Some(major), Some(minor)) => Some(major * 10 + minor),
             _ => None,
         };
-        Ok(Cudnn {
-            target: Target::Online(Arc::new(handle)),
-            version,
-            sm,
-            device_properties: None,
-            _not_sync: PhantomData,
-        })
+        Ok(Cudnn { target: Target::Online(Arc::new(handle)), version, sm, _not_sync: PhantomData })
     }
 
     /// A deviceless context for the GPU that `device_properties_json` describes (the JSON of
@@ -160,13 +168,8 @@ impl Cudnn {
             .ok()
             .and_then(|v| v.get("deviceVer")?.as_u64())
             .and_then(|v| u32::try_from(v / 10).ok());
-        Ok(Cudnn {
-            target: Target::Deviceless(Arc::new(Properties(properties))),
-            version,
-            sm,
-            device_properties: Some(device_properties_json.to_string()),
-            _not_sync: PhantomData,
-        })
+        let properties = Properties { descriptor: properties, json: device_properties_json.to_string() };
+        Ok(Cudnn { target: Target::Deviceless(Arc::new(properties)), version, sm, _not_sync: PhantomData })
     }
 
     /// The loaded cuDNN's `cudnnGetVersion()` (`91900` is 9.19.0).
@@ -181,7 +184,10 @@ impl Cudnn {
 
     /// The device-properties JSON a deviceless context was made from.
     pub fn device_properties(&self) -> Option<&str> {
-        self.device_properties.as_deref()
+        match &self.target {
+            Target::Online(_) => None,
+            Target::Deviceless(properties) => Some(&properties.json),
+        }
     }
 
     /// Whether this context has a GPU (plans made with it can execute).
@@ -216,7 +222,7 @@ impl Cudnn {
     pub(crate) fn binding(&self) -> Binding<'_> {
         match &self.target {
             Target::Online(handle) => Binding::Handle(handle.raw),
-            Target::Deviceless(properties) => Binding::DeviceProperties(&properties.0),
+            Target::Deviceless(properties) => Binding::DeviceProperties(&properties.descriptor),
         }
     }
 
@@ -231,9 +237,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn contexts_and_plans_can_move_between_threads() {
+    fn contexts_move_between_threads_and_plans_are_shared_by_them() {
         fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
         send::<Cudnn>();
         send::<crate::backend::ExecutionPlan>();
+        sync::<crate::backend::ExecutionPlan>();
+        send::<std::sync::Arc<crate::backend::ExecutionPlan>>();
     }
 }

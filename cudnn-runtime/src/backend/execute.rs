@@ -6,17 +6,25 @@
 //! the by-value scalars' host storage) is fixed when the plan is made, pointer arrays live on the
 //! stack for graphs of up to [`INLINE_IO`] entries, and the finalized variant packs of the last
 //! [`PACK_SLOTS`] pointer sets are kept with the plan: an execute with pointers seen recently
-//! allocates nothing, hashes nothing, locks nothing and makes no descriptor call — one
-//! `cudnnBackendExecute`, as with a variant pack prebuilt by hand. New pointers cost one pack
-//! (create, set, finalize: about 1–2 µs).
+//! allocates nothing, hashes nothing and makes no descriptor call — one uncontended lock (an
+//! atomic compare-and-swap) and one `cudnnBackendExecute`, as with a variant pack prebuilt by
+//! hand. New pointers cost one pack (create, set, finalize: about 1–2 µs).
 //!
-//! Threads: a plan is `Send`, not `Sync` — cuDNN documents limits on sharing execution plans
-//! across threads (PyTorch keeps its plan caches thread-local for that reason). To run one graph
-//! from several threads on different streams, give each thread its own [`Cudnn`] and its own
-//! plan, loaded from a shared [`crate::backend::PlanCache`] in about a millisecond, without
-//! heuristics or compilation.
+//! Threads: a plan is `Send` and `Sync`, so one plan (behind an `Arc`, or borrowed in a
+//! `std::thread::scope`) serves threads that each execute on their own stream. Each thread passes
+//! its own [`Cudnn`] (a `Cudnn` is not `Sync`): cuDNN is thread-safe as long as no handle is used
+//! by two threads at once. A plan's cuDNN descriptors (the execution plan, its variant packs) sit
+//! behind one lock held only while cuDNN is called on them — an execute holds it for the host-side
+//! enqueue (`cudnnBackendExecute`, a few µs), never while the GPU runs — because cuDNN's thread
+//! safety promise is about handles only, and says nothing for one execution plan executed by
+//! several threads at once: cuDNN's team reported thread-safety limitations for execution plans
+//! shared across threads (pytorch/pytorch#103939), and PyTorch has kept its plan caches
+//! thread-local since. So threads sharing a plan run their GPU work concurrently on their
+//! streams and only take turns to enqueue it; a thread that finds the lock taken waits for that
+//! enqueue, which is shorter than making a plan of its own. Threads that enqueue one graph so
+//! often that even this matters can each load a plan of their own with
+//! [`ExecutionPlan::from_json`].
 
-use std::cell::RefCell;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ptr;
@@ -423,29 +431,26 @@ impl ExecutionPlan {
         Ok(())
     }
 
-    /// Executes with the variant pack for these pointers: one of the plan's cached packs when
-    /// the same pointers were used recently (no allocation, no descriptor call), else a new pack,
-    /// which then replaces the oldest cached one.
+    /// Executes with the variant pack for these pointers, holding the plan's lock: one of the
+    /// plan's cached packs when the same pointers were used recently (no allocation, no
+    /// descriptor call), else a new pack, which then replaces the oldest cached one.
     ///
     /// # Safety
     /// As [`ExecutionPlan::execute_raw`]: `io` (in I/O order) and `workspace` must be valid for
     /// the plan on `handle`'s stream.
     unsafe fn launch(&self, handle: sys::cudnnHandle_t, io: &[u64], workspace: u64) -> Result<(), BackendError> {
-        // A plan is not `Sync`, and nothing below calls back into it, so the borrow is always
-        // free; if it were not, a pack of its own would do.
-        let Ok(mut packs) = self.packs.slots.try_borrow_mut() else {
-            let pack = self.variant_pack(io, workspace)?;
-            // SAFETY: as this function's.
-            return unsafe { self.run(handle, &pack) };
-        };
+        let mut held = self.descriptors();
+        let (plan, packs) = held.plan_and_packs(self.selected_index());
         if let Some(pack) = packs.find(io, workspace) {
+            tracing::trace!(graph = %self.graph().name, pack = "cached", "execute");
             // SAFETY: as this function's; the pack holds exactly these pointers (and the
             // by-value scalars' host storage, which lives as long as the plan).
-            return unsafe { self.run(handle, pack) };
+            return unsafe { run(handle, plan, pack) };
         }
+        tracing::trace!(graph = %self.graph().name, pack = "new", "execute");
         let pack = self.variant_pack(io, workspace)?;
         // SAFETY: as this function's.
-        unsafe { self.run(handle, &pack) }?;
+        unsafe { run(handle, plan, &pack) }?;
         packs.insert(io, workspace, pack);
         Ok(())
     }
@@ -487,20 +492,6 @@ impl ExecutionPlan {
         pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
         pack.finalize()?;
         Ok(pack)
-    }
-
-    /// `cudnnBackendExecute` of the selected plan.
-    ///
-    /// # Safety
-    /// `pack`'s pointers must be valid for the plan on `handle`'s stream.
-    unsafe fn run(&self, handle: sys::cudnnHandle_t, pack: &Descriptor) -> Result<(), BackendError> {
-        // SAFETY: a live handle, a finalized plan and a finalized variant pack whose pointers the
-        // callers vouch for.
-        let status = unsafe { sys::cudnnBackendExecute(handle, self.plan().descriptor.as_raw(), pack.as_raw()) };
-        if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-            return Err(status_error("cudnnBackendExecute", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
-        }
-        Ok(())
     }
 
     /// Records one execute of the selected plan, with these raw pointers (as
@@ -546,15 +537,16 @@ impl ExecutionPlan {
         };
         if native {
             let pack = self.variant_pack(io, workspace)?;
+            let held = self.descriptors();
+            let plan = held.plan(self.selected_index());
             let mut graph = ptr::null_mut();
             // SAFETY: a valid out-pointer; the stream's context is current (`target`).
             driver("cuGraphCreate", unsafe { cudarc::driver::sys::cuGraphCreate(&mut graph, 0) })?;
             let mut handles = NativeGraph { graph, exec: ptr::null_mut(), context: stream.context().clone() };
             // SAFETY: a live handle, plan and pack; `graph` is an empty graph of this context
             // (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
-            let status = unsafe {
-                sys::cudnnBackendPopulateCudaGraph(handle, self.plan().descriptor.as_raw(), pack.as_raw(), graph.cast())
-            };
+            let status =
+                unsafe { sys::cudnnBackendPopulateCudaGraph(handle, plan.as_raw(), pack.as_raw(), graph.cast()) };
             if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
                 return Err(status_error(
                     "cudnnBackendPopulateCudaGraph",
@@ -586,6 +578,21 @@ impl ExecutionPlan {
     }
 }
 
+/// `cudnnBackendExecute` of `plan` with `pack`, called with the plan's lock held (see the module
+/// documentation).
+///
+/// # Safety
+/// `pack`'s pointers must be valid for `plan` on `handle`'s stream.
+unsafe fn run(handle: sys::cudnnHandle_t, plan: &Descriptor, pack: &Descriptor) -> Result<(), BackendError> {
+    // SAFETY: a live handle, a finalized plan and a finalized variant pack whose pointers the
+    // callers vouch for.
+    let status = unsafe { sys::cudnnBackendExecute(handle, plan.as_raw(), pack.as_raw()) };
+    if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        return Err(status_error("cudnnBackendExecute", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
+    }
+    Ok(())
+}
+
 /// How [`ExecutionPlan::cuda_graph`] records an execute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GraphMode {
@@ -605,12 +612,9 @@ pub const PACK_SLOTS: usize = 4;
 
 /// The variant packs of a plan's recent executes, keyed by their pointers (I/O in I/O order,
 /// then the workspace). A pack depends only on the pointers (and the by-value scalars' storage,
-/// which the plan owns), so it is reused across [`ExecutionPlan::select`].
-pub(crate) struct PackCache {
-    slots: RefCell<PackSlots>,
-}
-
-struct PackSlots {
+/// which the plan owns), so it is reused across [`ExecutionPlan::select`]. It lives with the
+/// plan's other descriptors, behind the plan's lock.
+pub(crate) struct PackSlots {
     packs: [Option<CachedPack>; PACK_SLOTS],
     next: usize,
 }
@@ -620,20 +624,17 @@ struct CachedPack {
     descriptor: Descriptor,
 }
 
-impl PackCache {
-    pub(crate) fn new(_io: usize) -> Self {
-        PackCache { slots: RefCell::new(PackSlots { packs: std::array::from_fn(|_| None), next: 0 }) }
-    }
-}
-
-impl std::fmt::Debug for PackCache {
+impl std::fmt::Debug for PackSlots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let cached = self.slots.try_borrow().map_or(0, |s| s.packs.iter().flatten().count());
-        write!(f, "PackCache({cached} of {PACK_SLOTS})")
+        write!(f, "PackSlots({} of {PACK_SLOTS})", self.packs.iter().flatten().count())
     }
 }
 
 impl PackSlots {
+    pub(crate) fn new() -> Self {
+        PackSlots { packs: std::array::from_fn(|_| None), next: 0 }
+    }
+
     fn find(&self, io: &[u64], workspace: u64) -> Option<&Descriptor> {
         self.packs.iter().flatten().find(|p| p.matches(io, workspace)).map(|p| &p.descriptor)
     }

@@ -23,10 +23,12 @@
 //! setter/getter per attribute type, every failing status a [`BackendError::Cudnn`] carrying
 //! `cudnnGetLastErrorString`) → these types.
 //!
-//! Threads: [`Cudnn`] and [`ExecutionPlan`] are `Send` but not `Sync` (a cuDNN handle must not be
-//! used by two threads at once, and cuDNN limits sharing plans across threads); a plan keeps the
-//! handle (or device properties) it was made with alive. [`PlanCache`] is `Sync`: threads share
-//! it and each loads its own plan for its own `Cudnn`.
+//! Threads: a [`Cudnn`] is `Send` but not `Sync` (a cuDNN handle must not be used by two threads
+//! at once), so each thread has its own. An [`ExecutionPlan`] is `Send` and `Sync`: threads share
+//! one plan and execute it, each with its own `Cudnn` on its own stream of the plan's device;
+//! cuDNN's calls on the plan's descriptors take turns on a lock held only for the host-side
+//! enqueue (see the `execute` module). A plan keeps the handle (or device properties) it was made
+//! with alive. [`PlanCache`] is `Sync` and hands out shared plans (`Arc<ExecutionPlan>`).
 
 mod autotune;
 mod cache;

@@ -6,11 +6,12 @@ use cudarc::cudnn::sys;
 use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
-use super::context::{Anchor, Binding};
-use super::descriptor::Descriptor;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::execute::PackCache;
+use super::context::{Anchor, Binding};
+use super::descriptor::Descriptor;
+use super::execute::PackSlots;
 use super::heuristics::{
     self, BehaviorNote, Candidate, CandidateState, Config, Filter, HeuristicMode, Knob, NumericalNote, Rejection,
 };
@@ -439,18 +440,60 @@ impl VariantLayout {
     }
 }
 
-/// One finalized plan.
+/// One finalized plan: the candidate it was built from and the workspace it needs (its
+/// descriptors are in [`Descriptors::plans`], at the same index).
 #[derive(Debug)]
 pub(crate) struct BuiltPlan {
     pub(crate) candidate: usize,
-    pub(crate) descriptor: Descriptor,
     pub(crate) workspace: usize,
-    // The engine config the plan was made from (and what it was made from), kept alive with it.
+}
+
+/// A finalized execution plan's descriptor, with the engine config it was made from (and what
+/// that was made from), kept alive with it.
+#[derive(Debug)]
+pub(crate) struct PlanDescriptor {
+    plan: Descriptor,
     _config: Descriptor,
     _parts: Vec<Descriptor>,
 }
 
+/// Every cuDNN descriptor a plan owns, behind the plan's lock ([`ExecutionPlan::descriptors`]):
+/// cuDNN is called on them only with the lock held, by one thread at a time (see the `execute`
+/// module documentation for why). A `Mutex` of `Send` data is `Sync`, which is what makes
+/// [`ExecutionPlan`] `Sync` with no `unsafe impl`.
+#[derive(Debug)]
+pub(crate) struct Descriptors {
+    // Fields drop in order: packs, plans and configs, then the operation graph they refer to.
+    //
+    // Variant packs of recent executes (a pack does not depend on the plan, only on pointers).
+    packs: PackSlots,
+    /// One per entry of [`ExecutionPlan::built`], in the same order.
+    plans: Vec<PlanDescriptor>,
+    // The operation graph and its parts (`None` for a plan loaded from JSON, which carries its
+    // own).
+    _lowered: Option<LoweredGraph>,
+}
+
+impl Descriptors {
+    /// The execution plan of built plan `index`.
+    pub(crate) fn plan(&self, index: usize) -> &Descriptor {
+        &self.plans[index].plan
+    }
+
+    /// The execution plan of built plan `index`, and the variant packs.
+    pub(crate) fn plan_and_packs(&mut self, index: usize) -> (&Descriptor, &mut PackSlots) {
+        (&self.plans[index].plan, &mut self.packs)
+    }
+}
+
 /// A graph planned by cuDNN: ready to execute (online) or to serialize (either).
+///
+/// `Send + Sync`: threads share one plan (behind an `Arc`, or borrowed in `std::thread::scope`)
+/// and execute it at the same time, each with its own [`Cudnn`] on its own stream of the plan's
+/// CUDA context. cuDNN's calls on the plan's descriptors take turns on a lock inside the plan,
+/// held only for the host-side enqueue (`cudnnBackendExecute`, a few µs), never while the GPU
+/// runs: cuDNN promises thread safety per handle, not for one execution plan executed by several
+/// threads at once. Uncontended the lock costs one atomic compare-and-swap.
 ///
 /// ```no_run
 /// use cudnn_runtime::backend::{BuildOptions, Cudnn, ExecutionPlan};
@@ -475,14 +518,9 @@ pub struct ExecutionPlan {
     selected: usize,
     layout: VariantLayout,
     timings: BuildTimings,
-    // Variant packs of recent executes (a pack does not depend on the plan, only on pointers).
-    pub(crate) packs: PackCache,
-    // Fields drop in order: packs, plans and configs, then the operation graph they refer to,
-    // then the handle or device properties everything was made with.
-    //
-    // The operation graph and its parts (`None` for a plan loaded from JSON, which carries its
-    // own).
-    _lowered: Option<LoweredGraph>,
+    // Fields drop in order: the descriptors, then the handle or device properties they were made
+    // with.
+    descriptors: Mutex<Descriptors>,
     // The handle (with its CUDA context) or device properties the plan was made with.
     anchor: Anchor,
 }
@@ -527,6 +565,7 @@ impl ExecutionPlan {
             }
         }
         let mut built: Vec<BuiltPlan> = Vec::new();
+        let mut plans = Vec::new();
         for Config { descriptor, parts, mut candidate } in configs {
             let start = Instant::now();
             if candidate.state == CandidateState::Untried {
@@ -540,9 +579,10 @@ impl ExecutionPlan {
             if candidate.state == CandidateState::Untried && wanted && !stop {
                 let start = Instant::now();
                 candidate.state = match try_build(cudnn, descriptor, parts, &candidate, options) {
-                    Ok(plan) => {
+                    Ok((plan, descriptor)) => {
                         candidate.workspace_bytes = Some(plan.workspace);
                         built.push(plan);
+                        plans.push(descriptor);
                         CandidateState::Built
                     }
                     Err(r) => CandidateState::Rejected(r),
@@ -556,14 +596,13 @@ impl ExecutionPlan {
         }
         let layout = VariantLayout::with_internals(graph, &lowered.internals);
         Ok(ExecutionPlan {
-            packs: PackCache::new(layout.io().len()),
             layout,
             graph: graph.clone(),
             candidates,
             built,
             selected: 0,
             timings,
-            _lowered: Some(lowered),
+            descriptors: Mutex::new(Descriptors { packs: PackSlots::new(), plans, _lowered: Some(lowered) }),
             anchor: cudnn.anchor(),
         })
     }
@@ -599,15 +638,15 @@ impl ExecutionPlan {
         candidate.state = CandidateState::Built;
         timings.plan_build = start.elapsed();
         let layout = VariantLayout::with_internals(&graph, &lower::internals(&graph, cudnn)?);
+        let plans = vec![PlanDescriptor { plan, _config: config, _parts: Vec::new() }];
         Ok(ExecutionPlan {
             graph,
             candidates: vec![candidate],
-            built: vec![BuiltPlan { candidate: 0, descriptor: plan, workspace, _config: config, _parts: Vec::new() }],
+            built: vec![BuiltPlan { candidate: 0, workspace }],
             selected: 0,
-            packs: PackCache::new(layout.io().len()),
             layout,
             timings,
-            _lowered: None,
+            descriptors: Mutex::new(Descriptors { packs: PackSlots::new(), plans, _lowered: None }),
             anchor: cudnn.anchor(),
         })
     }
@@ -616,7 +655,7 @@ impl ExecutionPlan {
     /// compiled kernel and everything needed to rebuild the plan with
     /// [`ExecutionPlan::from_json`]. Not byte-identical run to run (it embeds pointers).
     pub fn json(&self) -> Result<String, BackendError> {
-        self.plan().descriptor.get_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)
+        self.descriptors().plan(self.selected).get_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)
     }
 
     /// The graph this plan computes.
@@ -658,9 +697,11 @@ impl ExecutionPlan {
 
     /// The raw `cudnnBackendDescriptor_t` of the selected execution plan, for measuring against
     /// raw `cudnnBackendExecute` and for interop. It stays valid while this plan lives and the
-    /// selection does not change; never destroy or modify it.
+    /// selection does not change; never destroy or modify it, and never call cuDNN with it while
+    /// another thread may be executing this plan (the plan's own calls take turns on a lock that
+    /// raw calls bypass).
     pub fn raw_descriptor(&self) -> sys::cudnnBackendDescriptor_t {
-        self.plan().descriptor.as_raw()
+        self.descriptors().plan(self.selected).as_raw()
     }
 
     /// Workspace bytes the largest built plan needs: enough for any [`ExecutionPlan::select`].
@@ -693,6 +734,18 @@ impl ExecutionPlan {
         // range.
         &self.built[self.selected]
     }
+
+    /// The index of the selected plan in [`Descriptors`].
+    pub(crate) fn selected_index(&self) -> usize {
+        self.selected
+    }
+
+    /// The plan's cuDNN descriptors, locked: every cuDNN call on them goes through this.
+    pub(crate) fn descriptors(&self) -> MutexGuard<'_, Descriptors> {
+        // Nothing panics while the lock is held (cuDNN calls and one slot update), so a poisoned
+        // lock still guards consistent descriptors.
+        self.descriptors.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Check support, then build: the workspace limit is applied before compiling when cuDNN reports
@@ -703,7 +756,7 @@ fn try_build(
     parts: Vec<Descriptor>,
     candidate: &Candidate,
     options: &BuildOptions,
-) -> Result<BuiltPlan, Rejection> {
+) -> Result<(BuiltPlan, PlanDescriptor), Rejection> {
     let over = |required: usize| match options.max_workspace_bytes {
         Some(limit) if required > limit => Some(Rejection::Workspace { required, limit }),
         _ => None,
@@ -728,7 +781,8 @@ fn try_build(
     if let Some(r) = over(workspace) {
         return Err(r);
     }
-    Ok(BuiltPlan { candidate: candidate.index, descriptor: plan, workspace, _config: config, _parts: parts })
+    let descriptor = PlanDescriptor { plan, _config: config, _parts: parts };
+    Ok((BuiltPlan { candidate: candidate.index, workspace }, descriptor))
 }
 
 fn workspace_of(plan: &Descriptor) -> Result<usize, BackendError> {

@@ -157,6 +157,6 @@ pub fn run_arrays(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
     }
     let outputs =
         graph.outputs().into_iter().map(|TensorId(i)| values[i].take().unwrap_or_else(|| empty.clone())).collect();
-    tracing::debug!(elapsed_ms = start.elapsed().as_secs_f64() * 1e3, "reference run");
+    tracing::debug!(elapsed_us = crate::micros(start.elapsed()), "reference run");
     outputs
 }

@@ -369,7 +369,7 @@ pub fn load_payload(
     let start = std::time::Instant::now();
     let result = check_and_load(cudnn, payload, graph, expect);
     match &result {
-        Ok(_) => tracing::debug!(elapsed_ms = start.elapsed().as_secs_f64() * 1e3, "payload loaded"),
+        Ok(_) => tracing::debug!(elapsed_us = crate::micros(start.elapsed()), "payload loaded"),
         Err(e) => tracing::debug!(error = %e, "payload refused"),
     }
     result
