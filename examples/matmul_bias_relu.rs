@@ -5,6 +5,7 @@
 //! cargo run --example matmul_bias_relu            # CPU reference engine
 //! cargo run --release --example matmul_bias_relu -- --gpu
 //! cargo run --example matmul_bias_relu -- --structure g.json   # also write the structural JSON
+//! cargo run --example matmul_bias_relu -- --gpu --trace    # log each phase (tracing, to stderr)
 //! ```
 
 use cudnn_graph::graph;
@@ -66,6 +67,14 @@ fn report(engine: &str, y: &[bf16], want: &[f64]) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = std::env::args().any(|a| a == "--gpu");
+    if std::env::args().any(|a| a == "--trace") {
+        // The library only emits `tracing` events; showing them is the application's choice.
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .init();
+    }
     let graph = MatmulBiasRelu::<N, K>::new(M);
     let (a, b, bias) = (random(1, M * K), random(2, K * N), random(3, N));
     let want = direct(&a, &b, &bias);

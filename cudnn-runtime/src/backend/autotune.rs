@@ -374,6 +374,7 @@ pub fn autotune(
     options: &AutotuneOptions,
 ) -> Result<AutotuneReport, BackendError> {
     let began = Instant::now();
+    let _span = tracing::debug_span!("autotune", graph = %plan.graph().name, candidates = plan.built().len()).entered();
     let stream = online_stream(cudnn, plan)?;
     let scratch = Scratch::new(&stream, plan, options.fill)?;
     let previous = plan.selected().index;
@@ -384,8 +385,14 @@ pub fn autotune(
         plan.select(candidate)?;
         let timed = time_selected(cudnn, &stream, plan, &scratch, options);
         match timed {
-            Ok(t) => timings.push(t),
-            Err(e) => failures.push((candidate, e.to_string())),
+            Ok(t) => {
+                tracing::debug!(candidate, tag = %t.tag, median_us = t.median_us, runs = t.runs, "candidate timed");
+                timings.push(t)
+            }
+            Err(e) => {
+                tracing::debug!(candidate, error = %e, "candidate failed to execute");
+                failures.push((candidate, e.to_string()))
+            }
         }
         if let Some(progress) = &options.progress {
             let timing = timings.last().filter(|t| t.candidate == candidate);
@@ -401,6 +408,7 @@ pub fn autotune(
         return Err(BackendError::Autotune { graph: plan.graph().name.clone(), failures });
     };
     plan.select(fastest)?;
+    tracing::debug!(selected = fastest, previous, elapsed_us = crate::micros(began.elapsed()), "autotuned");
     Ok(AutotuneReport { timings, failures, selected: fastest, previous, elapsed: began.elapsed() })
 }
 

@@ -205,7 +205,8 @@ pub struct SeedReport {
 }
 
 /// Plans by [`PlanKey`]: loaded plans and their payloads in memory, and payloads in a directory
-/// if one is given. See the module documentation for the design; `Send + Sync`.
+/// if one is given. The [`cache`](self) module documentation gives the design (keys, sharing,
+/// the on-disk format and its safety); `Send + Sync`.
 pub struct PlanCache {
     entries: Mutex<HashMap<PlanKey, Entry>>,
     dir: Option<PathBuf>,

@@ -439,9 +439,11 @@ pub(crate) fn query(cudnn: &Cudnn, operation_graph: &Descriptor, modes: &[Heuris
     for &mode in modes {
         let start = Instant::now();
         let found = query_mode(cudnn, operation_graph, mode);
-        q.heuristics += start.elapsed();
+        let took = start.elapsed();
+        q.heuristics += took;
         match found {
             Ok(found) => {
+                tracing::debug!(mode = %mode, configs = found.len(), elapsed_us = crate::micros(took), "heuristics");
                 let start = Instant::now();
                 for descriptor in found {
                     let mut candidate = describe(&descriptor, q.configs.len(), Some(mode));
@@ -452,7 +454,10 @@ pub(crate) fn query(cudnn: &Cudnn, operation_graph: &Descriptor, modes: &[Heuris
                 }
                 q.check_support += start.elapsed();
             }
-            Err(e) => q.failures.push(HeuristicFailure { mode, reason: Rejection::from_error(e) }),
+            Err(e) => {
+                tracing::debug!(mode = %mode, error = %e, elapsed_us = crate::micros(took), "heuristics failed");
+                q.failures.push(HeuristicFailure { mode, reason: Rejection::from_error(e) })
+            }
         }
     }
     q

@@ -292,12 +292,26 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
             // A subgraph of operations (composite) or one (fused), with tensors of its own.
             Op::Sdpa(op) => {
                 let sub = crate::ops::sdpa::lower::lower(op, &cx, cudnn, &mut next_uid)?;
+                tracing::debug!(
+                    node = %node.name,
+                    op = node.op.call_name(),
+                    operations = sub.operations.len(),
+                    descriptors = sub.operations.len() + sub.parts.len(),
+                    "lowered"
+                );
                 operations.extend(sub.operations);
                 parts.extend(sub.parts);
                 internals.extend(sub.internals);
                 continue;
             }
         };
+        tracing::debug!(
+            node = %node.name,
+            op = node.op.call_name(),
+            operations = 1,
+            descriptors = 1 + lowered.parts.len(),
+            "lowered"
+        );
         operations.push(lowered.operation);
         parts.extend(lowered.parts);
     }
@@ -313,6 +327,8 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
         Binding::DeviceProperties(_) => {}
     }
     operation_graph.finalize()?;
+    let described = tensors.iter().flatten().count();
+    tracing::debug!(operations = operations.len(), tensors = described, "operation graph finalized");
     parts.extend(operations);
     parts.extend(tensors.into_iter().flatten());
     Ok(LoweredGraph { operation_graph, internals, _parts: parts })

@@ -27,16 +27,16 @@
 //! at once), so each thread has its own. An [`ExecutionPlan`] is `Send` and `Sync`: threads share
 //! one plan and execute it, each with its own `Cudnn` on its own stream of the plan's device;
 //! cuDNN's calls on the plan's descriptors take turns on a lock held only for the host-side
-//! enqueue (see the `execute` module). A plan keeps the handle (or device properties) it was made
+//! enqueue (see [`execute`]). A plan keeps the handle (or device properties) it was made
 //! with alive. [`PlanCache`] is `Sync` and hands out shared plans (`Arc<ExecutionPlan>`).
 
 mod autotune;
-mod cache;
+pub mod cache;
 mod context;
 mod descriptor;
 pub mod engine;
 mod error;
-mod execute;
+pub mod execute;
 mod heuristics;
 mod library;
 pub(crate) mod lower;
@@ -47,7 +47,7 @@ mod plan;
 pub use cudarc;
 
 pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
-pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport};
+pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
 pub use context::Cudnn;
 pub use engine::{Engine, EngineId, Router};
 pub use error::{BackendError, Status};

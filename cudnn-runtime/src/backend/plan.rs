@@ -458,8 +458,8 @@ pub(crate) struct PlanDescriptor {
 }
 
 /// Every cuDNN descriptor a plan owns, behind the plan's lock ([`ExecutionPlan::descriptors`]):
-/// cuDNN is called on them only with the lock held, by one thread at a time (see the `execute`
-/// module documentation for why). A `Mutex` of `Send` data is `Sync`, which is what makes
+/// cuDNN is called on them only with the lock held, by one thread at a time (see
+/// [`crate::backend::execute`] for why). A `Mutex` of `Send` data is `Sync`, which is what makes
 /// [`ExecutionPlan`] `Sync` with no `unsafe impl`.
 #[derive(Debug)]
 pub(crate) struct Descriptors {
@@ -493,7 +493,8 @@ impl Descriptors {
 /// CUDA context. cuDNN's calls on the plan's descriptors take turns on a lock inside the plan,
 /// held only for the host-side enqueue (`cudnnBackendExecute`, a few µs), never while the GPU
 /// runs: cuDNN promises thread safety per handle, not for one execution plan executed by several
-/// threads at once. Uncontended the lock costs one atomic compare-and-swap.
+/// threads at once ([`execute`](crate::backend::execute) says why that matters). Uncontended
+/// the lock costs one atomic compare-and-swap.
 ///
 /// ```no_run
 /// use cudnn_runtime::backend::{BuildOptions, Cudnn, ExecutionPlan};
@@ -531,13 +532,16 @@ impl ExecutionPlan {
     /// `build_all`; or only [`BuildOptions::candidate`]). Fails with [`BackendError::NoPlan`],
     /// listing every candidate and why it was rejected, when none is built.
     pub fn build(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> crate::Result<ExecutionPlan> {
+        let _span =
+            tracing::debug_span!("build_plan", graph = %graph.name, online = cudnn.stream().is_some()).entered();
         let mut timings = BuildTimings::default();
         let start = Instant::now();
         graph.validate()?;
         timings.validate = start.elapsed();
         let start = Instant::now();
-        let lowered = lower::lower(graph, cudnn)?;
+        let lowered = lower::lower(graph, cudnn).inspect_err(|e| tracing::debug!(error = %e, "lowering failed"))?;
         timings.lower = start.elapsed();
+        tracing::debug!(elapsed_us = crate::micros(timings.lower), "lowered");
         let mut candidates = Vec::new();
         let (configs, failures) = match &options.engine {
             Some(engine) => {
@@ -570,6 +574,7 @@ impl ExecutionPlan {
             let start = Instant::now();
             if candidate.state == CandidateState::Untried {
                 if let Some(r) = options.bars(&candidate) {
+                    tracing::debug!(candidate = candidate.index, tag = %candidate.tag(), reason = %r, "filtered out");
                     candidate.state = CandidateState::Rejected(r);
                 }
             }
@@ -578,22 +583,37 @@ impl ExecutionPlan {
             let stop = !options.build_all && !built.is_empty();
             if candidate.state == CandidateState::Untried && wanted && !stop {
                 let start = Instant::now();
-                candidate.state = match try_build(cudnn, descriptor, parts, &candidate, options) {
+                let tried = try_build(cudnn, descriptor, parts, &candidate, options);
+                let took = start.elapsed();
+                timings.plan_build += took;
+                let (index, tag, elapsed_us) = (candidate.index, candidate.tag(), crate::micros(took));
+                candidate.state = match tried {
                     Ok((plan, descriptor)) => {
+                        tracing::debug!(candidate = index, %tag, workspace = plan.workspace, elapsed_us, "plan built");
                         candidate.workspace_bytes = Some(plan.workspace);
                         built.push(plan);
                         plans.push(descriptor);
                         CandidateState::Built
                     }
-                    Err(r) => CandidateState::Rejected(r),
+                    Err(r) => {
+                        tracing::debug!(candidate = index, %tag, reason = %r, elapsed_us, "plan rejected");
+                        CandidateState::Rejected(r)
+                    }
                 };
-                timings.plan_build += start.elapsed();
             }
             candidates.push(candidate);
         }
         if built.is_empty() {
+            tracing::debug!(candidates = candidates.len(), "no plan");
             return Err(BackendError::NoPlan { graph: graph.name.clone(), candidates, heuristics: failures }.into());
         }
+        tracing::debug!(
+            candidates = candidates.len(),
+            built = built.len(),
+            selected = %candidates[built[0].candidate].tag(),
+            elapsed_us = crate::micros(timings.total()),
+            "plan ready"
+        );
         let layout = VariantLayout::with_internals(graph, &lowered.internals);
         Ok(ExecutionPlan {
             layout,
@@ -612,6 +632,7 @@ impl ExecutionPlan {
     /// layout and the checks of [`ExecutionPlan::execute`]. Needs the cuDNN version that wrote
     /// the JSON.
     pub fn from_json(cudnn: &Cudnn, graph: Graph, json: &str) -> crate::Result<ExecutionPlan> {
+        let _span = tracing::debug_span!("plan_from_json", graph = %graph.name, bytes = json.len()).entered();
         let mut timings = BuildTimings::default();
         let start = Instant::now();
         graph.validate()?;
@@ -637,6 +658,7 @@ impl ExecutionPlan {
         candidate.workspace_bytes = Some(workspace);
         candidate.state = CandidateState::Built;
         timings.plan_build = start.elapsed();
+        tracing::debug!(tag = %candidate.tag(), workspace, elapsed_us = crate::micros(timings.plan_build), "plan loaded");
         let layout = VariantLayout::with_internals(&graph, &lower::internals(&graph, cudnn)?);
         let plans = vec![PlanDescriptor { plan, _config: config, _parts: Vec::new() }];
         Ok(ExecutionPlan {
