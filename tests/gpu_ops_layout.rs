@@ -1,6 +1,7 @@
 //! On the GPU: slices of graph inputs, lowered as cudnn-frontend does before cuDNN 9.22 (no
 //! operation; the sliced tensor bound to the input's address plus an offset), feeding a matmul and
-//! a pointwise op, compared with the CPU reference.
+//! a pointwise op; a convolution's output concatenated with an input, copied or in place
+//! (cudnn-frontend's "Convolution fprop concatenate"); each compared with the CPU reference.
 //!
 //! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
@@ -23,6 +24,67 @@ graph! {
     pub SliceRelu(x: f16[2, 64, 64]) -> (y: f16[2, 31, 64]) {
         y = relu(slice(x, start = [0, 2, 0], limit = [2, 64, 64], step = [1, 2, 1]));
     }
+
+    /// `y0`'s channels, then a 1×1 convolution's, NHWC.
+    pub ConcatConv<dyn N, const C: usize, const K0: usize, const K: usize, const KY: usize, dyn H, dyn W>(
+        x: f16[N, C, H, W],
+        w: f16[K, C, 1, 1],
+        y0: f16[N, K0, H, W],
+    ) -> (y: f16[N, KY, H, W]) {
+        y = concatenate(y0, conv_fprop(x, w), axis = 1);
+    }
+
+    /// A 1×1 convolution's channels, then `y0`'s, which already lie in `y` (in place: cuDNN
+    /// writes only the convolution's part).
+    pub ConvConcatInPlace<dyn N, const C: usize, const K: usize, const KY: usize, dyn H, dyn W>(
+        x: f16[N, C, H, W],
+        w: f16[K, C, 1, 1],
+        y0: f16[N, K, H, W],
+    ) -> (y: f16[N, KY, H, W]) {
+        y = concatenate(conv_fprop(x, w), y0, axis = 1, in_place_index = 1);
+    }
+}
+
+#[test]
+fn gpu_conv_concatenate() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (n, h, w) = (4usize, 32usize, 32usize);
+    let x = uniform::<f16>(1, n * 64 * h * w, -1.0, 1.0);
+    let wt = uniform::<f16>(2, 128 * 64, -0.2, 0.2);
+
+    // Copied: y0 (32 channels) and the conv's 128, into 160.
+    let y0 = uniform::<f16>(3, n * 32 * h * w, -1.0, 1.0);
+    let g = ConcatConv::<64, 32, 128, 160>::new(n, h, w);
+    let want = g.reference(ConcatConvInputs { x: &x, w: &wt, y0: &y0 }).unwrap();
+    match g.build(&cudnn, &BuildOptions::default()) {
+        Ok(plan) => {
+            let (x_d, w_d, y0_d) = (upload(&stream, &x), upload(&stream, &wt), upload(&stream, &y0));
+            let mut y_d = poisoned::<f16>(&stream, want.y.len());
+            let mut ws = workspace(&stream, plan.workspace_size());
+            plan.execute(&cudnn, ConcatConvArgs { x: &x_d, w: &w_d, y0: &y0_d, y: &mut y_d }, Some(&mut ws)).unwrap();
+            let case = format!("concatenate(y0, conv_fprop) NHWC f16, engine {}", plan.plan().selected().tag());
+            check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
+        }
+        Err(e) => println!("concatenate(y0, conv_fprop): not planned by cuDNN {}: {e}", cudnn.version()),
+    }
+
+    // In place: y holds y0's values in channels 128..256 before the execute (NHWC: the last 128
+    // of every pixel's 256), the conv's part is poisoned; afterwards y must be the whole
+    // concatenation.
+    let y0 = uniform::<f16>(4, n * 128 * h * w, -1.0, 1.0);
+    let g = ConvConcatInPlace::<64, 128, 256>::new(n, h, w);
+    let want = g.reference(ConvConcatInPlaceInputs { x: &x, w: &wt, y0: &y0 }).unwrap();
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let mut before = want.y.clone();
+    for pixel in before.chunks_mut(256) {
+        pixel[..128].fill(f16::NAN);
+    }
+    let (x_d, w_d, y0_d) = (upload(&stream, &x), upload(&stream, &wt), upload(&stream, &y0));
+    let mut y_d = upload(&stream, &before);
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, ConvConcatInPlaceArgs { x: &x_d, w: &w_d, y0: &y0_d, y: &mut y_d }, Some(&mut ws)).unwrap();
+    let case = format!("concatenate(conv_fprop, y0 in place) NHWC f16, engine {}", plan.plan().selected().tag());
+    check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
 }
 
 #[test]

@@ -17,6 +17,13 @@ graph! {
         y = mul(transpose(reshape(x, shape = [2, 5, 4, 8]), permutation = [0, 2, 1, 3]), 0.5);
     }
 
+    /// Three tensors joined along the sequence, rank 3 (packed), dims checked at compile time.
+    pub Join<dyn B, const S0: usize, const S1: usize, const S2: usize, const S: usize>(
+        a: f32[B, S0, 8], b: f32[B, S1, 8], c: f32[B, S2, 8],
+    ) -> (y: f32[B, S, 8]) {
+        y = concatenate(a, b, c, axis = -2);
+    }
+
     pub Pool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W]) -> (y: f32[N, C, P, Q]) {
         y = resample(x, mode = avgpool_include_padding, window = [2, 3], stride = [1, 2], padding = [1, 1]);
     }
@@ -129,4 +136,28 @@ fn reshape_and_transpose_split_heads() {
         }
     }
     assert!(max_abs_error(&got.y, &want) < 1e-7);
+}
+
+#[test]
+fn concatenate_joins_along_the_axis() {
+    let b = 3usize;
+    let g = Join::<2, 5, 1, 8>::new(b);
+    let (x0, x1, x2) = (random::<f32>(1, b * 2 * 8), random::<f32>(2, b * 5 * 8), random::<f32>(3, b * 8));
+    let got = g.reference(JoinInputs { a: &x0, b: &x1, c: &x2 }).unwrap();
+    let mut want = Vec::with_capacity(b * 8 * 8);
+    for i in 0..b {
+        want.extend_from_slice(&x0[i * 16..(i + 1) * 16]);
+        want.extend_from_slice(&x1[i * 40..(i + 1) * 40]);
+        want.extend_from_slice(&x2[i * 8..(i + 1) * 8]);
+    }
+    assert_eq!(got.y, want, "a concatenation moves values exactly");
+    // The builder API makes the same graph.
+    let mut gb = GraphBuilder::new("Join");
+    let a = gb.input("a", cudnn_graph::DataType::F32, &[3, 2, 8]).unwrap();
+    let bb = gb.input("b", cudnn_graph::DataType::F32, &[3, 5, 8]).unwrap();
+    let c = gb.input("c", cudnn_graph::DataType::F32, &[3, 1, 8]).unwrap();
+    let y = gb.op("concatenate", &[a.into(), bb.into(), c.into()], &[("axis".into(), (-2i64).into())]).unwrap()[0];
+    gb.output(y, "y", cudnn_graph::DataType::F32).unwrap();
+    let built = gb.build().unwrap();
+    assert_eq!(built.fingerprint(), g.graph().unwrap().fingerprint());
 }

@@ -492,8 +492,8 @@ impl Checker<'_> {
         for (i, a) in args.iter().enumerate() {
             match &a.expr {
                 Expr::Number { value, span } => {
-                    if !sig.inputs.get(i).is_some_and(|p| p.scalar_ok) {
-                        let port = sig.inputs.get(i).map_or("?", |p| p.name);
+                    if !sig.input(i).is_some_and(|p| p.scalar_ok) {
+                        let port = sig.input(i).map_or("?", |p| p.name);
                         self.cx.error_span(*span, format!("`{name}` port {port} takes a tensor, not a number"));
                         operands.push(None);
                     } else {
@@ -519,7 +519,7 @@ impl Checker<'_> {
                 (k.to_string(), value)
             })
             .collect();
-        let op = match Op::from_call(&name, &attr_values) {
+        let op = match Op::from_call_with_inputs(&name, &attr_values, args.len()) {
             Ok(op) => op,
             Err(e) => {
                 let span = match &e {

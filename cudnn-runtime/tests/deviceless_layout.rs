@@ -1,7 +1,8 @@
-//! Layout ops (reshape, transpose) lowered by real cuDNN 9.19 without a GPU, for the H200: the
+//! Layout ops lowered by real cuDNN 9.19 without a GPU, for the H200. Reshape and transpose: the
 //! reshape operation finalizes, but heuristics propose no engine for it alone, after a matmul's
 //! epilogue or feeding a matmul (a typed `NoPlan`, recorded in `docs/ops.md`; cuDNN 9.22 adds
-//! dedicated transpose and slice operations). A test here fails the day cuDNN plans one.
+//! dedicated transpose and slice operations). A test here fails the day cuDNN plans one. Slices
+//! plan as pointer offsets; a concatenation plans after a convolution, not alone.
 //!
 //! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
@@ -86,4 +87,53 @@ fn slices_of_graph_inputs_plan_as_pointer_offsets() {
     g.output(s, "s", F16).unwrap();
     let e = ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()).unwrap_err();
     assert!(e.to_string().contains("Y must feed another op"), "{e}");
+}
+
+/// A concatenation lowers to one `CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR`. On its own cuDNN 9.19
+/// has no engine for it (cudnn-frontend's standalone sample needs 9.22 and Blackwell): a typed
+/// `NoPlan`. After a convolution, with the other input in place (cudnn-frontend's
+/// "Convolution fprop concatenate" sample, cuDNN ≥ 9.8), it plans.
+#[test]
+fn concatenations() {
+    let Some(cudnn) = deviceless() else { return };
+    use DataType::F16;
+    let axis = |a: i64| ("axis".to_string(), AttrValue::Int(a));
+
+    let mut g = GraphBuilder::new("concat_alone");
+    let a = g.input("a", F16, &[2, 8, 16]).unwrap();
+    let b = g.input("b", F16, &[2, 24, 16]).unwrap();
+    let y = g.op("concatenate", &[a.into(), b.into()], &[axis(1)]).unwrap()[0];
+    g.output(y, "y", F16).unwrap();
+    no_plan(&cudnn, &g.build().unwrap());
+
+    // NHWC conv [16, 128, 64, 64] * [256, 128, 1, 1], concatenated along C with `y0` in place.
+    let mut g = GraphBuilder::new("conv_concat");
+    let x = g.input("x", F16, &[16, 128, 64, 64]).unwrap();
+    let w = g.input("w", F16, &[256, 128, 1, 1]).unwrap();
+    let conv = [
+        ("pre_padding".to_string(), AttrValue::IntList(vec![0, 0])),
+        ("post_padding".to_string(), AttrValue::IntList(vec![0, 0])),
+        ("stride".to_string(), AttrValue::IntList(vec![1, 1])),
+    ];
+    let c = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
+    let y0 = g.input("y0", F16, &[16, 256, 64, 64]).unwrap();
+    let inplace = ("in_place_index".to_string(), AttrValue::Int(1));
+    let y = g.op("concatenate", &[c.into(), y0.into()], &[axis(1), inplace]).unwrap()[0];
+    g.output(y, "y", F16).unwrap();
+    let graph = g.build().unwrap();
+    let nhwc = |c: i64| vec![c * 64 * 64, 1, 64 * c, c];
+    assert_eq!(graph.tensors[y0.0].strides, nhwc(256), "y0 follows the conv's channels-last layout");
+    assert_eq!(graph.tensors[y.0].dims, vec![16, 512, 64, 64]);
+    assert_eq!(graph.tensors[y.0].strides, nhwc(512));
+    common::plan(&cudnn, &graph);
+
+    // Without the in-place index cuDNN plans it too (the GPU test checks it copies y0).
+    let mut g = GraphBuilder::new("conv_concat_copy");
+    let x = g.input("x", F16, &[16, 128, 64, 64]).unwrap();
+    let w = g.input("w", F16, &[256, 128, 1, 1]).unwrap();
+    let c = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
+    let y0 = g.input("y0", F16, &[16, 64, 64, 64]).unwrap();
+    let y = g.op("concatenate", &[y0.into(), c.into()], &[axis(1)]).unwrap()[0];
+    g.output(y, "y", F16).unwrap();
+    common::plan(&cudnn, &g.build().unwrap());
 }

@@ -798,6 +798,7 @@ fn error_unknown_tag() {
                 "RESHAPE",
                 "TRANSPOSE",
                 "SLICE",
+                "CONCATENATE",
             ]
         })
     );
@@ -1047,7 +1048,8 @@ fn errors_read_well() {
         e.to_string(),
         "node `matmul_0` has tag \"PAGED_CACHE_LOAD\"; supported tags are MATMUL, POINTWISE, REDUCTION, LAYER_NORM, \
          RMS_NORM, BATCHNORM, BATCHNORM_INFERENCE, INSTANCE_NORM, GENSTATS, LAYER_NORM_BPROP, RMS_NORM_BPROP, DBN, \
-         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE, RESHAPE, TRANSPOSE, SLICE"
+         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE, RESHAPE, TRANSPOSE, SLICE, \
+         CONCATENATE"
     );
     let e = read_mutated(|v| set(v, "/tensors/2/data_type", json!("INT4"))).unwrap_err();
     assert_eq!(
@@ -1287,4 +1289,44 @@ fn layout_ops_round_trip_and_read_from_cudnn_frontend_fields() {
     assert_eq!(back.nodes[3].op, g.nodes[3].op);
     v["nodes"][0]["reshape_mode"] = json!("LOGICAL");
     assert!(matches!(structure_from_json(&v.to_string()), Err(SerializeError::Unsupported { .. })));
+}
+
+#[test]
+fn concatenation_round_trips_with_a_list_of_inputs() {
+    let mut g = GraphBuilder::new("concat");
+    let a = g.input("a", DataType::F16, &[2, 3, 4]).unwrap();
+    let b = g.input("b", DataType::F16, &[2, 5, 4]).unwrap();
+    let c = g.input("c", DataType::F16, &[2, 1, 4]).unwrap();
+    let y =
+        g.op("concatenate", &[a.into(), b.into(), c.into()], &[attr("axis", 1), attr("in_place_index", 2)]).unwrap()[0];
+    g.output(y, "y", DataType::F16).unwrap();
+    let g = g.build().unwrap();
+    assert_eq!(g.tensor(g.nodes[0].outputs[0]).dims, vec![2, 9, 4]);
+    let text = round_trip(&g);
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let node = &v["nodes"][0];
+    assert_eq!(node["tag"], "CONCATENATE");
+    assert_eq!(node["axis"], 1);
+    assert_eq!(node["in_place_index"], 2);
+    let uids: Vec<i64> = g.nodes[0].inputs.iter().map(|id| g.tensor(*id).uid).collect();
+    assert_eq!(node["inputs"], json!(uids), "cudnn-frontend's `inputs` vector, in order");
+    // From cudnn-frontend's fields alone, the references as keys (strings).
+    strip_extension(&mut v);
+    v["nodes"][0]["inputs"] = json!(uids.iter().map(|u| u.to_string()).collect::<Vec<_>>());
+    let back = structure_from_json(&v.to_string()).unwrap();
+    assert_eq!(back.nodes[0].op, g.nodes[0].op);
+    assert_eq!(back.nodes[0].inputs, g.nodes[0].inputs);
+    // Only a concatenation's inputs are a list; an empty list and a missing axis are refused.
+    let mut bad = v.clone();
+    bad["nodes"][0]["inputs"] = json!([]);
+    assert!(matches!(structure_from_json(&bad.to_string()), Err(SerializeError::Attr { .. })), "empty list");
+    let mut bad = v.clone();
+    bad["nodes"][0]["axis"] = Value::Null;
+    assert!(matches!(structure_from_json(&bad.to_string()), Err(SerializeError::MissingField { .. })));
+    let mut bad = v.clone();
+    bad["nodes"][0]["inputs"] = json!([uids[0], 99, uids[2]]);
+    assert_eq!(
+        structure_from_json(&bad.to_string()).unwrap_err().to_string(),
+        "node `concatenate_0` port `X[1]` refers to tensor 99, which `tensors` does not have"
+    );
 }

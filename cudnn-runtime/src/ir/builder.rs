@@ -4,7 +4,7 @@
 use super::{Context, Graph, Node, Tensor, TensorId};
 use crate::dim::{channels_last_strides, packed_strides, shape_string, Concrete};
 use crate::error::GraphError;
-use crate::ops::{AttrValue, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};
+use crate::ops::{AttrValue, Layout, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};
 use crate::DataType;
 
 /// An op input: a tensor of the graph, or a number that becomes a by-value scalar.
@@ -176,7 +176,8 @@ impl GraphBuilder {
         attrs: &[(String, AttrValue)],
     ) -> Result<Vec<TensorId>, GraphError> {
         let node = format!("{name}_{}", self.nodes.len());
-        let op = Op::from_call(name, attrs).map_err(|source| GraphError::Attr { node: node.clone(), source })?;
+        let op = Op::from_call_with_inputs(name, attrs, inputs.len())
+            .map_err(|source| GraphError::Attr { node: node.clone(), source })?;
         self.apply_named(&node, op, inputs)
     }
 
@@ -189,7 +190,8 @@ impl GraphBuilder {
         inputs: &[Operand],
         attrs: &[(String, AttrValue)],
     ) -> Result<Vec<TensorId>, GraphError> {
-        let op = Op::from_call(name, attrs).map_err(|source| GraphError::Attr { node: node.to_string(), source })?;
+        let op = Op::from_call_with_inputs(name, attrs, inputs.len())
+            .map_err(|source| GraphError::Attr { node: node.to_string(), source })?;
         self.apply_named(node, op, inputs)
     }
 
@@ -360,8 +362,8 @@ impl GraphBuilder {
 
     /// Lays out channels-last (NHWC, cudnn-frontend's default for these ops) every tensor of
     /// rank 3 to 5 whose strides are unset and that is a port of a convolution or pooling node,
-    /// or reaches one through pointwise nodes of the same rank (a conv's bias and its
-    /// activation's output follow the conv's layout).
+    /// or reaches one through pointwise or concatenation nodes of the same rank (a conv's bias,
+    /// its activation's output, what is concatenated with it follow the conv's layout).
     fn default_channels_last(&mut self) {
         let unset = |t: &Pending, rank: usize| t.strides.is_none() && t.pass_by_value.is_none() && t.dims.len() == rank;
         let mut nhwc = vec![false; self.tensors.len()];
@@ -376,7 +378,8 @@ impl GraphBuilder {
         let mut changed = nhwc.iter().any(|&c| c);
         while changed {
             changed = false;
-            for n in self.nodes.iter().filter(|n| matches!(n.op, Op::Pointwise(_))) {
+            let follows = |op: &Op| matches!(op, Op::Pointwise(_) | Op::Layout(Layout::Concatenate { .. }));
+            for n in self.nodes.iter().filter(|n| follows(&n.op)) {
                 let ports: Vec<TensorId> = n.inputs.iter().chain(&n.outputs).copied().collect();
                 let Some(rank) = ports.iter().find(|id| nhwc[id.0]).map(|id| self.tensors[id.0].dims.len()) else {
                     continue;
@@ -394,8 +397,9 @@ impl GraphBuilder {
         }
     }
 
-    /// Gives a transpose's or reshape's output with unset strides the strides that make it a view
-    /// of its input (cudnn-frontend's rule), in node order so chains of views follow.
+    /// Gives a layout op's output with unset strides cudnn-frontend's: a transpose's, reshape's
+    /// or slice's those that make it a view of its input, a concatenation's packed in X[0]'s dim
+    /// order; in node order so chains follow.
     fn default_view_strides(&mut self) {
         for n in &self.nodes {
             let Op::Layout(layout) = &n.op else { continue };

@@ -56,7 +56,7 @@ pub enum Op {
     /// Pooling (max or average), optionally with the maximum's index.
     #[serde(rename = "RESAMPLE")]
     Resample(Resample),
-    /// A view: reshape or transpose.
+    /// A layout op: a view (reshape, transpose, slice) or a concatenation.
     #[serde(rename = "LAYOUT")]
     Layout(Layout),
 }
@@ -194,6 +194,17 @@ pub struct OpSignature {
     pub attrs: &'static [AttrSpec],
 }
 
+impl OpSignature {
+    /// Positional input `i` of a call: the signature's port, or for a concatenation (which takes
+    /// any number) its `i`-th.
+    pub fn input(&self, i: usize) -> Option<PortSpec> {
+        match self.family {
+            Family::Layout(LayoutKind::Concatenate) => layout::CONCAT_PORTS.get(i).copied(),
+            _ => self.inputs.get(i).copied(),
+        }
+    }
+}
+
 /// Looks up an op by its call name.
 pub fn lookup(name: &str) -> Option<OpSignature> {
     if name == matmul::NAME {
@@ -319,6 +330,14 @@ pub enum AttrError {
         /// The attribute at fault.
         attr: String,
         /// Why, in words that name the other attribute.
+        reason: String,
+    },
+    /// A call with a number of inputs the op cannot take (a concatenation of none).
+    #[error("`{op}` {reason}")]
+    Inputs {
+        /// The op.
+        op: String,
+        /// What it takes and what was given.
         reason: String,
     },
     /// No op of this name.
@@ -625,10 +644,33 @@ impl Op {
     /// assert_eq!(op.call_name(), "relu");
     /// assert!(Op::from_call("rleu", &[]).unwrap_err().to_string().contains("did you mean `relu`?"));
     /// ```
+    ///
+    /// A concatenation built this way has two inputs; [`Op::from_call_with_inputs`] gives the
+    /// count, as `graph!`, the builder and the JSON reader do.
     pub fn from_call(name: &str, attrs: &[(String, AttrValue)]) -> Result<Op, AttrError> {
         let sig =
             lookup(name).ok_or_else(|| AttrError::UnknownOp { op: name.to_string(), suggestion: suggest(name) })?;
-        let attrs = Attrs::check(&sig, attrs)?;
+        Self::from_signature(&sig, attrs, sig.inputs.len())
+    }
+
+    /// [`Op::from_call`] for a call with `inputs` positional arguments: an op that takes any
+    /// number of inputs (`concatenate`) takes that many; the others keep their ports, and their
+    /// shape rule reports a wrong count.
+    ///
+    /// ```
+    /// use cudnn_runtime::ops::{Op, AttrValue};
+    /// let op = Op::from_call_with_inputs("concatenate", &[("axis".into(), AttrValue::Int(1))], 3).unwrap();
+    /// let ports: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();
+    /// assert_eq!(ports, ["X[0]", "X[1]", "X[2]"]);
+    /// ```
+    pub fn from_call_with_inputs(name: &str, attrs: &[(String, AttrValue)], inputs: usize) -> Result<Op, AttrError> {
+        let sig =
+            lookup(name).ok_or_else(|| AttrError::UnknownOp { op: name.to_string(), suggestion: suggest(name) })?;
+        Self::from_signature(&sig, attrs, inputs)
+    }
+
+    fn from_signature(sig: &OpSignature, attrs: &[(String, AttrValue)], inputs: usize) -> Result<Op, AttrError> {
+        let attrs = Attrs::check(sig, attrs)?;
         Ok(match sig.family {
             Family::Matmul => Op::Matmul(Matmul::from_attrs(&attrs)),
             Family::Pointwise(mode) => Op::Pointwise(Pointwise::from_attrs(mode, &attrs)),
@@ -637,7 +679,7 @@ impl Op {
             Family::Sdpa(pass) => Op::Sdpa(Sdpa::from_attrs(pass, &attrs)),
             Family::Conv(kind) => Op::Conv(Conv::from_attrs(kind, &attrs)?),
             Family::Resample => Op::Resample(Resample::from_attrs(&attrs)?),
-            Family::Layout(kind) => Op::Layout(Layout::from_attrs(kind, &attrs)),
+            Family::Layout(kind) => Op::Layout(Layout::from_attrs(kind, &attrs, inputs)?),
         })
     }
 
@@ -677,6 +719,7 @@ impl Op {
     pub fn inputs(&self) -> Vec<PortSpec> {
         match self {
             Op::Sdpa(a) => a.inputs(),
+            Op::Layout(l) => l.inputs().to_vec(),
             _ => self.signature().inputs.to_vec(),
         }
     }
@@ -731,7 +774,7 @@ impl Op {
             Op::Sdpa(a) => a.reference(inputs),
             Op::Conv(c) => vec![c.reference(inputs[0], inputs[1])],
             Op::Resample(r) => r.reference(inputs[0]),
-            Op::Layout(l) => vec![l.reference(inputs[0])],
+            Op::Layout(l) => vec![l.reference(inputs)],
         }
     }
 }

@@ -573,6 +573,26 @@ fn read_family(n: &Obj<'_>, label: &str, tag: &str) -> Result<Family> {
             let (call, fields) = super::window::read_fields(n, tag)?;
             let attrs: FrontendAttrs = fields.into_iter().map(|(dsl, v)| (dsl, dsl, FrontendAttr::Value(v))).collect();
             let sig = crate::ops::lookup(call).expect("window tags read to known calls");
+            let mut inputs: Vec<&'static str> = sig.inputs.iter().map(|p| p.name).collect();
+            if tag == super::window::TAG_CONCATENATE {
+                // A list of tensors: as many ports as entries.
+                let count = match n.get("inputs") {
+                    Some(Json::Arr(items)) => items.len(),
+                    Some(other) => return Err(wrong_type(&n.field_path("inputs"), "a list of tensors", other)),
+                    None => return Err(SerializeError::MissingField { path: n.field_path("inputs") }),
+                };
+                let ports = crate::ops::layout::CONCAT_PORTS;
+                if count == 0 || count > ports.len() {
+                    return Err(SerializeError::Attr {
+                        node: label.to_string(),
+                        source: crate::ops::AttrError::Inputs {
+                            op: call.to_string(),
+                            reason: format!("takes 1 to {} inputs, found {count}", ports.len()),
+                        },
+                    });
+                }
+                inputs = ports[..count].iter().map(|p| p.name).collect();
+            }
             let outputs = match sig.family {
                 crate::ops::Family::Resample => match Op::from_call(call, &frontend_call_attrs(&attrs)) {
                     Ok(Op::Resample(r)) => r.outputs(),
@@ -581,14 +601,7 @@ fn read_family(n: &Obj<'_>, label: &str, tag: &str) -> Result<Family> {
                 },
                 _ => sig.outputs,
             };
-            Ok(Family {
-                call,
-                inputs: sig.inputs.iter().map(|p| p.name).collect(),
-                outputs,
-                unsupported_ports: &[],
-                attrs,
-                pointwise: None,
-            })
+            Ok(Family { call, inputs, outputs, unsupported_ports: &[], attrs, pointwise: None })
         }
         other => Err(SerializeError::UnknownTag {
             node: label.to_string(),
@@ -708,6 +721,29 @@ fn read_ports(
     by_key: &HashMap<&str, usize>,
 ) -> Result<Vec<usize>> {
     let direction = if field == "inputs" { "input" } else { "output" };
+    let listed = field == "inputs" && n.opt_str("tag")? == Some(super::window::TAG_CONCATENATE);
+    if let Some(Json::Arr(items)) = n.get(field).filter(|_| listed) {
+        // A concatenation's inputs: a list, one tensor per port (the family has as many).
+        return items
+            .iter()
+            .zip(names)
+            .enumerate()
+            .map(|(i, (reference, port))| {
+                let path = format!("{}[{i}]", n.field_path(field));
+                let key = match reference {
+                    Json::Int(v) => v.to_string(),
+                    Json::UInt(v) => v.to_string(),
+                    Json::Str(s) => s.clone(),
+                    other => return Err(wrong_type(&path, "a tensor uid or name", other)),
+                };
+                by_key.get(key.as_str()).copied().ok_or_else(|| SerializeError::UnknownTensorRef {
+                    node: label.to_string(),
+                    port: port.to_string(),
+                    reference: if matches!(reference, Json::Str(_)) { format!("{key:?}") } else { key.clone() },
+                })
+            })
+            .collect();
+    }
     let given = match n.opt_obj(field)? {
         Some(p) => p,
         None => {
@@ -860,7 +896,7 @@ fn read_node(index: usize, value: &Json, cx: &RawContext, by_key: &HashMap<&str,
                     });
                 }
             }
-            let op = Op::from_call(family.call, &ext)
+            let op = Op::from_call_with_inputs(family.call, &ext, inputs.len())
                 .map_err(|source| SerializeError::Attr { node: label.clone(), source })?;
             let sdpa = matches!(tag, super::sdpa::TAG_FORWARD | super::sdpa::TAG_BACKWARD);
             if sdpa
@@ -912,7 +948,7 @@ fn read_node(index: usize, value: &Json, cx: &RawContext, by_key: &HashMap<&str,
         None => {
             let attrs = frontend_call_attrs(&family.attrs);
             PendingOp::Ready(
-                Op::from_call(family.call, &attrs)
+                Op::from_call_with_inputs(family.call, &attrs, inputs.len())
                     .map_err(|source| SerializeError::Attr { node: label.clone(), source })?,
             )
         }

@@ -12,7 +12,8 @@
 //!
 //! Layout ops: `RESHAPE` (`dim`, `stride`: Y's, and `reshape_mode` `VIEW_ONLY`; a node with an
 //! empty `dim` takes Y's dims), `TRANSPOSE` (`permutation`) and `SLICE` (`slices`, one
-//! `[start, limit]` pair per dim, and `slice_strides`).
+//! `[start, limit]` pair per dim, and `slice_strides`) and `CONCATENATE` (`axis`,
+//! `in_place_index`; its `inputs` are a list of tensors, not a map of ports).
 
 use super::json::{wrong_type, Json, Obj};
 use super::layout::NODE_FIELDS;
@@ -41,9 +42,15 @@ pub(crate) const TRANSPOSE_FIELDS: [&str; 1] = ["permutation"];
 /// `Slice_attributes`'s own fields.
 pub(crate) const SLICE_FIELDS: [&str; 2] = ["slice_strides", "slices"];
 
+/// `Concatenate_attributes`'s own fields.
+pub(crate) const CONCAT_FIELDS: [&str; 2] = ["axis", "in_place_index"];
+
+/// The concatenation tag: the one node whose `inputs` are a list.
+pub(crate) const TAG_CONCATENATE: &str = "CONCATENATE";
+
 /// Every tag this module reads.
-pub(crate) const TAGS: [&str; 7] =
-    ["CONV_FPROP", "CONV_DGRAD", "CONV_WGRAD", TAG_RESAMPLE, "RESHAPE", "TRANSPOSE", "SLICE"];
+pub(crate) const TAGS: [&str; 8] =
+    ["CONV_FPROP", "CONV_DGRAD", "CONV_WGRAD", TAG_RESAMPLE, "RESHAPE", "TRANSPOSE", "SLICE", TAG_CONCATENATE];
 
 /// cudnn-frontend's fields of a layout node, with the tag.
 pub(crate) fn layout_fields(g: &Graph, n: &Node, op: &Layout) -> Vec<(&'static str, Json)> {
@@ -58,6 +65,9 @@ pub(crate) fn layout_fields(g: &Graph, n: &Node, op: &Layout) -> Vec<(&'static s
             let rank = start.len();
             let pairs = start.iter().zip(limit).map(|(&a, &b)| ints(&[a, b])).collect();
             vec![("slice_strides", ints(&op.steps(rank))), ("slices", Json::Arr(pairs))]
+        }
+        Layout::Concatenate { axis, in_place_index, .. } => {
+            vec![("axis", Json::Int(*axis)), ("in_place_index", in_place_index.map_or(Json::Null, Json::Int))]
         }
     };
     out.push(("tag", Json::str(op.kind().frontend_tag())));
@@ -136,10 +146,23 @@ pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(&'static str, CallA
         "RESHAPE" => &RESHAPE_FIELDS,
         "TRANSPOSE" => &TRANSPOSE_FIELDS,
         "SLICE" => &SLICE_FIELDS,
+        TAG_CONCATENATE => &CONCAT_FIELDS,
         _ => &CONV_FIELDS,
     };
     let accepted: Vec<&'static str> = NODE_FIELDS.iter().chain(own).copied().collect();
     n.deny_unknown(&accepted)?;
+    if tag == TAG_CONCATENATE {
+        let axis = match n.get("axis") {
+            None | Some(Json::Null) => return Err(SerializeError::MissingField { path: n.field_path("axis") }),
+            Some(v) => v.as_i64(&n.field_path("axis"))?,
+        };
+        let mut attrs = vec![("axis", AttrValue::Int(axis))];
+        match n.get("in_place_index") {
+            None | Some(Json::Null) => {}
+            Some(v) => attrs.push(("in_place_index", AttrValue::Int(v.as_i64(&n.field_path("in_place_index"))?))),
+        }
+        return Ok((LayoutKind::Concatenate.name(), attrs));
+    }
     if tag == "TRANSPOSE" {
         let permutation = list(n, "permutation")?
             .ok_or_else(|| SerializeError::MissingField { path: n.field_path("permutation") })?;

@@ -9,7 +9,7 @@ use super::float::{f32_to_hex, f64_to_hex};
 use super::json::Json;
 use super::layout::{data_type_name, ScalarKind, EXT, FORMAT, JSON_VERSION, TAG_MATMUL, TAG_POINTWISE, TAG_REDUCTION};
 use super::layout::{NORM_PEER_STATS_FIELD, NORM_PHASE_FIELD};
-use crate::ops::{AttrValue, NormKind, Op};
+use crate::ops::{AttrValue, Layout, NormKind, Op};
 use crate::{Graph, Node, Tensor, TensorId};
 
 /// An object with members sorted by key.
@@ -121,6 +121,17 @@ fn ports(g: &Graph, names: &[&'static str], ids: &[TensorId]) -> Json {
     )
 }
 
+/// A node's inputs: a port map, or for a concatenation (cudnn-frontend's `inputs` vector) a list
+/// of tensor uids in input order.
+fn inputs_json(g: &Graph, n: &Node, names: &[&'static str]) -> Json {
+    match n.op {
+        Op::Layout(Layout::Concatenate { .. }) => {
+            Json::Arr(n.inputs.iter().map(|id| g.tensors.get(id.0).map_or(Json::Null, |t| Json::Int(t.uid))).collect())
+        }
+        _ => ports(g, names, &n.inputs),
+    }
+}
+
 fn f32_field(v: Option<f64>) -> Json {
     v.map_or(Json::Null, |x| Json::str(f32_to_hex(x as f32)))
 }
@@ -131,7 +142,7 @@ fn node_json(g: &Graph, n: &Node) -> Json {
     let output_names = n.op.outputs();
     let mut members = vec![
         ("compute_data_type", Json::str(data_type_name(n.compute_data_type))),
-        ("inputs", ports(g, &input_names, &n.inputs)),
+        ("inputs", inputs_json(g, n, &input_names)),
         ("name", Json::str(&n.name)),
         ("outputs", ports(g, &output_names, &n.outputs)),
     ];

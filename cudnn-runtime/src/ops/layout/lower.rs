@@ -1,6 +1,9 @@
-//! cuDNN lowering of the layout ops, as cudnn-frontend's `ReshapeNode` before cuDNN 9.22: one
-//! `CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR` from X to Y. Y's strides (X's permuted for a
-//! transpose, packed for a reshape) are what makes it a view; a reshape needs a packed X.
+//! cuDNN lowering of the layout ops. Reshape and transpose, as cudnn-frontend's `ReshapeNode`
+//! before cuDNN 9.22: one `CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR` from X to Y. Y's strides
+//! (X's permuted for a transpose, packed for a reshape) are what makes it a view; a reshape needs
+//! a packed X. (A slice has no operation: see `backend::lower`.) A concatenation, as
+//! `ConcatenateNode`: one `CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR` with every input, the axis
+//! and the in-place index if given.
 
 use cudarc::cudnn::sys;
 use sys::cudnnBackendAttributeName_t as A;
@@ -20,6 +23,22 @@ pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendEr
                 x.name, x.strides
             )));
         }
+    }
+    if let Layout::Concatenate { in_place_index, .. } = op {
+        let rank = cx.input_rank(0);
+        let axis = op.concat_axis(rank).ok_or_else(|| cx.unsupported(format!("its axis is outside rank {rank}")))?;
+        let inputs = (0..cx.node().inputs.len()).map(|i| cx.input(i)).collect::<Result<Vec<_>, _>>()?;
+        let mut operation = cx.descriptor(K::CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR)?;
+        operation.set_descriptors(A::CUDNN_ATTR_OPERATION_CONCAT_INPUT_DESCS, &inputs)?;
+        operation.set_descriptors(A::CUDNN_ATTR_OPERATION_CONCAT_OUTPUT_DESC, &[cx.output(0)?])?;
+        // The tensors' descriptors have as many leading 1s as the lowering pads low ranks with.
+        let axis = axis + crate::backend::lower::rank_padding(rank);
+        operation.set_i64s(A::CUDNN_ATTR_OPERATION_CONCAT_AXIS, &[axis as i64])?;
+        if let Some(i) = in_place_index {
+            operation.set_i64s(A::CUDNN_ATTR_OPERATION_CONCAT_INPLACE_INDEX, &[*i])?;
+        }
+        operation.finalize()?;
+        return Ok(LoweredOp { operation, parts: Vec::new() });
     }
     let mut operation = cx.descriptor(K::CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)?;
     operation.set_descriptors(A::CUDNN_ATTR_OPERATION_RESHAPE_XDESC, &[cx.input(0)?])?;

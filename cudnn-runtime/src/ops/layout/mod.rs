@@ -1,12 +1,21 @@
-//! Layout ops: `reshape(x, shape = [..])`, `transpose(x, permutation = [..])` and
-//! `slice(x, start = [..], limit = [..], step = [..])`, as cudnn-frontend's `ReshapeNode`,
-//! `TransposeNode` and `SliceNode`.
+//! Layout ops: `reshape(x, shape = [..])`, `transpose(x, permutation = [..])`,
+//! `slice(x, start = [..], limit = [..], step = [..])` and `concatenate(x0, x1, .., axis = a)`,
+//! as cudnn-frontend's `ReshapeNode`, `TransposeNode`, `SliceNode` and `ConcatenateNode`.
 //!
 //! | call | shape rule |
 //! | --- | --- |
 //! | `reshape(x, shape = [2, 3, 4])` | `Y = shape`; its element count must be X's |
 //! | `transpose(x, permutation = [0, 2, 1])` | `Y[i] = X[permutation[i]]`; `permutation` is a permutation of `0..rank` |
 //! | `slice(x, start = [..], limit = [..], step = [..])` | one value per dim, `0 ≤ start < limit ≤ X[i]`, `step ≥ 1` (default 1); `Y[i] = ceil((limit − start) / step)` |
+//! | `concatenate(x0, .., xn, axis = a, in_place_index = i)` | 1 to [`MAX_CONCAT_INPUTS`] inputs of one rank, equal outside `axis`; `Y[axis] = Σ Xk[axis]` |
+//!
+//! A concatenation takes any number of inputs (ports `X[0]`, `X[1]`, ...) and, unlike the others,
+//! moves data: Y is a new tensor whose strides keep X[0]'s dim order (cudnn-frontend's rule).
+//! `in_place_index = i` tells cuDNN that input `i` already lies in Y's memory at its place, so
+//! only the other inputs are written: the caller puts X[i]'s values there before executing (the
+//! CPU reference computes the whole concatenation either way). cuDNN 9.19 has no engine for a
+//! concatenation on its own (cudnn-frontend's standalone sample needs 9.22 and Blackwell); it
+//! fuses one after a convolution's output, with an in-place index.
 //!
 //! A slice is a view too: Y's strides are X's times the step, and Y starts `Σ start[i]·stride[i]`
 //! elements into X. On cuDNN 9.19 (no slice operation before 9.22) it lowers as cudnn-frontend
@@ -26,13 +35,34 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod lower;
 
 use super::{
-    AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind,
-    TensorMeta,
+    normalize_axis, AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
+    ShapeError, ShapeErrorKind, TensorMeta,
 };
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::reference::Array;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];
+
+/// The most inputs one `concatenate` takes.
+pub const MAX_CONCAT_INPUTS: usize = 32;
+
+/// A concatenation's ports, `X[0]` to `X[31]`; an instance with `n` inputs has the first `n`.
+pub const CONCAT_PORTS: &[PortSpec; MAX_CONCAT_INPUTS] = &concat_ports();
+
+const fn concat_ports() -> [PortSpec; MAX_CONCAT_INPUTS] {
+    const NAMES: [&str; MAX_CONCAT_INPUTS] = [
+        "X[0]", "X[1]", "X[2]", "X[3]", "X[4]", "X[5]", "X[6]", "X[7]", "X[8]", "X[9]", "X[10]", "X[11]", "X[12]",
+        "X[13]", "X[14]", "X[15]", "X[16]", "X[17]", "X[18]", "X[19]", "X[20]", "X[21]", "X[22]", "X[23]", "X[24]",
+        "X[25]", "X[26]", "X[27]", "X[28]", "X[29]", "X[30]", "X[31]",
+    ];
+    let mut ports = [PortSpec { name: "", scalar_ok: false }; MAX_CONCAT_INPUTS];
+    let mut i = 0;
+    while i < MAX_CONCAT_INPUTS {
+        ports[i].name = NAMES[i];
+        i += 1;
+    }
+    ports
+}
 const OUTPUTS: &[&str] = &["Y"];
 const RESHAPE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "shape", kind: AttrKind::IntList, required: true }];
 const TRANSPOSE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "permutation", kind: AttrKind::IntList, required: true }];
@@ -40,6 +70,10 @@ const SLICE_ATTRS: &[AttrSpec] = &[
     AttrSpec { name: "start", kind: AttrKind::IntList, required: true },
     AttrSpec { name: "limit", kind: AttrKind::IntList, required: true },
     AttrSpec { name: "step", kind: AttrKind::IntList, required: false },
+];
+const CONCAT_ATTRS: &[AttrSpec] = &[
+    AttrSpec { name: "axis", kind: AttrKind::Int, required: true },
+    AttrSpec { name: "in_place_index", kind: AttrKind::Int, required: false },
 ];
 
 /// A layout op.
@@ -68,6 +102,17 @@ pub enum Layout {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         step: Vec<i64>,
     },
+    /// `concatenate(x0, x1, .., axis = a)`: the inputs joined along `axis`.
+    #[serde(rename = "concatenate")]
+    Concatenate {
+        /// The dim the inputs are joined along (negative counts from the end).
+        axis: i64,
+        /// The input that already lies in Y's memory, if any (cuDNN does not write it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        in_place_index: Option<i64>,
+        /// How many inputs (the call's positional arguments).
+        inputs: usize,
+    },
 }
 
 /// The kinds of [`Layout`], for lookup by name.
@@ -79,11 +124,14 @@ pub enum LayoutKind {
     Transpose,
     /// [`Layout::Slice`]
     Slice,
+    /// [`Layout::Concatenate`]
+    Concatenate,
 }
 
 impl LayoutKind {
     /// Every kind.
-    pub const ALL: &'static [LayoutKind] = &[LayoutKind::Reshape, LayoutKind::Transpose, LayoutKind::Slice];
+    pub const ALL: &'static [LayoutKind] =
+        &[LayoutKind::Reshape, LayoutKind::Transpose, LayoutKind::Slice, LayoutKind::Concatenate];
 
     /// The DSL call name.
     pub const fn name(self) -> &'static str {
@@ -91,6 +139,7 @@ impl LayoutKind {
             LayoutKind::Reshape => "reshape",
             LayoutKind::Transpose => "transpose",
             LayoutKind::Slice => "slice",
+            LayoutKind::Concatenate => "concatenate",
         }
     }
 
@@ -100,6 +149,7 @@ impl LayoutKind {
             LayoutKind::Reshape => "RESHAPE",
             LayoutKind::Transpose => "TRANSPOSE",
             LayoutKind::Slice => "SLICE",
+            LayoutKind::Concatenate => "CONCATENATE",
         }
     }
 
@@ -108,14 +158,16 @@ impl LayoutKind {
         LayoutKind::ALL.iter().copied().find(|k| k.name() == name)
     }
 
-    /// The call signature.
+    /// The call signature. A concatenation's lists two inputs, the smallest useful call; an
+    /// instance has as many as its call passed ([`Layout::inputs`]).
     pub fn signature(self) -> OpSignature {
-        let attrs = match self {
-            LayoutKind::Reshape => RESHAPE_ATTRS,
-            LayoutKind::Transpose => TRANSPOSE_ATTRS,
-            LayoutKind::Slice => SLICE_ATTRS,
+        let (inputs, attrs): (&'static [PortSpec], _) = match self {
+            LayoutKind::Reshape => (INPUTS, RESHAPE_ATTRS),
+            LayoutKind::Transpose => (INPUTS, TRANSPOSE_ATTRS),
+            LayoutKind::Slice => (INPUTS, SLICE_ATTRS),
+            LayoutKind::Concatenate => (&CONCAT_PORTS[..2], CONCAT_ATTRS),
         };
-        OpSignature { name: self.name(), family: Family::Layout(self), inputs: INPUTS, outputs: OUTPUTS, attrs }
+        OpSignature { name: self.name(), family: Family::Layout(self), inputs, outputs: OUTPUTS, attrs }
     }
 }
 
@@ -126,10 +178,31 @@ impl Layout {
             Layout::Reshape { .. } => LayoutKind::Reshape,
             Layout::Transpose { .. } => LayoutKind::Transpose,
             Layout::Slice { .. } => LayoutKind::Slice,
+            Layout::Concatenate { .. } => LayoutKind::Concatenate,
         }
     }
 
-    pub(crate) fn from_attrs(kind: LayoutKind, a: &Attrs<'_>) -> Self {
+    /// This instance's inputs: X, or a concatenation's `X[0]` .. `X[n-1]`.
+    pub fn inputs(&self) -> &'static [PortSpec] {
+        match self {
+            Layout::Concatenate { inputs, .. } => &CONCAT_PORTS[..(*inputs).min(MAX_CONCAT_INPUTS)],
+            _ => INPUTS,
+        }
+    }
+
+    /// `inputs`: the call's positional argument count (a concatenation's input count; the other
+    /// layout ops take one input whatever is passed, and the shape rule reports a mismatch).
+    pub(crate) fn from_attrs(kind: LayoutKind, a: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError> {
+        if kind == LayoutKind::Concatenate && !(1..=MAX_CONCAT_INPUTS).contains(&inputs) {
+            return Err(AttrError::Inputs {
+                op: kind.name().to_string(),
+                reason: format!("takes 1 to {MAX_CONCAT_INPUTS} inputs, found {inputs}"),
+            });
+        }
+        Ok(Self::from_checked_attrs(kind, a, inputs))
+    }
+
+    fn from_checked_attrs(kind: LayoutKind, a: &Attrs<'_>, inputs: usize) -> Self {
         match kind {
             LayoutKind::Reshape => Layout::Reshape { shape: a.int_list("shape").unwrap_or_default() },
             LayoutKind::Transpose => Layout::Transpose { permutation: a.int_list("permutation").unwrap_or_default() },
@@ -137,6 +210,11 @@ impl Layout {
                 start: a.int_list("start").unwrap_or_default(),
                 limit: a.int_list("limit").unwrap_or_default(),
                 step: a.int_list("step").unwrap_or_default(),
+            },
+            LayoutKind::Concatenate => Layout::Concatenate {
+                axis: a.int("axis").unwrap_or_default(),
+                in_place_index: a.int("in_place_index"),
+                inputs,
             },
         }
     }
@@ -152,6 +230,13 @@ impl Layout {
                 ];
                 if !step.is_empty() {
                     out.push(("step".into(), AttrValue::IntList(step.clone())));
+                }
+                out
+            }
+            Layout::Concatenate { axis, in_place_index, .. } => {
+                let mut out = vec![("axis".into(), AttrValue::Int(*axis))];
+                if let Some(i) = in_place_index {
+                    out.push(("in_place_index".into(), AttrValue::Int(*i)));
                 }
                 out
             }
@@ -177,8 +262,11 @@ impl Layout {
         inputs: &[TensorMeta<D>],
         cx: &mut impl DimCx<D>,
     ) -> Result<OutputMeta<D>, ShapeError> {
-        let x = &inputs[0];
         let op = self.kind().name();
+        if let Layout::Concatenate { axis, in_place_index, .. } = self {
+            return concat_infer(op, *axis, *in_place_index, inputs, cx);
+        }
+        let x = &inputs[0];
         let dims = match self {
             Layout::Reshape { shape } => {
                 if shape.is_empty() || shape.iter().any(|&d| d <= 0) {
@@ -248,6 +336,7 @@ impl Layout {
                 }
                 dims
             }
+            Layout::Concatenate { .. } => unreachable!("returned above"),
         };
         Ok(OutputMeta { dims, dtype: Some(x.dtype) })
     }
@@ -280,12 +369,43 @@ impl Layout {
             Layout::Slice { .. } => {
                 x_strides.iter().zip(self.steps(x_strides.len())).map(|(s, step)| s * step).collect()
             }
+            Layout::Concatenate { .. } => strides_in_order_of(x_strides, y_dims),
+        }
+    }
+
+    /// Whether Y is X's memory described again (every layout op but a concatenation).
+    pub fn is_view(&self) -> bool {
+        !matches!(self, Layout::Concatenate { .. })
+    }
+
+    /// A concatenation's axis for inputs of `rank` dims, negative axes counted from the end.
+    pub fn concat_axis(&self, rank: usize) -> Option<usize> {
+        match self {
+            Layout::Concatenate { axis, .. } => normalize_axis(self.kind().name(), *axis, rank).ok(),
+            _ => None,
         }
     }
 
     /// The op on logical values.
-    pub(crate) fn reference(&self, x: &Array) -> Array {
+    pub(crate) fn reference(&self, inputs: &[&Array]) -> Array {
+        let x = inputs[0];
         match self {
+            Layout::Concatenate { .. } => {
+                let axis = self.concat_axis(x.dims.len()).unwrap_or(0);
+                let mut dims = x.dims.clone();
+                dims[axis] = inputs.iter().map(|a| a.dims[axis]).sum();
+                // Each output index along `axis` belongs to one input, at an offset.
+                let owner: Vec<(usize, i64)> =
+                    inputs.iter().enumerate().flat_map(|(k, a)| (0..a.dims[axis]).map(move |j| (k, j))).collect();
+                Array::from_fn(&dims, |i| {
+                    let mut at = Array::unravel(i as i64, &dims);
+                    let (k, j) = owner[at[axis] as usize];
+                    at[axis] = j;
+                    let strides = crate::dim::packed_strides(&inputs[k].dims);
+                    let source: i64 = at.iter().zip(&strides).map(|(v, s)| v * s).sum();
+                    inputs[k].data[source as usize]
+                })
+            }
             Layout::Reshape { shape } => Array { dims: shape.clone(), data: x.data.clone() },
             Layout::Transpose { permutation } => {
                 let axes = Layout::axes(permutation, x.dims.len()).unwrap_or_default();
@@ -310,6 +430,85 @@ impl Layout {
             }
         }
     }
+}
+
+/// Packed strides for `dims` that keep the dim order of `like` (largest stride outermost; ties
+/// keep the earlier dim outer), as cudnn-frontend's `generate_stride_order_preserving_format`.
+fn strides_in_order_of(like: &[i64], dims: &[i64]) -> Vec<i64> {
+    if like.len() != dims.len() {
+        return crate::dim::packed_strides(dims);
+    }
+    let mut order: Vec<usize> = (0..dims.len()).collect();
+    order.sort_by(|&a, &b| like[b].cmp(&like[a]).then(a.cmp(&b)));
+    let mut strides = vec![0; dims.len()];
+    let mut next = 1i64;
+    for &d in order.iter().rev() {
+        strides[d] = next;
+        next *= dims[d].max(1);
+    }
+    strides
+}
+
+/// A concatenation's rule: one rank, equal dims outside `axis`, Y's `axis` the sum; the in-place
+/// index names an input.
+fn concat_infer<D: Dim>(
+    op: &'static str,
+    axis: i64,
+    in_place_index: Option<i64>,
+    inputs: &[TensorMeta<D>],
+    cx: &mut impl DimCx<D>,
+) -> Result<OutputMeta<D>, ShapeError> {
+    let Some(x0) = inputs.first() else {
+        return Err(ShapeError::general(ShapeErrorKind::Arity { op, expected: 1, found: 0 }));
+    };
+    let rank = x0.dims.len();
+    let axis = normalize_axis(op, axis, rank).map_err(ShapeError::general)?;
+    for (k, x) in inputs.iter().enumerate().skip(1) {
+        let port = CONCAT_PORTS[k].name;
+        if x.dims.len() != rank {
+            return Err(ShapeError::at(
+                k,
+                ShapeErrorKind::Rank {
+                    op,
+                    port,
+                    expected: format!("the rank of X[0] {} ({rank})", shape_string(&x0.dims)),
+                    found: x.dims.len(),
+                    shape: shape_string(&x.dims),
+                },
+            ));
+        }
+        for d in (0..rank).filter(|&d| d != axis) {
+            if !cx.require_eq(&x.dims[d], &x0.dims[d]) {
+                return Err(ShapeError::at(
+                    k,
+                    ShapeErrorKind::PortShape {
+                        op,
+                        port,
+                        expected: format!(
+                            "equal to X[0] {} outside axis {axis} (dim {d} is {})",
+                            shape_string(&x0.dims),
+                            x0.dims[d]
+                        ),
+                        found: shape_string(&x.dims),
+                    },
+                ));
+            }
+        }
+    }
+    if let Some(i) = in_place_index {
+        if usize::try_from(i).map_or(true, |i| i >= inputs.len()) {
+            return Err(ShapeError::general(ShapeErrorKind::Rule {
+                op,
+                rule: format!("attribute `in_place_index` {i} names no input (there are {})", inputs.len()),
+            }));
+        }
+    }
+    let mut dims = x0.dims.clone();
+    let along: Vec<D> = inputs.iter().map(|x| x.dims[axis].clone()).collect();
+    dims[axis] = D::sum(&along);
+    // Y's type is the graph's (the intermediate type, or the declared output type), as for a
+    // pointwise op: an f32 intermediate and an f16 input concatenate into either.
+    Ok(OutputMeta { dims, dtype: None })
 }
 
 #[cfg(test)]
@@ -369,20 +568,101 @@ mod tests {
         assert_eq!(l.output_strides(&[128, 8, 1], &[2, 4, 8]), vec![128, 16, 1]);
         assert_eq!(l.offset(&[128, 8, 1]), 128 + 32);
         let x = Array::from_fn(&[4, 16, 8], |i| i as f64);
-        let y = l.reference(&x);
+        let y = l.reference(&[&x]);
         assert_eq!(y.dims, vec![2, 4, 8]);
         assert_eq!(y.data[0], 160.0);
         assert_eq!(y.data[8], 176.0);
+    }
+
+    fn concat(inputs: usize, axis: i64, in_place: Option<i64>) -> Op {
+        let mut attrs = vec![("axis".to_string(), AttrValue::Int(axis))];
+        attrs.extend(in_place.map(|i| ("in_place_index".to_string(), AttrValue::Int(i))));
+        Op::from_call_with_inputs("concatenate", &attrs, inputs).unwrap()
+    }
+
+    #[test]
+    fn concatenation_shapes() {
+        let c = concat(3, 1, None);
+        assert_eq!(c.inputs().len(), 3);
+        let ins = [meta(vec![2i64, 3, 4]), meta(vec![2, 5, 4]), meta(vec![2, 1, 4])];
+        assert_eq!(c.infer(&ins, &mut Concrete).unwrap()[0].dims, vec![2, 9, 4]);
+        // A negative axis counts from the end.
+        let ins = [meta(vec![2i64, 4, 3]), meta(vec![2, 4, 5])];
+        assert_eq!(concat(2, -1, None).infer(&ins, &mut Concrete).unwrap()[0].dims, vec![2, 4, 8]);
+        let e = concat(2, 1, None).infer(&[meta(vec![2i64, 3, 4]), meta(vec![2, 3])], &mut Concrete).unwrap_err();
+        assert_eq!(e.arg, Some(1));
+        assert_eq!(
+            e.to_string(),
+            "`concatenate` port X[1] needs the rank of X[0] [2, 3, 4] (3), found rank 2 ([2, 3])"
+        );
+        let e = concat(2, 1, None).infer(&[meta(vec![2i64, 3, 4]), meta(vec![2, 3, 5])], &mut Concrete).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`concatenate` port X[1] must be equal to X[0] [2, 3, 4] outside axis 1 (dim 2 is 4), found [2, 3, 5]"
+        );
+        let e = concat(2, 3, None).infer(&[meta(vec![2i64, 3, 4]), meta(vec![2, 3, 4])], &mut Concrete).unwrap_err();
+        assert_eq!(e.to_string(), "`concatenate` axis 3 is out of range for rank 3");
+        let e = concat(2, 0, Some(2)).infer(&[meta(vec![2i64]), meta(vec![3])], &mut Concrete).unwrap_err();
+        assert_eq!(e.to_string(), "`concatenate`: attribute `in_place_index` 2 names no input (there are 2)");
+        // Symbolic: the axis extent is a sum, the other dims deferred equalities.
+        let mut cx = Symbolic::default();
+        let (m, n) = (SymDim::Param("M".into()), SymDim::Param("N".into()));
+        let ins = [meta(vec![m.clone(), SymDim::Lit(4)]), meta(vec![n, SymDim::Lit(4)])];
+        let y = concat(2, 0, None).infer(&ins, &mut cx).unwrap();
+        assert_eq!(y[0].dims[0].to_string(), "((M) + (N))");
+        // Input counts: from 1 to MAX_CONCAT_INPUTS.
+        let axis = [("axis".to_string(), AttrValue::Int(0))];
+        for bad in [0, MAX_CONCAT_INPUTS + 1] {
+            let e = Op::from_call_with_inputs("concatenate", &axis, bad).unwrap_err();
+            assert_eq!(e.to_string(), format!("`concatenate` takes 1 to 32 inputs, found {bad}"));
+        }
+        assert_eq!(Op::from_call("concatenate", &axis).unwrap().inputs().len(), 2);
+        // Other ops keep their ports whatever the count.
+        assert_eq!(Op::from_call_with_inputs("relu", &[], 3).unwrap().inputs().len(), 1);
+    }
+
+    #[test]
+    fn concatenation_reference_matches_a_direct_loop() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = |dims: &[i64]| {
+            Array::from_fn(dims, |_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+            })
+        };
+        let (a, b, c) = (random(&[2, 3, 4]), random(&[2, 3, 1]), random(&[2, 3, 2]));
+        let Op::Layout(l) = concat(3, 2, None) else { unreachable!() };
+        let y = l.reference(&[&a, &b, &c]);
+        assert_eq!(y.dims, vec![2, 3, 7]);
+        for i in 0..2 {
+            for j in 0..3 {
+                for k in 0..7 {
+                    let want = match k {
+                        0..=3 => a.data[(i * 3 + j) * 4 + k],
+                        4 => b.data[i * 3 + j],
+                        _ => c.data[(i * 3 + j) * 2 + (k - 5)],
+                    };
+                    assert_eq!(y.data[(i * 3 + j) * 7 + k], want, "[{i}, {j}, {k}]");
+                }
+            }
+        }
+        assert!(y.data.iter().all(|&v| v != 0.0));
+        // Y keeps X[0]'s dim order: channels-last in, channels-last out.
+        assert_eq!(l.output_strides(&[48, 1, 12, 4], &[2, 6, 3, 4]), vec![72, 1, 24, 6]);
+        assert_eq!(l.output_strides(&[12, 4, 1], &[2, 3, 7]), vec![21, 7, 1]);
+        assert!(!l.is_view());
     }
 
     #[test]
     fn references_and_strides() {
         let x = Array::from_fn(&[2, 3], |i| i as f64);
         let Op::Layout(t) = op("transpose", "permutation", vec![1, 0]) else { unreachable!() };
-        assert_eq!(t.reference(&x).data, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert_eq!(t.reference(&[&x]).data, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
         assert_eq!(t.output_strides(&[3, 1], &[3, 2]), vec![1, 3]);
         let Op::Layout(r) = op("reshape", "shape", vec![3, 2]) else { unreachable!() };
-        assert_eq!(r.reference(&x).data, x.data);
+        assert_eq!(r.reference(&[&x]).data, x.data);
         assert_eq!(r.output_strides(&[3, 1], &[3, 2]), vec![2, 1]);
     }
 }
