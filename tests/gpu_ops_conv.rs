@@ -46,6 +46,11 @@ graph! {
         y = resample(x, mode = maxpool, window = [2, 2]);
     }
 
+    /// 2×2 max pooling with the index of each maximum.
+    pub MaxPoolIndex<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W]) -> (y: f16[N, C, P, Q], idx: i8[N, C, P, Q]) {
+        (y, idx) = resample(x, mode = maxpool, window = [2, 2], index = true);
+    }
+
     /// 3×3 average pooling, stride 2, padding 1, padding excluded from the average.
     pub AvgPool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W]) -> (y: f16[N, C, P, Q]) {
         y = resample(x, mode = avgpool_exclude_padding, window = [3, 3], stride = [2, 2], padding = [1, 1]);
@@ -140,4 +145,35 @@ fn gpu_pooling() {
     let mut ws = workspace(&stream, plan.workspace_size());
     plan.execute(&cudnn, AvgPoolArgs { x: &x_d, y: &mut y_d }, Some(&mut ws)).unwrap();
     check("avgpool 3x3 stride 2 exclude padding f16", "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
+}
+
+/// The index output: Y checked as always; the indices compared with the reference's (the first
+/// maximum, row-major in the window) and the agreement printed, since cuDNN documents no encoding.
+#[test]
+fn gpu_maxpool_index() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (n, c, h, w) = (2usize, 16usize, 32usize, 32usize);
+    let x = uniform::<f16>(11, n * c * h * w, -2.0, 2.0);
+    let g = MaxPoolIndex::new(n, c, h, w, 16, 16);
+    let want = g.reference(MaxPoolIndexInputs { x: &x }).unwrap();
+    let plan = match g.build(&cudnn, &BuildOptions::default()) {
+        Ok(plan) => plan,
+        Err(e) => return println!("maxpool with index: not planned by cuDNN {}: {e}", cudnn.version()),
+    };
+    let x_d = upload(&stream, &x);
+    let mut y_d = poisoned::<f16>(&stream, want.y.len());
+    let mut idx_d = stream.clone_htod(&vec![-1i8; want.idx.len()]).unwrap();
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, MaxPoolIndexArgs { x: &x_d, y: &mut y_d, idx: &mut idx_d }, Some(&mut ws)).unwrap();
+    check("maxpool 2x2 with index f16", "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
+    let got = stream.clone_dtoh(&idx_d).unwrap();
+    let same = got.iter().zip(&want.idx).filter(|(a, b)| a == b).count();
+    println!(
+        "maxpool index, engine {}: {same} of {} equal to the reference's; first 8 cuDNN {:?}, reference {:?}",
+        plan.plan().selected().tag(),
+        got.len(),
+        &got[..8],
+        &want.idx[..8]
+    );
+    assert!(got.iter().all(|&i| (0..4).contains(&i)), "every index is a position in the 2x2 window");
 }

@@ -398,7 +398,7 @@ impl GraphBuilder {
     }
 
     /// Gives a layout op's output with unset strides cudnn-frontend's: a transpose's, reshape's
-    /// or slice's those that make it a view of its input, a concatenation's packed in X[0]'s dim
+    /// or slice's those that make it a view of its input, a concatenation's packed in `X[0]`'s dim
     /// order; in node order so chains follow.
     fn default_view_strides(&mut self) {
         for n in &self.nodes {

@@ -10,9 +10,9 @@
 //! | `concatenate(x0, .., xn, axis = a, in_place_index = i)` | 1 to [`MAX_CONCAT_INPUTS`] inputs of one rank, equal outside `axis`; `Y[axis] = Σ Xk[axis]` |
 //!
 //! A concatenation takes any number of inputs (ports `X[0]`, `X[1]`, ...) and, unlike the others,
-//! moves data: Y is a new tensor whose strides keep X[0]'s dim order (cudnn-frontend's rule).
+//! moves data: Y is a new tensor whose strides keep `X[0]`'s dim order (cudnn-frontend's rule).
 //! `in_place_index = i` tells cuDNN that input `i` already lies in Y's memory at its place, so
-//! only the other inputs are written: the caller puts X[i]'s values there before executing (the
+//! only the other inputs are written: the caller puts `X[i]`'s values there before executing (the
 //! CPU reference computes the whole concatenation either way). cuDNN 9.19 has no engine for a
 //! concatenation on its own (cudnn-frontend's standalone sample needs 9.22 and Blackwell); it
 //! fuses one after a convolution's output, with an in-place index.
