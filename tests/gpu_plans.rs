@@ -372,6 +372,45 @@ fn gpu_cuda_graph_replays_an_execute() {
     }
 }
 
+/// A graph populated by cuDNN, pointed at other buffers with `PlanGraph::update` (no new
+/// recording): the replay computes the second set's result. A captured graph refuses, typed.
+#[test]
+fn gpu_cuda_graph_updates_its_pointers() {
+    let Some(ctx) = gpu() else { return };
+    let stream = ctx.new_stream().unwrap();
+    let cudnn = Cudnn::new(stream.clone()).unwrap();
+    let graph = matmul_bias_relu(256, 256, 128);
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    let (first, second) = (Case::new(&graph, 310), Case::new(&graph, 311));
+    let a = Buffers::new(&stream, &first, plan.workspace_size());
+    let b = Buffers::new(&stream, &second, plan.workspace_size());
+    stream.synchronize().unwrap();
+    let ((io_a, ws_a), (io_b, ws_b)) = (a.raw(&stream), b.raw(&stream));
+    // SAFETY: both sets of buffers outlive the graphs (dropped at the end of the test, after them).
+    let mut g = match unsafe { plan.cuda_graph(&cudnn, &io_a, ws_a, GraphMode::Native) } {
+        Ok(g) => g,
+        Err(e @ BackendError::WrongEngine { .. }) => return println!("native graphs unsupported here: {e}"),
+        Err(e) => panic!("{e}"),
+    };
+    g.launch().unwrap();
+    stream.synchronize().unwrap();
+    a.check(&stream, &first, "recorded");
+    let start = Instant::now();
+    // SAFETY: as above.
+    unsafe { g.update(&cudnn, &io_b, ws_b) }.unwrap();
+    let took = start.elapsed();
+    g.launch().unwrap();
+    stream.synchronize().unwrap();
+    b.check(&stream, &second, "updated");
+    println!("updated a native graph's pointers in {took:?}");
+    drop(g);
+    // SAFETY: as above.
+    let mut captured = unsafe { plan.cuda_graph(&cudnn, &io_a, ws_a, GraphMode::Capture) }.unwrap();
+    // SAFETY: as above (it is refused before any pointer is used).
+    let refused = unsafe { captured.update(&cudnn, &io_b, ws_b) };
+    assert!(matches!(refused, Err(BackendError::WrongEngine { .. })), "{refused:?}");
+}
+
 #[test]
 fn gpu_warm_start_from_the_plan_cache() {
     let Some(ctx) = gpu() else { return };

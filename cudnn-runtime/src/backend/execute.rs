@@ -26,7 +26,6 @@
 //! [`ExecutionPlan::from_json`].
 
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::ptr;
 use std::sync::Arc;
 
@@ -558,7 +557,7 @@ impl ExecutionPlan {
             driver("cuGraphInstantiateWithFlags", unsafe {
                 cudarc::driver::sys::cuGraphInstantiateWithFlags(&mut handles.exec, handles.graph, 0)
             })?;
-            return Ok(PlanGraph { kind: GraphKind::Native(handles), stream, _plan: PhantomData });
+            return Ok(PlanGraph { kind: GraphKind::Native(handles), stream, plan: self });
         }
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         stream
@@ -569,7 +568,7 @@ impl ExecutionPlan {
         let captured = stream.end_capture(CUgraphInstantiate_flags(0));
         launched?;
         match captured {
-            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), stream, _plan: PhantomData }),
+            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), stream, plan: self }),
             Ok(None) => {
                 Err(BackendError::Driver { call: "cuStreamEndCapture", message: "nothing was captured".into() })
             }
@@ -657,7 +656,7 @@ impl CachedPack {
 pub struct PlanGraph<'p> {
     kind: GraphKind,
     stream: Arc<CudaStream>,
-    _plan: PhantomData<&'p ExecutionPlan>,
+    plan: &'p ExecutionPlan,
 }
 
 enum GraphKind {
@@ -698,6 +697,53 @@ impl PlanGraph<'_> {
     /// capture.
     pub fn is_native(&self) -> bool {
         matches!(self.kind, GraphKind::Native(_))
+    }
+
+    /// Points a graph populated by cuDNN at other buffers without recording it again:
+    /// `cudnnBackendUpdateCudaGraph` rewrites its nodes' arguments for a variant pack of these
+    /// pointers (taken as [`ExecutionPlan::cuda_graph`] takes them), then the instantiated graph
+    /// is updated in place (`cuGraphExecUpdate`). The plan's selection must be the one the graph
+    /// was recorded with. A stream-captured graph cannot be updated this way: that is a
+    /// [`BackendError::WrongEngine`]; record it again instead.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::cuda_graph`]: the new pointers must stay valid for every later launch.
+    /// Launches already enqueued keep the old pointers (CUDA applies an update from the next
+    /// launch on), so those must stay valid until that work is done.
+    pub unsafe fn update(&mut self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
+        let plan = self.plan;
+        let GraphKind::Native(native) = &mut self.kind else {
+            return Err(BackendError::WrongEngine {
+                graph: plan.graph().name.clone(),
+                engine: "a stream-captured CUDA graph".into(),
+                reason: "only graphs populated by cuDNN (GraphMode::Native) can be updated: record it again",
+            });
+        };
+        let (handle, _) = plan.target(cudnn)?;
+        plan.check_raw(io, workspace)?;
+        let pack = plan.variant_pack(io, workspace)?;
+        let held = plan.descriptors();
+        let descriptor = held.plan(plan.selected_index());
+        // SAFETY: a live handle, plan and pack; `native.graph` was populated by cuDNN for this
+        // plan (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
+        let status = unsafe {
+            sys::cudnnBackendUpdateCudaGraph(handle, descriptor.as_raw(), pack.as_raw(), native.graph.cast())
+        };
+        if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+            return Err(status_error("cudnnBackendUpdateCudaGraph", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
+        }
+        // SAFETY: a plain C struct of an enum and two pointers, for which all zeros is valid.
+        let mut info: cudarc::driver::sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: an instantiated graph and the graph it was instantiated from, topology unchanged
+        // (cuDNN only rewrites node parameters); `info` is a valid out-pointer.
+        let r = unsafe { cudarc::driver::sys::cuGraphExecUpdate_v2(native.exec, native.graph, &mut info) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(BackendError::Driver {
+                call: "cuGraphExecUpdate",
+                message: format!("{r:?} ({:?})", info.result),
+            });
+        }
+        Ok(())
     }
 
     /// Replays the execute on the stream it was recorded for.
