@@ -1,6 +1,7 @@
 //! Execution: [`ExecutionPlan::execute`] over type-erased, borrow-checked [`DeviceBuffer`]s, and
 //! [`ExecutionPlan::execute_raw`] over raw device pointers for frameworks with their own
-//! allocators, and [`ExecutionPlan::cuda_graph`], one execute recorded as a CUDA graph.
+//! allocators, and [`ExecutionPlan::cuda_graph`], one execute recorded as a CUDA graph (which
+//! [`PlanGraph::update`] points at other buffers when cuDNN populated it).
 //!
 //! The hot path is lean: the variant-pack layout (ascending uids, each I/O tensor's position,
 //! the by-value scalars' host storage) is fixed when the plan is made, pointer arrays live on the
