@@ -24,6 +24,15 @@ graph! {
         y = concatenate(a, b, c, axis = -2);
     }
 
+    /// A graph output read by a later op: the convolution's output is both `yc` and the first
+    /// part of the concatenation (cudnn-frontend's "Convolution fprop concatenate" sample).
+    pub ConvJoin<dyn N, dyn H, dyn W>(x: f32[N, 3, H, W], w: f32[4, 3, 1, 1], y0: f32[N, 2, H, W])
+        -> (yc: f32[N, 4, H, W], y: f32[N, 6, H, W])
+    {
+        yc = conv_fprop(x, w);
+        y = concatenate(yc, y0, axis = 1);
+    }
+
     pub Pool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W]) -> (y: f32[N, C, P, Q]) {
         y = resample(x, mode = avgpool_include_padding, window = [2, 3], stride = [1, 2], padding = [1, 1]);
     }
@@ -160,4 +169,27 @@ fn concatenate_joins_along_the_axis() {
     gb.output(y, "y", cudnn_graph::DataType::F32).unwrap();
     let built = gb.build().unwrap();
     assert_eq!(built.fingerprint(), g.graph().unwrap().fingerprint());
+}
+
+#[test]
+fn an_assigned_output_feeds_a_later_op() {
+    let (n, h, w) = (2usize, 3usize, 5usize);
+    let g = ConvJoin::new(n, h, w);
+    let (x, wt, y0) = (random::<f32>(1, n * 3 * h * w), random::<f32>(2, 4 * 3), random::<f32>(3, n * 2 * h * w));
+    let got = g.reference(ConvJoinInputs { x: &x, w: &wt, y0: &y0 }).unwrap();
+    let mut want_yc = Vec::with_capacity(n * h * w * 4);
+    for pixel in x.chunks(3) {
+        for k in 0..4 {
+            want_yc.push((0..3).map(|c| f64::from(pixel[c]) * f64::from(wt[k * 3 + c])).sum::<f64>() as f32);
+        }
+    }
+    assert!(max_abs_error(&got.yc, &want_yc) < 1e-6, "{}", max_abs_error(&got.yc, &want_yc));
+    // Channels-last: each pixel of y is the conv's 4 channels (yc itself), then y0's 2.
+    let want_y: Vec<f32> = got.yc.chunks(4).zip(y0.chunks(2)).flat_map(|(c, z)| c.iter().chain(z).copied()).collect();
+    assert_eq!(got.y, want_y);
+    // One tensor, non-virtual, produced by the conv and consumed by the concatenation.
+    let graph = g.graph().unwrap();
+    let yc = graph.tensor_by_name("yc").unwrap();
+    assert!(!yc.is_virtual);
+    assert_eq!(graph.nodes[1].inputs[0], graph.nodes[0].outputs[0]);
 }

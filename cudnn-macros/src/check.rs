@@ -81,6 +81,9 @@ struct Value {
 enum Kind {
     Input,
     Intermediate,
+    /// An assigned graph output, readable by later statements (a non-virtual intermediate, as in
+    /// cudnn-frontend when an op's output is marked as a graph output and also consumed).
+    Output,
 }
 
 struct Checker<'a> {
@@ -326,6 +329,7 @@ impl Checker<'_> {
                             Some(mut value) => {
                                 value.tensor = key.clone();
                                 self.check_output(&def.outputs[idx], port, &value, expr);
+                                self.readable_output(target, port, &value);
                                 assigned.insert(key.clone(), key);
                             }
                             None => {
@@ -361,6 +365,7 @@ impl Checker<'_> {
                         continue;
                     };
                     self.check_output(&def.outputs[idx], port, &value, expr);
+                    self.readable_output(target, port, &value);
                     assigned.insert(key.clone(), value.tensor);
                 }
             }
@@ -379,6 +384,20 @@ impl Checker<'_> {
             }
         }
         bindings
+    }
+
+    /// Later statements may read an assigned output: the declared port's tensor, whose dims and
+    /// dtype are the declaration's.
+    fn readable_output(&mut self, target: &Ident, port: &Port, value: &Value) {
+        let readable = Value {
+            tensor: value.tensor.clone(),
+            dims: port.dims.clone(),
+            dtype: port.dtype.unwrap_or(value.dtype),
+            span: target.span(),
+            kind: Kind::Output,
+            used: true,
+        };
+        self.env.insert(target.to_string(), readable);
     }
 
     /// An output gets the declared shape and a compatible dtype.
@@ -449,6 +468,15 @@ impl Checker<'_> {
                             kind: v.kind,
                             used: true,
                         })]
+                    }
+                    None if self.def.outputs.iter().any(|o| o.name == key) => {
+                        self.cx.error(
+                            id,
+                            format!(
+                                "output `{key}` is read before it is assigned; assign it with `{key} = ...;` first"
+                            ),
+                        );
+                        vec![None]
                     }
                     None => {
                         let hint = ops::closest(&key, self.env.keys().map(String::as_str))
