@@ -147,8 +147,9 @@ fn gpu_pooling() {
     check("avgpool 3x3 stride 2 exclude padding f16", "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
 }
 
-/// The index output: Y checked as always; the indices compared with the reference's (the first
-/// maximum, row-major in the window) and the agreement printed, since cuDNN documents no encoding.
+/// The index output: Y checked as always; the indices must equal the reference's (the first
+/// maximum, row-major in the window). cuDNN documents no encoding; this is the one it was
+/// measured to use.
 #[test]
 fn gpu_maxpool_index() {
     let Some((stream, cudnn)) = common::gpu() else { return };
@@ -156,10 +157,7 @@ fn gpu_maxpool_index() {
     let x = uniform::<f16>(11, n * c * h * w, -2.0, 2.0);
     let g = MaxPoolIndex::new(n, c, h, w, 16, 16);
     let want = g.reference(MaxPoolIndexInputs { x: &x }).unwrap();
-    let plan = match g.build(&cudnn, &BuildOptions::default()) {
-        Ok(plan) => plan,
-        Err(e) => return println!("maxpool with index: not planned by cuDNN {}: {e}", cudnn.version()),
-    };
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
     let x_d = upload(&stream, &x);
     let mut y_d = poisoned::<f16>(&stream, want.y.len());
     let mut idx_d = stream.clone_htod(&vec![-1i8; want.idx.len()]).unwrap();
@@ -175,5 +173,7 @@ fn gpu_maxpool_index() {
         &got[..8],
         &want.idx[..8]
     );
-    assert!(got.iter().all(|&i| (0..4).contains(&i)), "every index is a position in the 2x2 window");
+    // Measured on the H200 with cuDNN 9.19: the same encoding as the reference (the first
+    // maximum's position in the window, row-major), every index equal.
+    assert_eq!(same, got.len(), "cuDNN's indices differ from the reference's");
 }

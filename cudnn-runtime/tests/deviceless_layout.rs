@@ -2,7 +2,7 @@
 //! reshape operation finalizes, but heuristics propose no engine for it alone, after a matmul's
 //! epilogue or feeding a matmul (a typed `NoPlan`, recorded in `docs/ops.md`; cuDNN 9.22 adds
 //! dedicated transpose and slice operations). A test here fails the day cuDNN plans one. Slices
-//! plan as pointer offsets; a concatenation plans after a convolution, not alone.
+//! plan as pointer offsets; a concatenation plans in the one form cuDNN 9.19 computes correctly.
 //!
 //! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
@@ -10,7 +10,7 @@
 mod common;
 
 use common::{deviceless, no_plan};
-use cudnn_runtime::backend::{BuildOptions, ExecutionPlan};
+use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
 use cudnn_runtime::ops::{AttrValue, PointwiseMode};
 use cudnn_runtime::{DataType, GraphBuilder, Operand};
 
@@ -89,36 +89,31 @@ fn slices_of_graph_inputs_plan_as_pointer_offsets() {
     assert!(e.to_string().contains("Y must feed another op"), "{e}");
 }
 
-/// A concatenation lowers to one `CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR`. On its own cuDNN 9.19
-/// has no engine for it (cudnn-frontend's standalone sample needs 9.22 and Blackwell): a typed
-/// `NoPlan`. After a convolution, with the other input in place (cudnn-frontend's
-/// "Convolution fprop concatenate" sample, cuDNN ≥ 9.8), it plans.
+/// The one concatenation cuDNN 9.19 computes correctly (measured on the H200 by
+/// `tests/gpu_ops_layout.rs`): a `conv_fprop`'s virtual output first, then a graph input already
+/// in place (cudnn-frontend's "Convolution fprop concatenate" sample). It lowers to one
+/// `CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR` and plans. Every other form breaks the typed
+/// support rule `concat.fused_in_place` before cuDNN sees it: cuDNN would accept them and write
+/// a wrong result (or, for a pointwise op between the two, crash while building).
 #[test]
 fn concatenations() {
     let Some(cudnn) = deviceless() else { return };
     use DataType::F16;
     let axis = |a: i64| ("axis".to_string(), AttrValue::Int(a));
-
-    let mut g = GraphBuilder::new("concat_alone");
-    let a = g.input("a", F16, &[2, 8, 16]).unwrap();
-    let b = g.input("b", F16, &[2, 24, 16]).unwrap();
-    let y = g.op("concatenate", &[a.into(), b.into()], &[axis(1)]).unwrap()[0];
-    g.output(y, "y", F16).unwrap();
-    no_plan(&cudnn, &g.build().unwrap());
-
-    // NHWC conv [16, 128, 64, 64] * [256, 128, 1, 1], concatenated along C with `y0` in place.
-    let mut g = GraphBuilder::new("conv_concat");
-    let x = g.input("x", F16, &[16, 128, 64, 64]).unwrap();
-    let w = g.input("w", F16, &[256, 128, 1, 1]).unwrap();
+    let in_place = |i: i64| ("in_place_index".to_string(), AttrValue::Int(i));
     let conv = [
         ("pre_padding".to_string(), AttrValue::IntList(vec![0, 0])),
         ("post_padding".to_string(), AttrValue::IntList(vec![0, 0])),
         ("stride".to_string(), AttrValue::IntList(vec![1, 1])),
     ];
+
+    // NHWC conv [16, 128, 64, 64] * [256, 128, 1, 1], concatenated along C with `y0` in place.
+    let mut g = GraphBuilder::new("conv_concat");
+    let x = g.input("x", F16, &[16, 128, 64, 64]).unwrap();
+    let w = g.input("w", F16, &[256, 128, 1, 1]).unwrap();
     let c = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
     let y0 = g.input("y0", F16, &[16, 256, 64, 64]).unwrap();
-    let inplace = ("in_place_index".to_string(), AttrValue::Int(1));
-    let y = g.op("concatenate", &[c.into(), y0.into()], &[axis(1), inplace]).unwrap()[0];
+    let y = g.op("concatenate", &[c.into(), y0.into()], &[axis(1), in_place(1)]).unwrap()[0];
     g.output(y, "y", F16).unwrap();
     let graph = g.build().unwrap();
     let nhwc = |c: i64| vec![c * 64 * 64, 1, 64 * c, c];
@@ -127,13 +122,75 @@ fn concatenations() {
     assert_eq!(graph.tensors[y.0].strides, nhwc(512));
     common::plan(&cudnn, &graph);
 
-    // Without the in-place index cuDNN plans it too (the GPU test checks it copies y0).
-    let mut g = GraphBuilder::new("conv_concat_copy");
-    let x = g.input("x", F16, &[16, 128, 64, 64]).unwrap();
-    let w = g.input("w", F16, &[256, 128, 1, 1]).unwrap();
-    let c = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
-    let y0 = g.input("y0", F16, &[16, 64, 64, 64]).unwrap();
-    let y = g.op("concatenate", &[y0.into(), c.into()], &[axis(1)]).unwrap()[0];
-    g.output(y, "y", F16).unwrap();
-    common::plan(&cudnn, &g.build().unwrap());
+    // The forms that break the rule, each with the cause the error names.
+    let broken = |name: &str, build: &dyn Fn(&mut GraphBuilder), cause: &str| {
+        let mut g = GraphBuilder::new(name);
+        build(&mut g);
+        let graph = g.build().unwrap();
+        match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
+            Err(cudnn_runtime::Error::Backend(e @ BackendError::SupportRule { rule: "concat.fused_in_place", .. })) => {
+                let text = e.to_string();
+                assert!(text.contains(cause), "{name}: {text}");
+                println!("{name}: {text}");
+            }
+            other => {
+                panic!("{name}: not the concat.fused_in_place rule: {:?}", other.map(|p| p.selected().to_string()))
+            }
+        }
+    };
+    let conv_then = |g: &mut GraphBuilder, y0_first: bool, attrs: &[(String, AttrValue)]| {
+        let x = g.input("x", F16, &[2, 16, 8, 8]).unwrap();
+        let w = g.input("w", F16, &[32, 16, 1, 1]).unwrap();
+        let c = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
+        let y0 = g.input("y0", F16, &[2, 32, 8, 8]).unwrap();
+        let ins = if y0_first { [y0.into(), c.into()] } else { [c.into(), y0.into()] };
+        let y = g.op("concatenate", &ins, attrs).unwrap()[0];
+        g.output(y, "y", F16).unwrap();
+        c
+    };
+    broken(
+        "concat_alone",
+        &|g| {
+            let a = g.input("a", F16, &[2, 8, 16]).unwrap();
+            let b = g.input("b", F16, &[2, 24, 16]).unwrap();
+            let y = g.op("concatenate", &[a.into(), b.into()], &[axis(1), in_place(1)]).unwrap()[0];
+            g.output(y, "y", F16).unwrap();
+        },
+        "input X[0] (`a`) is a graph input",
+    );
+    broken(
+        "conv_concat_copy",
+        &|g| {
+            conv_then(g, false, &[axis(1)]);
+        },
+        "it has 2 inputs and no in-place index",
+    );
+    broken(
+        "y0_in_place_first",
+        &|g| {
+            conv_then(g, true, &[axis(1), in_place(0)]);
+        },
+        "in_place_index = 0",
+    );
+    broken(
+        "conv_output_too",
+        &|g| {
+            let c = conv_then(g, false, &[axis(1), in_place(1)]);
+            g.output(c, "yc", F16).unwrap();
+        },
+        "is a graph output as well",
+    );
+    broken(
+        "conv_relu_concat",
+        &|g| {
+            let x = g.input("x", F16, &[2, 16, 8, 8]).unwrap();
+            let w = g.input("w", F16, &[32, 16, 1, 1]).unwrap();
+            let c = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
+            let r = g.op("relu", &[c.into()], &[]).unwrap()[0];
+            let y0 = g.input("y0", F16, &[2, 32, 8, 8]).unwrap();
+            let y = g.op("concatenate", &[r.into(), y0.into()], &[axis(1), in_place(1)]).unwrap()[0];
+            g.output(y, "y", F16).unwrap();
+        },
+        "is computed by a relu, not a conv_fprop",
+    );
 }

@@ -13,6 +13,9 @@ use super::Layout;
 use crate::backend::lower::{LoweredOp, NodeCx};
 use crate::backend::BackendError;
 use crate::dim::packed_strides;
+use crate::ir::TensorId;
+use crate::ops::conv::ConvKind;
+use crate::ops::Op;
 
 pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
     if let Layout::Reshape { .. } = op {
@@ -25,6 +28,7 @@ pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendEr
         }
     }
     if let Layout::Concatenate { in_place_index, .. } = op {
+        fused_in_place(cx, *in_place_index)?;
         let rank = cx.input_rank(0);
         let axis = op.concat_axis(rank).ok_or_else(|| cx.unsupported(format!("its axis is outside rank {rank}")))?;
         let inputs = (0..cx.node().inputs.len()).map(|i| cx.input(i)).collect::<Result<Vec<_>, _>>()?;
@@ -45,4 +49,62 @@ pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendEr
     operation.set_descriptors(A::CUDNN_ATTR_OPERATION_RESHAPE_YDESC, &[cx.output(0)?])?;
     operation.finalize()?;
     Ok(LoweredOp { operation, parts: Vec::new() })
+}
+
+/// The one form of concatenation that cuDNN 9.19 computes correctly on the H200: two inputs, the
+/// first the virtual output of a `conv_fprop`, the second a graph input already in the output's
+/// memory (`in_place_index = 1`), the result a graph output that no other node reads.
+///
+/// Measured there (engine 1, runtime-compiled; `tests/gpu_ops_layout.rs`): the engine writes the
+/// convolution's part at the start of the axis whatever its position among the inputs, never
+/// copies a graph input, leaves a convolution output that is also a graph output unwritten, and
+/// crashes the process while building `concatenate(relu(conv_fprop(..)), ..)`. cuDNN accepts
+/// all of these, so the rule is ours: without it each would be a silently wrong result or a
+/// crash, never a typed error. It applies whatever the loaded version, until one is measured to
+/// do better.
+fn fused_in_place(cx: &NodeCx<'_>, in_place_index: Option<i64>) -> Result<(), BackendError> {
+    let (graph, node) = (cx.graph(), cx.node());
+    let fail = |message: String| BackendError::SupportRule {
+        node: node.name.clone(),
+        op: node.op.call_name(),
+        rule: "concat.fused_in_place",
+        message: format!(
+            "{message}; cuDNN 9.19 computes a concatenation only as `concatenate(conv_fprop(..), y0, \
+             in_place_index = 1)`, with y0's values already in the output's memory (it writes the \
+             convolution's part at the start of the axis and copies no input)"
+        ),
+    };
+    let producer = |t: TensorId| graph.nodes.iter().find(|n| n.outputs.contains(&t));
+    if node.inputs.len() != 2 || in_place_index != Some(1) {
+        let given = in_place_index.map_or("no in-place index".to_string(), |i| format!("in_place_index = {i}"));
+        return Err(fail(format!("it has {} inputs and {given}", node.inputs.len())));
+    }
+    let (computed, in_place) = (graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1]));
+    match producer(node.inputs[0]) {
+        Some(p) if matches!(&p.op, Op::Conv(c) if c.kind == ConvKind::Fprop) => {}
+        Some(p) => {
+            return Err(fail(format!(
+                "input X[0] (`{}`) is computed by a {}, not a conv_fprop",
+                computed.name,
+                p.op.call_name()
+            )))
+        }
+        None => {
+            return Err(fail(format!("input X[0] (`{}`) is a graph input, not computed in the graph", computed.name)))
+        }
+    }
+    if !computed.is_virtual {
+        return Err(fail(format!(
+            "input X[0] (`{}`) is a graph output as well, which cuDNN leaves unwritten",
+            computed.name
+        )));
+    }
+    if producer(node.inputs[1]).is_some() {
+        return Err(fail(format!("the in-place input X[1] (`{}`) is computed in the graph", in_place.name)));
+    }
+    let y = node.outputs[0];
+    if graph.tensor(y).is_virtual || graph.nodes.iter().any(|n| n.inputs.contains(&y)) {
+        return Err(fail(format!("its output `{}` is read by another node", graph.tensor(y).name)));
+    }
+    Ok(())
 }
