@@ -101,6 +101,72 @@ graph! {
         inv_var = v;
     }
 
+    /// RMS norm's backward, with or without dBias, on statistics computed here.
+    pub RmsBackward<dyn N, dyn D>(
+        dy: bf16[N, D, 1, 1],
+        x: bf16[N, D, 1, 1],
+        scale: f32[1, D, 1, 1],
+        inv_var: f32[N, 1, 1, 1],
+    ) -> (dx: bf16[N, D, 1, 1], dscale: f32[1, D, 1, 1]) {
+        (dx, dscale) = rmsnorm_backward(dy, x, scale, inv_var);
+    }
+
+    pub RmsBiasBackward<dyn N, dyn D>(
+        dy: f16[N, D, 1, 1],
+        x: f16[N, D, 1, 1],
+        scale: f32[1, D, 1, 1],
+        inv_var: f32[N, 1, 1, 1],
+    ) -> (dx: f16[N, D, 1, 1], dscale: f32[1, D, 1, 1], dbias: f32[1, D, 1, 1]) {
+        (dx, dscale, dbias) = rmsnorm_backward(dy, x, scale, inv_var, dbias = true);
+    }
+
+    /// Batch norm's backward (NCHW), per-channel statistics.
+    pub BnBackward<dyn N, dyn C, dyn H, dyn W>(
+        dy: f16[N, C, H, W],
+        x: f16[N, C, H, W],
+        scale: f32[1, C, 1, 1],
+        mean: f32[1, C, 1, 1],
+        inv_var: f32[1, C, 1, 1],
+    ) -> (dx: f16[N, C, H, W], dscale: f32[1, C, 1, 1], dbias: f32[1, C, 1, 1]) {
+        (dx, dscale, dbias) = batchnorm_backward(dy, x, scale, mean, inv_var);
+    }
+
+    /// Instance norm's backward (NCHW), per-sample-and-channel statistics.
+    pub InBackward<dyn N, dyn C, dyn H, dyn W>(
+        dy: bf16[N, C, H, W],
+        x: bf16[N, C, H, W],
+        scale: f32[1, C, 1, 1],
+        mean: f32[N, C, 1, 1],
+        inv_var: f32[N, C, 1, 1],
+    ) -> (dx: bf16[N, C, H, W], dscale: f32[1, C, 1, 1], dbias: f32[1, C, 1, 1]) {
+        (dx, dscale, dbias) = instancenorm_backward(dy, x, scale, mean, inv_var);
+    }
+
+    /// cudnn-frontend's "BN_inference DRelu DBN": the inference batch norm's ReLU gradient,
+    /// through batch norm's backward; channels-last, f16 intermediates (the only way cuDNN 9.19
+    /// runs a `batchnorm_inference`).
+    #[intermediate(f16)]
+    pub BnInferDreluDbn<dyn N, dyn C, dyn H, dyn W>(
+        x: f16[N, C, H, W] order [0, 2, 3, 1],
+        dy: f16[N, C, H, W] order [0, 2, 3, 1],
+        scale: f32[1, C, 1, 1],
+        bias: f32[1, C, 1, 1],
+        mean: f32[1, C, 1, 1],
+        inv_var: f32[1, C, 1, 1],
+    ) -> (dx: f16[N, C, H, W] order [0, 2, 3, 1], dscale: f32[1, C, 1, 1], dbias: f32[1, C, 1, 1]) {
+        let y = batchnorm_inference(x, mean, inv_var, scale, bias);
+        (dx, dscale, dbias) = batchnorm_backward(relu_bwd(dy, y), x, scale, mean, inv_var);
+    }
+
+    /// A convolution and its output's per-channel sum and sum of squares (the statistics a
+    /// following batch norm needs), in one kernel: `y` is a graph output read by `genstats`.
+    pub ConvGenstats<dyn N, dyn C, dyn K, dyn H, dyn W>(x: f16[N, C, H, W], w: f16[K, C, 3, 3])
+        -> (y: f16[N, K, H, W], sum: f32[1, K, 1, 1], sq_sum: f32[1, K, 1, 1])
+    {
+        y = conv_fprop(x, w, padding = [1, 1]);
+        (sum, sq_sum) = genstats(y);
+    }
+
     /// RMS norm feeding a matmul: one fused kernel if cuDNN fuses it.
     pub RmsMatmul<dyn M, dyn K, dyn N>(x: bf16[M, K], scale: bf16[1, K], w: bf16[K, N]) -> (y: bf16[M, N]) {
         y = matmul(rmsnorm(x, scale, 1e-5), w);
@@ -341,4 +407,211 @@ fn gpu_rmsnorm_matmul_fusion() {
             check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
         }
     }
+}
+
+/// `1 / sqrt(var + 1e-5)` and the mean of each group of `x` (as f64), where `group(i)` is the
+/// group of element `i`: the statistics the backward ops take from a forward pass.
+fn stats<T: cudnn_graph::Element>(x: &[T], groups: usize, group: impl Fn(usize) -> usize) -> (Vec<f32>, Vec<f32>) {
+    let (mut sum, mut sq, mut count) = (vec![0f64; groups], vec![0f64; groups], vec![0f64; groups]);
+    for (i, v) in x.iter().enumerate() {
+        let (g, v) = (group(i), v.to_f64_value());
+        sum[g] += v;
+        sq[g] += v * v;
+        count[g] += 1.0;
+    }
+    let mean: Vec<f64> = sum.iter().zip(&count).map(|(s, c)| s / c).collect();
+    let inv_var = (0..groups).map(|g| (1.0 / (sq[g] / count[g] - mean[g] * mean[g] + 1e-5).sqrt()) as f32).collect();
+    (mean.into_iter().map(|m| m as f32).collect(), inv_var)
+}
+
+#[test]
+fn gpu_rmsnorm_backward() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (n, d) = (1024usize, 768usize);
+    let scale = uniform::<f32>(101, d, 0.5, 1.5);
+    let s_d = upload(&stream, &scale);
+
+    // bf16, DX and DSCALE. RMS statistics: the inverse root mean square of each row.
+    let x = uniform::<bf16>(100, n * d, -2.0, 2.0);
+    let dy = uniform::<bf16>(102, n * d, -1.0, 1.0);
+    let inv_var: Vec<f32> = x
+        .chunks(d)
+        .map(|row| {
+            (1.0 / (row.iter().map(|v| f64::from(v.to_f32()).powi(2)).sum::<f64>() / d as f64 + 1e-5).sqrt()) as f32
+        })
+        .collect();
+    let g = RmsBackward::new(n, d);
+    let want = g.reference(RmsBackwardInputs { dy: &dy, x: &x, scale: &scale, inv_var: &inv_var }).unwrap();
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (dy_d, x_d, v_d) = (upload(&stream, &dy), upload(&stream, &x), upload(&stream, &inv_var));
+    let mut dx_d = poisoned::<bf16>(&stream, n * d);
+    let mut ds_d = poisoned::<f32>(&stream, d);
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args = RmsBackwardArgs { dy: &dy_d, x: &x_d, scale: &s_d, inv_var: &v_d, dx: &mut dx_d, dscale: &mut ds_d };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let case = format!("rmsnorm_backward bf16 [{n}, {d}, 1, 1] engine {}", plan.plan().selected().tag());
+    check(&case, "dx", &stream.clone_dtoh(&dx_d).unwrap(), &want.dx);
+    check(&case, "dscale", &stream.clone_dtoh(&ds_d).unwrap(), &want.dscale);
+
+    // f16 with DBIAS (the backward of `rmsnorm_bias`).
+    let x = uniform::<f16>(103, n * d, -2.0, 2.0);
+    let dy = uniform::<f16>(104, n * d, -1.0, 1.0);
+    let inv_var: Vec<f32> = x
+        .chunks(d)
+        .map(|row| {
+            (1.0 / (row.iter().map(|v| f64::from(v.to_f32()).powi(2)).sum::<f64>() / d as f64 + 1e-5).sqrt()) as f32
+        })
+        .collect();
+    let g = RmsBiasBackward::new(n, d);
+    let want = g.reference(RmsBiasBackwardInputs { dy: &dy, x: &x, scale: &scale, inv_var: &inv_var }).unwrap();
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (dy_d, x_d, v_d) = (upload(&stream, &dy), upload(&stream, &x), upload(&stream, &inv_var));
+    let mut dx_d = poisoned::<f16>(&stream, n * d);
+    let (mut ds_d, mut db_d) = (poisoned::<f32>(&stream, d), poisoned::<f32>(&stream, d));
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args = RmsBiasBackwardArgs {
+        dy: &dy_d,
+        x: &x_d,
+        scale: &s_d,
+        inv_var: &v_d,
+        dx: &mut dx_d,
+        dscale: &mut ds_d,
+        dbias: &mut db_d,
+    };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let case = format!("rmsnorm_backward f16 with dbias [{n}, {d}, 1, 1] engine {}", plan.plan().selected().tag());
+    check(&case, "dx", &stream.clone_dtoh(&dx_d).unwrap(), &want.dx);
+    check(&case, "dscale", &stream.clone_dtoh(&ds_d).unwrap(), &want.dscale);
+    check(&case, "dbias", &stream.clone_dtoh(&db_d).unwrap(), &want.dbias);
+}
+
+#[test]
+fn gpu_batchnorm_and_instancenorm_backward() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (n, c, h, w) = (8usize, 64usize, 16usize, 16usize);
+    let scale = uniform::<f32>(111, c, 0.5, 1.5);
+    let s_d = upload(&stream, &scale);
+
+    // Batch norm (NCHW): statistics per channel.
+    let x = uniform::<f16>(110, n * c * h * w, -1.0, 3.0);
+    let dy = uniform::<f16>(112, n * c * h * w, -1.0, 1.0);
+    let (mean, inv_var) = stats(&x, c, |i| (i / (h * w)) % c);
+    let g = BnBackward::new(n, c, h, w);
+    let want = g.reference(BnBackwardInputs { dy: &dy, x: &x, scale: &scale, mean: &mean, inv_var: &inv_var }).unwrap();
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (dy_d, x_d) = (upload(&stream, &dy), upload(&stream, &x));
+    let (m_d, v_d) = (upload(&stream, &mean), upload(&stream, &inv_var));
+    let mut dx_d = poisoned::<f16>(&stream, x.len());
+    let (mut ds_d, mut db_d) = (poisoned::<f32>(&stream, c), poisoned::<f32>(&stream, c));
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args = BnBackwardArgs {
+        dy: &dy_d,
+        x: &x_d,
+        scale: &s_d,
+        mean: &m_d,
+        inv_var: &v_d,
+        dx: &mut dx_d,
+        dscale: &mut ds_d,
+        dbias: &mut db_d,
+    };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let case = format!("batchnorm_backward f16 [{n}, {c}, {h}, {w}] engine {}", plan.plan().selected().tag());
+    check(&case, "dx", &stream.clone_dtoh(&dx_d).unwrap(), &want.dx);
+    check(&case, "dscale", &stream.clone_dtoh(&ds_d).unwrap(), &want.dscale);
+    check(&case, "dbias", &stream.clone_dtoh(&db_d).unwrap(), &want.dbias);
+
+    // Instance norm (NCHW): statistics per sample and channel.
+    let x = uniform::<bf16>(113, n * c * h * w, -2.0, 2.0);
+    let dy = uniform::<bf16>(114, n * c * h * w, -1.0, 1.0);
+    let (mean, inv_var) = stats(&x, n * c, |i| i / (h * w));
+    let g = InBackward::new(n, c, h, w);
+    let want = g.reference(InBackwardInputs { dy: &dy, x: &x, scale: &scale, mean: &mean, inv_var: &inv_var }).unwrap();
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (dy_d, x_d) = (upload(&stream, &dy), upload(&stream, &x));
+    let (m_d, v_d) = (upload(&stream, &mean), upload(&stream, &inv_var));
+    let mut dx_d = poisoned::<bf16>(&stream, x.len());
+    let (mut ds_d, mut db_d) = (poisoned::<f32>(&stream, c), poisoned::<f32>(&stream, c));
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args = InBackwardArgs {
+        dy: &dy_d,
+        x: &x_d,
+        scale: &s_d,
+        mean: &m_d,
+        inv_var: &v_d,
+        dx: &mut dx_d,
+        dscale: &mut ds_d,
+        dbias: &mut db_d,
+    };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let case = format!("instancenorm_backward bf16 [{n}, {c}, {h}, {w}] engine {}", plan.plan().selected().tag());
+    check(&case, "dx", &stream.clone_dtoh(&dx_d).unwrap(), &want.dx);
+    check(&case, "dscale", &stream.clone_dtoh(&ds_d).unwrap(), &want.dscale);
+    check(&case, "dbias", &stream.clone_dtoh(&db_d).unwrap(), &want.dbias);
+}
+
+/// `batchnorm_inference` runs on cuDNN 9.19 only fused like this (cudnn-frontend's
+/// "BN_inference DRelu DBN"); buffers are NHWC (the ports' declared order).
+#[test]
+fn gpu_batchnorm_inference_drelu_dbn() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (n, c, h, w) = (4usize, 32usize, 16usize, 16usize);
+    let x = uniform::<f16>(120, n * c * h * w, -2.0, 2.0);
+    let dy = uniform::<f16>(121, n * c * h * w, -1.0, 1.0);
+    let scale = uniform::<f32>(122, c, 0.5, 1.5);
+    let bias = uniform::<f32>(123, c, -0.5, 0.5);
+    // Channels last: channel of element i is i % c.
+    let (mean, inv_var) = stats(&x, c, |i| i % c);
+    let g = BnInferDreluDbn::new(n, c, h, w);
+    let inputs = BnInferDreluDbnInputs { x: &x, dy: &dy, scale: &scale, bias: &bias, mean: &mean, inv_var: &inv_var };
+    let want = g.reference(inputs).unwrap();
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (x_d, dy_d, s_d, b_d) =
+        (upload(&stream, &x), upload(&stream, &dy), upload(&stream, &scale), upload(&stream, &bias));
+    let (m_d, v_d) = (upload(&stream, &mean), upload(&stream, &inv_var));
+    let mut dx_d = poisoned::<f16>(&stream, x.len());
+    let (mut ds_d, mut db_d) = (poisoned::<f32>(&stream, c), poisoned::<f32>(&stream, c));
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args = BnInferDreluDbnArgs {
+        x: &x_d,
+        dy: &dy_d,
+        scale: &s_d,
+        bias: &b_d,
+        mean: &m_d,
+        inv_var: &v_d,
+        dx: &mut dx_d,
+        dscale: &mut ds_d,
+        dbias: &mut db_d,
+    };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let case =
+        format!("batchnorm_inference → relu_bwd → batchnorm_backward f16 NHWC engine {}", plan.plan().selected().tag());
+    check(&case, "dx", &stream.clone_dtoh(&dx_d).unwrap(), &want.dx);
+    check(&case, "dscale", &stream.clone_dtoh(&ds_d).unwrap(), &want.dscale);
+    check(&case, "dbias", &stream.clone_dtoh(&db_d).unwrap(), &want.dbias);
+}
+
+/// `genstats` runs on cuDNN 9.19 only after a convolution: the conv's output and its
+/// per-channel sum and sum of squares from one kernel (NHWC buffers, the conv default).
+#[test]
+fn gpu_conv_genstats() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (n, c, k, h, w) = (8usize, 64usize, 32usize, 16usize, 16usize);
+    let x = uniform::<f16>(130, n * c * h * w, -0.5, 1.5);
+    let wt = uniform::<f16>(131, k * c * 9, -0.05, 0.15);
+    let g = ConvGenstats::new(n, c, k, h, w);
+    let want = g.reference(ConvGenstatsInputs { x: &x, w: &wt }).unwrap();
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (x_d, w_d) = (upload(&stream, &x), upload(&stream, &wt));
+    let mut y_d = poisoned::<f16>(&stream, want.y.len());
+    let (mut s_d, mut q_d) = (poisoned::<f32>(&stream, k), poisoned::<f32>(&stream, k));
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args = ConvGenstatsArgs { x: &x_d, w: &w_d, y: &mut y_d, sum: &mut s_d, sq_sum: &mut q_d };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let case = format!(
+        "conv_fprop + genstats f16 NHWC [{n}, {c}, {h}, {w}] * [{k}, {c}, 3, 3] engine {}",
+        plan.plan().selected().tag()
+    );
+    check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
+    check(&case, "sum", &stream.clone_dtoh(&s_d).unwrap(), &want.sum);
+    check(&case, "sq_sum", &stream.clone_dtoh(&q_d).unwrap(), &want.sq_sum);
 }

@@ -270,6 +270,23 @@ pub fn storage_len(dims: &[i64], strides: &[i64]) -> i64 {
     1 + dims.iter().zip(strides).map(|(d, s)| (d - 1) * s).sum::<i64>()
 }
 
+/// Packed strides for `dims` that keep the dim order of `like` (largest stride outermost; ties
+/// keep the earlier dim outer), as cudnn-frontend's `generate_stride_order_preserving_format`.
+pub(crate) fn strides_in_order_of(like: &[i64], dims: &[i64]) -> Vec<i64> {
+    if like.len() != dims.len() {
+        return packed_strides(dims);
+    }
+    let mut order: Vec<usize> = (0..dims.len()).collect();
+    order.sort_by(|&a, &b| like[b].cmp(&like[a]).then(a.cmp(&b)));
+    let mut strides = vec![0; dims.len()];
+    let mut next = 1i64;
+    for &d in order.iter().rev() {
+        strides[d] = next;
+        next *= dims[d].max(1);
+    }
+    strides
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

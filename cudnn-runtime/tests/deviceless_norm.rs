@@ -292,3 +292,34 @@ fn rank_2_per_channel_norms_are_refused_with_a_reason() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `genstats` of a convolution's output, which stays a graph output (cudnn-frontend's conv +
+/// genstats fusion, the statistics a following batch norm needs): plans channels-last (the
+/// conv default), where `genstats` alone has no engine; NCHW has none (a typed `NoPlan`).
+#[test]
+fn genstats_plans_after_a_convolution() {
+    let Some(cudnn) = deviceless() else { return };
+    for layout in ["nhwc", "nchw"] {
+        let mut g = GraphBuilder::new(format!("conv_genstats_{layout}"));
+        let x = g.input("x", F16, &[8, 64, 16, 16]).unwrap();
+        let w = g.input("w", F16, &[32, 64, 3, 3]).unwrap();
+        let padding = [("padding".to_string(), AttrValue::IntList(vec![1, 1]))];
+        let y = g.op("conv_fprop", &[x.into(), w.into()], &padding).unwrap()[0];
+        let stats = g.op("genstats", &[y.into()], &[]).unwrap();
+        g.output(y, "y", F16).unwrap();
+        g.output(stats[0], "sum", F32).unwrap();
+        g.output(stats[1], "sq_sum", F32).unwrap();
+        let mut graph = g.build().unwrap();
+        if layout == "nchw" {
+            for t in &mut graph.tensors {
+                t.strides = cudnn_runtime::dim::packed_strides(&t.dims);
+            }
+            graph.validate().unwrap();
+        }
+        if layout == "nhwc" {
+            plan(&cudnn, &graph);
+        } else {
+            no_plan(&cudnn, &graph);
+        }
+    }
+}

@@ -397,20 +397,43 @@ impl GraphBuilder {
         }
     }
 
-    /// Gives a layout op's output with unset strides cudnn-frontend's: a transpose's, reshape's
-    /// or slice's those that make it a view of its input, a concatenation's packed in `X[0]`'s dim
-    /// order; in node order so chains follow.
-    fn default_view_strides(&mut self) {
+    /// Gives outputs with unset strides cudnn-frontend's, in node order so chains follow: a
+    /// transpose's, reshape's or slice's those that make it a view of its input, a
+    /// concatenation's packed in `X[0]`'s dim order; a *virtual* pointwise or normalization
+    /// output packed in the dim order of its first input of the same dims whose layout is set,
+    /// so a channels-last X keeps its layout through a fused chain
+    /// (`relu_bwd(dy, batchnorm_inference(x, ..))`). Graph outputs keep the declared layout
+    /// (packed unless set).
+    fn default_derived_strides(&mut self) {
         for n in &self.nodes {
-            let Op::Layout(layout) = &n.op else { continue };
-            let (Some(x), Some(y)) = (n.inputs.first(), n.outputs.first()) else { continue };
-            if self.tensors[y.0].strides.is_some() {
-                continue;
+            match &n.op {
+                Op::Layout(layout) => {
+                    let (Some(x), Some(y)) = (n.inputs.first(), n.outputs.first()) else { continue };
+                    if self.tensors[y.0].strides.is_some() {
+                        continue;
+                    }
+                    let x = &self.tensors[x.0];
+                    let x_strides = x.strides.clone().unwrap_or_else(|| packed_strides(&x.dims));
+                    let strides = layout.output_strides(&x_strides, &self.tensors[y.0].dims);
+                    self.tensors[y.0].strides = Some(strides);
+                }
+                Op::Pointwise(_) | Op::Norm(_) => {
+                    for y in &n.outputs {
+                        let out = &self.tensors[y.0];
+                        if out.strides.is_some() || !out.is_virtual {
+                            continue;
+                        }
+                        let like = n.inputs.iter().map(|x| &self.tensors[x.0]).find_map(|x| {
+                            x.strides.as_ref().filter(|_| x.dims == out.dims && x.pass_by_value.is_none())
+                        });
+                        if let Some(like) = like {
+                            let strides = crate::dim::strides_in_order_of(like, &out.dims);
+                            self.tensors[y.0].strides = Some(strides);
+                        }
+                    }
+                }
+                _ => {}
             }
-            let x = &self.tensors[x.0];
-            let x_strides = x.strides.clone().unwrap_or_else(|| packed_strides(&x.dims));
-            let strides = layout.output_strides(&x_strides, &self.tensors[y.0].dims);
-            self.tensors[y.0].strides = Some(strides);
         }
     }
 
@@ -419,7 +442,7 @@ impl GraphBuilder {
     /// strides are unset, and validates.
     pub fn build(mut self) -> Result<Graph, GraphError> {
         self.default_channels_last();
-        self.default_view_strides();
+        self.default_derived_strides();
         let taken: std::collections::HashSet<i64> = self.tensors.iter().filter_map(|t| t.uid).collect();
         let mut next = 1i64;
         let tensors = self
@@ -476,6 +499,26 @@ mod tests {
         assert_eq!(g.inputs().len(), 3);
         assert_eq!(g.outputs(), vec![TensorId(5)]);
         assert_eq!(g.fingerprint(), mm_bias_relu().build().unwrap().fingerprint());
+    }
+
+    #[test]
+    fn virtual_pointwise_and_norm_outputs_keep_their_inputs_dim_order() {
+        let mut g = GraphBuilder::new("bn_drelu");
+        let x = g.input("x", DataType::F16, &[2, 8, 4, 4]).unwrap();
+        g.set_dim_order(x, &[0, 2, 3, 1]).unwrap();
+        let c = [1, 8, 1, 1];
+        let [mean, inv_var, scale, bias] =
+            ["mean", "inv_var", "scale", "bias"].map(|n| g.input(n, DataType::F32, &c).unwrap());
+        let operands = [x, mean, inv_var, scale, bias].map(Operand::from);
+        let y = g.op("batchnorm_inference", &operands, &[]).unwrap()[0];
+        let r = g.pointwise(PointwiseMode::Relu, &[y.into()]).unwrap();
+        let out = g.pointwise(PointwiseMode::Exp, &[r.into()]).unwrap();
+        g.output(out, "out", DataType::F16).unwrap();
+        let g = g.build().unwrap();
+        let nhwc = vec![128, 1, 32, 8];
+        assert_eq!(g.tensor(y).strides, nhwc, "the norm's virtual Y follows X");
+        assert_eq!(g.tensor(r).strides, nhwc, "and the ReLU's virtual output follows Y");
+        assert_eq!(g.tensor(out).strides, vec![128, 16, 4, 1], "a graph output keeps the declared (packed) layout");
     }
 
     #[test]

@@ -369,7 +369,7 @@ impl Layout {
             Layout::Slice { .. } => {
                 x_strides.iter().zip(self.steps(x_strides.len())).map(|(s, step)| s * step).collect()
             }
-            Layout::Concatenate { .. } => strides_in_order_of(x_strides, y_dims),
+            Layout::Concatenate { .. } => crate::dim::strides_in_order_of(x_strides, y_dims),
         }
     }
 
@@ -430,23 +430,6 @@ impl Layout {
             }
         }
     }
-}
-
-/// Packed strides for `dims` that keep the dim order of `like` (largest stride outermost; ties
-/// keep the earlier dim outer), as cudnn-frontend's `generate_stride_order_preserving_format`.
-fn strides_in_order_of(like: &[i64], dims: &[i64]) -> Vec<i64> {
-    if like.len() != dims.len() {
-        return crate::dim::packed_strides(dims);
-    }
-    let mut order: Vec<usize> = (0..dims.len()).collect();
-    order.sort_by(|&a, &b| like[b].cmp(&like[a]).then(a.cmp(&b)));
-    let mut strides = vec![0; dims.len()];
-    let mut next = 1i64;
-    for &d in order.iter().rev() {
-        strides[d] = next;
-        next *= dims[d].max(1);
-    }
-    strides
 }
 
 /// A concatenation's rule: one rank, equal dims outside `axis`, Y's `axis` the sum; the in-place
