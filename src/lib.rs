@@ -34,8 +34,8 @@
 
 pub use cudnn_macros::graph;
 pub use cudnn_runtime::{
-    dim, ops, reference, serialize, ArgError, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph, GraphBuilder,
-    GraphError, Operand, Tensor, TensorId,
+    dim, ops, reference, serialize, ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph,
+    GraphBuilder, GraphError, Operand, Tensor, TensorId,
 };
 
 #[cfg(feature = "cudnn")]
@@ -78,7 +78,7 @@ pub mod __private {
     pub use cudnn_runtime::ops::AttrValue;
     pub use cudnn_runtime::reference::{run_arrays, Array, HostSlice};
     pub use cudnn_runtime::{
-        ArgError, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph, GraphBuilder, GraphError, Operand,
+        ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph, GraphBuilder, GraphError, Operand,
     };
     pub use half;
     pub use serde;

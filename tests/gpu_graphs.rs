@@ -8,7 +8,7 @@
 mod common;
 
 use common::{random, relative_error};
-use cudnn_graph::backend::BuildOptions;
+use cudnn_graph::backend::{BuildOptions, DeviceBuffer};
 use cudnn_graph::graph;
 use half::{bf16, f16};
 
@@ -45,6 +45,65 @@ graph! {
     pub MatmulGeluF16<dyn B, dyn M, dyn N, dyn K>(a: f16[B, M, K], b: f16[B, K, N]) -> (y: f16[B, M, N]) {
         y = gelu(matmul(a, b));
     }
+
+    /// A bool output (device buffer: packed `Bits`).
+    pub Greater(a: f32[16, 104], b: f32[16, 104]) -> (m: bool[16, 104]) {
+        m = cmp_gt(a, b);
+    }
+
+    /// A bool input (packed `Bits` on the device) selecting between two tensors.
+    pub Select(a: f16[16, 104], b: f16[16, 104], m: bool[16, 104]) -> (y: f16[16, 104]) {
+        y = binary_select(a, b, m);
+    }
+}
+
+/// `bool` ports through `graph!`: cuDNN reads and writes them as packed bits (`Bits`), 1664
+/// elements in 208 bytes (rows of 104 bits: a bool tensor in memory needs byte-aligned rows);
+/// both directions compared with the CPU reference element by element.
+#[test]
+fn gpu_bool_ports_are_packed_bits() {
+    use cudnn_graph::Bits;
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (a, b) = (random::<f32>(40, 1664), random::<f32>(41, 1664));
+    let g = Greater::new();
+    let want = g.reference(GreaterInputs { a: &a, b: &b }).unwrap().m;
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (a_d, b_d) = (stream.clone_htod(&a).unwrap(), stream.clone_htod(&b).unwrap());
+    let mut got = Vec::new();
+    for fill in [Bits(0), Bits(0xff)] {
+        let mut m_d = stream.clone_htod(&vec![fill; Bits::units_for(1664)]).unwrap();
+        let mut ws = common::workspace(&stream, plan.workspace_size());
+        plan.execute(&cudnn, GreaterArgs { a: &a_d, b: &b_d, m: &mut m_d }, Some(&mut ws)).unwrap();
+        got.push(Bits::unpack(&stream.clone_dtoh(&m_d).unwrap(), 1664));
+    }
+    let wrong = got[0].iter().zip(&got[1]).zip(&want).filter(|((x, y), w)| x != w || y != w).count();
+    println!("cmp_gt → bool[16, 104], engine {}: {wrong} of 1664 differ", plan.plan().selected().tag());
+    assert_eq!(wrong, 0);
+    // One `bool` per element is refused, naming the tensor, before cuDNN writes a byte.
+    let mut bytes = stream.clone_htod(&vec![false; 1664]).unwrap();
+    let mut ws = common::workspace(&stream, plan.workspace_size());
+    let io = &mut [DeviceBuffer::input(&a_d), DeviceBuffer::input(&b_d), DeviceBuffer::output(&mut bytes)];
+    match plan.plan().execute(&cudnn, io, Some(&mut ws)) {
+        Err(cudnn_graph::Error::Arg(cudnn_graph::ArgError::UnpackedBool { tensor })) => assert_eq!(tensor, "m"),
+        other => panic!("a bool buffer of bytes: {other:?}"),
+    }
+
+    let (x, y) = (random::<f16>(42, 1664), random::<f16>(43, 1664));
+    let g = Select::new();
+    let want = g.reference(SelectInputs { a: &x, b: &y, m: &want }).unwrap().y;
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let (x_d, y_d) = (stream.clone_htod(&x).unwrap(), stream.clone_htod(&y).unwrap());
+    let m_d = stream.clone_htod(&Bits::pack(&got[0])).unwrap();
+    let mut out_d = stream.clone_htod(&vec![f16::NAN; 1664]).unwrap();
+    let mut ws = common::workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, SelectArgs { a: &x_d, b: &y_d, m: &m_d, y: &mut out_d }, Some(&mut ws)).unwrap();
+    let out = stream.clone_dtoh(&out_d).unwrap();
+    let wrong = out.iter().zip(&want).filter(|(o, w)| o.to_bits() != w.to_bits()).count();
+    println!(
+        "binary_select with a bool[16, 104] mask, engine {}: {wrong} of 1664 differ",
+        plan.plan().selected().tag()
+    );
+    assert_eq!(wrong, 0);
 }
 
 /// (batch, M, N, K): square, non-square, batched, tall-skinny with K not a power of two.

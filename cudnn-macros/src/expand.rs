@@ -15,6 +15,14 @@ use syn::Ident;
 use crate::check::{Checked, Operand, Port};
 use crate::parse::GraphDef;
 
+/// The element type of a port's device buffer: a `bool` tensor is packed bits on the GPU.
+fn device_type(dtype: Option<DataType>) -> TokenStream {
+    match dtype {
+        Some(DataType::Bool) => quote!(::cudnn_graph::__private::Bits),
+        other => rust_type(other),
+    }
+}
+
 fn rust_type(dtype: Option<DataType>) -> TokenStream {
     let p = quote!(::cudnn_graph::__private);
     match dtype.unwrap_or(DataType::F32) {
@@ -120,12 +128,12 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
         quote!(#[doc = #doc] pub #n: ::std::vec::Vec<#t>)
     });
     let device_input_fields = inputs.iter().map(|port| {
-        let (n, t) = (&port.name, rust_type(port.dtype));
+        let (n, t) = (&port.name, device_type(port.dtype));
         let doc = port_doc(port);
         quote!(#[doc = #doc] pub #n: &'a dyn #p::InputBuffer<#t>)
     });
     let device_output_fields = outputs.iter().map(|port| {
-        let (n, t) = (&port.name, rust_type(port.dtype));
+        let (n, t) = (&port.name, device_type(port.dtype));
         let doc = port_doc(port);
         quote!(#[doc = #doc] pub #n: &'a mut dyn #p::OutputBuffer<#t>)
     });
@@ -450,11 +458,19 @@ fn execute_body(ck: &Checked) -> TokenStream {
     let p = quote!(::cudnn_graph::__private);
     let ins = ck.inputs.iter().map(|port| {
         let (n, s) = (&port.name, port.name.to_string());
-        quote!((#s, #p::DeviceBuffer::input_dyn(args.#n)))
+        if port.dtype == Some(DataType::Bool) {
+            quote!((#s, #p::DeviceBuffer::bits_input_dyn(args.#n)))
+        } else {
+            quote!((#s, #p::DeviceBuffer::input_dyn(args.#n)))
+        }
     });
     let outs = ck.outputs.iter().map(|port| {
         let (n, s) = (&port.name, port.name.to_string());
-        quote!((#s, #p::DeviceBuffer::output_dyn(args.#n)))
+        if port.dtype == Some(DataType::Bool) {
+            quote!((#s, #p::DeviceBuffer::bits_output_dyn(args.#n)))
+        } else {
+            quote!((#s, #p::DeviceBuffer::output_dyn(args.#n)))
+        }
     });
     quote! {
         let mut io = [#(#ins,)* #(#outs,)*];

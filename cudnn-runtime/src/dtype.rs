@@ -206,6 +206,49 @@ impl Element for bool {
     }
 }
 
+/// Eight booleans in one byte: how cuDNN stores a `bool` tensor in device memory (measured on the
+/// H200 with cuDNN 9.19: a comparison over 2048 elements writes 256 bytes, and a select reads its
+/// mask the same way). Element `8·k + j` is bit `j` of byte `k`, the lowest bit first. Device
+/// buffers of `bool` graph inputs and outputs hold `Bits` ([`Bits::units_for`] of them); the host
+/// side (the CPU reference, the `Inputs` and `Outputs` that `graph!` generates) keeps one `bool`
+/// per element, and [`Bits::pack`] and [`Bits::unpack`] convert.
+///
+/// ```
+/// use cudnn_runtime::Bits;
+/// let mask = [true, false, true, true, false, false, false, false, true];
+/// let bits = Bits::pack(&mask);
+/// assert_eq!(bits, [Bits(0b0000_1101), Bits(0b0000_0001)]);
+/// assert_eq!(Bits::unpack(&bits, mask.len()), mask);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(transparent)]
+pub struct Bits(pub u8);
+
+impl Bits {
+    /// The `Bits` that hold `elements` booleans.
+    pub const fn units_for(elements: usize) -> usize {
+        elements.div_ceil(8)
+    }
+
+    /// Element `j` (0 to 7) of these eight.
+    pub const fn get(self, j: usize) -> bool {
+        self.0 >> j & 1 == 1
+    }
+
+    /// Packs booleans, element 0 in the lowest bit of the first byte; unused high bits are 0.
+    pub fn pack(values: &[bool]) -> Vec<Bits> {
+        values
+            .chunks(8)
+            .map(|c| Bits(c.iter().enumerate().fold(0u8, |byte, (j, &v)| byte | (u8::from(v) << j))))
+            .collect()
+    }
+
+    /// The first `elements` booleans of `bits` (fewer if `bits` holds fewer).
+    pub fn unpack(bits: &[Bits], elements: usize) -> Vec<bool> {
+        bits.iter().flat_map(|b| (0..8).map(move |j| b.get(j))).take(elements).collect()
+    }
+}
+
 /// An 8-bit float with 4 exponent and 3 mantissa bits (OCP "E4M3FN": no infinities, one NaN
 /// pattern per sign, largest finite 448). Conversions round to nearest, ties to even, and saturate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

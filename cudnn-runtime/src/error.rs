@@ -200,6 +200,17 @@ pub enum ArgError {
         /// The buffer's type.
         found: DataType,
     },
+    /// A `bool` tensor's device buffer of one `bool` per element: cuDNN reads and writes packed
+    /// bits.
+    #[error(
+        "tensor `{tensor}` is bool, which cuDNN stores as packed bits (8 per byte, the lowest bit first); \
+         give it a buffer of `Bits` (`Bits::pack`/`Bits::unpack` convert) with `DeviceBuffer::bits_input` or \
+         `DeviceBuffer::bits_output`, not one `bool` per element"
+    )]
+    UnpackedBool {
+        /// The tensor.
+        tensor: String,
+    },
     /// An input the graph does not have, or given twice.
     #[error("`{tensor}` is not an input of graph `{graph}`, or is given twice")]
     Unexpected {

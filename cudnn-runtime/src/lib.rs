@@ -20,7 +20,7 @@ pub mod serialize;
 #[cfg(feature = "cudnn")]
 pub mod backend;
 
-pub use dtype::{DataType, Element, Fp8E4M3, Fp8E5M2};
+pub use dtype::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
 pub use error::{ArgError, Error, GraphError, Result};
 pub use ir::{Context, Graph, GraphBuilder, Node, Operand, Tensor, TensorId};
 

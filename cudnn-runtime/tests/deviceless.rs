@@ -303,3 +303,42 @@ fn child_probe_without_libraries() {
         }
     }
 }
+
+/// Every cuDNN pointwise mode, alone on `[16, 128]` tensors (f32, or bool for the logical ops),
+/// plans deviceless: comparisons give bool, `gen_index` i32, the logical ops need cuDNN's boolean
+/// math precision (as cudnn-frontend sets for its attention masks). `gpu_backend.rs` runs the
+/// same cases on the H200.
+#[test]
+fn every_pointwise_mode_plans() {
+    let Some(cudnn) = deviceless() else { return };
+    let cases = common::pointwise::cases();
+    assert_eq!(cases.len(), PointwiseMode::ALL.len());
+    for case in cases {
+        plan(&cudnn, case.graph);
+    }
+}
+
+/// A bool graph output is packed bits in memory: its rows must start on a byte. cuDNN 9.19
+/// proposes no engine otherwise; the lowering says why first (`bool.byte_rows`).
+#[test]
+fn bool_tensors_in_memory_need_byte_aligned_rows() {
+    let Some(cudnn) = deviceless() else { return };
+    for inner in [8i64, 104, 100] {
+        let mut g = GraphBuilder::new(format!("cmp_gt_{inner}"));
+        let a = g.input("a", DataType::F32, &[16, inner]).unwrap();
+        let b = g.input("b", DataType::F32, &[16, inner]).unwrap();
+        let m = g.pointwise(PointwiseMode::CmpGt, &[a.into(), b.into()]).unwrap();
+        g.output(m, "m", DataType::Bool).unwrap();
+        let graph = g.build().unwrap();
+        if inner % 8 == 0 {
+            plan(&cudnn, graph);
+        } else {
+            match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
+                Err(Error::Backend(e @ BackendError::SupportRule { rule: "bool.byte_rows", .. })) => {
+                    assert!(e.to_string().contains("bool tensor `m` [16, 100] with strides [100, 1]"), "{e}");
+                }
+                other => panic!("not the bool.byte_rows rule: {:?}", other.map(|p| p.selected().to_string())),
+            }
+        }
+    }
+}

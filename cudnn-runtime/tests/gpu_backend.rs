@@ -14,8 +14,12 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut
 use cudnn_runtime::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::reference::{self, HostSlice};
-use cudnn_runtime::{ArgError, DataType, Element, Error, Graph, GraphBuilder};
+use cudnn_runtime::{ArgError, Bits, DataType, Element, Error, Graph, GraphBuilder};
 use half::{bf16, f16};
+
+mod common;
+
+use common::pointwise::{ModeCase, Values};
 
 const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
 const TOLERANCE: f64 = 2e-2;
@@ -413,4 +417,117 @@ fn gpu_execute_named_takes_any_order() {
             other => panic!("buffer named {wrong:?}: {other:?}"),
         }
     }
+}
+
+/// The f32 results of a pointwise mode on the GPU may differ from the f64 reference by this much
+/// (‖got − want‖ / ‖want‖): cuDNN's f32 math, not a bf16/f16 output's rounding.
+const POINTWISE_F32_TOLERANCE: f64 = 1e-5;
+
+/// A pointwise case's input on the device.
+enum Device {
+    F32(CudaSlice<f32>),
+    Bool(CudaSlice<Bits>),
+}
+
+/// Executes `plan` on `inputs` into a fresh output of `fill`s (`Bits` for a bool output), which
+/// `output` wraps; returns the output.
+fn execute_into<T: DeviceRepr + Clone>(
+    stream: &Arc<CudaStream>,
+    cudnn: &Cudnn,
+    plan: &ExecutionPlan,
+    inputs: &[Device],
+    fill: T,
+    len: usize,
+    output: fn(&mut CudaSlice<T>) -> DeviceBuffer<'_>,
+) -> Result<Vec<T>, Error> {
+    let mut y = stream.clone_htod(&vec![fill; len]).unwrap();
+    let mut ws = workspace(stream, plan);
+    {
+        let mut io: Vec<DeviceBuffer<'_>> = inputs
+            .iter()
+            .map(|d| match d {
+                Device::F32(b) => DeviceBuffer::input(b),
+                Device::Bool(b) => DeviceBuffer::bits_input(b),
+            })
+            .collect();
+        io.push(output(&mut y));
+        plan.execute(cudnn, &mut io, ws.as_mut())?;
+    }
+    Ok(stream.clone_dtoh(&y).unwrap())
+}
+
+/// Runs one mode's case on the GPU; its output as f64. An f32 output starts as NaN; a bool or
+/// i32 output is written twice, over two different fills, and a value that differs between the
+/// runs (cuDNN left it unwritten) is NaN.
+fn run_mode(stream: &Arc<CudaStream>, cudnn: &Cudnn, case: &ModeCase) -> Result<Vec<f64>, Error> {
+    let plan = ExecutionPlan::build(cudnn, &case.graph, &BuildOptions::default())?;
+    let inputs: Vec<Device> = case
+        .inputs
+        .iter()
+        .map(|(_, v)| match v {
+            Values::F32(v) => Device::F32(stream.clone_htod(v).unwrap()),
+            Values::Bool(v) => Device::Bool(stream.clone_htod(&Bits::pack(v)).unwrap()),
+        })
+        .collect();
+    let len = case.inputs[0].1.host().len();
+    let merge = |a: Vec<f64>, b: Vec<f64>| a.iter().zip(&b).map(|(&a, &b)| if a == b { a } else { f64::NAN }).collect();
+    Ok(match case.output {
+        DataType::F32 => {
+            let y = execute_into(stream, cudnn, &plan, &inputs, f32::NAN, len, |y| DeviceBuffer::output(y))?;
+            y.into_iter().map(f64::from).collect()
+        }
+        DataType::Bool => {
+            let run = |fill| -> Result<Vec<f64>, Error> {
+                let y = execute_into(stream, cudnn, &plan, &inputs, fill, Bits::units_for(len), |y| {
+                    DeviceBuffer::bits_output(y)
+                })?;
+                Ok(Bits::unpack(&y, len).into_iter().map(|v| f64::from(u8::from(v))).collect())
+            };
+            merge(run(Bits(0xff))?, run(Bits(0))?)
+        }
+        DataType::I32 => {
+            let run = |fill| -> Result<Vec<f64>, Error> {
+                let y = execute_into(stream, cudnn, &plan, &inputs, fill, len, |y| DeviceBuffer::output(y))?;
+                Ok(y.into_iter().map(f64::from).collect())
+            };
+            merge(run(-1i32)?, run(i32::MAX)?)
+        }
+        other => panic!("no pointwise case has a {other} output"),
+    })
+}
+
+/// Every cuDNN pointwise mode on the H200 (the cases `deviceless.rs` plans) against the CPU
+/// reference: f32 outputs within [`POINTWISE_F32_TOLERANCE`], bool and i32 outputs exactly.
+/// Every mode runs before the test fails, so one run reports them all.
+#[test]
+fn gpu_every_pointwise_mode() {
+    let Some((stream, cudnn)) = gpu() else { return };
+    let mut failures = Vec::new();
+    for case in common::pointwise::cases() {
+        let name = case.mode.name();
+        let named: Vec<(&str, HostSlice<'_>)> = case.inputs.iter().map(|(n, v)| (n.as_str(), v.host())).collect();
+        let want = reference::run(&case.graph, &named).unwrap().remove(0).data;
+        let got = match run_mode(&stream, &cudnn, &case) {
+            Ok(got) => got,
+            Err(e) => {
+                failures.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let nans = got.iter().filter(|v| v.is_nan()).count();
+        if case.output == DataType::F32 {
+            let (rel, max) = errors(&got, &want);
+            println!("pointwise {name} f32: relative error {rel:.3e}, max abs error {max:.3e}");
+            if nans > 0 || rel.is_nan() || rel > POINTWISE_F32_TOLERANCE {
+                failures.push(format!("{name}: relative error {rel:.3e}, {nans} NaN"));
+            }
+        } else {
+            let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+            println!("pointwise {name} {}: {wrong} of {} differ ({nans} unwritten)", case.output, got.len());
+            if wrong > 0 {
+                failures.push(format!("{name}: {wrong} of {} differ ({nans} unwritten)", got.len()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -43,7 +43,7 @@ use super::lower::ALIGNMENT;
 use super::plan::ExecutionPlan;
 use super::{BackendError, BehaviorNote, Cudnn};
 use crate::error::ArgError;
-use crate::{DataType, Element, Fp8E4M3, Fp8E5M2};
+use crate::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
 
 /// Variant packs of up to this many entries (I/O tensors plus by-value scalars) are filled
 /// without heap allocation.
@@ -54,6 +54,8 @@ pub const INLINE_IO: usize = 32;
 unsafe impl DeviceRepr for Fp8E4M3 {}
 // SAFETY: as for `Fp8E4M3`.
 unsafe impl DeviceRepr for Fp8E5M2 {}
+// SAFETY: as for `Fp8E4M3`.
+unsafe impl DeviceRepr for Bits {}
 
 mod erased {
     use super::*;
@@ -154,7 +156,10 @@ enum Access<'a> {
 pub struct DeviceBuffer<'a> {
     access: Access<'a>,
     data_type: DataType,
+    /// Elements held (8 per [`Bits`]).
     len: usize,
+    /// Booleans as packed [`Bits`], as cuDNN stores them.
+    packed: bool,
 }
 
 impl std::fmt::Debug for DeviceBuffer<'_> {
@@ -170,23 +175,55 @@ impl std::fmt::Debug for DeviceBuffer<'_> {
 impl<'a> DeviceBuffer<'a> {
     /// A buffer that is read (a graph input).
     pub fn input<T: Element + DeviceRepr, S: InputBuffer<T>>(buffer: &'a S) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE }
+        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE, packed: false }
     }
 
     /// A buffer that is written (a graph output).
     pub fn output<T: Element + DeviceRepr, S: OutputBuffer<T>>(buffer: &'a mut S) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE }
+        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE, packed: false }
     }
 
     /// [`DeviceBuffer::input`] for a buffer behind a trait object (the typed argument structs
     /// that `graph!` generates hold these).
     pub fn input_dyn<T: Element + DeviceRepr>(buffer: &'a dyn InputBuffer<T>) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE }
+        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE, packed: false }
     }
 
     /// [`DeviceBuffer::output`] for a buffer behind a trait object.
     pub fn output_dyn<T: Element + DeviceRepr>(buffer: &'a mut dyn OutputBuffer<T>) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE }
+        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE, packed: false }
+    }
+
+    /// A `bool` graph input's buffer of packed [`Bits`] (8 elements each).
+    pub fn bits_input<S: InputBuffer<Bits>>(buffer: &'a S) -> Self {
+        DeviceBuffer {
+            len: 8 * buffer.elements(),
+            access: Access::Read(buffer),
+            data_type: DataType::Bool,
+            packed: true,
+        }
+    }
+
+    /// A `bool` graph output's buffer of packed [`Bits`] (8 elements each).
+    pub fn bits_output<S: OutputBuffer<Bits>>(buffer: &'a mut S) -> Self {
+        let len = 8 * buffer.elements();
+        DeviceBuffer { len, access: Access::Write(buffer), data_type: DataType::Bool, packed: true }
+    }
+
+    /// [`DeviceBuffer::bits_input`] behind a trait object.
+    pub fn bits_input_dyn(buffer: &'a dyn InputBuffer<Bits>) -> Self {
+        DeviceBuffer {
+            len: 8 * buffer.elements(),
+            access: Access::Read(buffer),
+            data_type: DataType::Bool,
+            packed: true,
+        }
+    }
+
+    /// [`DeviceBuffer::bits_output`] behind a trait object.
+    pub fn bits_output_dyn(buffer: &'a mut dyn OutputBuffer<Bits>) -> Self {
+        let len = 8 * buffer.elements();
+        DeviceBuffer { len, access: Access::Write(buffer), data_type: DataType::Bool, packed: true }
     }
 
     /// The element type.
@@ -365,6 +402,9 @@ impl ExecutionPlan {
                 return Err(
                     ArgError::DType { tensor: t.name.clone(), expected: t.data_type, found: buffer.data_type }.into()
                 );
+            }
+            if t.data_type == DataType::Bool && !buffer.packed {
+                return Err(ArgError::UnpackedBool { tensor: t.name.clone() }.into());
             }
             let need = t.storage_len();
             if buffer.len < need {

@@ -231,6 +231,26 @@ fn tensor_descriptor(tensor: &Tensor, node: &Node) -> Result<Descriptor, Backend
             ),
         });
     }
+    if tensor.data_type == DataType::Bool && !tensor.is_virtual {
+        // cuDNN stores booleans as packed bits; heuristics propose no engine for a bool tensor
+        // in memory whose rows do not start on a byte (measured deviceless on cuDNN 9.19:
+        // [16, 100] none, [16, 104] and every multiple of 8 plan).
+        if tensor.strides.iter().zip(&tensor.dims).any(|(&s, &d)| d > 1 && s != 1 && s % 8 != 0) {
+            return Err(BackendError::SupportRule {
+                node: node.name.clone(),
+                op: node.op.call_name(),
+                rule: "bool.byte_rows",
+                message: format!(
+                    "bool tensor `{}` {} with strides {:?} is stored as packed bits, and cuDNN needs each row to \
+                     start on a byte: every stride but the unit one must be a multiple of 8 (pad the \
+                     innermost dim to a multiple of 8)",
+                    tensor.name,
+                    crate::dim::shape_string(&tensor.dims),
+                    tensor.strides
+                ),
+            });
+        }
+    }
     let (dims, strides) = padded_layout(&tensor.dims, &tensor.strides);
     let label = Label { node: Some(node.name.clone()), tensor: Some(tensor.name.clone()) };
     let mut d = Descriptor::labelled(K::CUDNN_BACKEND_TENSOR_DESCRIPTOR, label)?;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod pointwise;
+
 use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
 use cudnn_runtime::{Error, Graph};
 

@@ -46,7 +46,11 @@ pub(crate) fn lower(op: &Pointwise, cx: &NodeCx<'_>) -> Result<LoweredOp, Backen
     use PointwiseMode as M;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
     desc.set_enum(A::CUDNN_ATTR_POINTWISE_MODE, T::CUDNN_TYPE_POINTWISE_MODE, op.mode.cudnn_value())?;
-    desc.set_data_type(A::CUDNN_ATTR_POINTWISE_MATH_PREC, cx.compute_type())?;
+    // The logical ops compute in cuDNN's boolean math precision: with the graph's f32 heuristics
+    // propose no engine for them, alone or between comparisons and a select (measured deviceless
+    // on cuDNN 9.19; cudnn-frontend sets BOOLEAN for its attention masks' LOGICAL_AND).
+    let logical = matches!(op.mode, M::LogicalAnd | M::LogicalOr | M::LogicalNot);
+    desc.set_data_type(A::CUDNN_ATTR_POINTWISE_MATH_PREC, if logical { DataType::Bool } else { cx.compute_type() })?;
     match op.mode {
         M::Relu | M::ReluBwd => {
             let propagate = sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN as u32;
