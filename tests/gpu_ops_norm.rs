@@ -424,6 +424,12 @@ fn stats<T: cudnn_graph::Element>(x: &[T], groups: usize, group: impl Fn(usize) 
     (mean.into_iter().map(|m| m as f32).collect(), inv_var)
 }
 
+/// RMS statistics: `1 / sqrt(mean(x²) + 1e-5)` of each row of `d` elements (as f64).
+fn rms_inv_var<T: cudnn_graph::Element>(x: &[T], d: usize) -> Vec<f32> {
+    let mean_square = |row: &[T]| row.iter().map(|v| v.to_f64_value().powi(2)).sum::<f64>() / d as f64;
+    x.chunks(d).map(|row| (1.0 / (mean_square(row) + 1e-5).sqrt()) as f32).collect()
+}
+
 #[test]
 fn gpu_rmsnorm_backward() {
     let Some((stream, cudnn)) = common::gpu() else { return };
@@ -431,15 +437,10 @@ fn gpu_rmsnorm_backward() {
     let scale = uniform::<f32>(101, d, 0.5, 1.5);
     let s_d = upload(&stream, &scale);
 
-    // bf16, DX and DSCALE. RMS statistics: the inverse root mean square of each row.
+    // bf16, DX and DSCALE.
     let x = uniform::<bf16>(100, n * d, -2.0, 2.0);
     let dy = uniform::<bf16>(102, n * d, -1.0, 1.0);
-    let inv_var: Vec<f32> = x
-        .chunks(d)
-        .map(|row| {
-            (1.0 / (row.iter().map(|v| f64::from(v.to_f32()).powi(2)).sum::<f64>() / d as f64 + 1e-5).sqrt()) as f32
-        })
-        .collect();
+    let inv_var = rms_inv_var(&x, d);
     let g = RmsBackward::new(n, d);
     let want = g.reference(RmsBackwardInputs { dy: &dy, x: &x, scale: &scale, inv_var: &inv_var }).unwrap();
     let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
@@ -456,12 +457,7 @@ fn gpu_rmsnorm_backward() {
     // f16 with DBIAS (the backward of `rmsnorm_bias`).
     let x = uniform::<f16>(103, n * d, -2.0, 2.0);
     let dy = uniform::<f16>(104, n * d, -1.0, 1.0);
-    let inv_var: Vec<f32> = x
-        .chunks(d)
-        .map(|row| {
-            (1.0 / (row.iter().map(|v| f64::from(v.to_f32()).powi(2)).sum::<f64>() / d as f64 + 1e-5).sqrt()) as f32
-        })
-        .collect();
+    let inv_var = rms_inv_var(&x, d);
     let g = RmsBiasBackward::new(n, d);
     let want = g.reference(RmsBiasBackwardInputs { dy: &dy, x: &x, scale: &scale, inv_var: &inv_var }).unwrap();
     let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();

@@ -1,16 +1,35 @@
-//! Helpers of the deviceless integration tests: the H200 context, planning with the checks a
-//! usable plan must pass, and the typed "no engine" outcome.
+//! Helpers of the integration tests: fixed-seed random inputs, and (with the `cudnn` feature)
+//! the deviceless H200 context, planning with the checks a usable plan must pass, and the typed
+//! "no engine" outcome.
 
 #![allow(dead_code)]
 
 pub mod pointwise;
 
+#[cfg(feature = "cudnn")]
 use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
+#[cfg(feature = "cudnn")]
 use cudnn_runtime::{Error, Graph};
+
+/// splitmix64 values in `[lo, hi)`: fixed seed, never all zeros.
+pub fn random(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            lo + (hi - lo) * ((z >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
+}
 
 /// The H200's device properties.
 pub const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
 
+#[cfg(feature = "cudnn")]
 /// The deviceless context, or `None` (after saying why) when the libraries are missing and that
 /// is allowed (`CUDNN_GRAPH_REQUIRE_CUDNN` is not `1`).
 pub fn deviceless() -> Option<Cudnn> {
@@ -29,6 +48,7 @@ pub fn deviceless() -> Option<Cudnn> {
     }
 }
 
+#[cfg(feature = "cudnn")]
 /// Plans `graph` and checks what a usable plan must have: candidates, a built engine, a
 /// serializable plan.
 pub fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {
@@ -48,6 +68,7 @@ pub fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {
     plan
 }
 
+#[cfg(feature = "cudnn")]
 /// Asserts cuDNN has no engine configuration for `graph` (a typed [`BackendError::NoPlan`]
 /// naming the graph).
 pub fn no_plan(cudnn: &Cudnn, graph: &Graph) {

@@ -53,10 +53,10 @@ fn case(mode: PointwiseMode, seed: u64) -> ModeCase {
     let mut inputs: Vec<(String, Values)> = Vec::new();
     for port in 0..mode.arity() {
         let values = if logical || (name == "binary_select" && port == 2) {
-            Values::Bool(uniform(seed * 8 + port as u64, 0.0, 1.0).into_iter().map(|v| v < 0.5).collect())
+            Values::Bool(uniform_f32(seed * 8 + port as u64, 0.0, 1.0).into_iter().map(|v| v < 0.5).collect())
         } else {
             let (lo, hi) = domain(name, port);
-            let mut v = uniform(seed * 8 + port as u64, lo, hi);
+            let mut v = uniform_f32(seed * 8 + port as u64, lo, hi);
             if name.starts_with("cmp_") && port == 1 {
                 // Ties, so equality and the inclusive comparisons see both outcomes.
                 let Values::F32(a) = &inputs[0].1 else { unreachable!() };
@@ -105,17 +105,7 @@ fn domain(name: &str, port: usize) -> (f64, f64) {
     }
 }
 
-/// splitmix64 values in `[lo, hi)`; never all zeros.
-fn uniform(seed: u64, lo: f64, hi: f64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
-    (0..LEN)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            (lo + (hi - lo) * ((z >> 11) as f64 / (1u64 << 53) as f64)) as f32
-        })
-        .collect()
+/// The mode's input values: [`super::random`] as f32.
+fn uniform_f32(seed: u64, lo: f64, hi: f64) -> Vec<f32> {
+    super::random(seed, LEN, lo, hi).into_iter().map(|v| v as f32).collect()
 }
