@@ -143,7 +143,8 @@ pub mod __private {
 
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::serialize::plan::{
-        load_payload, parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions,
+        load_payload, parse_payload, parse_signed_payload, write_payload, write_signed_payload, Expect, Payload,
+        PayloadKey, PlanOrigin, SerializeOptions,
     };
 
     /// Gathers the host buffer of input `name` into its slot of `values`.

@@ -34,8 +34,16 @@ fn payload_error(e: Error) -> PayloadError {
     }
 }
 
+/// The body of a payload (what its digest covers), as JSON.
 fn json_of(bytes: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(bytes).unwrap()
+    let envelope: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    envelope["body"].clone()
+}
+
+/// A payload around `body` with a correct content digest: what a corrupted or edited payload
+/// would be if its writer had digested it, so the checks behind the digest are reached.
+fn seal(body: &serde_json::Value) -> Vec<u8> {
+    common::seal_payload(&serde_json::to_string(body).unwrap())
 }
 
 #[test]
@@ -142,7 +150,7 @@ fn mismatches_are_typed_errors() {
     let tamper = |f: &dyn Fn(&mut serde_json::Value)| {
         let mut v = json_of(&bytes);
         f(&mut v);
-        serde_json::to_vec(&v).unwrap()
+        seal(&v)
     };
     let e = payload_error(
         MatmulBiasRelu::<64, 32>::deserialize(&cudnn, &tamper(&|v| v["plan"]["cudnn_version"] = 91400.into()))
@@ -157,8 +165,10 @@ fn mismatches_are_typed_errors() {
         MatmulBiasRelu::<64, 32>::deserialize(&cudnn, &tamper(&|v| v["plan"]["sm"] = 100.into())).err().unwrap(),
     );
     assert!(matches!(e, PayloadError::Sm { payload: 100, runtime: 90 }), "{e}");
+    let mut envelope: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    envelope["cudnn_graph_payload"] = 7.into();
     let e = payload_error(
-        MatmulBiasRelu::<64, 32>::deserialize(&cudnn, &tamper(&|v| v["cudnn_graph_payload"] = 7.into())).err().unwrap(),
+        MatmulBiasRelu::<64, 32>::deserialize(&cudnn, &serde_json::to_vec(&envelope).unwrap()).err().unwrap(),
     );
     assert!(matches!(e, PayloadError::Format { found: 7 }), "{e}");
     let e = payload_error(

@@ -291,7 +291,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                     options: &#p::BuildOptions,
                 ) -> ::core::result::Result<(#plan_ty #generics_use, #p::CacheOutcome), #p::Error> {
                     let graph = self.graph()?;
-                    let cached = cache.get_or_build(cudnn, &graph, &self.__expect(), options)?;
+                    let cached = cache.get_or_build(cudnn, &graph, &self.expectation(), options)?;
                     let io_order = #p::io_order(cached.plan.graph(), [#(#port_strs),*])?;
                     let outcome = #p::CacheOutcome { source: cached.source, warnings: cached.warnings, elapsed: cached.elapsed };
                     ::core::result::Result::Ok((
@@ -300,8 +300,9 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                     ))
                 }
 
-                /// What this graph type records in its payloads and requires of those it loads.
-                fn __expect(&self) -> #p::Expect {
+                /// What this graph type records in its payloads and requires of those it loads
+                /// (for the untyped payload and cache functions).
+                pub fn expectation(&self) -> #p::Expect {
                     #p::Expect {
                         type_fingerprint: ::core::option::Option::Some(Self::FINGERPRINT),
                         type_name: ::core::option::Option::Some(::std::string::String::from(#name_str)),
@@ -314,10 +315,24 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 /// without structure: the runtime dims come from the payload; the graph type,
                 /// shape binding, cuDNN version and SM must match (a typed error names what differs).
                 pub fn deserialize(cudnn: &#p::Cudnn, bytes: &[u8]) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
-                    let payload = #p::parse_payload(bytes)?;
+                    Self::__load(cudnn, #p::parse_payload(bytes)?)
+                }
+
+                /// [`Self::deserialize`] of a payload that must carry a signature made with
+                /// `key` (by `serialize_signed` of its plan): for payloads from
+                /// outside the application's trust boundary (a payload carries GPU code).
+                pub fn deserialize_signed(
+                    cudnn: &#p::Cudnn,
+                    bytes: &[u8],
+                    key: &#p::PayloadKey,
+                ) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    Self::__load(cudnn, #p::parse_signed_payload(bytes, key)?)
+                }
+
+                fn __load(cudnn: &#p::Cudnn, payload: #p::Payload) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
                     let this = Self::new(#(payload.runtime_dim(#runtime_strs)?),*);
                     let graph = this.graph()?;
-                    let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &this.__expect())?;
+                    let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &this.expectation())?;
                     let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
                     let plan = ::std::sync::Arc::new(plan);
                     ::core::result::Result::Ok(#plan_ty { graph: this, plan, origin: payload.origin(), io_order })
@@ -334,7 +349,17 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 /// Writes the plan as a payload: structure and plan (`structure: true`, the
                 /// default) or plan only. Read it back with `deserialize` of the graph type.
                 pub fn serialize(&self, options: #p::SerializeOptions) -> ::core::result::Result<::std::vec::Vec<u8>, #p::Error> {
-                    #p::write_payload(&self.plan, &self.origin, options, &self.graph.__expect())
+                    #p::write_payload(&self.plan, &self.origin, options, &self.graph.expectation())
+                }
+
+                /// [`Self::serialize`], signed with `key` (HMAC-SHA256): read it back with
+                /// `deserialize_signed` of the graph type and the same key.
+                pub fn serialize_signed(
+                    &self,
+                    options: #p::SerializeOptions,
+                    key: &#p::PayloadKey,
+                ) -> ::core::result::Result<::std::vec::Vec<u8>, #p::Error> {
+                    #p::write_signed_payload(&self.plan, &self.origin, options, &self.graph.expectation(), key)
                 }
 
                 /// Bytes of device workspace [`Self::execute`] needs.

@@ -28,10 +28,15 @@
 //! payload with structure ([`crate::serialize::plan`]). Writes go to a uniquely named temporary
 //! file in the same directory (`.`-prefixed), are synced, then renamed over the entry: readers in
 //! any process see a whole old file or a whole new one, never a torn one, and concurrent writers
-//! of one key leave one of their (equivalent) files. Entries are never trusted blindly: each is
-//! parsed and checked by [`load_payload`] (format, cuDNN version, SM, graph fingerprint, binding,
-//! variant pack) and its recorded key must be the one looked up; an entry that fails is ignored
-//! with a [`CacheWarning`] (returned, and logged with `tracing::warn!`) and rebuilt over.
+//! of one key leave one of their (equivalent) files. Entries are never trusted blindly: an entry
+//! over [`MAX_PAYLOAD_BYTES`] is refused before it is read; each is parsed and checked by
+//! [`load_payload`] (format, content digest, cuDNN version, SM, graph fingerprint, binding, the
+//! plan JSON's tensors and operations against the graph, variant pack, workspace, engine,
+//! scalars) and its recorded key must be the one looked up. An entry that fails is **evicted**
+//! (its file removed) with a [`CacheWarning`] (returned, and logged with `tracing::warn!`) and
+//! rebuilt over: never executed, never fatal, and not read again by a later process. An entry
+//! carries executable GPU code: for a directory that others can write, give the cache a key
+//! ([`PlanCache::with_key`]) so that it signs what it writes and loads only what it signed.
 //!
 //! ```no_run
 //! use cudnn_runtime::backend::{BuildOptions, CacheSource, Cudnn, PlanCache};
@@ -58,8 +63,8 @@ use std::time::{Duration, Instant};
 
 use super::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, NumericalNote};
 use crate::serialize::plan::{
-    load_payload, parse_payload, write_payload, Expect, Payload, PlanOrigin, PlanRecord, SerializeOptions,
-    MAX_PAYLOAD_BYTES,
+    load_payload, parse_payload, parse_signed_payload, write, Expect, Payload, PayloadError, PayloadKey, PlanOrigin,
+    PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
 };
 use crate::{Fnv, Graph};
 
@@ -210,6 +215,7 @@ pub struct SeedReport {
 pub struct PlanCache {
     entries: Mutex<HashMap<PlanKey, Entry>>,
     dir: Option<PathBuf>,
+    key: Option<PayloadKey>,
     memory_hits: AtomicU64,
     disk_hits: AtomicU64,
     misses: AtomicU64,
@@ -304,6 +310,7 @@ impl PlanCache {
         PlanCache {
             entries: Mutex::new(HashMap::new()),
             dir: None,
+            key: None,
             memory_hits: AtomicU64::new(0),
             disk_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -317,6 +324,22 @@ impl PlanCache {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
         Ok(PlanCache { dir: Some(dir), ..Self::in_memory() })
+    }
+
+    /// Signs every entry this cache writes with `key`, and requires that signature of every
+    /// entry it reads from its directory or [`PlanCache::seed_from_dir`]: for a directory that
+    /// others can write (an entry carries executable GPU code). Without a key, entries are
+    /// checked by their content digest, which catches corruption but not a deliberate change.
+    pub fn with_key(self, key: PayloadKey) -> Self {
+        PlanCache { key: Some(key), ..self }
+    }
+
+    /// Parses an entry's bytes, with the signature check if the cache has a key.
+    fn parse(&self, bytes: &[u8]) -> Result<Payload, PayloadError> {
+        match &self.key {
+            Some(key) => parse_signed_payload(bytes, key),
+            None => parse_payload(bytes),
+        }
     }
 
     /// The cache directory, if any.
@@ -449,16 +472,20 @@ impl PlanCache {
             }
         }
         let path = self.path_of(key)?;
-        let bytes = match fs::read(&path) {
+        let bytes = match read_entry(&path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
+            Err(EntryRead::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(EntryRead::Io(e)) => {
                 self.ignored.fetch_add(1, Ordering::Relaxed);
                 warn(warnings, Some(&path), format!("cannot be read: {e}"));
                 return None;
             }
+            Err(EntryRead::TooLarge(len)) => {
+                self.evict(&path, warnings, PayloadError::TooLarge(len).to_string());
+                return None;
+            }
         };
-        let loaded = parse_payload(&bytes).map_err(|e| e.to_string()).and_then(|payload| {
+        let loaded = self.parse(&bytes).map_err(|e| e.to_string()).and_then(|payload| {
             match PlanKey::of_record(&payload.plan) {
                 Some(k) if k == *key => {}
                 Some(k) => return Err(format!("it holds the plan of {k}, not {key}")),
@@ -480,11 +507,22 @@ impl PlanCache {
             }
             Ok(None) => None,
             Err(reason) => {
-                self.ignored.fetch_add(1, Ordering::Relaxed);
-                warn(warnings, Some(&path), format!("ignored: {reason}"));
+                self.evict(&path, warnings, reason);
                 None
             }
         }
+    }
+
+    /// Removes an entry file that failed its checks, so that no later lookup (in this process or
+    /// another) reads it again, and says so: it is never executed, and never fatal.
+    fn evict(&self, path: &Path, warnings: &mut Vec<CacheWarning>, reason: String) {
+        self.ignored.fetch_add(1, Ordering::Relaxed);
+        let removed = match fs::remove_file(path) {
+            Ok(()) => "evicted".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "evicted".to_string(),
+            Err(e) => format!("ignored (it could not be removed: {e})"),
+        };
+        warn(warnings, Some(path), format!("{removed}: {reason}"));
     }
 
     /// Adds `plan`, loaded from the entry's `payload` for this lookup, to the entry's shared
@@ -521,14 +559,20 @@ impl PlanCache {
     pub fn insert(&self, cudnn: &Cudnn, plan: &Arc<ExecutionPlan>, expect: &Expect) -> Vec<CacheWarning> {
         let mut warnings = Vec::new();
         let key = PlanKey::new(cudnn, plan.graph(), expect);
-        let bytes = match write_payload(plan, &PlanOrigin::of(cudnn), SerializeOptions { structure: true }, expect) {
+        let bytes = match write(
+            plan,
+            &PlanOrigin::of(cudnn),
+            SerializeOptions { structure: true },
+            expect,
+            self.key.as_ref(),
+        ) {
             Ok(b) => b,
             Err(e) => {
                 warn(&mut warnings, None, format!("the plan for {key} cannot be written as a payload: {e}"));
                 return warnings;
             }
         };
-        match parse_payload(&bytes) {
+        match self.parse(&bytes) {
             Ok(payload) => self.remember(key.clone(), payload, Some(plan.clone())),
             Err(e) => warn(&mut warnings, None, format!("the payload written for {key} does not read back: {e}")),
         }
@@ -555,16 +599,11 @@ impl PlanCache {
             if hidden || !meta.is_file() {
                 continue;
             }
-            if meta.len() > MAX_PAYLOAD_BYTES as u64 {
-                warn(
-                    &mut report.warnings,
-                    Some(&path),
-                    format!("skipped: {} bytes is over the payload limit", meta.len()),
-                );
-                continue;
-            }
-            let parsed =
-                fs::read(&path).map_err(|e| e.to_string()).and_then(|b| parse_payload(&b).map_err(|e| e.to_string()));
+            let parsed = match read_entry(&path) {
+                Ok(b) => self.parse(&b).map_err(|e| e.to_string()),
+                Err(EntryRead::Io(e)) => Err(e.to_string()),
+                Err(EntryRead::TooLarge(len)) => Err(PayloadError::TooLarge(len).to_string()),
+            };
             match parsed {
                 Ok(payload) => match PlanKey::of_record(&payload.plan) {
                     Some(key) => {
@@ -578,6 +617,29 @@ impl PlanCache {
         }
         Ok(report)
     }
+}
+
+enum EntryRead {
+    Io(std::io::Error),
+    TooLarge(u64),
+}
+
+/// Reads an entry file, refusing one over [`MAX_PAYLOAD_BYTES`] before reading it (and one that
+/// grows past it while being read).
+fn read_entry(path: &Path) -> Result<Vec<u8>, EntryRead> {
+    use std::io::Read;
+    let file = fs::File::open(path).map_err(EntryRead::Io)?;
+    let len = file.metadata().map_err(EntryRead::Io)?.len();
+    let limit = MAX_PAYLOAD_BYTES as u64;
+    if len > limit {
+        return Err(EntryRead::TooLarge(len));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(EntryRead::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(EntryRead::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// Writes `bytes` to `path` so that no reader ever sees a partial file: a uniquely named

@@ -31,6 +31,31 @@ pub(crate) struct Descriptor {
     raw: sys::cudnnBackendDescriptor_t,
     kind: Kind,
     label: Label,
+    record: Record,
+}
+
+/// What the lowering gave a tensor or operation descriptor, noted as it is set: the lowering's
+/// own account of the operation graph, against which the JSON of a plan loaded from a payload is
+/// checked before cuDNN sees it (`serialize::binding`). Only tensor attributes and the tensors an
+/// operation refers to are noted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// `CUDNN_ATTR_TENSOR_UNIQUE_ID`.
+    pub(crate) uid: Option<i64>,
+    /// `CUDNN_ATTR_TENSOR_DIMENSIONS`.
+    pub(crate) dims: Vec<i64>,
+    /// `CUDNN_ATTR_TENSOR_STRIDES`.
+    pub(crate) strides: Vec<i64>,
+    /// `CUDNN_ATTR_TENSOR_DATA_TYPE`.
+    pub(crate) data_type: Option<DataType>,
+    /// `CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT`.
+    pub(crate) alignment: Option<i64>,
+    /// `CUDNN_ATTR_TENSOR_IS_VIRTUAL`.
+    pub(crate) is_virtual: bool,
+    /// `CUDNN_ATTR_TENSOR_IS_BY_VALUE`.
+    pub(crate) is_by_value: bool,
+    /// The tensor descriptors set on this one (an operation's ports), as they were recorded.
+    pub(crate) refs: Vec<Record>,
 }
 
 // SAFETY: a backend descriptor is a heap object owned by this value alone; cuDNN ties it to no
@@ -149,7 +174,23 @@ impl Descriptor {
             }
             return Err(e);
         }
-        Ok(Descriptor { raw, kind, label })
+        Ok(Descriptor { raw, kind, label, record: Record::default() })
+    }
+
+    /// The descriptor's kind.
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The name of its kind, as cuDNN's plan JSON spells an operation
+    /// (`CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR`).
+    pub(crate) fn kind_name(&self) -> &'static str {
+        kind_name(self.kind)
+    }
+
+    /// What was set on it (see [`Record`]).
+    pub(crate) fn record(&self) -> &Record {
+        &self.record
     }
 
     /// The raw pointer, for calls that take a descriptor (execute).
@@ -224,7 +265,15 @@ impl Descriptor {
     /// `CUDNN_TYPE_INT64` array.
     pub(crate) fn set_i64s(&mut self, attr: Attr, values: &[i64]) -> Result<(), BackendError> {
         // SAFETY: `values` holds `len` i64s, the C type of CUDNN_TYPE_INT64.
-        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_INT64, values.len(), values.as_ptr().cast()) }
+        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_INT64, values.len(), values.as_ptr().cast()) }?;
+        match attr {
+            Attr::CUDNN_ATTR_TENSOR_UNIQUE_ID => self.record.uid = values.first().copied(),
+            Attr::CUDNN_ATTR_TENSOR_DIMENSIONS => self.record.dims = values.to_vec(),
+            Attr::CUDNN_ATTR_TENSOR_STRIDES => self.record.strides = values.to_vec(),
+            Attr::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT => self.record.alignment = values.first().copied(),
+            _ => {}
+        }
+        Ok(())
     }
 
     /// `CUDNN_TYPE_FRACTION` array, each value `v` as the fraction `v / 1`.
@@ -250,14 +299,24 @@ impl Descriptor {
     /// `CUDNN_TYPE_BOOLEAN`.
     pub(crate) fn set_bool(&mut self, attr: Attr, value: bool) -> Result<(), BackendError> {
         // SAFETY: one Rust bool, which has the size and representation of C/C++ `bool`.
-        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_BOOLEAN, 1, ptr::from_ref(&value).cast()) }
+        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_BOOLEAN, 1, ptr::from_ref(&value).cast()) }?;
+        match attr {
+            Attr::CUDNN_ATTR_TENSOR_IS_VIRTUAL => self.record.is_virtual = value,
+            Attr::CUDNN_ATTR_TENSOR_IS_BY_VALUE => self.record.is_by_value = value,
+            _ => {}
+        }
+        Ok(())
     }
 
     /// `CUDNN_TYPE_DATA_TYPE`.
     pub(crate) fn set_data_type(&mut self, attr: Attr, value: DataType) -> Result<(), BackendError> {
         let v: u32 = value.cudnn_value();
         // SAFETY: one 32-bit integer, the size of the C enum `cudnnDataType_t`.
-        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_DATA_TYPE, 1, ptr::from_ref(&v).cast()) }
+        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_DATA_TYPE, 1, ptr::from_ref(&v).cast()) }?;
+        if attr == Attr::CUDNN_ATTR_TENSOR_DATA_TYPE {
+            self.record.data_type = Some(value);
+        }
+        Ok(())
     }
 
     /// An attribute whose type is a C enum (`CUDNN_TYPE_POINTWISE_MODE`, `CUDNN_TYPE_HEUR_MODE`,
@@ -283,7 +342,10 @@ impl Descriptor {
             &spill
         };
         // SAFETY: `raws` holds `len` live descriptor pointers, the C type of the attribute.
-        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR, raws.len(), raws.as_ptr().cast()) }
+        unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR, raws.len(), raws.as_ptr().cast()) }?;
+        let tensors = values.iter().filter(|d| d.kind == Kind::CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+        self.record.refs.extend(tensors.map(|d| d.record.clone()));
+        Ok(())
     }
 
     /// `CUDNN_TYPE_HANDLE`. The handle must outlive every use of this descriptor.

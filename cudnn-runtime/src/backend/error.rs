@@ -134,6 +134,15 @@ pub enum BackendError {
         /// The input.
         tensor: String,
     },
+    /// A plan JSON that does not describe the graph it is loaded for (or is no plan JSON): refused
+    /// before cuDNN is given it.
+    #[error("the plan JSON given for graph `{graph}` does not describe it: {mismatch}")]
+    PlanMismatch {
+        /// The graph.
+        graph: String,
+        /// How it differs.
+        mismatch: Box<super::PlanMismatch>,
+    },
     /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was rejected.
     #[error("{}", no_plan_message(.graph, .candidates, .heuristics))]
     NoPlan {

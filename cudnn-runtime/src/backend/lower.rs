@@ -12,7 +12,7 @@ use sys::cudnnBackendDescriptorType_t as K;
 
 use super::context::Binding;
 pub(crate) use super::descriptor::Descriptor;
-use super::descriptor::Label;
+use super::descriptor::{Label, Record};
 use super::{BackendError, Cudnn};
 use crate::ir::{Graph, Node, Tensor, TensorId};
 use crate::ops::{Layout, Op};
@@ -271,6 +271,61 @@ fn tensor_descriptor(tensor: &Tensor, node: &Node) -> Result<Descriptor, Backend
 /// offers engine configs that fail at execute); deviceless ones get the device properties at
 /// heuristics and plan time instead.
 pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, BackendError> {
+    let Operations { operations, mut parts, internals } = lower_operations(graph, cudnn)?;
+    let mut operation_graph = Descriptor::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+    let refs: Vec<&Descriptor> = operations.iter().collect();
+    operation_graph.set_descriptors(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &refs)?;
+    match cudnn.binding() {
+        Binding::Handle(handle) => operation_graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?,
+        Binding::DeviceProperties(_) => {}
+    }
+    operation_graph.finalize()?;
+    let described = parts.iter().filter(|d| d.kind() == K::CUDNN_BACKEND_TENSOR_DESCRIPTOR).count();
+    tracing::debug!(operations = operations.len(), tensors = described, "operation graph finalized");
+    parts.extend(operations);
+    Ok(LoweredGraph { operation_graph, internals, _parts: parts })
+}
+
+/// The operations of a lowered graph, in graph order, with every descriptor they refer to
+/// (tensors included) and the [`Internals`]; not yet an operation graph.
+struct Operations {
+    operations: Vec<Descriptor>,
+    parts: Vec<Descriptor>,
+    internals: Internals,
+}
+
+/// What lowering `graph` describes to cuDNN, as the lowering set it: every tensor an operation
+/// refers to (the graph's and the lowering's own; an operation graph holds no other) and every
+/// operation with its tensors. A plan's JSON from a payload must describe exactly this before
+/// cuDNN is given it (`backend::binding`). Made by the same code as [`lower`], without the
+/// operation graph.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Manifest {
+    /// Every tensor, by uid (a uid described twice keeps its first description).
+    pub(crate) tensors: std::collections::BTreeMap<i64, Record>,
+    /// Every operation: its kind's name and the uids of its tensors (sorted, deduplicated).
+    pub(crate) operations: Vec<(&'static str, Vec<i64>)>,
+}
+
+/// The [`Manifest`] of `graph` lowered for `cudnn`.
+pub(crate) fn manifest(graph: &Graph, cudnn: &Cudnn) -> Result<Manifest, BackendError> {
+    let Operations { operations, .. } = lower_operations(graph, cudnn)?;
+    let mut manifest = Manifest::default();
+    for op in &operations {
+        let mut uids = Vec::with_capacity(op.record().refs.len());
+        for tensor in &op.record().refs {
+            let Some(uid) = tensor.uid else { continue };
+            manifest.tensors.entry(uid).or_insert_with(|| Record { refs: Vec::new(), ..tensor.clone() });
+            uids.push(uid);
+        }
+        uids.sort_unstable();
+        uids.dedup();
+        manifest.operations.push((op.kind_name(), uids));
+    }
+    Ok(manifest)
+}
+
+fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendError> {
     let mut tensors: Vec<Option<Descriptor>> = std::iter::repeat_with(|| None).take(graph.tensors.len()).collect();
     let mut operations = Vec::with_capacity(graph.nodes.len());
     let mut parts = Vec::new();
@@ -339,19 +394,8 @@ pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, Backen
     if let Some(unused) = graph.inputs().into_iter().find(|id| !described(id) && !internals.aliased.contains(id)) {
         return Err(BackendError::UnusedInput { graph: graph.name.clone(), tensor: graph.tensor(unused).name.clone() });
     }
-    let mut operation_graph = Descriptor::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-    let refs: Vec<&Descriptor> = operations.iter().collect();
-    operation_graph.set_descriptors(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &refs)?;
-    match cudnn.binding() {
-        Binding::Handle(handle) => operation_graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?,
-        Binding::DeviceProperties(_) => {}
-    }
-    operation_graph.finalize()?;
-    let described = tensors.iter().flatten().count();
-    tracing::debug!(operations = operations.len(), tensors = described, "operation graph finalized");
-    parts.extend(operations);
     parts.extend(tensors.into_iter().flatten());
-    Ok(LoweredGraph { operation_graph, internals, _parts: parts })
+    Ok(Operations { operations, parts, internals })
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! with alive. [`PlanCache`] is `Sync` and hands out shared plans (`Arc<ExecutionPlan>`).
 
 mod autotune;
+mod binding;
 pub mod cache;
 mod context;
 mod descriptor;
@@ -47,6 +48,7 @@ mod plan;
 pub use cudarc;
 
 pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
+pub use binding::PlanMismatch;
 pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
 pub use context::Cudnn;
 pub use engine::{Engine, EngineId, Router};

@@ -16,7 +16,7 @@ use super::heuristics::{
     self, BehaviorNote, Candidate, CandidateState, Config, Filter, HeuristicMode, Knob, NumericalNote, Rejection,
 };
 use super::lower::{self, LoweredGraph};
-use super::{BackendError, Cudnn};
+use super::{binding, BackendError, Cudnn};
 use crate::ir::{Graph, TensorId};
 use crate::{DataType, Fp8E4M3, Fp8E5M2};
 
@@ -249,7 +249,8 @@ pub struct EngineConfig {
 pub struct BuildTimings {
     /// [`Graph::validate`].
     pub validate: Duration,
-    /// Lowering to a finalized cuDNN operation graph.
+    /// Lowering to a finalized cuDNN operation graph (for a plan loaded from JSON: lowering the
+    /// graph to check the JSON against it).
     pub lower: Duration,
     /// The heuristic queries.
     pub heuristics: Duration,
@@ -282,6 +283,7 @@ pub struct ByValueScalar {
     pub position: usize,
     /// Its data type.
     pub data_type: DataType,
+    value: f64,
     storage: ScalarStorage,
 }
 
@@ -303,7 +305,12 @@ impl ByValueScalar {
             DataType::Fp8E5M2 => widen(&[Fp8E5M2::from_f64(value).0]),
         };
         b[..n].copy_from_slice(&bytes[..n]);
-        ByValueScalar { uid, position, data_type, storage: ScalarStorage(b) }
+        ByValueScalar { uid, position, data_type, value, storage: ScalarStorage(b) }
+    }
+
+    /// The value as given (before it is stored as `data_type`).
+    pub fn value(&self) -> f64 {
+        self.value
     }
 
     /// The value's bytes as cuDNN reads them (native endian, `data_type.size_bytes()` long).
@@ -637,6 +644,13 @@ impl ExecutionPlan {
         let start = Instant::now();
         graph.validate()?;
         timings.validate = start.elapsed();
+        let start = Instant::now();
+        // cuDNN rebuilds the plan from the JSON's own description of the operation graph, and a
+        // malformed one can crash it: the JSON must describe this graph exactly first.
+        let manifest = lower::manifest(&graph, cudnn)?;
+        binding::check(json, &graph, &manifest, cudnn)
+            .map_err(|m| BackendError::PlanMismatch { graph: graph.name.clone(), mismatch: Box::new(m) })?;
+        timings.lower = start.elapsed();
         let start = Instant::now();
         let mut plan = Descriptor::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
         plan.set_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, json)?;

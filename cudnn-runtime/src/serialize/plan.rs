@@ -3,38 +3,98 @@
 //!
 //! ```text
 //! {
-//!   "cudnn_graph_payload": 1,
-//!   "structure": { ...structural JSON, see the module above... },   ← only with `structure: true`
-//!   "plan": {
-//!     "graph_name": "MatmulBiasRelu", "graph_fingerprint": "0x…", "type_fingerprint": "0x…",
-//!     "binding": "M = 192", "cudnn_version": 91900, "sm": 90, "device_properties": {...},
-//!     "engine": {"id": 7, "tag": "eng7_k2=3…", "knobs": [[2, 3], …],
-//!                "behavior_notes": ["RUNTIME_COMPILATION"], "numerical_notes": ["TENSOR_CORE"]},
-//!     "variant_pack_uids": [1, 2, 3, 6], "scalars": [{"uid": 4, "data_type": "FLOAT", "bits": "0x3fe0…"}],
-//!     "workspace_size": 0, "workspace_init": [],
-//!     "plan_json": "…cuDNN's CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION…"
+//!   "cudnn_graph_payload": 2,
+//!   "sha256": "…64 hex digits: SHA-256 of the body's bytes exactly as written…",
+//!   "hmac_sha256": "…",                                             ← only when signed
+//!   "body": {
+//!     "structure": { ...structural JSON, see the module above... },   ← only with `structure: true`
+//!     "plan": {
+//!       "graph_name": "MatmulBiasRelu", "graph_fingerprint": "0x…", "type_fingerprint": "0x…",
+//!       "binding": "M = 192", "cudnn_version": 91900, "sm": 90, "device_properties": {...},
+//!       "engine": {"id": 7, "tag": "eng7_k2=3…", "knobs": [[2, 3], …],
+//!                  "behavior_notes": ["RUNTIME_COMPILATION"], "numerical_notes": ["TENSOR_CORE"]},
+//!       "variant_pack_uids": [1, 2, 3, 6], "scalars": [{"uid": 4, "data_type": "FLOAT", "bits": "0x3fe0…"}],
+//!       "workspace_size": 0, "workspace_init": [],
+//!       "plan_json": "…cuDNN's CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION…"
+//!     }
 //!   }
 //! }
 //! ```
 //!
-//! The notes are the *selected* plan's (not the union of every candidate's). Reading checks, in
-//! order: the format, the cuDNN version and SM against the context, the graph (from the payload's
-//! structure or the caller's) against the recorded fingerprint, the caller's expected type
-//! fingerprint and binding, and the variant-pack layout against the graph's. Every mismatch is a
-//! [`PayloadError`] naming both sides. Writing a plan read back gives an equivalent payload
-//! (cuDNN's plan JSON aside, which embeds pointers).
+//! **A payload carries executable GPU code** (the compiled kernel inside cuDNN's plan JSON), like
+//! a shared library: load payloads only from where you would load a library. Reading checks, in
+//! order, before anything reaches cuDNN:
+//! 1. size ([`MAX_PAYLOAD_BYTES`]) and format;
+//! 2. the content digest over the body's bytes, which catches accidental corruption (disk,
+//!    transfer): one flipped bit anywhere, the kernel included, is a [`PayloadError::Digest`];
+//! 3. with a [`PayloadKey`] ([`parse_signed_payload`]), the keyed signature (HMAC-SHA256): for
+//!    payloads that cross a trust boundary, since anyone can recompute a digest;
+//! 4. the cuDNN version and SM against the context, the graph (from the payload's structure or
+//!    the caller's) against the recorded fingerprint, the caller's expected type fingerprint and
+//!    binding;
+//! 5. cuDNN's plan JSON against the graph: every tensor (uid, dims, strides, type, alignment) and
+//!    every operation of its operation graph must be the ones lowering the graph describes
+//!    ([`ExecutionPlan::from_json`], [`crate::backend::PlanMismatch`]);
+//! 6. once cuDNN has loaded the plan: its variant pack, workspace size, engine and by-value
+//!    scalars against the payload's record.
+//!
+//! Every mismatch is a [`PayloadError`] naming both sides. Writing a plan read back gives an
+//! equivalent payload (cuDNN's plan JSON aside, which embeds pointers).
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 
 use super::{structure_from_json, structure_to_json, SerializeError};
 use crate::backend::{Cudnn, ExecutionPlan};
 use crate::{DataType, Graph};
 
-/// The payload format this build writes and reads.
-pub const PAYLOAD_FORMAT: u32 = 1;
+/// The payload format this build writes and reads. Format 1 (no digest) is refused: write the
+/// plan again.
+pub const PAYLOAD_FORMAT: u32 = 2;
 
-/// The largest payload [`read_payload`] accepts.
-pub const MAX_PAYLOAD_BYTES: usize = 256 << 20;
+/// The largest payload [`parse_payload`] accepts: 64 MiB. Plans are 40 KB to a few MB (the
+/// kernel is most of it); reading one takes about three times its size in memory at the peak
+/// (the bytes, the plan JSON and the structure).
+pub const MAX_PAYLOAD_BYTES: usize = 64 << 20;
+
+/// The shortest [`PayloadKey`]: 16 bytes.
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// A secret key for signing payloads (HMAC-SHA256), supplied by the application: for payloads
+/// that cross a trust boundary (downloaded, shared between users, stored where others can
+/// write). Use 32 random bytes. Its `Debug` shows only its length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PayloadKey(Arc<[u8]>);
+
+impl PayloadKey {
+    /// A key of `bytes` (at least [`MIN_KEY_BYTES`]).
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, PayloadError> {
+        let bytes = bytes.into();
+        if bytes.len() < MIN_KEY_BYTES {
+            return Err(PayloadError::ShortKey { bytes: bytes.len() });
+        }
+        Ok(PayloadKey(bytes.into()))
+    }
+
+    fn mac(&self, body: &[u8]) -> Hmac<Sha256> {
+        // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        mac.update(body);
+        mac
+    }
+}
+
+impl fmt::Debug for PayloadKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PayloadKey({} bytes)", self.0.len())
+    }
+}
 
 /// What [`write_payload`] includes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,13 +211,39 @@ pub struct PlanRecord {
     pub plan_json: String,
 }
 
-#[derive(Serialize, Deserialize)]
+/// The signed part of a payload.
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    structure: Option<&'a RawValue>,
+    plan: &'a PlanRecord,
+}
+
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Document {
-    cudnn_graph_payload: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    structure: Option<serde_json::Value>,
+struct BodyIn<'a> {
+    #[serde(default, borrow)]
+    structure: Option<&'a RawValue>,
     plan: PlanRecord,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex_bytes(&Sha256::digest(bytes))
+}
+
+fn hex_bytes(bytes: &[u8]) -> String {
+    use fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect()
 }
 
 /// Why a payload cannot be read (or does not fit where it is loaded).
@@ -168,7 +254,27 @@ pub enum PayloadError {
     Malformed(String),
     /// Over [`MAX_PAYLOAD_BYTES`].
     #[error("payload of {0} bytes is over the {MAX_PAYLOAD_BYTES}-byte limit")]
-    TooLarge(usize),
+    TooLarge(u64),
+    /// The body's bytes are not the ones written: corrupted on disk or in transfer.
+    #[error("the payload is corrupted: its content digest is sha256 {computed}, but it records {recorded}")]
+    Digest {
+        /// The digest the payload records.
+        recorded: String,
+        /// The digest of the bytes read.
+        computed: String,
+    },
+    /// A signature was required and the payload has none.
+    #[error("the payload is not signed, and this reader requires a signature (sign it with the same PayloadKey when writing)")]
+    Unsigned,
+    /// The signature does not verify with the reader's key.
+    #[error("the payload's signature does not verify with this key: it was changed after signing, or signed with another key")]
+    Signature,
+    /// A key shorter than [`MIN_KEY_BYTES`].
+    #[error("a payload key of {bytes} bytes is too short: use at least {MIN_KEY_BYTES} (32 random bytes is best)")]
+    ShortKey {
+        /// Its length.
+        bytes: usize,
+    },
     /// A format this build does not read.
     #[error("payload format {found} is not supported (this build reads {PAYLOAD_FORMAT})")]
     Format {
@@ -237,6 +343,30 @@ pub enum PayloadError {
         /// The graph's.
         graph: Vec<i64>,
     },
+    /// The workspace the payload records is not the loaded plan's.
+    #[error("the payload records a workspace of {payload} bytes, but the loaded plan needs {plan}")]
+    Workspace {
+        /// The payload's.
+        payload: usize,
+        /// The plan's, as cuDNN reports it.
+        plan: usize,
+    },
+    /// The engine the payload records is not the one cuDNN loaded.
+    #[error("the payload records engine {payload}, but its plan JSON loads as engine {plan}")]
+    Engine {
+        /// The payload's record (id and knobs).
+        payload: String,
+        /// The loaded plan's.
+        plan: String,
+    },
+    /// The by-value scalars the payload records are not the graph's.
+    #[error("the payload records by-value scalars {payload:?}, but the graph's are {graph:?} (uid, type, f64 bits)")]
+    Scalars {
+        /// The payload's.
+        payload: Vec<(i64, DataType, String)>,
+        /// The graph's.
+        graph: Vec<(i64, DataType, String)>,
+    },
     /// The structure inside the payload is invalid.
     #[error("the payload's structure: {0}")]
     Structure(#[from] SerializeError),
@@ -249,18 +379,20 @@ fn hex(v: u64) -> String {
     format!("{v:#018x}")
 }
 
+/// The by-value scalars of `plan`'s variant pack, as a payload records them.
+fn scalar_records(plan: &ExecutionPlan) -> Vec<ScalarRecord> {
+    plan.layout()
+        .scalars()
+        .iter()
+        .map(|s| ScalarRecord { uid: s.uid, data_type: s.data_type, bits: hex(s.value().to_bits()) })
+        .collect()
+}
+
 fn record(plan: &ExecutionPlan, origin: &PlanOrigin, expect: &Expect) -> Result<PlanRecord, crate::Error> {
     let graph = plan.graph();
     let selected = plan.selected();
     let layout = plan.layout();
-    let scalars = layout
-        .scalars()
-        .iter()
-        .map(|s| {
-            let value = graph.tensors.iter().find(|t| t.uid == s.uid).and_then(|t| t.pass_by_value).unwrap_or(f64::NAN);
-            ScalarRecord { uid: s.uid, data_type: s.data_type, bits: hex(value.to_bits()) }
-        })
-        .collect();
+    let scalars = scalar_records(plan);
     Ok(PlanRecord {
         graph_name: graph.name.clone(),
         graph_fingerprint: hex(graph.fingerprint()),
@@ -293,16 +425,45 @@ pub fn write_payload(
     options: SerializeOptions,
     expect: &Expect,
 ) -> Result<Vec<u8>, crate::Error> {
+    write(plan, origin, options, expect, None)
+}
+
+/// [`write_payload`], signed with `key` (read it with [`parse_signed_payload`]).
+pub fn write_signed_payload(
+    plan: &ExecutionPlan,
+    origin: &PlanOrigin,
+    options: SerializeOptions,
+    expect: &Expect,
+    key: &PayloadKey,
+) -> Result<Vec<u8>, crate::Error> {
+    write(plan, origin, options, expect, Some(key))
+}
+
+pub(crate) fn write(
+    plan: &ExecutionPlan,
+    origin: &PlanOrigin,
+    options: SerializeOptions,
+    expect: &Expect,
+    key: Option<&PayloadKey>,
+) -> Result<Vec<u8>, crate::Error> {
+    let malformed = |e: serde_json::Error| PayloadError::Malformed(e.to_string());
     let structure = if options.structure {
-        let text = structure_to_json(plan.graph());
-        Some(serde_json::from_str(&text).map_err(|e| PayloadError::Malformed(e.to_string()))?)
+        Some(RawValue::from_string(structure_to_json(plan.graph())).map_err(malformed)?)
     } else {
         None
     };
-    let doc = Document { cudnn_graph_payload: PAYLOAD_FORMAT, structure, plan: record(plan, origin, expect)? };
-    let bytes = serde_json::to_vec(&doc).map_err(|e| PayloadError::Malformed(e.to_string()))?;
-    tracing::debug!(graph = %plan.graph().name, bytes = bytes.len(), structure = options.structure, "payload written");
-    Ok(bytes)
+    let record = record(plan, origin, expect)?;
+    let body = serde_json::to_string(&Body { structure: structure.as_deref(), plan: &record }).map_err(malformed)?;
+    let mut out = String::with_capacity(body.len() + 256);
+    out.push_str(&format!(r#"{{"cudnn_graph_payload":{PAYLOAD_FORMAT},"sha256":"{}","#, sha256_hex(body.as_bytes())));
+    if let Some(key) = key {
+        out.push_str(&format!(r#""hmac_sha256":"{}","#, hex_bytes(&key.mac(body.as_bytes()).finalize().into_bytes())));
+    }
+    out.push_str(r#""body":"#);
+    out.push_str(&body);
+    out.push('}');
+    tracing::debug!(graph = %plan.graph().name, bytes = out.len(), structure = options.structure, signed = key.is_some(), "payload written");
+    Ok(out.into_bytes())
 }
 
 /// A payload parsed and checked against `cudnn`, before cuDNN loads the plan.
@@ -314,21 +475,52 @@ pub struct Payload {
     pub plan: PlanRecord,
 }
 
-/// Parses a payload (no cuDNN needed): format, size and shape.
+/// Parses a payload (no cuDNN needed): size, format, content digest and shape; a signature, if
+/// the payload has one, is not checked (see [`parse_signed_payload`]).
 pub fn parse_payload(bytes: &[u8]) -> Result<Payload, PayloadError> {
+    parse(bytes, None)
+}
+
+/// [`parse_payload`] that also requires a signature made with `key`: for payloads from outside
+/// the application's trust boundary.
+pub fn parse_signed_payload(bytes: &[u8], key: &PayloadKey) -> Result<Payload, PayloadError> {
+    parse(bytes, Some(key))
+}
+
+fn parse(bytes: &[u8], key: Option<&PayloadKey>) -> Result<Payload, PayloadError> {
     if bytes.len() > MAX_PAYLOAD_BYTES {
-        return Err(PayloadError::TooLarge(bytes.len()));
+        return Err(PayloadError::TooLarge(bytes.len() as u64));
     }
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| PayloadError::Malformed(e.to_string()))?;
-    let format = value.get("cudnn_graph_payload").and_then(serde_json::Value::as_u64);
+    let malformed = |e: serde_json::Error| PayloadError::Malformed(e.to_string());
+    // The top level as raw values: the body is checked over its exact bytes, and nothing is
+    // parsed twice.
+    let top: BTreeMap<&str, &RawValue> = serde_json::from_slice(bytes).map_err(malformed)?;
+    let format = top.get("cudnn_graph_payload").and_then(|v| v.get().parse::<u64>().ok());
     match format {
         Some(f) if f == u64::from(PAYLOAD_FORMAT) => {}
         Some(f) => return Err(PayloadError::Format { found: u32::try_from(f).unwrap_or(u32::MAX) }),
-        None => return Err(PayloadError::Malformed("no `cudnn_graph_payload` format field".into())),
+        None => return Err(PayloadError::Malformed("no numeric `cudnn_graph_payload` format field".into())),
     }
-    let doc: Document = serde_json::from_value(value).map_err(|e| PayloadError::Malformed(e.to_string()))?;
+    if let Some(unknown) = top.keys().find(|k| !["cudnn_graph_payload", "sha256", "hmac_sha256", "body"].contains(k)) {
+        return Err(PayloadError::Malformed(format!("unknown field `{unknown}`")));
+    }
+    let text = |name: &str| -> Result<Option<String>, PayloadError> {
+        top.get(name).map(|v| serde_json::from_str::<String>(v.get()).map_err(malformed)).transpose()
+    };
+    let recorded = text("sha256")?.ok_or_else(|| PayloadError::Malformed("no `sha256` content digest".into()))?;
+    let body = top.get("body").ok_or_else(|| PayloadError::Malformed("no `body`".into()))?.get();
+    let computed = sha256_hex(body.as_bytes());
+    if recorded != computed {
+        return Err(PayloadError::Digest { recorded, computed });
+    }
+    if let Some(key) = key {
+        let signature = text("hmac_sha256")?.ok_or(PayloadError::Unsigned)?;
+        let signature = unhex(&signature).ok_or(PayloadError::Signature)?;
+        key.mac(body.as_bytes()).verify_slice(&signature).map_err(|_| PayloadError::Signature)?;
+    }
+    let doc: BodyIn<'_> = serde_json::from_str(body).map_err(malformed)?;
     let structure = match doc.structure {
-        Some(s) => Some(structure_from_json(&s.to_string())?),
+        Some(s) => Some(structure_from_json(s.get())?),
         None => None,
     };
     if let Some(g) = &structure {
@@ -418,12 +610,34 @@ fn check_and_load(
             given,
         });
     }
+    // `from_json` checks the plan JSON's operation graph against the graph's lowering before
+    // cuDNN is given it.
     let plan = ExecutionPlan::from_json(cudnn, graph, &p.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
     if plan.layout().uids() != p.variant_pack_uids.as_slice() {
         return Err(PayloadError::VariantPack {
             payload: p.variant_pack_uids.clone(),
             graph: plan.layout().uids().to_vec(),
         });
+    }
+    if plan.workspace_size() != p.workspace_size {
+        return Err(PayloadError::Workspace { payload: p.workspace_size, plan: plan.workspace_size() });
+    }
+    let loaded = plan.selected();
+    // cuDNN reports a reloaded config with default knobs filled in, so the record's knobs must
+    // be among the loaded ones, not equal to them.
+    let knobs_agree =
+        p.engine.knobs.iter().all(|&(kind, value)| loaded.knobs.iter().any(|k| k.kind == kind && k.value == value));
+    if loaded.engine_id != p.engine.id || !knobs_agree {
+        let knobs: Vec<(i32, i64)> = loaded.knobs.iter().map(|k| (k.kind, k.value)).collect();
+        return Err(PayloadError::Engine {
+            payload: format!("{:?} with knobs {:?}", p.engine.id, p.engine.knobs),
+            plan: format!("{:?} with knobs {knobs:?}", loaded.engine_id),
+        });
+    }
+    let scalars = scalar_records(&plan);
+    if scalars != p.scalars {
+        let list = |s: &[ScalarRecord]| s.iter().map(|r| (r.uid, r.data_type, r.bits.clone())).collect();
+        return Err(PayloadError::Scalars { payload: list(&p.scalars), graph: list(&scalars) });
     }
     Ok(plan)
 }

@@ -59,6 +59,11 @@ pub fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {
     assert!(plan.selected().engine_id.is_some(), "{name}");
     let json = plan.json().unwrap_or_else(|e| panic!("{name}: json: {e}"));
     assert!(json.len() > 1000, "{name}: plan JSON of {} bytes", json.len());
+    // The plan's JSON must bind to the graph it was made from (every tensor and operation of its
+    // operation graph equal to the lowering's), or no payload of it would load.
+    let loaded =
+        ExecutionPlan::from_json(cudnn, graph.clone(), &json).unwrap_or_else(|e| panic!("{name}: reload: {e}"));
+    assert_eq!(loaded.workspace_size(), plan.workspace_size(), "{name}: reloaded workspace");
     println!(
         "{name}: {} candidates, built {} ({} B workspace)",
         plan.candidates().len(),
