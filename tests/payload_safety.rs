@@ -9,7 +9,7 @@ mod common;
 use cudnn_graph::backend::{BackendError, BuildOptions, CacheSource, PlanCache, PlanMismatch};
 use cudnn_graph::graph;
 use cudnn_graph::serialize::plan::{
-    parse_payload, parse_signed_payload, PayloadError, PayloadKey, SerializeOptions, MAX_PAYLOAD_BYTES,
+    parse_payload, parse_signed_payload, seal, PayloadError, PayloadKey, SerializeOptions, MAX_PAYLOAD_BYTES,
 };
 use cudnn_graph::Error;
 use serde_json::Value;
@@ -58,7 +58,7 @@ fn body_of(bytes: &[u8]) -> Value {
 fn edited(bytes: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let mut body = body_of(bytes);
     edit(&mut body);
-    common::seal_payload(&serde_json::to_string(&body).unwrap())
+    seal(&serde_json::to_string(&body).unwrap(), None)
 }
 
 /// `bytes` with cuDNN's plan JSON inside edited by `edit`, resealed.
@@ -132,7 +132,10 @@ fn edited_plan_json_tensors_and_operations_are_refused() {
 
     let e = expect(&|p| tensor(p, "2")["stride"] = serde_json::json!([2048, 1, 32]));
     assert!(matches!(&e, PlanMismatch::Tensor { uid: 2, field: "strides", .. }), "{e}");
-    assert_eq!(e.to_string(), "tensor `b` (uid 2) has strides [2048, 1, 32] in the plan but [2048, 64, 1] in the graph");
+    assert_eq!(
+        e.to_string(),
+        "tensor `b` (uid 2) has strides [2048, 1, 32] in the plan but [2048, 64, 1] in the graph"
+    );
     let e = expect(&|p| tensor(p, "6")["dataType"] = "CUDNN_DATA_FLOAT".into());
     assert!(matches!(&e, PlanMismatch::Tensor { uid: 6, field: "data type", .. }), "{e}");
     let e = expect(&|p| tensor(p, "6")["isVirtual"] = true.into());

@@ -43,7 +43,7 @@ fn json_of(bytes: &[u8]) -> serde_json::Value {
 /// A payload around `body` with a correct content digest: what a corrupted or edited payload
 /// would be if its writer had digested it, so the checks behind the digest are reached.
 fn seal(body: &serde_json::Value) -> Vec<u8> {
-    common::seal_payload(&serde_json::to_string(body).unwrap())
+    cudnn_graph::serialize::plan::seal(&serde_json::to_string(body).unwrap(), None)
 }
 
 #[test]

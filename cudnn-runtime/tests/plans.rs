@@ -438,10 +438,12 @@ fn disk_cache_serves_a_new_process_and_ignores_bad_entries_with_a_warning() {
             text.replace(&from, &to).into_bytes()
         }),
         ("a corrupted cuDNN plan", {
-            let mut doc: serde_json::Value = serde_json::from_slice(&good).unwrap();
-            let plan_json = doc["plan"]["plan_json"].as_str().unwrap().to_string();
-            doc["plan"]["plan_json"] = plan_json[..plan_json.len() / 2].into();
-            serde_json::to_vec(&doc).unwrap()
+            // Resealed with a correct digest, so that the plan JSON's own check is what refuses it.
+            let envelope: serde_json::Value = serde_json::from_slice(&good).unwrap();
+            let mut body = envelope["body"].clone();
+            let plan_json = body["plan"]["plan_json"].as_str().unwrap().to_string();
+            body["plan"]["plan_json"] = plan_json[..plan_json.len() / 2].into();
+            cudnn_runtime::serialize::plan::seal(&body.to_string(), None)
         }),
     ];
     for (what, bytes) in bad {

@@ -137,12 +137,3 @@ pub fn workspace(
 ) -> cudnn_graph::backend::cudarc::driver::CudaSlice<u8> {
     stream.alloc_zeros::<u8>(bytes.max(1)).unwrap()
 }
-
-/// A format-2 payload around `body` (the body's JSON text) with its correct SHA-256 content
-/// digest: what an edited payload looks like when whoever edited it also recomputed the digest,
-/// so that tests reach the checks behind the digest.
-pub fn seal_payload(body: &str) -> Vec<u8> {
-    use sha2::Digest;
-    let digest: String = sha2::Sha256::digest(body.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    format!(r#"{{"cudnn_graph_payload":2,"sha256":"{digest}","body":{body}}}"#).into_bytes()
-}

@@ -454,16 +454,25 @@ pub(crate) fn write(
     };
     let record = record(plan, origin, expect)?;
     let body = serde_json::to_string(&Body { structure: structure.as_deref(), plan: &record }).map_err(malformed)?;
+    let out = seal(&body, key);
+    tracing::debug!(graph = %plan.graph().name, bytes = out.len(), structure = options.structure, signed = key.is_some(), "payload written");
+    Ok(out)
+}
+
+/// A payload of `body` (the JSON text of `{"structure": …, "plan": …}`): the envelope with its
+/// content digest, and its signature when given a key. [`write_payload`] uses it; so do tools and
+/// tests that edit a payload's body on purpose (after which the digest must be recomputed, which
+/// anyone can do: the digest detects accidents, only the signature detects tampering).
+pub fn seal(body: &str, key: Option<&PayloadKey>) -> Vec<u8> {
     let mut out = String::with_capacity(body.len() + 256);
     out.push_str(&format!(r#"{{"cudnn_graph_payload":{PAYLOAD_FORMAT},"sha256":"{}","#, sha256_hex(body.as_bytes())));
     if let Some(key) = key {
         out.push_str(&format!(r#""hmac_sha256":"{}","#, hex_bytes(&key.mac(body.as_bytes()).finalize().into_bytes())));
     }
     out.push_str(r#""body":"#);
-    out.push_str(&body);
+    out.push_str(body);
     out.push('}');
-    tracing::debug!(graph = %plan.graph().name, bytes = out.len(), structure = options.structure, signed = key.is_some(), "payload written");
-    Ok(out.into_bytes())
+    out.into_bytes()
 }
 
 /// A payload parsed and checked against `cudnn`, before cuDNN loads the plan.
