@@ -59,6 +59,18 @@ pub enum GraphError {
         /// The order given.
         order: Vec<usize>,
     },
+    /// Channels-last asked of a tensor whose rank has no channel dim between a batch dim and
+    /// spatial dims.
+    #[error(
+        "tensor `{tensor}` has dims {dims:?}; channels-last needs 3 to 5 dims ([N, C, W], [N, C, H, W] or \
+         [N, C, D, H, W]); give another rank an explicit dim order"
+    )]
+    ChannelsLastRank {
+        /// The tensor.
+        tensor: String,
+        /// Its dims.
+        dims: Vec<i64>,
+    },
     /// A by-value scalar that is virtual or not all-1 dims.
     #[error("by-value tensor `{tensor}` must be non-virtual with every dim 1")]
     BadScalar {

@@ -2,6 +2,7 @@
 //! that `graph!` generates.
 
 use super::{Context, Graph, Node, Tensor, TensorId};
+use super::layout::{channels_last_order, strides_for_order};
 use crate::dim::{channels_last_strides, packed_strides, shape_string, Concrete};
 use crate::error::GraphError;
 use crate::ops::{AttrValue, Layout, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};
@@ -89,7 +90,9 @@ impl GraphBuilder {
         self.tensors.get(id.0).ok_or(GraphError::UnknownTensor { node: String::new(), index: id.0 })
     }
 
-    /// A graph input with packed strides.
+    /// A graph input, packed row-major unless [`GraphBuilder::set_channels_last`],
+    /// [`GraphBuilder::set_dim_order`] or [`GraphBuilder::set_strides`] says otherwise (the
+    /// layout of every port, whatever op reads it).
     pub fn input(&mut self, name: &str, data_type: DataType, dims: &[i64]) -> Result<TensorId, GraphError> {
         self.check_name(name)?;
         if dims.is_empty() || dims.iter().any(|&d| d <= 0) {
@@ -145,13 +148,33 @@ impl GraphBuilder {
         if sorted != (0..t.dims.len()).collect::<Vec<_>>() {
             return Err(GraphError::BadOrder { tensor: t.name.clone(), rank: t.dims.len(), order: order.to_vec() });
         }
-        let mut strides = vec![0; t.dims.len()];
-        let mut next = 1i64;
-        for &axis in order.iter().rev() {
-            strides[axis] = next;
-            next *= t.dims[axis].max(1);
-        }
+        let strides = strides_for_order(&t.dims, order);
         self.set_strides(id, &strides)
+    }
+
+    /// Lays a tensor out channels-last: packed with the channel dim (1) innermost, NHWC for
+    /// `[N, C, H, W]` (`order [0, 2, 3, 1]`; `[0, 2, 1]` at rank 3, `[0, 2, 3, 4, 1]` at rank 5).
+    /// Ports are row-major unless set, whatever op they meet; cuDNN's fused convolution engines
+    /// want their ports channels-last. Other ranks have no channel dim between a batch and
+    /// spatial dims: [`GraphError::ChannelsLastRank`].
+    ///
+    /// ```
+    /// use cudnn_runtime::{DataType, GraphBuilder};
+    /// let mut g = GraphBuilder::new("g");
+    /// let x = g.input("x", DataType::F16, &[2, 8, 4, 4]).unwrap();
+    /// g.set_channels_last(x).unwrap();
+    /// let y = g.op("relu", &[x.into()], &[]).unwrap()[0];
+    /// g.output(y, "y", DataType::F16).unwrap();
+    /// let graph = g.build().unwrap();
+    /// assert_eq!(graph.tensors[0].strides, vec![128, 1, 32, 8]);
+    /// assert_eq!(graph.tensors[0].type_string(), "f16[2, 8, 4, 4] channels-last");
+    /// assert_eq!(graph.tensor_by_name("y").unwrap().type_string(), "f16[2, 8, 4, 4] row-major");
+    /// ```
+    pub fn set_channels_last(&mut self, id: TensorId) -> Result<&mut Self, GraphError> {
+        let t = self.get(id)?;
+        let order = channels_last_order(t.dims.len())
+            .ok_or_else(|| GraphError::ChannelsLastRank { tensor: t.name.clone(), dims: t.dims.clone() })?;
+        self.set_dim_order(id, &order)
     }
 
     /// Sets a tensor's uid (user-set values win over assignment).
@@ -360,12 +383,16 @@ impl GraphBuilder {
         Ok(())
     }
 
-    /// Lays out channels-last (NHWC, cudnn-frontend's default for these ops) every tensor of
-    /// rank 3 to 5 whose strides are unset and that is a port of a convolution or pooling node,
-    /// or reaches one through pointwise or concatenation nodes of the same rank (a conv's bias,
-    /// its activation's output, what is concatenated with it follow the conv's layout).
+    /// Lays out channels-last (NHWC, what cuDNN's fused convolution engines want) every
+    /// *virtual* tensor of rank 3 to 5 that is a port of a convolution or pooling node, or
+    /// reaches one through pointwise or concatenation nodes of the same rank (a conv's biased and
+    /// activated intermediates follow the conv's layout). Graph ports are never touched: their
+    /// layout is their declaration's (row-major unless set), whatever op produces or reads them,
+    /// so two graphs that declare the same port agree on its memory.
     fn default_channels_last(&mut self) {
-        let unset = |t: &Pending, rank: usize| t.strides.is_none() && t.pass_by_value.is_none() && t.dims.len() == rank;
+        let unset = |t: &Pending, rank: usize| {
+            t.is_virtual && t.strides.is_none() && t.pass_by_value.is_none() && t.dims.len() == rank
+        };
         let mut nhwc = vec![false; self.tensors.len()];
         for n in &self.nodes {
             if matches!(n.op, Op::Conv(_) | Op::Resample(_)) {
@@ -438,8 +465,9 @@ impl GraphBuilder {
     }
 
     /// Assigns uids (user-set values win; the rest count up from 1 in creation order, skipping
-    /// taken values), lays out convolution tensors channels-last and the rest packed where
-    /// strides are unset, and validates.
+    /// taken values), lays out where strides are unset every graph port row-major and the
+    /// virtual tensors as cuDNN's fused chains want them (channels-last around convolutions and
+    /// pooling, views through layout ops), and validates.
     pub fn build(mut self) -> Result<Graph, GraphError> {
         self.default_channels_last();
         self.default_derived_strides();
