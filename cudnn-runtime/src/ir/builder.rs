@@ -550,6 +550,78 @@ mod tests {
     }
 
     #[test]
+    fn channels_last_is_order_0_2_1_at_ranks_3_to_5_and_a_typed_error_otherwise() {
+        let mut g = GraphBuilder::new("nhwc");
+        let ids: Vec<TensorId> = [vec![2, 3, 5], vec![2, 3, 5, 7], vec![2, 3, 5, 7, 4]]
+            .iter()
+            .enumerate()
+            .map(|(i, dims)| g.input(&format!("x{i}"), DataType::F16, dims).unwrap())
+            .collect();
+        for &id in &ids {
+            g.set_channels_last(id).unwrap();
+        }
+        let expected = [vec![15, 1, 3], vec![105, 1, 21, 3], vec![420, 1, 84, 12, 3]];
+        for (id, strides) in ids.iter().zip(&expected) {
+            assert_eq!(g.tensors[id.0].strides.as_ref(), Some(strides));
+        }
+        for dims in [vec![6], vec![2, 3], vec![1, 2, 3, 4, 5, 6]] {
+            let id = g.input(&format!("r{}", dims.len()), DataType::F16, &dims).unwrap();
+            let e = g.set_channels_last(id).unwrap_err();
+            assert_eq!(e, GraphError::ChannelsLastRank { tensor: format!("r{}", dims.len()), dims: dims.clone() });
+            assert!(e.to_string().contains("channels-last needs 3 to 5 dims"), "{e}");
+            assert_eq!(g.tensors[id.0].strides, None, "a refused layout leaves the tensor as it was");
+        }
+        assert!(matches!(g.set_channels_last(TensorId(99)), Err(GraphError::UnknownTensor { .. })));
+    }
+
+    /// The defect of issue #14: `y` was NCHW after a norm but NHWC after a conv's pointwise
+    /// chain. A port's layout is its declaration's, whichever op produces it.
+    #[test]
+    fn a_declared_output_has_the_same_strides_whatever_op_produces_it() {
+        let (x_dims, y_dims) = ([2, 4, 6, 6], [2, 8, 6, 6]);
+        let producers = ["pointwise", "norm", "conv"];
+        for channels_last in [false, true] {
+            let strides: Vec<Vec<i64>> = producers
+                .iter()
+                .map(|producer| {
+                    let mut g = GraphBuilder::new(*producer);
+                    let x = g.input("x", DataType::F16, &x_dims).unwrap();
+                    let w = g.input("w", DataType::F16, &[8, 4, 1, 1]).unwrap();
+                    g.set_channels_last(x).unwrap().set_channels_last(w).unwrap();
+                    let c = g.op("conv_fprop", &[x.into(), w.into()], &[]).unwrap()[0];
+                    let y = match *producer {
+                        "pointwise" => {
+                            let m = g.op("mul", &[c.into(), 0.5.into()], &[]).unwrap()[0];
+                            g.op("relu", &[m.into()], &[]).unwrap()[0]
+                        }
+                        "norm" => {
+                            let stats = ["mean", "inv_var", "scale", "bias"]
+                                .map(|n| Operand::from(g.input(n, DataType::F32, &[1, 8, 1, 1]).unwrap()));
+                            let operands = [Operand::from(c), stats[0], stats[1], stats[2], stats[3]];
+                            g.op("batchnorm_inference", &operands, &[]).unwrap()[0]
+                        }
+                        _ => c,
+                    };
+                    let y = g.output(y, "y", DataType::F16).unwrap();
+                    if channels_last {
+                        g.set_channels_last(y).unwrap();
+                    }
+                    let graph = g.build().unwrap();
+                    assert_eq!(graph.tensor(c).is_virtual, *producer != "conv");
+                    if *producer != "conv" {
+                        assert_eq!(graph.tensor(c).strides, channels_last_strides(&y_dims), "virtual: NHWC for cuDNN");
+                    }
+                    graph.tensor(y).strides.clone()
+                })
+                .collect();
+            let declared = if channels_last { channels_last_strides(&y_dims) } else { packed_strides(&y_dims) };
+            for (producer, s) in producers.iter().zip(&strides) {
+                assert_eq!(s, &declared, "`y` produced by {producer}, channels_last = {channels_last}");
+            }
+        }
+    }
+
+    #[test]
     fn user_uids_win() {
         let mut g = mm_bias_relu();
         g.set_uid(TensorId(0), 2).unwrap();
