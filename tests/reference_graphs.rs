@@ -120,7 +120,7 @@ fn wrong_buffer_length_names_the_port() {
     );
     assert_eq!(
         err.to_string(),
-        "tensor `a` needs 24 elements ([1, 4, 6] with strides [24, 6, 1]) but its buffer has 23"
+        "tensor `a` needs 24 elements ([1, 4, 6] row-major) but its buffer has 23"
     );
 }
 

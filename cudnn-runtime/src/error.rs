@@ -188,7 +188,8 @@ pub enum GraphError {
 pub enum ArgError {
     /// A buffer shorter than the tensor's storage.
     #[error(
-        "tensor `{tensor}` needs {expected} elements ({dims:?} with strides {strides:?}) but its buffer has {found}"
+        "tensor `{tensor}` needs {expected} elements ({dims:?} {}) but its buffer has {found}",
+        crate::ir::MemoryLayout::of(.dims, .strides)
     )]
     Length {
         /// The tensor.
