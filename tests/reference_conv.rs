@@ -139,9 +139,7 @@ fn chain_inputs() -> ChainInputs {
 fn graphs_declaring_a_port_alike_chain_through_it() {
     let i = chain_inputs();
     let [mean, inv_var, scale, bias] = &i.stats;
-    let a = ConvBnRelu::new()
-        .reference(ConvBnReluInputs { x: &i.x, w: &i.w, mean, inv_var, scale, bias })
-        .unwrap();
+    let a = ConvBnRelu::new().reference(ConvBnReluInputs { x: &i.x, w: &i.w, mean, inv_var, scale, bias }).unwrap();
     let b = ConvNext::new().reference(ConvNextInputs { y: &a.y, w2: &i.w2 }).unwrap();
     let whole = ConvBnReluConv::new()
         .reference(ConvBnReluConvInputs { x: &i.x, w: &i.w, mean, inv_var, scale, bias, w2: &i.w2 })

@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 
 use cudnn_runtime::dim::{shape_string, SymDim, Symbolic};
-use cudnn_runtime::ops::{self, AttrError, AttrValue, Op, TensorMeta};
 use cudnn_runtime::ir::{channels_last_order, MemoryLayout};
+use cudnn_runtime::ops::{self, AttrError, AttrValue, Op, TensorMeta};
 use cudnn_runtime::{DataType, Fnv};
 use proc_macro2::Span;
 use syn::Ident;

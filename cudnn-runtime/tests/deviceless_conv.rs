@@ -10,8 +10,8 @@
 mod common;
 
 use common::{deviceless, plan};
-use cudnn_runtime::dim::channels_last_strides;
 use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
+use cudnn_runtime::dim::channels_last_strides;
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder, Operand};
@@ -146,8 +146,14 @@ fn nchw_dgrad_drelu_has_no_plan_and_says_to_declare_channels_last() {
                     ("dx", "f16[8, 32, 28, 28] row-major"),
                 ]
             );
-            assert!(message.contains("hint: cuDNN's fused convolution engines want channels-last (NHWC) ports"), "{message}");
-            assert!(message.contains("`dy` (f16[8, 64, 28, 28] row-major) of node `conv_dgrad_0` (conv_dgrad)"), "{message}");
+            assert!(
+                message.contains("hint: cuDNN's fused convolution engines want channels-last (NHWC) ports"),
+                "{message}"
+            );
+            assert!(
+                message.contains("`dy` (f16[8, 64, 28, 28] row-major) of node `conv_dgrad_0` (conv_dgrad)"),
+                "{message}"
+            );
             assert!(message.ends_with("declare them `channels_last` (`GraphBuilder::set_channels_last`)"), "{message}");
         }
         Ok(p) => panic!("this cuDNN plans NCHW dgrad + dReLU now ({}); update docs/ops.md", p.selected()),
@@ -199,4 +205,3 @@ fn pooling_plans_for_the_h200() {
     index.push(("index", true.into()));
     plan(&cudnn, &pool("maxpool_index", F16, &[8, 64, 56, 56], &index, 2));
 }
-

@@ -390,7 +390,11 @@ mod tests {
         let BackendError::NoPlan { mut not_channels_last, graph, candidates, heuristics } = e else { unreachable!() };
         not_channels_last.push(port("w", "f16[32, 64, 3, 3] order [1, 0, 2, 3]"));
         let e = BackendError::NoPlan { graph, candidates, heuristics, not_channels_last };
-        assert!(e.to_string().contains("and these are not: `x` (f16[8, 64, 16, 16] row-major) of node `conv` (conv_fprop), `w`"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("and these are not: `x` (f16[8, 64, 16, 16] row-major) of node `conv` (conv_fprop), `w`"),
+            "{e}"
+        );
         assert!(e.to_string().ends_with("declare them `channels_last` (`GraphBuilder::set_channels_last`)"), "{e}");
     }
 }

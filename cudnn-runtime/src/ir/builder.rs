@@ -1,8 +1,8 @@
 //! The builder API: graphs made at run time, by frameworks with dynamic graphs and by the code
 //! that `graph!` generates.
 
-use super::{Context, Graph, Node, Tensor, TensorId};
 use super::layout::{channels_last_order, strides_for_order};
+use super::{Context, Graph, Node, Tensor, TensorId};
 use crate::dim::{channels_last_strides, packed_strides, shape_string, Concrete};
 use crate::error::GraphError;
 use crate::ops::{AttrValue, Layout, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};

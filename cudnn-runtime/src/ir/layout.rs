@@ -246,7 +246,10 @@ mod tests {
         assert_eq!(MemoryLayout::of(&bias, &channels_last_strides(&bias)), MemoryLayout::ChannelsLast);
         let dims = [2, 3, 4, 5, 6];
         assert_eq!(MemoryLayout::of(&dims, &strides_for_order(&dims, &[0, 2, 3, 4, 1])), MemoryLayout::ChannelsLast);
-        assert_eq!(MemoryLayout::of(&dims, &strides_for_order(&dims, &[4, 3, 2, 1, 0])).to_string(), "order [4, 3, 2, 1, 0]");
+        assert_eq!(
+            MemoryLayout::of(&dims, &strides_for_order(&dims, &[4, 3, 2, 1, 0])).to_string(),
+            "order [4, 3, 2, 1, 0]"
+        );
         // A padded row is no packed order.
         assert_eq!(MemoryLayout::of(&[4, 3], &[8, 1]), MemoryLayout::Strides(vec![8, 1]));
         assert_eq!(type_string(DataType::BF16, &["B", "S"], &MemoryLayout::RowMajor), "bf16[B, S] row-major");
