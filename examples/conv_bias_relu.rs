@@ -8,7 +8,8 @@
 //! cargo run --example conv_bias_relu -- --structure g.json  # also write the structural JSON
 //! ```
 //!
-//! Buffers are channels-last (`x[n][h][w][c]`), the default layout of convolution tensors.
+//! Buffers are channels-last (`x[n][h][w][c]`): every port is declared `channels_last`, as
+//! cuDNN's fused convolution engines want (ports are row-major unless declared otherwise).
 
 use cudnn_graph::graph;
 use half::f16;
@@ -16,10 +17,10 @@ use half::f16;
 graph! {
     /// A 3×3 convolution, padding 1, then a per-channel bias and a ReLU.
     pub ConvBiasRelu<const C: usize, const K: usize, dyn N, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 3, 3],
-        bias: f16[1, K, 1, 1],
-    ) -> (y: f16[N, K, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 3, 3] channels_last,
+        bias: f16[1, K, 1, 1] channels_last,
+    ) -> (y: f16[N, K, H, W] channels_last) {
         y = relu(add(conv_fprop(x, w, padding = [1, 1]), bias));
     }
 }

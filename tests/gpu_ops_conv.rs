@@ -1,7 +1,7 @@
-//! On the GPU: convolutions and pooling declared with `graph!` (channels-last, the default for
-//! these ops: host buffers are NHWC), built online through cuDNN, executed, and compared output
-//! by output with the CPU reference engine (relative error ≤ 2e-2, NaN never passes; the figures
-//! are printed).
+//! On the GPU: convolutions and pooling declared with `graph!` (every port `channels_last`, as
+//! cuDNN's fused convolution engines want: host buffers are NHWC), built online through cuDNN,
+//! executed, and compared output by output with the CPU reference engine (relative error ≤ 2e-2,
+//! NaN never passes; the figures are printed).
 //!
 //! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
@@ -17,42 +17,42 @@ use half::f16;
 graph! {
     /// conv fprop + bias + relu, NHWC f16 (cudnn-frontend's `conv_bias_relu` pattern).
     pub ConvBiasRelu<dyn N, const C: usize, const K: usize, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 3, 3],
-        bias: f16[1, K, 1, 1],
-    ) -> (y: f16[N, K, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 3, 3] channels_last,
+        bias: f16[1, K, 1, 1] channels_last,
+    ) -> (y: f16[N, K, H, W] channels_last) {
         y = relu(add(conv_fprop(x, w, padding = [1, 1]), bias));
     }
 
     /// A strided, dilated convolution in convolution mode (the filter flipped).
-    pub ConvStrided<dyn N, dyn C, dyn K, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W], w: f16[K, C, 3, 3]) -> (y: f16[N, K, P, Q]) {
+    pub ConvStrided<dyn N, dyn C, dyn K, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W] channels_last, w: f16[K, C, 3, 3] channels_last) -> (y: f16[N, K, P, Q] channels_last) {
         y = conv_fprop(x, w, padding = [1, 1], stride = [2, 2], dilation = [2, 2], mode = convolution);
     }
 
     /// The data gradient through a ReLU: `relu_bwd(conv_dgrad(dy, w), x)`.
-    pub DgradDrelu<dyn N, dyn C, dyn K, dyn H, dyn W>(dy: f16[N, K, H, W], w: f16[K, C, 3, 3], x: f16[N, C, H, W])
-        -> (dx: f16[N, C, H, W])
+    pub DgradDrelu<dyn N, dyn C, dyn K, dyn H, dyn W>(dy: f16[N, K, H, W] channels_last, w: f16[K, C, 3, 3] channels_last, x: f16[N, C, H, W] channels_last)
+        -> (dx: f16[N, C, H, W] channels_last)
     {
         dx = relu_bwd(conv_dgrad(dy, w, padding = [1, 1]), x);
     }
 
     /// The filter gradient, in f32.
-    pub Wgrad<dyn N, dyn C, dyn K, dyn H, dyn W>(x: f16[N, C, H, W], dy: f16[N, K, H, W]) -> (dw: f32[K, C, 3, 3]) {
+    pub Wgrad<dyn N, dyn C, dyn K, dyn H, dyn W>(x: f16[N, C, H, W] channels_last, dy: f16[N, K, H, W] channels_last) -> (dw: f32[K, C, 3, 3] channels_last) {
         dw = conv_wgrad(x, dy, padding = [1, 1], filter = [3, 3]);
     }
 
     /// 2×2 max pooling.
-    pub MaxPool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W]) -> (y: f16[N, C, P, Q]) {
+    pub MaxPool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W] channels_last) -> (y: f16[N, C, P, Q] channels_last) {
         y = resample(x, mode = maxpool, window = [2, 2]);
     }
 
     /// 2×2 max pooling with the index of each maximum.
-    pub MaxPoolIndex<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W]) -> (y: f16[N, C, P, Q], idx: i8[N, C, P, Q]) {
+    pub MaxPoolIndex<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W] channels_last) -> (y: f16[N, C, P, Q] channels_last, idx: i8[N, C, P, Q] channels_last) {
         (y, idx) = resample(x, mode = maxpool, window = [2, 2], index = true);
     }
 
     /// 3×3 average pooling, stride 2, padding 1, padding excluded from the average.
-    pub AvgPool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W]) -> (y: f16[N, C, P, Q]) {
+    pub AvgPool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f16[N, C, H, W] channels_last) -> (y: f16[N, C, P, Q] channels_last) {
         y = resample(x, mode = avgpool_exclude_padding, window = [3, 3], stride = [2, 2], padding = [1, 1]);
     }
 }

@@ -28,56 +28,56 @@ graph! {
 
     /// `y0`'s channels, then a 1×1 convolution's, NHWC.
     pub ConcatConv<dyn N, const C: usize, const K0: usize, const K: usize, const KY: usize, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 1, 1],
-        y0: f16[N, K0, H, W],
-    ) -> (y: f16[N, KY, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 1, 1] channels_last,
+        y0: f16[N, K0, H, W] channels_last,
+    ) -> (y: f16[N, KY, H, W] channels_last) {
         y = concatenate(y0, conv_fprop(x, w), axis = 1);
     }
 
     /// A 1×1 convolution's channels, then `y0`'s, both copied.
     pub ConvConcat<dyn N, const C: usize, const K: usize, const K0: usize, const KY: usize, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 1, 1],
-        y0: f16[N, K0, H, W],
-    ) -> (y: f16[N, KY, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 1, 1] channels_last,
+        y0: f16[N, K0, H, W] channels_last,
+    ) -> (y: f16[N, KY, H, W] channels_last) {
         y = concatenate(conv_fprop(x, w), y0, axis = 1);
     }
 
     /// A 1×1 convolution's channels, then `y0`'s, which already lie in `y` (in place: cuDNN
     /// writes only the convolution's part).
     pub ConvConcatInPlace<dyn N, const C: usize, const K: usize, const KY: usize, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 1, 1],
-        y0: f16[N, K, H, W],
-    ) -> (y: f16[N, KY, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 1, 1] channels_last,
+        y0: f16[N, K, H, W] channels_last,
+    ) -> (y: f16[N, KY, H, W] channels_last) {
         y = concatenate(conv_fprop(x, w), y0, axis = 1, in_place_index = 1);
     }
 
     /// `y0` in place first, then the convolution's channels.
     pub InPlaceConcatConv<dyn N, const C: usize, const K: usize, const KY: usize, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 1, 1],
-        y0: f16[N, K, H, W],
-    ) -> (y: f16[N, KY, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 1, 1] channels_last,
+        y0: f16[N, K, H, W] channels_last,
+    ) -> (y: f16[N, KY, H, W] channels_last) {
         y = concatenate(y0, conv_fprop(x, w), axis = 1, in_place_index = 0);
     }
 
     /// conv + ReLU, then `y0` in place.
     pub ConvReluConcatInPlace<dyn N, const C: usize, const K: usize, const KY: usize, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 1, 1],
-        y0: f16[N, K, H, W],
-    ) -> (y: f16[N, KY, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 1, 1] channels_last,
+        y0: f16[N, K, H, W] channels_last,
+    ) -> (y: f16[N, KY, H, W] channels_last) {
         y = concatenate(relu(conv_fprop(x, w)), y0, axis = 1, in_place_index = 1);
     }
 
     /// cudnn-frontend's sample exactly: the convolution's output is a graph output too.
     pub ConvOutConcatInPlace<dyn N, const C: usize, const K: usize, const KY: usize, dyn H, dyn W>(
-        x: f16[N, C, H, W],
-        w: f16[K, C, 1, 1],
-        y0: f16[N, K, H, W],
-    ) -> (yc: f16[N, K, H, W], y: f16[N, KY, H, W]) {
+        x: f16[N, C, H, W] channels_last,
+        w: f16[K, C, 1, 1] channels_last,
+        y0: f16[N, K, H, W] channels_last,
+    ) -> (yc: f16[N, K, H, W] channels_last, y: f16[N, KY, H, W] channels_last) {
         yc = conv_fprop(x, w);
         y = concatenate(yc, y0, axis = 1, in_place_index = 1);
     }

@@ -160,8 +160,8 @@ graph! {
 
     /// A convolution and its output's per-channel sum and sum of squares (the statistics a
     /// following batch norm needs), in one kernel: `y` is a graph output read by `genstats`.
-    pub ConvGenstats<dyn N, dyn C, dyn K, dyn H, dyn W>(x: f16[N, C, H, W], w: f16[K, C, 3, 3])
-        -> (y: f16[N, K, H, W], sum: f32[1, K, 1, 1], sq_sum: f32[1, K, 1, 1])
+    pub ConvGenstats<dyn N, dyn C, dyn K, dyn H, dyn W>(x: f16[N, C, H, W] channels_last, w: f16[K, C, 3, 3] channels_last)
+        -> (y: f16[N, K, H, W] channels_last, sum: f32[1, K, 1, 1] channels_last, sq_sum: f32[1, K, 1, 1] channels_last)
     {
         y = conv_fprop(x, w, padding = [1, 1]);
         (sum, sq_sum) = genstats(y);
@@ -587,7 +587,8 @@ fn gpu_batchnorm_inference_drelu_dbn() {
 }
 
 /// `genstats` runs on cuDNN 9.19 only after a convolution: the conv's output and its
-/// per-channel sum and sum of squares from one kernel (NHWC buffers, the conv default).
+/// per-channel sum and sum of squares from one kernel (NHWC buffers: the ports are declared
+/// `channels_last`; with row-major ports cuDNN 9.19 has no engine).
 #[test]
 fn gpu_conv_genstats() {
     let Some((stream, cudnn)) = common::gpu() else { return };

@@ -1,14 +1,18 @@
 //! Convolutions, pooling and layout ops through `graph!` on the CPU reference engine, against
-//! loops written here over NHWC buffers (the layout convolutions default to), and the same graph
-//! made with the builder API.
+//! loops written here over NHWC buffers (ports declared `channels_last`), and the same graph
+//! made with the builder API; graphs chained through a port agree on its layout.
 
 mod common;
 
 use common::{max_abs_error, random};
 use cudnn_graph::{graph, GraphBuilder};
+use half::f16;
 
 graph! {
-    pub Conv3x3<dyn N, dyn C, dyn K, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W], w: f32[K, C, 3, 3]) -> (y: f32[N, K, P, Q]) {
+    pub Conv3x3<dyn N, dyn C, dyn K, dyn H, dyn W, dyn P, dyn Q>(
+        x: f32[N, C, H, W] channels_last,
+        w: f32[K, C, 3, 3] channels_last,
+    ) -> (y: f32[N, K, P, Q] channels_last) {
         y = conv_fprop(x, w, pre_padding = [1, 0], post_padding = [0, 2], stride = [2, 1], dilation = [1, 2]);
     }
 
@@ -26,16 +30,145 @@ graph! {
 
     /// A graph output read by a later op: the convolution's output is both `yc` and the first
     /// part of the concatenation (cudnn-frontend's "Convolution fprop concatenate" sample).
-    pub ConvJoin<dyn N, dyn H, dyn W>(x: f32[N, 3, H, W], w: f32[4, 3, 1, 1], y0: f32[N, 2, H, W])
-        -> (yc: f32[N, 4, H, W], y: f32[N, 6, H, W])
+    pub ConvJoin<dyn N, dyn H, dyn W>(
+        x: f32[N, 3, H, W] channels_last,
+        w: f32[4, 3, 1, 1] channels_last,
+        y0: f32[N, 2, H, W] channels_last,
+    ) -> (yc: f32[N, 4, H, W] channels_last, y: f32[N, 6, H, W] channels_last)
     {
         yc = conv_fprop(x, w);
         y = concatenate(yc, y0, axis = 1);
     }
 
-    pub Pool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W]) -> (y: f32[N, C, P, Q]) {
+    pub Pool<dyn N, dyn C, dyn H, dyn W, dyn P, dyn Q>(x: f32[N, C, H, W] channels_last) -> (y: f32[N, C, P, Q] channels_last) {
         y = resample(x, mode = avgpool_include_padding, window = [2, 3], stride = [1, 2], padding = [1, 1]);
     }
+}
+
+graph! {
+    /// Graph A of issue #14: a convolution, an inference batch norm and a ReLU, `y` declared
+    /// channels-last for the convolution that reads it next.
+    pub ConvBnRelu(
+        x: f16[2, 3, 6, 6] channels_last,
+        w: f16[4, 3, 3, 3] channels_last,
+        mean: f32[1, 4, 1, 1],
+        inv_var: f32[1, 4, 1, 1],
+        scale: f32[1, 4, 1, 1],
+        bias: f32[1, 4, 1, 1],
+    ) -> (y: f16[2, 4, 6, 6] channels_last) {
+        y = relu(batchnorm_inference(conv_fprop(x, w, padding = [1, 1]), mean, inv_var, scale, bias));
+    }
+
+    /// Graph B: a convolution of A's output, declared as A declares it.
+    pub ConvNext(y: f16[2, 4, 6, 6] channels_last, w2: f16[5, 4, 3, 3] channels_last)
+        -> (z: f16[2, 5, 6, 6] channels_last)
+    {
+        z = conv_fprop(y, w2, padding = [1, 1]);
+    }
+
+    /// A and B as one graph: `y` stays an output (so it is rounded to f16, as between the two
+    /// graphs) and feeds the second convolution.
+    pub ConvBnReluConv(
+        x: f16[2, 3, 6, 6] channels_last,
+        w: f16[4, 3, 3, 3] channels_last,
+        mean: f32[1, 4, 1, 1],
+        inv_var: f32[1, 4, 1, 1],
+        scale: f32[1, 4, 1, 1],
+        bias: f32[1, 4, 1, 1],
+        w2: f16[5, 4, 3, 3] channels_last,
+    ) -> (y: f16[2, 4, 6, 6] channels_last, z: f16[2, 5, 6, 6] channels_last) {
+        y = relu(batchnorm_inference(conv_fprop(x, w, padding = [1, 1]), mean, inv_var, scale, bias));
+        z = conv_fprop(y, w2, padding = [1, 1]);
+    }
+
+    /// A with its ports left at the default (row-major) ...
+    pub ConvBnReluDefault(
+        x: f16[2, 3, 6, 6],
+        w: f16[4, 3, 3, 3],
+        mean: f32[1, 4, 1, 1],
+        inv_var: f32[1, 4, 1, 1],
+        scale: f32[1, 4, 1, 1],
+        bias: f32[1, 4, 1, 1],
+    ) -> (y: f16[2, 4, 6, 6]) {
+        y = relu(batchnorm_inference(conv_fprop(x, w, padding = [1, 1]), mean, inv_var, scale, bias));
+    }
+
+    /// ... and B likewise: before issue #14 was fixed, A wrote `y` NCHW (a norm produced it) and B
+    /// read it NHWC (a convolution reads it).
+    pub ConvNextDefault(y: f16[2, 4, 6, 6], w2: f16[5, 4, 3, 3]) -> (z: f16[2, 5, 6, 6]) {
+        z = conv_fprop(y, w2, padding = [1, 1]);
+    }
+
+    /// The whole chain with default ports.
+    pub ConvBnReluConvDefault(
+        x: f16[2, 3, 6, 6],
+        w: f16[4, 3, 3, 3],
+        mean: f32[1, 4, 1, 1],
+        inv_var: f32[1, 4, 1, 1],
+        scale: f32[1, 4, 1, 1],
+        bias: f32[1, 4, 1, 1],
+        w2: f16[5, 4, 3, 3],
+    ) -> (y: f16[2, 4, 6, 6], z: f16[2, 5, 6, 6]) {
+        y = relu(batchnorm_inference(conv_fprop(x, w, padding = [1, 1]), mean, inv_var, scale, bias));
+        z = conv_fprop(y, w2, padding = [1, 1]);
+    }
+}
+
+/// Inputs of the chain, fixed seeds, none zero: `x`, `w`, `mean`, `inv_var`, `scale`, `bias`,
+/// `w2` (an inverse variance in [0.5, 1.5), the other statistics in [-1, 1)).
+struct ChainInputs {
+    x: Vec<f16>,
+    w: Vec<f16>,
+    stats: [Vec<f32>; 4],
+    w2: Vec<f16>,
+}
+
+fn chain_inputs() -> ChainInputs {
+    let inv_var = random::<f32>(24, 4).iter().map(|v| 1.0 + 0.5 * v).collect();
+    ChainInputs {
+        x: random::<f16>(21, 2 * 3 * 6 * 6),
+        w: random::<f16>(22, 4 * 3 * 9),
+        stats: [random::<f32>(23, 4), inv_var, random::<f32>(25, 4), random::<f32>(26, 4)],
+        w2: random::<f16>(27, 5 * 4 * 9),
+    }
+}
+
+/// Issue #14: A = conv → batchnorm_inference → relu with `y` declared channels-last, chained into
+/// B = conv(y, w2) that declares `y` the same way, gives what one graph of the whole chain gives.
+#[test]
+fn graphs_declaring_a_port_alike_chain_through_it() {
+    let i = chain_inputs();
+    let [mean, inv_var, scale, bias] = &i.stats;
+    let a = ConvBnRelu::new().reference(ConvBnReluInputs { x: &i.x, w: &i.w, mean, inv_var, scale, bias }).unwrap();
+    let b = ConvNext::new().reference(ConvNextInputs { y: &a.y, w2: &i.w2 }).unwrap();
+    let whole = ConvBnReluConv::new()
+        .reference(ConvBnReluConvInputs { x: &i.x, w: &i.w, mean, inv_var, scale, bias, w2: &i.w2 })
+        .unwrap();
+    assert_eq!(max_abs_error(&a.y, &whole.y), 0.0);
+    assert!(whole.z.iter().any(|v| v.to_f64() != 0.0));
+    assert_eq!(max_abs_error(&b.z, &whole.z), 0.0, "B read A's y in another layout than A wrote it");
+    let y = |g: cudnn_graph::Graph| g.tensor_by_name("y").map(|t| t.strides.clone());
+    assert_eq!(y(ConvBnRelu::new().graph().unwrap()), y(ConvNext::new().graph().unwrap()));
+}
+
+/// The same chain with every port at the default layout (row-major): producer and consumer
+/// still agree. Fails on the old default, under which the norm's `y` was NCHW and the
+/// convolution's NHWC (errors of 2 to 3.5 in the issue).
+#[test]
+fn graphs_with_default_ports_chain_through_them() {
+    let i = chain_inputs();
+    let [mean, inv_var, scale, bias] = &i.stats;
+    let a = ConvBnReluDefault::new()
+        .reference(ConvBnReluDefaultInputs { x: &i.x, w: &i.w, mean, inv_var, scale, bias })
+        .unwrap();
+    let b = ConvNextDefault::new().reference(ConvNextDefaultInputs { y: &a.y, w2: &i.w2 }).unwrap();
+    let whole = ConvBnReluConvDefault::new()
+        .reference(ConvBnReluConvDefaultInputs { x: &i.x, w: &i.w, mean, inv_var, scale, bias, w2: &i.w2 })
+        .unwrap();
+    assert_eq!(max_abs_error(&a.y, &whole.y), 0.0);
+    assert_eq!(max_abs_error(&b.z, &whole.z), 0.0, "B read A's y in another layout than A wrote it");
+    let graph = ConvNextDefault::new().graph().unwrap();
+    assert_eq!(graph.tensor_by_name("y").unwrap().type_string(), "f16[2, 4, 6, 6] row-major");
 }
 
 /// `x[n, c, h, w]` of an NHWC buffer.
@@ -82,6 +215,7 @@ fn conv_fprop_matches_direct_loops_over_nhwc() {
     let mut b = GraphBuilder::new("Conv3x3");
     let xi = b.input("x", cudnn_graph::DataType::F32, &[n as i64, c as i64, h as i64, w as i64]).unwrap();
     let wi = b.input("w", cudnn_graph::DataType::F32, &[k as i64, c as i64, 3, 3]).unwrap();
+    b.set_channels_last(xi).unwrap().set_channels_last(wi).unwrap();
     let attrs = [
         ("pre_padding".to_string(), vec![1i64, 0].into()),
         ("post_padding".to_string(), vec![0i64, 2].into()),
@@ -89,7 +223,8 @@ fn conv_fprop_matches_direct_loops_over_nhwc() {
         ("dilation".to_string(), vec![1i64, 2].into()),
     ];
     let y = b.op("conv_fprop", &[xi.into(), wi.into()], &attrs).unwrap()[0];
-    b.output(y, "y", cudnn_graph::DataType::F32).unwrap();
+    let y = b.output(y, "y", cudnn_graph::DataType::F32).unwrap();
+    b.set_channels_last(y).unwrap();
     assert_eq!(b.build().unwrap().fingerprint(), g.graph().unwrap().fingerprint());
 }
 

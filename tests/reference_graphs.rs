@@ -118,10 +118,7 @@ fn wrong_buffer_length_names_the_port() {
         err,
         ArgError::Length { tensor: "a".into(), expected: 24, found: 23, dims: vec![1, 4, 6], strides: vec![24, 6, 1] }
     );
-    assert_eq!(
-        err.to_string(),
-        "tensor `a` needs 24 elements ([1, 4, 6] with strides [24, 6, 1]) but its buffer has 23"
-    );
+    assert_eq!(err.to_string(), "tensor `a` needs 24 elements ([1, 4, 6] row-major) but its buffer has 23");
 }
 
 graph! {

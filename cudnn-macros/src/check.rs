@@ -4,7 +4,8 @@
 //!
 //! Rules, one function each below:
 //! - dim parameters are `const X: usize` or `dyn X`, each declared once;
-//! - every port names a known dtype and dims that are positive literals or declared parameters;
+//! - every port names a known dtype and dims that are positive literals or declared parameters,
+//!   and a layout (`order [..]`, `channels_last`) that fits its rank;
 //! - names (ports, `let` bindings) are defined once; every name used is defined;
 //! - every call names a known op with its arity, attributes and the shape/dtype rule satisfied;
 //! - every output is assigned exactly once, with the declared shape and a compatible dtype;
@@ -13,13 +14,14 @@
 use std::collections::HashMap;
 
 use cudnn_runtime::dim::{shape_string, SymDim, Symbolic};
+use cudnn_runtime::ir::{channels_last_order, MemoryLayout};
 use cudnn_runtime::ops::{self, AttrError, AttrValue, Op, TensorMeta};
 use cudnn_runtime::{DataType, Fnv};
 use proc_macro2::Span;
 use syn::Ident;
 
 use crate::ctxt::Ctxt;
-use crate::parse::{AttrLit, DimTok, Expr, GraphDef, PortDecl, Stmt};
+use crate::parse::{AttrLit, DimTok, Expr, GraphDef, LayoutDecl, PortDecl, Stmt};
 
 /// A port with resolved type and dims.
 pub struct Port {
@@ -27,7 +29,8 @@ pub struct Port {
     /// `None` if the dtype was unknown (already reported).
     pub dtype: Option<DataType>,
     pub dims: Vec<SymDim>,
-    /// The memory order of the dims, outermost first, when not row-major.
+    /// The memory order of the dims, outermost first, when declared (`order [..]` or
+    /// `channels_last`); row-major otherwise.
     pub order: Option<Vec<usize>>,
 }
 
@@ -229,23 +232,42 @@ fn check_port(cx: &Ctxt, p: &PortDecl, params: &HashMap<String, bool>) -> Port {
             }
         })
         .collect();
-    let order = p.order.as_ref().and_then(|(items, span)| {
-        let values: Vec<usize> = items.iter().filter_map(|i| i.base10_parse::<usize>().ok()).collect();
-        let mut sorted = values.clone();
-        sorted.sort_unstable();
-        if values.len() != items.len() || sorted != (0..p.dims.len()).collect::<Vec<_>>() {
-            cx.error_span(
-                *span,
-                format!(
-                    "`order` of `{}` must list each of its {} dims once, outermost in memory first (e.g. [0, 2, 1, 3])",
-                    p.name,
-                    p.dims.len()
-                ),
-            );
-            return None;
+    let order = match &p.layout {
+        None => None,
+        Some(LayoutDecl::Order(items, span)) => {
+            let values: Vec<usize> = items.iter().filter_map(|i| i.base10_parse::<usize>().ok()).collect();
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            if values.len() == items.len() && sorted == (0..p.dims.len()).collect::<Vec<_>>() {
+                Some(values)
+            } else {
+                cx.error_span(
+                    *span,
+                    format!(
+                        "`order` of `{}` must list each of its {} dims once, outermost in memory first (e.g. [0, 2, 1, 3])",
+                        p.name,
+                        p.dims.len()
+                    ),
+                );
+                None
+            }
         }
-        Some(values)
-    });
+        Some(LayoutDecl::ChannelsLast(span)) => {
+            let order = channels_last_order(p.dims.len());
+            if order.is_none() {
+                cx.error_span(
+                    *span,
+                    format!(
+                        "`channels_last` needs 3 to 5 dims ([N, C, W], [N, C, H, W] or [N, C, D, H, W]) but `{}` has {}; \
+                         give its memory order with `order [..]` instead",
+                        p.name,
+                        p.dims.len()
+                    ),
+                );
+            }
+            order
+        }
+    };
     Port { name: p.name.clone(), dtype, dims, order }
 }
 
@@ -699,6 +721,11 @@ fn fingerprint(
     for (kind, ports) in [("in", inputs), ("out", outputs)] {
         for p in ports {
             h.write_str(&format!("{kind}|{}|{:?}|{}", p.name, p.dtype, shape_string(&p.dims)));
+            // A declared layout is part of the type: a plan of NHWC ports must not load into the
+            // NCHW declaration. Row-major ports hash as they always did.
+            if let Some(order) = p.order.as_deref().filter(|o| MemoryLayout::from_order(o) != MemoryLayout::RowMajor) {
+                h.write_str(&format!("layout|{order:?}"));
+            }
         }
     }
     for n in nodes {

@@ -6,6 +6,7 @@
 //! fallback), so the user sees the graph's errors, not a cascade from every use of the type.
 
 use cudnn_runtime::dim::SymDim;
+use cudnn_runtime::ir::{type_string, MemoryLayout};
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::DataType;
 use proc_macro2::TokenStream;
@@ -173,13 +174,13 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
             )*
         }
 
-        #[doc = ::core::concat!("Host inputs of [`", #name_str, "`], one field per input port.")]
+        #[doc = ::core::concat!("Host inputs of [`", #name_str, "`], one field per input port, each in its declared layout (row-major unless it says `channels_last` or `order [..]`).")]
         #[derive(Debug, Clone, Copy)]
         #vis struct #inputs_ty<'a> {
             #(#input_fields,)*
         }
 
-        #[doc = ::core::concat!("Host outputs of [`", #name_str, "`], one field per output port (packed row-major).")]
+        #[doc = ::core::concat!("Host outputs of [`", #name_str, "`], one field per output port, each in its declared layout (row-major unless it says `channels_last` or `order [..]`).")]
         #[derive(Debug, Clone, PartialEq)]
         #vis struct #outputs_ty {
             #(#output_fields,)*
@@ -402,9 +403,13 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
     }
 }
 
+/// `` `x`: f16[N, C, H, W] channels-last ``: the port's type in the runtime's one spelling.
 fn port_doc(port: &Port) -> String {
-    let dims: Vec<String> = port.dims.iter().map(ToString::to_string).collect();
-    format!("`{}`: {}[{}]", port.name, port.dtype.map_or("?", DataType::name), dims.join(", "))
+    let layout = port.order.as_deref().map_or(MemoryLayout::RowMajor, MemoryLayout::from_order);
+    match port.dtype {
+        Some(dtype) => format!("`{}`: {}", port.name, type_string(dtype, &port.dims, &layout)),
+        None => format!("`{}`", port.name),
+    }
 }
 
 fn graph_body(ck: &Checked, name: &str, runtime: &[String]) -> TokenStream {

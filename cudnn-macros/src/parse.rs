@@ -46,14 +46,24 @@ pub struct DimParam {
     pub ty: Option<syn::Type>,
 }
 
-/// `a: bf16[1, M, K]`, optionally `q: bf16[B, H, S, D] order [0, 2, 1, 3]` (the memory order of
-/// the dims, outermost first: here BSHD storage of a logical BHSD tensor).
+/// `a: bf16[1, M, K]` (packed row-major, the default of every port), optionally with a layout:
+/// `q: bf16[B, H, S, D] order [0, 2, 1, 3]` (the memory order of the dims, outermost first: here
+/// BSHD storage of a logical BHSD tensor) or `x: f16[N, C, H, W] channels_last` (NHWC storage,
+/// `order [0, 2, 3, 1]`).
 pub struct PortDecl {
     pub name: Ident,
     pub dtype: Ident,
     pub dims: Vec<DimTok>,
     pub bracket: Span,
-    pub order: Option<(Vec<LitInt>, Span)>,
+    pub layout: Option<LayoutDecl>,
+}
+
+/// A port's declared memory layout.
+pub enum LayoutDecl {
+    /// `order [0, 2, 1, 3]`: the tokens of the list and the span of its brackets.
+    Order(Vec<LitInt>, Span),
+    /// `channels_last`: the keyword's span.
+    ChannelsLast(Span),
 }
 
 /// A dim as written.
@@ -205,16 +215,25 @@ impl Parse for PortDecl {
                 content.parse::<Token![,]>()?;
             }
         }
-        let order = if input.peek(Ident) && input.fork().parse::<Ident>().is_ok_and(|i| i == "order") {
-            input.parse::<Ident>()?;
-            let content;
-            let bracket = bracketed!(content in input);
-            let items = Punctuated::<LitInt, Token![,]>::parse_terminated(&content)?.into_iter().collect();
-            Some((items, bracket.span.join()))
-        } else {
-            None
+        let keyword = input.fork().parse::<Ident>().ok();
+        let layout = match keyword {
+            Some(k) if k == "order" => {
+                input.parse::<Ident>()?;
+                let content;
+                let bracket = bracketed!(content in input);
+                let items = Punctuated::<LitInt, Token![,]>::parse_terminated(&content)?.into_iter().collect();
+                Some(LayoutDecl::Order(items, bracket.span.join()))
+            }
+            Some(k) if k == "channels_last" => Some(LayoutDecl::ChannelsLast(input.parse::<Ident>()?.span())),
+            Some(k) => {
+                return Err(syn::Error::new(
+                    k.span(),
+                    format!("expected `,`, `order [..]` or `channels_last` after the dims of `{name}`, found `{k}`"),
+                ))
+            }
+            None => None,
         };
-        Ok(PortDecl { name, dtype, dims, bracket: bracket.span.join(), order })
+        Ok(PortDecl { name, dtype, dims, bracket: bracket.span.join(), layout })
     }
 }
 

@@ -59,6 +59,18 @@ pub enum GraphError {
         /// The order given.
         order: Vec<usize>,
     },
+    /// Channels-last asked of a tensor whose rank has no channel dim between a batch dim and
+    /// spatial dims.
+    #[error(
+        "tensor `{tensor}` has dims {dims:?}; channels-last needs 3 to 5 dims ([N, C, W], [N, C, H, W] or \
+         [N, C, D, H, W]); give another rank an explicit dim order"
+    )]
+    ChannelsLastRank {
+        /// The tensor.
+        tensor: String,
+        /// Its dims.
+        dims: Vec<i64>,
+    },
     /// A by-value scalar that is virtual or not all-1 dims.
     #[error("by-value tensor `{tensor}` must be non-virtual with every dim 1")]
     BadScalar {
@@ -176,7 +188,8 @@ pub enum GraphError {
 pub enum ArgError {
     /// A buffer shorter than the tensor's storage.
     #[error(
-        "tensor `{tensor}` needs {expected} elements ({dims:?} with strides {strides:?}) but its buffer has {found}"
+        "tensor `{tensor}` needs {expected} elements ({dims:?} {}) but its buffer has {found}",
+        crate::ir::MemoryLayout::of(.dims, .strides)
     )]
     Length {
         /// The tensor.

@@ -89,6 +89,13 @@ fn slices_of_graph_inputs_plan_as_pointer_offsets() {
     assert!(e.to_string().contains("Y must feed another op"), "{e}");
 }
 
+/// Declares `ports` channels-last, as cuDNN's fused convolution engines want them.
+fn channels_last(g: &mut GraphBuilder, ports: &[cudnn_runtime::TensorId]) {
+    for &port in ports {
+        g.set_channels_last(port).unwrap();
+    }
+}
+
 /// The one concatenation cuDNN 9.19 computes correctly (measured on the H200 by
 /// `tests/gpu_ops_layout.rs`): a `conv_fprop`'s virtual output first, then a graph input already
 /// in place (cudnn-frontend's "Convolution fprop concatenate" sample). It lowers to one
@@ -114,10 +121,12 @@ fn concatenations() {
     let c = g.op("conv_fprop", &[x.into(), w.into()], &conv).unwrap()[0];
     let y0 = g.input("y0", F16, &[16, 256, 64, 64]).unwrap();
     let y = g.op("concatenate", &[c.into(), y0.into()], &[axis(1), in_place(1)]).unwrap()[0];
-    g.output(y, "y", F16).unwrap();
+    let y = g.output(y, "y", F16).unwrap();
+    channels_last(&mut g, &[x, w, y0, y]);
     let graph = g.build().unwrap();
     let nhwc = |c: i64| vec![c * 64 * 64, 1, 64 * c, c];
-    assert_eq!(graph.tensors[y0.0].strides, nhwc(256), "y0 follows the conv's channels-last layout");
+    assert_eq!(graph.tensors[c.0].strides, nhwc(256), "the conv's virtual output is channels-last");
+    assert_eq!(graph.tensors[y0.0].strides, nhwc(256), "y0 as declared");
     assert_eq!(graph.tensors[y.0].dims, vec![16, 512, 64, 64]);
     assert_eq!(graph.tensors[y.0].strides, nhwc(512));
     common::plan(&cudnn, &graph);
@@ -145,7 +154,8 @@ fn concatenations() {
         let y0 = g.input("y0", F16, &[2, 32, 8, 8]).unwrap();
         let ins = if y0_first { [y0.into(), c.into()] } else { [c.into(), y0.into()] };
         let y = g.op("concatenate", &ins, attrs).unwrap()[0];
-        g.output(y, "y", F16).unwrap();
+        let y = g.output(y, "y", F16).unwrap();
+        channels_last(g, &[x, w, y0, y]);
         c
     };
     broken(
@@ -189,7 +199,8 @@ fn concatenations() {
             let r = g.op("relu", &[c.into()], &[]).unwrap()[0];
             let y0 = g.input("y0", F16, &[2, 32, 8, 8]).unwrap();
             let y = g.op("concatenate", &[r.into(), y0.into()], &[axis(1), in_place(1)]).unwrap()[0];
-            g.output(y, "y", F16).unwrap();
+            let y = g.output(y, "y", F16).unwrap();
+            channels_last(g, &[x, w, y0, y]);
         },
         "is computed by a relu, not a conv_fprop",
     );

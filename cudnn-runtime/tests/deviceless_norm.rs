@@ -294,8 +294,9 @@ fn rank_2_per_channel_norms_are_refused_with_a_reason() {
 }
 
 /// `genstats` of a convolution's output, which stays a graph output (cudnn-frontend's conv +
-/// genstats fusion, the statistics a following batch norm needs): plans channels-last (the
-/// conv default), where `genstats` alone has no engine; NCHW has none (a typed `NoPlan`).
+/// genstats fusion, the statistics a following batch norm needs): plans with its ports declared
+/// channels-last, where `genstats` alone has no engine; with row-major ports (the default) it has
+/// none, a typed `NoPlan` whose hint names the three ports.
 #[test]
 fn genstats_plans_after_a_convolution() {
     let Some(cudnn) = deviceless() else { return };
@@ -306,19 +307,21 @@ fn genstats_plans_after_a_convolution() {
         let padding = [("padding".to_string(), AttrValue::IntList(vec![1, 1]))];
         let y = g.op("conv_fprop", &[x.into(), w.into()], &padding).unwrap()[0];
         let stats = g.op("genstats", &[y.into()], &[]).unwrap();
-        g.output(y, "y", F16).unwrap();
+        let y = g.output(y, "y", F16).unwrap();
         g.output(stats[0], "sum", F32).unwrap();
         g.output(stats[1], "sq_sum", F32).unwrap();
-        let mut graph = g.build().unwrap();
-        if layout == "nchw" {
-            for t in &mut graph.tensors {
-                t.strides = cudnn_runtime::dim::packed_strides(&t.dims);
-            }
-            graph.validate().unwrap();
-        }
         if layout == "nhwc" {
+            for port in [x, w, y] {
+                g.set_channels_last(port).unwrap();
+            }
+        }
+        let graph = g.build().unwrap();
+        if layout == "nhwc" {
+            assert!(graph.ports_not_channels_last().is_empty());
             plan(&cudnn, &graph);
         } else {
+            let hinted: Vec<String> = graph.ports_not_channels_last().into_iter().map(|p| p.tensor).collect();
+            assert_eq!(hinted, ["x", "w", "y"]);
             no_plan(&cudnn, &graph);
         }
     }

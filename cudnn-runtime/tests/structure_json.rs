@@ -1147,6 +1147,7 @@ fn captured_cudnn_frontend_graphs_load() {
 fn window_ops() -> Graph {
     let mut g = GraphBuilder::new("window_ops");
     let x = g.input("x", DataType::F16, &[2, 8, 17, 15]).unwrap();
+    g.set_channels_last(x).unwrap();
     let w = g.input("w", DataType::F16, &[16, 8, 3, 3]).unwrap();
     let conv = [
         attr("pre_padding", vec![1, 2]),
@@ -1194,8 +1195,9 @@ fn convolutions_and_pooling_round_trip_in_cudnn_frontend_layout() {
     assert_eq!(pool["window"], json!([3, 2]));
     assert_eq!(pool["generate_index"], json!(true));
     assert_eq!(node("resample_4")["pre_padding"], json!([1, 1]));
-    // Channels-last, cudnn-frontend's default for these ops.
+    // Each port as declared, whatever op reads it: `x` channels-last, `w` row-major.
     assert_eq!(tensor(&g, "x").strides, vec![8 * 17 * 15, 1, 15 * 8, 8]);
+    assert_eq!(tensor(&g, "w").strides, vec![8 * 3 * 3, 3 * 3, 3, 1]);
 }
 
 /// A document as cudnn-frontend writes it: without our extension anywhere.

@@ -276,7 +276,13 @@ impl Router {
         }
         match chosen {
             Some((selected, target)) => Ok(RoutedPlan { graph: graph.clone(), candidates, selected, target }),
-            None => Err(BackendError::NoPlan { graph: graph.name.clone(), candidates, heuristics }.into()),
+            None => Err(BackendError::NoPlan {
+                graph: graph.name.clone(),
+                candidates,
+                heuristics,
+                not_channels_last: graph.ports_not_channels_last(),
+            }
+            .into()),
         }
     }
 }

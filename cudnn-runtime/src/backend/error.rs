@@ -7,6 +7,7 @@ use std::fmt;
 use cudarc::cudnn::sys;
 
 use super::heuristics::{Candidate, HeuristicFailure};
+use crate::ir::NotChannelsLast;
 
 /// A `cudnnStatus_t` returned by cuDNN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -143,8 +144,9 @@ pub enum BackendError {
         /// How it differs.
         mismatch: Box<super::PlanMismatch>,
     },
-    /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was rejected.
-    #[error("{}", no_plan_message(.graph, .candidates, .heuristics))]
+    /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was
+    /// rejected, and hints at the convolution or pooling ports that are not channels-last.
+    #[error("{}", no_plan_message(.graph, .candidates, .heuristics, .not_channels_last))]
     NoPlan {
         /// The graph.
         graph: String,
@@ -152,6 +154,10 @@ pub enum BackendError {
         candidates: Vec<Candidate>,
         /// Heuristic modes that failed outright.
         heuristics: Vec<HeuristicFailure>,
+        /// The graph's convolution and pooling ports that are not channels-last
+        /// ([`crate::Graph::ports_not_channels_last`]): cuDNN's fused convolution engines want
+        /// NHWC, so these are the first thing to change.
+        not_channels_last: Vec<NotChannelsLast>,
     },
     /// The wrong number of device buffers.
     #[error("graph `{graph}` takes {expected} buffers (its inputs, then its outputs) but {found} were given")]
@@ -271,7 +277,12 @@ fn autotune_failures(failures: &[(usize, String)]) -> String {
     failures.iter().map(|(i, e)| format!("\n  #{i}: {e}")).collect()
 }
 
-fn no_plan_message(graph: &str, candidates: &[Candidate], heuristics: &[HeuristicFailure]) -> String {
+fn no_plan_message(
+    graph: &str,
+    candidates: &[Candidate],
+    heuristics: &[HeuristicFailure],
+    not_channels_last: &[NotChannelsLast],
+) -> String {
     let mut s = match candidates.len() {
         0 => format!("no execution plan for graph `{graph}`: heuristics proposed no engine configuration"),
         1 => format!("no execution plan for graph `{graph}`: cuDNN rejected the one candidate engine configuration"),
@@ -282,6 +293,16 @@ fn no_plan_message(graph: &str, candidates: &[Candidate], heuristics: &[Heuristi
     }
     for h in heuristics {
         s += &format!("\n  {h}");
+    }
+    if !not_channels_last.is_empty() {
+        let ports: Vec<String> = not_channels_last.iter().map(ToString::to_string).collect();
+        s += &format!(
+            "\n  hint: cuDNN's fused convolution engines want channels-last (NHWC) ports, and {} not: {}; \
+             declare {} `channels_last` (`GraphBuilder::set_channels_last`)",
+            if ports.len() == 1 { "this one is" } else { "these are" },
+            ports.join(", "),
+            if ports.len() == 1 { "it" } else { "them" },
+        );
     }
     s
 }
@@ -343,6 +364,7 @@ mod tests {
                 mode: HeuristicMode::B,
                 reason: Rejection::Other { message: "not available".into() },
             }],
+            not_channels_last: Vec::new(),
         };
         assert_eq!(
             e.to_string(),
@@ -351,5 +373,37 @@ mod tests {
              #1 engine 11 (mode A): rejected: same engine and knobs as candidate #0\n  \
              heuristics mode B failed: not available"
         );
+    }
+
+    #[test]
+    fn no_plan_hints_at_convolution_ports_that_are_not_channels_last() {
+        let port = |tensor: &str, ty: &str| NotChannelsLast {
+            tensor: tensor.into(),
+            type_string: ty.into(),
+            node: "conv".into(),
+            op: "conv_fprop",
+        };
+        let e = BackendError::NoPlan {
+            graph: "g".into(),
+            candidates: Vec::new(),
+            heuristics: Vec::new(),
+            not_channels_last: vec![port("x", "f16[8, 64, 16, 16] row-major")],
+        };
+        assert_eq!(
+            e.to_string(),
+            "no execution plan for graph `g`: heuristics proposed no engine configuration\n  \
+             hint: cuDNN's fused convolution engines want channels-last (NHWC) ports, and this one is not: \
+             `x` (f16[8, 64, 16, 16] row-major) of node `conv` (conv_fprop); declare it `channels_last` \
+             (`GraphBuilder::set_channels_last`)"
+        );
+        let BackendError::NoPlan { mut not_channels_last, graph, candidates, heuristics } = e else { unreachable!() };
+        not_channels_last.push(port("w", "f16[32, 64, 3, 3] order [1, 0, 2, 3]"));
+        let e = BackendError::NoPlan { graph, candidates, heuristics, not_channels_last };
+        assert!(
+            e.to_string()
+                .contains("and these are not: `x` (f16[8, 64, 16, 16] row-major) of node `conv` (conv_fprop), `w`"),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("declare them `channels_last` (`GraphBuilder::set_channels_last`)"), "{e}");
     }
 }

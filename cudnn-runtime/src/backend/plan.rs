@@ -612,7 +612,13 @@ impl ExecutionPlan {
         }
         if built.is_empty() {
             tracing::debug!(candidates = candidates.len(), "no plan");
-            return Err(BackendError::NoPlan { graph: graph.name.clone(), candidates, heuristics: failures }.into());
+            return Err(BackendError::NoPlan {
+                graph: graph.name.clone(),
+                candidates,
+                heuristics: failures,
+                not_channels_last: graph.ports_not_channels_last(),
+            }
+            .into());
         }
         tracing::debug!(
             candidates = candidates.len(),

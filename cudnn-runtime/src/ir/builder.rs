@@ -1,6 +1,7 @@
 //! The builder API: graphs made at run time, by frameworks with dynamic graphs and by the code
 //! that `graph!` generates.
 
+use super::layout::{channels_last_order, strides_for_order};
 use super::{Context, Graph, Node, Tensor, TensorId};
 use crate::dim::{channels_last_strides, packed_strides, shape_string, Concrete};
 use crate::error::GraphError;
@@ -89,7 +90,9 @@ impl GraphBuilder {
         self.tensors.get(id.0).ok_or(GraphError::UnknownTensor { node: String::new(), index: id.0 })
     }
 
-    /// A graph input with packed strides.
+    /// A graph input, packed row-major unless [`GraphBuilder::set_channels_last`],
+    /// [`GraphBuilder::set_dim_order`] or [`GraphBuilder::set_strides`] says otherwise (the
+    /// layout of every port, whatever op reads it).
     pub fn input(&mut self, name: &str, data_type: DataType, dims: &[i64]) -> Result<TensorId, GraphError> {
         self.check_name(name)?;
         if dims.is_empty() || dims.iter().any(|&d| d <= 0) {
@@ -145,13 +148,33 @@ impl GraphBuilder {
         if sorted != (0..t.dims.len()).collect::<Vec<_>>() {
             return Err(GraphError::BadOrder { tensor: t.name.clone(), rank: t.dims.len(), order: order.to_vec() });
         }
-        let mut strides = vec![0; t.dims.len()];
-        let mut next = 1i64;
-        for &axis in order.iter().rev() {
-            strides[axis] = next;
-            next *= t.dims[axis].max(1);
-        }
+        let strides = strides_for_order(&t.dims, order);
         self.set_strides(id, &strides)
+    }
+
+    /// Lays a tensor out channels-last: packed with the channel dim (1) innermost, NHWC for
+    /// `[N, C, H, W]` (`order [0, 2, 3, 1]`; `[0, 2, 1]` at rank 3, `[0, 2, 3, 4, 1]` at rank 5).
+    /// Ports are row-major unless set, whatever op they meet; cuDNN's fused convolution engines
+    /// want their ports channels-last. Other ranks have no channel dim between a batch and
+    /// spatial dims: [`GraphError::ChannelsLastRank`].
+    ///
+    /// ```
+    /// use cudnn_runtime::{DataType, GraphBuilder};
+    /// let mut g = GraphBuilder::new("g");
+    /// let x = g.input("x", DataType::F16, &[2, 8, 4, 4]).unwrap();
+    /// g.set_channels_last(x).unwrap();
+    /// let y = g.op("relu", &[x.into()], &[]).unwrap()[0];
+    /// g.output(y, "y", DataType::F16).unwrap();
+    /// let graph = g.build().unwrap();
+    /// assert_eq!(graph.tensors[0].strides, vec![128, 1, 32, 8]);
+    /// assert_eq!(graph.tensors[0].type_string(), "f16[2, 8, 4, 4] channels-last");
+    /// assert_eq!(graph.tensor_by_name("y").unwrap().type_string(), "f16[2, 8, 4, 4] row-major");
+    /// ```
+    pub fn set_channels_last(&mut self, id: TensorId) -> Result<&mut Self, GraphError> {
+        let t = self.get(id)?;
+        let order = channels_last_order(t.dims.len())
+            .ok_or_else(|| GraphError::ChannelsLastRank { tensor: t.name.clone(), dims: t.dims.clone() })?;
+        self.set_dim_order(id, &order)
     }
 
     /// Sets a tensor's uid (user-set values win over assignment).
@@ -360,12 +383,16 @@ impl GraphBuilder {
         Ok(())
     }
 
-    /// Lays out channels-last (NHWC, cudnn-frontend's default for these ops) every tensor of
-    /// rank 3 to 5 whose strides are unset and that is a port of a convolution or pooling node,
-    /// or reaches one through pointwise or concatenation nodes of the same rank (a conv's bias,
-    /// its activation's output, what is concatenated with it follow the conv's layout).
+    /// Lays out channels-last (NHWC, what cuDNN's fused convolution engines want) every
+    /// *virtual* tensor of rank 3 to 5 that is a port of a convolution or pooling node, or
+    /// reaches one through pointwise or concatenation nodes of the same rank (a conv's biased and
+    /// activated intermediates follow the conv's layout). Graph ports are never touched: their
+    /// layout is their declaration's (row-major unless set), whatever op produces or reads them,
+    /// so two graphs that declare the same port agree on its memory.
     fn default_channels_last(&mut self) {
-        let unset = |t: &Pending, rank: usize| t.strides.is_none() && t.pass_by_value.is_none() && t.dims.len() == rank;
+        let unset = |t: &Pending, rank: usize| {
+            t.is_virtual && t.strides.is_none() && t.pass_by_value.is_none() && t.dims.len() == rank
+        };
         let mut nhwc = vec![false; self.tensors.len()];
         for n in &self.nodes {
             if matches!(n.op, Op::Conv(_) | Op::Resample(_)) {
@@ -438,8 +465,9 @@ impl GraphBuilder {
     }
 
     /// Assigns uids (user-set values win; the rest count up from 1 in creation order, skipping
-    /// taken values), lays out convolution tensors channels-last and the rest packed where
-    /// strides are unset, and validates.
+    /// taken values), lays out where strides are unset every graph port row-major and the
+    /// virtual tensors as cuDNN's fused chains want them (channels-last around convolutions and
+    /// pooling, views through layout ops), and validates.
     pub fn build(mut self) -> Result<Graph, GraphError> {
         self.default_channels_last();
         self.default_derived_strides();
@@ -519,6 +547,78 @@ mod tests {
         assert_eq!(g.tensor(y).strides, nhwc, "the norm's virtual Y follows X");
         assert_eq!(g.tensor(r).strides, nhwc, "and the ReLU's virtual output follows Y");
         assert_eq!(g.tensor(out).strides, vec![128, 16, 4, 1], "a graph output keeps the declared (packed) layout");
+    }
+
+    #[test]
+    fn channels_last_is_order_0_2_1_at_ranks_3_to_5_and_a_typed_error_otherwise() {
+        let mut g = GraphBuilder::new("nhwc");
+        let ids: Vec<TensorId> = [vec![2, 3, 5], vec![2, 3, 5, 7], vec![2, 3, 5, 7, 4]]
+            .iter()
+            .enumerate()
+            .map(|(i, dims)| g.input(&format!("x{i}"), DataType::F16, dims).unwrap())
+            .collect();
+        for &id in &ids {
+            g.set_channels_last(id).unwrap();
+        }
+        let expected = [vec![15, 1, 3], vec![105, 1, 21, 3], vec![420, 1, 84, 12, 3]];
+        for (id, strides) in ids.iter().zip(&expected) {
+            assert_eq!(g.tensors[id.0].strides.as_ref(), Some(strides));
+        }
+        for dims in [vec![6], vec![2, 3], vec![1, 2, 3, 4, 5, 6]] {
+            let id = g.input(&format!("r{}", dims.len()), DataType::F16, &dims).unwrap();
+            let e = g.set_channels_last(id).unwrap_err();
+            assert_eq!(e, GraphError::ChannelsLastRank { tensor: format!("r{}", dims.len()), dims: dims.clone() });
+            assert!(e.to_string().contains("channels-last needs 3 to 5 dims"), "{e}");
+            assert_eq!(g.tensors[id.0].strides, None, "a refused layout leaves the tensor as it was");
+        }
+        assert!(matches!(g.set_channels_last(TensorId(99)), Err(GraphError::UnknownTensor { .. })));
+    }
+
+    /// The defect of issue #14: `y` was NCHW after a norm but NHWC after a conv's pointwise
+    /// chain. A port's layout is its declaration's, whichever op produces it.
+    #[test]
+    fn a_declared_output_has_the_same_strides_whatever_op_produces_it() {
+        let (x_dims, y_dims) = ([2, 4, 6, 6], [2, 8, 6, 6]);
+        let producers = ["pointwise", "norm", "conv"];
+        for channels_last in [false, true] {
+            let strides: Vec<Vec<i64>> = producers
+                .iter()
+                .map(|producer| {
+                    let mut g = GraphBuilder::new(*producer);
+                    let x = g.input("x", DataType::F16, &x_dims).unwrap();
+                    let w = g.input("w", DataType::F16, &[8, 4, 1, 1]).unwrap();
+                    g.set_channels_last(x).unwrap().set_channels_last(w).unwrap();
+                    let c = g.op("conv_fprop", &[x.into(), w.into()], &[]).unwrap()[0];
+                    let y = match *producer {
+                        "pointwise" => {
+                            let m = g.op("mul", &[c.into(), 0.5.into()], &[]).unwrap()[0];
+                            g.op("relu", &[m.into()], &[]).unwrap()[0]
+                        }
+                        "norm" => {
+                            let stats = ["mean", "inv_var", "scale", "bias"]
+                                .map(|n| Operand::from(g.input(n, DataType::F32, &[1, 8, 1, 1]).unwrap()));
+                            let operands = [Operand::from(c), stats[0], stats[1], stats[2], stats[3]];
+                            g.op("batchnorm_inference", &operands, &[]).unwrap()[0]
+                        }
+                        _ => c,
+                    };
+                    let y = g.output(y, "y", DataType::F16).unwrap();
+                    if channels_last {
+                        g.set_channels_last(y).unwrap();
+                    }
+                    let graph = g.build().unwrap();
+                    assert_eq!(graph.tensor(c).is_virtual, *producer != "conv");
+                    if *producer != "conv" {
+                        assert_eq!(graph.tensor(c).strides, channels_last_strides(&y_dims), "virtual: NHWC for cuDNN");
+                    }
+                    graph.tensor(y).strides.clone()
+                })
+                .collect();
+            let declared = if channels_last { channels_last_strides(&y_dims) } else { packed_strides(&y_dims) };
+            for (producer, s) in producers.iter().zip(&strides) {
+                assert_eq!(s, &declared, "`y` produced by {producer}, channels_last = {channels_last}");
+            }
+        }
     }
 
     #[test]

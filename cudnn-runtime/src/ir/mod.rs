@@ -6,9 +6,11 @@
 //! is held to the same rules.
 
 mod builder;
+mod layout;
 mod picture;
 
 pub use builder::{GraphBuilder, Operand};
+pub use layout::{channels_last_order, type_string, MemoryLayout, NotChannelsLast};
 
 use std::fmt;
 
@@ -62,6 +64,16 @@ impl Tensor {
     /// Elements the tensor's storage spans.
     pub fn storage_len(&self) -> usize {
         storage_len(&self.dims, &self.strides) as usize
+    }
+
+    /// The memory layout its strides spell.
+    pub fn layout(&self) -> MemoryLayout {
+        MemoryLayout::of(&self.dims, &self.strides)
+    }
+
+    /// Its type as messages and pictures print it: `f16[8, 64, 16, 16] channels-last`.
+    pub fn type_string(&self) -> String {
+        type_string(self.data_type, &self.dims, &self.layout())
     }
 }
 
@@ -321,7 +333,7 @@ impl fmt::Display for Graph {
         for n in &self.nodes {
             let name = |i: &TensorId| {
                 let t = self.tensor(*i);
-                format!("{}: {}{}", t.name, t.data_type, shape_string(&t.dims))
+                format!("{}: {}", t.name, t.type_string())
             };
             let ins: Vec<String> = n.inputs.iter().map(name).collect();
             let outs: Vec<String> = n.outputs.iter().map(name).collect();

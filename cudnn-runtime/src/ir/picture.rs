@@ -1,11 +1,11 @@
-//! Pictures of a graph: Graphviz DOT and Mermaid. Tensors are boxes labelled with name, type and
-//! shape (graph inputs and outputs solid, virtual tensors dashed, by-value scalars with their
-//! value); ops are ellipses labelled with the call and its attributes.
+//! Pictures of a graph: Graphviz DOT and Mermaid. Tensors are boxes labelled with name and type
+//! (`f16[8, 64, 16, 16] channels-last`: shape and memory layout; graph inputs and outputs solid,
+//! virtual tensors dashed, by-value scalars with their value); ops are ellipses labelled with the
+//! call and its attributes.
 
 use std::fmt::Write;
 
 use super::Graph;
-use crate::dim::shape_string;
 use crate::ops::AttrValue;
 
 fn attrs_text(attrs: &[(String, AttrValue)]) -> String {
@@ -26,7 +26,7 @@ fn tensor_label(graph: &Graph, i: usize) -> String {
     let t = &graph.tensors[i];
     match t.pass_by_value {
         Some(v) => format!("{} = {v}", t.data_type),
-        None => format!("{}\\n{}{}", t.name, t.data_type, shape_string(&t.dims)),
+        None => format!("{}\\n{}", t.name, t.type_string()),
     }
 }
 
@@ -45,7 +45,7 @@ impl Graph {
     /// g.output(y, "y", DataType::F16).unwrap();
     /// let dot = g.build().unwrap().to_dot();
     /// assert!(dot.contains("digraph \"g\""));
-    /// assert!(dot.contains("y\\nf16[2, 3]"));
+    /// assert!(dot.contains("y\\nf16[2, 3] row-major"));
     /// ```
     pub fn to_dot(&self) -> String {
         let mut s = String::new();
