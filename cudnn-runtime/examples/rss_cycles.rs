@@ -10,7 +10,8 @@
 //! Modes: `build` (lower, heuristics, plan finalize, drop), `heuristics` (lower and heuristics
 //! only: an out-of-range `candidate_index` stops the build before any plan is finalized), `load`
 //! (a plan payload read back into a plan, and dropped). `--trim` calls `malloc_trim(0)` after
-//! every cycle; `--every K` prints a line every K cycles. Needs libcudnn 9 and a libcuda.so.1 (the
+//! every cycle; `--every K` prints a line every K cycles; `--devprop FILE` describes another GPU
+//! than the H200 of `tests/fixtures/h200-devprop.json`. Needs libcudnn 9 and a libcuda.so.1 (the
 //! CI stand-in will do) on `LD_LIBRARY_PATH`, like the deviceless tests.
 
 use std::error::Error;
@@ -22,31 +23,6 @@ use cudnn_runtime::serialize::plan::{read_payload, write_payload, Expect, PlanOr
 use cudnn_runtime::{DataType, Graph, GraphBuilder};
 
 const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
-
-/// glibc's `struct mallinfo2` (glibc 2.33 and later): every field a `size_t`.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-struct MallInfo2 {
-    /// Bytes of the main arena obtained with `sbrk`.
-    arena: usize,
-    ordblks: usize,
-    smblks: usize,
-    hblks: usize,
-    /// Bytes in `mmap`ed chunks (large allocations, outside the arenas).
-    hblkhd: usize,
-    usmblks: usize,
-    fsmblks: usize,
-    /// Bytes in use (allocated and not freed), in every arena.
-    uordblks: usize,
-    /// Bytes free but retained by the allocator, in every arena.
-    fordblks: usize,
-    keepcost: usize,
-}
-
-extern "C" {
-    fn mallinfo2() -> MallInfo2;
-    fn malloc_trim(pad: usize) -> i32;
-}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
@@ -61,10 +37,11 @@ struct Args {
     warmup: usize,
     every: usize,
     trim: bool,
+    devprop: String,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { mode: Mode::Build, cycles: 2000, warmup: 50, every: 0, trim: false };
+    let mut args = Args { mode: Mode::Build, cycles: 2000, warmup: 50, every: 0, trim: false, devprop: DEVPROP.into() };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -81,10 +58,11 @@ fn parse_args() -> Result<Args, String> {
             "--warmup" => args.warmup = number("--warmup", &value("--warmup")?)?,
             "--every" => args.every = number("--every", &value("--every")?)?,
             "--trim" => args.trim = true,
+            "--devprop" => args.devprop = value("--devprop")?,
             other => {
                 return Err(format!(
                     "unknown argument `{other}`; usage: rss_cycles [--mode build|heuristics|load] \
-                     [--cycles N] [--warmup N] [--every K] [--trim]"
+                     [--cycles N] [--warmup N] [--every K] [--trim] [--devprop FILE]"
                 ))
             }
         }
@@ -103,16 +81,20 @@ fn number(name: &str, text: &str) -> Result<usize, String> {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     rss: usize,
-    heap: MallInfo2,
+    /// glibc's `mallinfo2()`: `uordblks` in use, `fordblks` free but retained by the allocator,
+    /// `hblkhd` in `mmap`ed chunks outside the arenas.
+    heap: libc::mallinfo2,
 }
 
 fn sample() -> Result<Sample, Box<dyn Error>> {
     let statm = std::fs::read_to_string("/proc/self/statm")?;
     let pages: usize = statm.split_whitespace().nth(1).ok_or("/proc/self/statm has no resident field")?.parse()?;
-    // Linux on x86-64 and aarch64 (4 KiB pages) is where this runs; statm counts pages.
-    let rss = pages * 4096;
+    // statm counts pages.
+    // SAFETY: `sysconf` only reads a system constant.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })?;
+    let rss = pages * page;
     // SAFETY: `mallinfo2` takes no arguments and returns a plain struct.
-    let heap = unsafe { mallinfo2() };
+    let heap = unsafe { libc::mallinfo2() };
     Ok(Sample { rss, heap })
 }
 
@@ -172,7 +154,7 @@ fn cycle(mode: Mode, s: &Setup) -> Result<(), Box<dyn Error>> {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
-    let cudnn = Cudnn::deviceless(&std::fs::read_to_string(DEVPROP)?)?;
+    let cudnn = Cudnn::deviceless(&std::fs::read_to_string(&args.devprop)?)?;
     let graph = graph()?;
     let payload = {
         let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default())?;
@@ -190,7 +172,7 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     let trim = || {
         if args.trim {
             // SAFETY: `malloc_trim` only returns free memory to the system.
-            unsafe { malloc_trim(0) };
+            unsafe { libc::malloc_trim(0) };
         }
     };
     for _ in 0..args.warmup {

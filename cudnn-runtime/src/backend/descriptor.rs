@@ -150,8 +150,7 @@ fn keep_nvrtc_loaded() {
         let Ok(name) = std::ffi::CString::new(name) else { continue };
         // SAFETY: a NUL-terminated name; with RTLD_NOLOAD nothing is loaded (no initialiser runs),
         // only an already loaded library's reference count and flags change.
-        let handle =
-            unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE) };
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE) };
         if !handle.is_null() {
             // SAFETY: `handle` came from the `dlopen` above; RTLD_NODELETE keeps the library
             // loaded after this close.
@@ -224,7 +223,10 @@ impl Descriptor {
         self.check("cudnnBackendFinalize", status, None)?;
         // Heuristics and plan finalize are where cuDNN opens NVRTC.
         #[cfg(unix)]
-        if matches!(self.kind, Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR | Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
+        if matches!(
+            self.kind,
+            Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR | Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR
+        ) {
             keep_nvrtc_loaded();
         }
         Ok(())
