@@ -149,6 +149,44 @@ pub(crate) fn status_error(call: &'static str, status: sys::cudnnStatus_t, objec
     }
 }
 
+/// Keeps NVRTC loaded for the rest of the process once cuDNN has opened it.
+///
+/// cuDNN opens `libnvrtc.so.<CUDA major>` (or `libnvrtc.so`) for its runtime-compiled engines and
+/// closes it when the last descriptor using it is destroyed; glibc then unloads it, and the next
+/// heuristics query or plan load opens it again. Each reload reruns NVRTC's static initialisers,
+/// whose allocations its finalisers never free: with cuDNN 9.19 and NVRTC 13, 146 KiB of native
+/// heap and ~24 ms per reload, 8 reloads per build of a fused matmul, one per plan loaded from
+/// JSON (figures and rerun command: `docs/architecture.md`, "Memory"). Reopening the copy cuDNN
+/// loaded with `RTLD_NOLOAD | RTLD_NODELETE` marks it never-unload; `RTLD_NOLOAD` finds it by
+/// soname, so it is the very file cuDNN found through its own RUNPATH, and loads nothing when
+/// cuDNN has not opened NVRTC (then a later finalize tries again). The handle is closed at once;
+/// the mark stays.
+#[cfg(unix)]
+fn keep_nvrtc_loaded() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static KEPT: AtomicBool = AtomicBool::new(false);
+    if KEPT.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: takes no arguments; the library is loaded (a descriptor exists).
+    let major = unsafe { sys::cudnnGetCudartVersion() } / 1000;
+    let versioned = format!("libnvrtc.so.{major}");
+    for name in [versioned.as_str(), "libnvrtc.so"] {
+        let Ok(name) = std::ffi::CString::new(name) else { continue };
+        // SAFETY: a NUL-terminated name; with RTLD_NOLOAD nothing is loaded (no initialiser runs),
+        // only an already loaded library's reference count and flags change.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE) };
+        if !handle.is_null() {
+            // SAFETY: `handle` came from the `dlopen` above; RTLD_NODELETE keeps the library
+            // loaded after this close.
+            unsafe { libc::dlclose(handle) };
+            KEPT.store(true, Ordering::Relaxed);
+            tracing::debug!(library = ?name, "NVRTC kept loaded");
+            return;
+        }
+    }
+}
+
 fn element_count(len: usize) -> i64 {
     // Slices never hold more than isize::MAX elements.
     i64::try_from(len).unwrap_or(i64::MAX)
@@ -223,7 +261,16 @@ impl Descriptor {
     pub(crate) fn finalize(&mut self) -> Result<(), BackendError> {
         // SAFETY: `raw` is a live descriptor.
         let status = unsafe { sys::cudnnBackendFinalize(self.raw) };
-        self.check("cudnnBackendFinalize", status, None)
+        self.check("cudnnBackendFinalize", status, None)?;
+        // Heuristics and plan finalize are where cuDNN opens NVRTC.
+        #[cfg(unix)]
+        if matches!(
+            self.kind,
+            Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR | Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR
+        ) {
+            keep_nvrtc_loaded();
+        }
+        Ok(())
     }
 
     /// # Safety
