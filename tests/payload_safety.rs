@@ -5,28 +5,16 @@
 #![cfg(feature = "cudnn")]
 
 mod common;
+#[path = "common/payload_graphs.rs"]
+mod payload_graphs;
 
 use cudnn_graph::backend::{BackendError, BuildOptions, CacheSource, PlanCache, PlanMismatch};
-use cudnn_graph::graph;
 use cudnn_graph::serialize::plan::{
     parse_payload, parse_signed_payload, seal, PayloadError, PayloadKey, SerializeOptions, MAX_PAYLOAD_BYTES,
 };
 use cudnn_graph::Error;
+use payload_graphs::{MatmulBiasRelu, ScaledRelu};
 use serde_json::Value;
-
-graph! {
-    pub MatmulBiasRelu<const N: usize, const K: usize, dyn M>(
-        a: bf16[1, M, K],
-        b: bf16[1, K, N],
-        bias: bf16[1, 1, N],
-    ) -> (y: bf16[1, M, N]) {
-        y = relu(add(matmul(a, b), bias));
-    }
-
-    pub ScaledRelu<dyn M>(x: f16[M, 64]) -> (y: f16[M, 64]) {
-        y = relu(mul(x, 5.0));
-    }
-}
 
 type Mlp = MatmulBiasRelu<64, 32>;
 

@@ -5,27 +5,15 @@
 #![cfg(feature = "cudnn")]
 
 mod common;
+#[path = "common/payload_graphs.rs"]
+mod payload_graphs;
 
 use cudnn_graph::backend::{BuildOptions, ExecutionPlan, HeuristicMode};
-use cudnn_graph::graph;
 use cudnn_graph::serialize::plan::{
     parse_payload, read_payload, write_payload, Expect, PayloadError, PlanOrigin, SerializeOptions,
 };
 use cudnn_graph::Error;
-
-graph! {
-    pub MatmulBiasRelu<const N: usize, const K: usize, dyn M>(
-        a: bf16[1, M, K],
-        b: bf16[1, K, N],
-        bias: bf16[1, 1, N],
-    ) -> (y: bf16[1, M, N]) {
-        y = relu(add(matmul(a, b), bias));
-    }
-
-    pub ScaledRelu<dyn M>(x: f16[M, 64]) -> (y: f16[M, 64]) {
-        y = relu(mul(x, 5.0));
-    }
-}
+use payload_graphs::{MatmulBiasRelu, ScaledRelu};
 
 fn payload_error(e: Error) -> PayloadError {
     match e {
