@@ -95,6 +95,7 @@ impl GraphBuilder {
         if dims.is_empty() || dims.iter().any(|&d| d <= 0) {
             return Err(GraphError::BadDims { tensor: name.to_string(), dims: dims.to_vec() });
         }
+        super::check_fits(name, dims, None, data_type)?;
         Ok(self.push(Pending {
             name: name.to_string(),
             uid: None,
@@ -122,6 +123,7 @@ impl GraphBuilder {
                 strides: strides.to_vec(),
             });
         }
+        super::check_fits(&t.name, &t.dims, Some(strides), t.data_type.unwrap_or(self.context.intermediate_data_type))?;
         self.tensors[id.0].strides = Some(strides.to_vec());
         Ok(self)
     }
@@ -149,7 +151,8 @@ impl GraphBuilder {
         let mut next = 1i64;
         for &axis in order.iter().rev() {
             strides[axis] = next;
-            next *= t.dims[axis].max(1);
+            // Within the element count that `input` and `op` checked.
+            next = next.saturating_mul(t.dims[axis].max(1));
         }
         self.set_strides(id, &strides)
     }
@@ -257,6 +260,10 @@ impl GraphBuilder {
             let ports = op.outputs();
             let base = if ports.len() == 1 { node.to_string() } else { format!("{node}_{}", ports[k]) };
             let name = self.fresh_name(&base);
+            // An inferred extent can exceed what its inputs span (a concatenation, a transposed
+            // convolution): caught here, naming the output, before strides are derived from it.
+            let data_type = meta.dtype.unwrap_or(self.context.intermediate_data_type);
+            super::check_fits(&name, &meta.dims, None, data_type)?;
             out_ids.push(self.push(Pending {
                 name,
                 uid: None,
