@@ -23,8 +23,8 @@ pub enum GraphError {
         /// The second.
         second: String,
     },
-    /// A uid that is not positive.
-    #[error("tensor `{tensor}` has uid {uid}; uids must be positive")]
+    /// A uid that is not positive, or past [`crate::ir::MAX_UID`].
+    #[error("tensor `{tensor}` has uid {uid}; uids must be in 1..=2^62 (lowering numbers the tensors it adds above the graph's largest uid)")]
     BadUid {
         /// The tensor.
         tensor: String,

@@ -34,6 +34,11 @@ impl Default for Context {
     }
 }
 
+/// The largest uid a tensor may have: 2^62. Lowering gives the tensors it adds (an attention
+/// subgraph's intermediates, workspace) the uids above the graph's largest, so a graph must leave
+/// room for them: with uids up to `i64::MAX` that numbering would overflow.
+pub const MAX_UID: i64 = 1 << 62;
+
 /// Index of a tensor in its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -75,14 +80,17 @@ impl Tensor {
 }
 
 /// Requires a tensor's element count and storage span in bytes (packed when `strides` is `None`)
-/// to be within [`crate::dim::MAX_BYTES`].
+/// to be within [`crate::dim::MAX_BYTES`]. A virtual tensor never reaches memory (and a builder
+/// output's type can still change when it becomes a graph output), so for one `in_memory` is
+/// false and its extents are counted in elements.
 pub(crate) fn check_fits(
     tensor: &str,
     dims: &[i64],
     strides: Option<&[i64]>,
     data_type: DataType,
+    in_memory: bool,
 ) -> Result<(), GraphError> {
-    let bytes = data_type.size_bytes();
+    let bytes = if in_memory { data_type.size_bytes() } else { 1 };
     let count_fits = checked_element_count(dims)
         .and_then(|n| n.checked_mul(i64::try_from(bytes).ok()?))
         .is_some();
@@ -210,7 +218,7 @@ impl Graph {
             if !seen_names.insert(t.name.as_str()) {
                 return Err(GraphError::DuplicateName { name: t.name.clone() });
             }
-            if t.uid <= 0 {
+            if !(1..=MAX_UID).contains(&t.uid) {
                 return Err(GraphError::BadUid { tensor: t.name.clone(), uid: t.uid });
             }
             if let Some(other) = seen_uids.insert(t.uid, t.name.as_str()) {
@@ -228,7 +236,7 @@ impl Graph {
             }
             // Checked before any rule multiplies dims or strides: within a valid graph no element
             // count, span or offset overflows `i64`.
-            check_fits(&t.name, &t.dims, Some(&t.strides), t.data_type)?;
+            check_fits(&t.name, &t.dims, Some(&t.strides), t.data_type, !t.is_virtual)?;
             if t.pass_by_value.is_some() && (t.is_virtual || t.dims.iter().any(|&d| d != 1)) {
                 return Err(GraphError::BadScalar { tensor: t.name.clone() });
             }
