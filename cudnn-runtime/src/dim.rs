@@ -30,8 +30,7 @@ pub trait Dim: Clone + PartialEq + fmt::Display {
     /// `(y - 1) * stride - pre - post + dilation * (w - 1) + 1 + extra`: the smallest extent whose
     /// window output is `y`, plus `extra` (less than `stride`): the output extent of a convolution's
     /// data gradient (a transposed convolution); 0 when not positive, `None` on overflow.
-    fn window_input(y: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64)
-        -> Option<Self>;
+    fn window_input(y: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64) -> Option<Self>;
     /// The sum of extents (a concatenation's axis); `None` if known extents overflow `i64`.
     fn sum(terms: &[Self]) -> Option<Self>;
     /// The product of extents (an element count); `None` if known extents overflow `i64`.
@@ -79,9 +78,16 @@ pub fn window_input_extent(y: i64, w: i64, pre: i64, post: i64, stride: i64, dil
 }
 
 /// The transposed window rule, any sign; `None` only on overflow.
-fn window_input_unchecked_sign(y: i64, w: i64, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64) -> Option<i64> {
-    y
-        .checked_sub(1)?
+fn window_input_unchecked_sign(
+    y: i64,
+    w: i64,
+    pre: i64,
+    post: i64,
+    stride: i64,
+    dilation: i64,
+    extra: i64,
+) -> Option<i64> {
+    y.checked_sub(1)?
         .checked_mul(stride)?
         .checked_sub(pre)?
         .checked_sub(post)?
@@ -102,11 +108,8 @@ pub fn window_output_extent(x: i64, w: i64, pre: i64, post: i64, stride: i64, di
 
 /// The window rule, 0 when the window does not fit; `None` only on overflow.
 fn window_output_or_zero(x: i64, w: i64, pre: i64, post: i64, stride: i64, dilation: i64) -> Option<i64> {
-    let span = x
-        .checked_add(pre)?
-        .checked_add(post)?
-        .checked_sub(dilation.checked_mul(w.checked_sub(1)?)?)?
-        .checked_sub(1)?;
+    let span =
+        x.checked_add(pre)?.checked_add(post)?.checked_sub(dilation.checked_mul(w.checked_sub(1)?)?)?.checked_sub(1)?;
     // `stride` is positive here or the division below would be meaningless: the rules check it
     // (`spatial_list`'s minimum) and the public wrappers return `None` before.
     if span < 0 || stride <= 0 {

@@ -37,7 +37,12 @@ fn builder_rejects_tensors_past_the_size_limit_naming_the_tensor() {
     let e = g.input("x", DataType::F32, &[1 << 55, 1 << 10]).unwrap_err();
     assert_eq!(
         e,
-        GraphError::TooLarge { tensor: "x".into(), dims: vec![1 << 55, 1 << 10], strides: None, data_type: DataType::F32 }
+        GraphError::TooLarge {
+            tensor: "x".into(),
+            dims: vec![1 << 55, 1 << 10],
+            strides: None,
+            data_type: DataType::F32
+        }
     );
     // 2^62 f32 elements fit an i64 count but not an i64 byte span.
     assert!(matches!(g.input("y", DataType::F32, &[1 << 62]), Err(GraphError::TooLarge { .. })));
@@ -190,7 +195,10 @@ fn host_buffers_must_have_exactly_the_bound_length() {
             ArgError::Length { tensor: "x".into(), expected: 6, found, dims: vec![2, 3], strides: vec![3, 1] }
         );
     }
-    assert_eq!(reference::run(&g, &[("x", [-1.0f32, 2.0, 0.0, 4.0, -5.0, 6.0].as_slice().into())]).unwrap()[0].data, vec![0.0, 2.0, 0.0, 4.0, 0.0, 6.0]);
+    assert_eq!(
+        reference::run(&g, &[("x", [-1.0f32, 2.0, 0.0, 4.0, -5.0, 6.0].as_slice().into())]).unwrap()[0].data,
+        vec![0.0, 2.0, 0.0, 4.0, 0.0, 6.0]
+    );
 }
 
 fn conv_json() -> String {

@@ -27,7 +27,8 @@ use super::{library, BackendError};
 /// ```
 pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, BackendError> {
     library::require_driver()?;
-    CudaContext::new(ordinal).map_err(|e| BackendError::Driver { call: "create the CUDA context", message: e.to_string() })
+    CudaContext::new(ordinal)
+        .map_err(|e| BackendError::Driver { call: "create the CUDA context", message: e.to_string() })
 }
 
 /// An owned `cudnnHandle_t`, with the stream it was created for (so the CUDA context outlives

@@ -76,7 +76,6 @@ impl Tensor {
     pub fn storage_len(&self) -> usize {
         storage_len(&self.dims, &self.strides).and_then(|n| usize::try_from(n).ok()).unwrap_or(usize::MAX)
     }
-
 }
 
 /// Requires a tensor's element count and storage span in bytes (packed when `strides` is `None`)
@@ -91,9 +90,7 @@ pub(crate) fn check_fits(
     in_memory: bool,
 ) -> Result<(), GraphError> {
     let bytes = if in_memory { data_type.size_bytes() } else { 1 };
-    let count_fits = checked_element_count(dims)
-        .and_then(|n| n.checked_mul(i64::try_from(bytes).ok()?))
-        .is_some();
+    let count_fits = checked_element_count(dims).and_then(|n| n.checked_mul(i64::try_from(bytes).ok()?)).is_some();
     let span_fits = strides.is_none_or(|s| byte_span(dims, s, bytes).is_some());
     if count_fits && span_fits {
         return Ok(());

@@ -488,8 +488,15 @@ impl Conv {
                 let mut y = vec![a.dims[0].clone(), b.dims[0].clone()];
                 for i in 0..r - 2 {
                     y.push(
-                        D::window_output(&a.dims[i + 2], &b.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i])
-                            .ok_or_else(|| overflow(op, i, a, b, &w))?,
+                        D::window_output(
+                            &a.dims[i + 2],
+                            &b.dims[i + 2],
+                            w.pre[i],
+                            w.post[i],
+                            w.stride[i],
+                            w.dilation[i],
+                        )
+                        .ok_or_else(|| overflow(op, i, a, b, &w))?,
                     );
                 }
                 if empty(&y) {
@@ -514,8 +521,16 @@ impl Conv {
                 let mut dx = vec![a.dims[0].clone(), b.dims[1].clone()];
                 for (i, &e) in extra.iter().enumerate() {
                     dx.push(
-                        D::window_input(&a.dims[i + 2], &b.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i], e)
-                            .ok_or_else(|| overflow(op, i, a, b, &w))?,
+                        D::window_input(
+                            &a.dims[i + 2],
+                            &b.dims[i + 2],
+                            w.pre[i],
+                            w.post[i],
+                            w.stride[i],
+                            w.dilation[i],
+                            e,
+                        )
+                        .ok_or_else(|| overflow(op, i, a, b, &w))?,
                     );
                 }
                 if empty(&dx) {
