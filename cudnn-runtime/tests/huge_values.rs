@@ -238,3 +238,21 @@ fn json_reader_names_the_cause() {
     let e = read(&json, "[1, 1]", "[9223372036854775807, 9223372036854775807]").unwrap_err();
     assert!(e.to_string().contains("overflows i64 in spatial dim 0"), "{e}");
 }
+
+#[test]
+fn attention_scores_past_i64_are_a_rule_error() {
+    // Q, K and V of 2^35 elements each are fine; their [1, 1, 2^32, 2^32] scores are not.
+    let mut g = GraphBuilder::new("attn");
+    let dims = [1, 1, 1 << 32, 8];
+    let [q, k, v] = ["q", "k", "v"].map(|n| g.input(n, DataType::F16, &dims).unwrap());
+    let e = g.op("sdpa", &[q.into(), k.into(), v.into()], &[]).unwrap_err();
+    assert!(
+        rule_of(&e).contains("attention scores [1, 1, 4294967296, 4294967296] of more than i64::MAX elements"),
+        "{e}"
+    );
+    // 2^31 by 2^31 scores fit.
+    let mut g = GraphBuilder::new("attn");
+    let dims = [1, 1, 1 << 31, 8];
+    let [q, k, v] = ["q", "k", "v"].map(|n| g.input(n, DataType::F16, &dims).unwrap());
+    g.op("sdpa", &[q.into(), k.into(), v.into()], &[]).unwrap();
+}
