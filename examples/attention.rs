@@ -103,7 +103,7 @@ fn gpu_run(
     f: &AttentionForwardOutputs,
     g: &AttentionBackwardOutputs,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use cudnn_graph::backend::cudarc::driver::CudaContext;
+    use cudnn_graph::backend::cuda_context;
     use cudnn_graph::backend::{BuildOptions, Cudnn};
 
     let rel = |got: &[bf16], want: &[bf16]| {
@@ -115,7 +115,7 @@ fn gpu_run(
         }
         (num / den.max(f64::MIN_POSITIVE)).sqrt()
     };
-    let stream = CudaContext::new(0)?.default_stream();
+    let stream = cuda_context(0)?.default_stream();
     let cudnn = Cudnn::new(stream.clone())?;
     let fplan = fwd.build(&cudnn, &BuildOptions::default())?;
     let bplan = bwd.build(&cudnn, &BuildOptions::default())?;

@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 mod bench {
     use std::sync::Arc;
 
-    use cudnn_graph::backend::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+    use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
     use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
     use cudnn_graph::ops::AttrValue;
     use cudnn_graph::{DataType, Graph, GraphBuilder};
@@ -145,7 +145,7 @@ mod bench {
 
     pub fn main() -> Result<(), Box<dyn std::error::Error>> {
         let a = args();
-        let ctx = CudaContext::new(0)?;
+        let ctx = cudnn_graph::backend::cuda_context(0)?;
         let stream = ctx.default_stream();
         let cudnn = Cudnn::new(stream.clone())?;
         eprintln!("cuDNN {} on sm {:?}; b={} h={} s={} d={} bf16", cudnn.version(), cudnn.sm(), a.b, a.h, a.s, a.d);

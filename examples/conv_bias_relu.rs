@@ -86,11 +86,11 @@ fn run_gpu(
     (x, wt, bias): (&[f16], &[f16], &[f16]),
     want: &[f16],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use cudnn_graph::backend::{cudarc::driver::CudaContext, BuildOptions, Cudnn};
+    use cudnn_graph::backend::{cuda_context, BuildOptions, Cudnn};
     use std::time::Instant;
 
     const CALLS: u32 = 50;
-    let ctx = CudaContext::new(0)?;
+    let ctx = cuda_context(0)?;
     let stream = ctx.default_stream();
     let cudnn = Cudnn::new(stream.clone())?;
     let start = Instant::now();

@@ -56,9 +56,10 @@ fn gpu(
     acts: &[bf16],
     want: &[bf16],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use cudnn_graph::backend::cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
+    use cudnn_graph::backend::cuda_context;
+    use cudnn_graph::backend::cudarc::driver::{DevicePtr, DevicePtrMut};
     use cudnn_graph::backend::{BuildOptions, Cudnn};
-    let stream = CudaContext::new(0)?.default_stream();
+    let stream = cuda_context(0)?.default_stream();
     let cudnn = Cudnn::new(stream.clone())?;
     let plan = layer.build(&cudnn, &BuildOptions::default())?;
     let params_d = stream.clone_htod(params)?;

@@ -115,11 +115,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 #[cfg(feature = "cudnn")]
 fn run_gpu(n: usize, x: &[bf16], scale: &[bf16], bias: &[bf16]) -> Result<(), Box<dyn std::error::Error>> {
-    use cudnn_graph::backend::{cudarc::driver::CudaContext, BuildOptions, Cudnn};
+    use cudnn_graph::backend::{cuda_context, BuildOptions, Cudnn};
     use std::time::Instant;
 
     const CALLS: u32 = 50;
-    let ctx = CudaContext::new(0)?;
+    let ctx = cuda_context(0)?;
     let stream = ctx.default_stream();
     let cudnn = Cudnn::new(stream.clone())?;
     let (x_d, s_d, b_d) = (stream.clone_htod(x)?, stream.clone_htod(scale)?, stream.clone_htod(bias)?);

@@ -101,8 +101,8 @@ fn run_gpu(
     bias: &[bf16],
     want: &[f64],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use cudnn_graph::backend::{cudarc::driver::CudaContext, BuildOptions, Cudnn};
-    let ctx = CudaContext::new(0)?;
+    use cudnn_graph::backend::{cuda_context, BuildOptions, Cudnn};
+    let ctx = cuda_context(0)?;
     let stream = ctx.default_stream();
     let cudnn = Cudnn::new(stream.clone())?;
     let start = std::time::Instant::now();

@@ -82,10 +82,10 @@ fn deviceless(g: &Graph, write: Option<String>) -> Result<(), Box<dyn std::error
 
 #[cfg(feature = "cudnn")]
 fn gpu(g: &Graph, read: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
-    use cudnn_graph::backend::cudarc::driver::CudaContext;
+    use cudnn_graph::backend::cuda_context;
     use cudnn_graph::backend::{BuildOptions, Cudnn};
     use cudnn_graph::serialize::plan::SerializeOptions;
-    let stream = CudaContext::new(0)?.default_stream();
+    let stream = cuda_context(0)?.default_stream();
     let cudnn = Cudnn::new(stream.clone())?;
     let fill = |seed: u64, n: usize| -> Vec<bf16> {
         (0..n).map(|i| bf16::from_f64(((i as u64 * 2654435761 + seed * 97) % 1999) as f64 / 1000.0 - 1.0)).collect()

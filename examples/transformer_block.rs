@@ -309,7 +309,7 @@ mod gpu {
     }
 
     pub fn run(x: &[bf16], w: &Weights, want: &[bf16]) -> Result<(), Box<dyn std::error::Error>> {
-        let stream = cudnn_graph::backend::cudarc::driver::CudaContext::new(0)?.default_stream();
+        let stream = cudnn_graph::backend::cuda_context(0)?.default_stream();
         let cudnn = Cudnn::new(stream.clone())?;
         let (b, s) = SMALL;
         let (got, rows) = block::<128, 4, 2, 32, 128, 64, 512>(&stream, &cudnn, b, s, x, w, 5)?;

@@ -147,6 +147,12 @@ pub mod __private {
         PayloadKey, PlanOrigin, SerializeOptions,
     };
 
+    /// A dim parameter's value as an extent: `usize` values past `i64::MAX` are an error naming
+    /// the dim, not a wrapped extent.
+    pub fn dim_value(dim: &str, value: usize) -> Result<i64, GraphError> {
+        i64::try_from(value).map_err(|_| GraphError::DimTooLarge { dim: dim.to_string(), value: value as u64 })
+    }
+
     /// Gathers the host buffer of input `name` into its slot of `values`.
     pub fn set_input(
         graph: &Graph,

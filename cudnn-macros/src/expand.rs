@@ -49,13 +49,12 @@ fn dtype_tokens(dtype: DataType) -> TokenStream {
 fn dims_tokens(dims: &[SymDim], runtime: &[String]) -> TokenStream {
     let items = dims.iter().map(|d| match d {
         SymDim::Lit(n) => quote!(#n),
+        // `as i64` would wrap a `usize` past `i64::MAX` into a negative (or plausible) extent
+        // and blame the tensor; the checked conversion names the dim.
         SymDim::Param(p) => {
             let id = format_ident!("{}", p);
-            if runtime.contains(p) {
-                quote!(self.#id as i64)
-            } else {
-                quote!(#id as i64)
-            }
+            let value = if runtime.contains(p) { quote!(self.#id) } else { quote!(#id) };
+            quote!(::cudnn_graph::__private::dim_value(#p, #value)?)
         }
         // Declared dims are literals or parameters; computed extents never reach a declaration.
         SymDim::Expr(e) => syn::parse_str::<syn::Expr>(e).map_or_else(|e| e.to_compile_error(), |e| quote!(#e)),
@@ -226,10 +225,13 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
 
         impl #generics_decl #p::serde::Serialize for #name #generics_use {
             fn serialize<__S: #p::serde::Serializer>(&self, serializer: __S) -> ::core::result::Result<__S::Ok, __S::Error> {
+                let dim = |name: &str, value: usize| {
+                    #p::dim_value(name, value).map_err(<__S::Error as #p::serde::ser::Error>::custom)
+                };
                 #p::GraphDescription::new(
                     #name_str,
                     Self::FINGERPRINT,
-                    ::std::vec![#((#const_strs, #consts as i64),)* #((#runtime_strs, self.#runtime as i64)),*],
+                    ::std::vec![#((#const_strs, dim(#const_strs, #consts)?),)* #((#runtime_strs, dim(#runtime_strs, self.#runtime)?)),*],
                 )
                 .serialize(serializer)
             }
@@ -308,6 +310,8 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                         type_fingerprint: ::core::option::Option::Some(Self::FINGERPRINT),
                         type_name: ::core::option::Option::Some(::std::string::String::from(#name_str)),
                         binding: ::core::option::Option::Some(self.binding()),
+                        // `graph()` succeeded before any plan of this value exists, so every
+                        // runtime dim is within `i64` and the casts are exact.
                         runtime_dims: ::std::vec![#((::std::string::String::from(#runtime_strs), self.#runtime as i64)),*],
                     }
                 }
@@ -479,7 +483,7 @@ fn reference_body(ck: &Checked, outputs_ty: &Ident) -> TokenStream {
         let graph = self.graph()?;
         let mut values = ::std::vec![::core::option::Option::None; graph.tensors.len()];
         #(#gathers)*
-        let outs = #p::run_arrays(&graph, values);
+        let outs = #p::run_arrays(&graph, values)?;
         ::core::result::Result::Ok(#outputs_ty { #(#outs,)* })
     }
 }

@@ -23,8 +23,8 @@ pub enum GraphError {
         /// The second.
         second: String,
     },
-    /// A uid that is not positive.
-    #[error("tensor `{tensor}` has uid {uid}; uids must be positive")]
+    /// A uid that is not positive, or past [`crate::ir::MAX_UID`].
+    #[error("tensor `{tensor}` has uid {uid}; uids must be in 1..=2^62 (lowering numbers the tensors it adds above the graph's largest uid)")]
     BadUid {
         /// The tensor.
         tensor: String,
@@ -48,6 +48,30 @@ pub enum GraphError {
         dims: Vec<i64>,
         /// Its strides.
         strides: Vec<i64>,
+    },
+    /// A tensor with more elements, or a storage span of more bytes, than [`crate::dim::MAX_BYTES`].
+    #[error(
+        "tensor `{tensor}` ({data_type} {dims:?}{}) spans more than i64::MAX bytes, the most a tensor may address",
+        .strides.as_ref().map(|s| format!(" with strides {s:?}")).unwrap_or_default()
+    )]
+    TooLarge {
+        /// The tensor.
+        tensor: String,
+        /// Its dims.
+        dims: Vec<i64>,
+        /// Its strides, if they were set (packed otherwise).
+        strides: Option<Vec<i64>>,
+        /// Its element type.
+        data_type: DataType,
+    },
+    /// A dim parameter (a `graph!` const generic or runtime dim) past `i64::MAX`, the largest
+    /// extent cuDNN and the IR express.
+    #[error("dim `{dim}` = {value} is larger than i64::MAX, the largest extent a tensor can have")]
+    DimTooLarge {
+        /// The dim's name.
+        dim: String,
+        /// Its value.
+        value: u64,
     },
     /// A dim order that is not a permutation of the tensor's dims.
     #[error("tensor `{tensor}` has {rank} dims, so its dim order must list 0..{rank} once each; got {order:?}")]
@@ -186,7 +210,9 @@ pub enum GraphError {
 /// A wrong argument to an executed graph (reference or GPU).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ArgError {
-    /// A buffer shorter than the tensor's storage.
+    /// A buffer whose length does not fit the tensor's storage: a host buffer of another length
+    /// than the storage span, or a device buffer shorter than it (a longer device buffer is
+    /// accepted: framework arenas hand out larger blocks; only the span is read or written).
     #[error(
         "tensor `{tensor}` needs {expected} elements ({dims:?} {}) but its buffer has {found}",
         crate::ir::MemoryLayout::of(.dims, .strides)
@@ -239,6 +265,24 @@ pub enum ArgError {
         graph: String,
         /// The input.
         tensor: String,
+    },
+    /// A graph given to an engine that breaks a rule (a `Graph` made or edited by hand).
+    #[error("graph `{graph}` cannot run: {source}")]
+    Graph {
+        /// The graph.
+        graph: String,
+        /// The rule it breaks.
+        source: Box<GraphError>,
+    },
+    /// Dense input arrays for [`crate::reference::run_arrays`] with one slot per tensor missing.
+    #[error("graph `{graph}` has {expected} tensors, but {found} value slots were given (one per tensor)")]
+    Slots {
+        /// The graph.
+        graph: String,
+        /// Its tensor count.
+        expected: usize,
+        /// The slots given.
+        found: usize,
     },
     /// A runtime dim that breaks a shape rule (wraps the validation error).
     #[error("graph `{graph}` with {binding}: {source}")]

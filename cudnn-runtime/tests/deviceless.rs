@@ -7,7 +7,8 @@
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{
-    BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan, HeuristicMode, PlanMismatch, Rejection,
+    cuda_context, BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan, HeuristicMode, PlanMismatch,
+    Rejection,
 };
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};
@@ -284,6 +285,59 @@ fn missing_libraries_are_typed_errors_not_panics() {
     assert!(out.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let report = stdout.find("CHILD:").map(|i| stdout[i..].lines().next().unwrap_or_default());
     println!("{}", report.unwrap_or_else(|| panic!("no report from the child:\n{stdout}")));
+}
+
+/// `cuda_context(0)` where there is no libcuda (a bogus `LD_LIBRARY_PATH`) is
+/// `LibraryMissing` naming libcuda, where `CudaContext::new(0)` panics inside cudarc.
+#[test]
+fn cuda_context_without_libcuda_is_a_typed_error() {
+    if std::env::var_os("CUDNN_GRAPH_CHILD_PROBE").is_some() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "child_probe_cuda_context", "--nocapture", "--test-threads", "1"])
+        .env("LD_LIBRARY_PATH", "/nonexistent-cudnn-graph")
+        .env("CUDNN_GRAPH_CHILD_PROBE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // A system-wide driver may still be found (on a GPU machine); then the child reports it.
+    let report = stdout.find("CHILD:").map(|i| stdout[i..].lines().next().unwrap_or_default());
+    let report = report.unwrap_or_else(|| panic!("no report from the child:\n{stdout}"));
+    println!("{report}");
+    let system_driver = std::path::Path::new("/lib/x86_64-linux-gnu/libcuda.so.1").exists();
+    if !system_driver {
+        assert_eq!(report, "CHILD: LibraryMissing libcuda.so.1");
+    }
+}
+
+/// The child half of `cuda_context_without_libcuda_is_a_typed_error`.
+#[test]
+fn child_probe_cuda_context() {
+    if std::env::var_os("CUDNN_GRAPH_CHILD_PROBE").is_none() {
+        return;
+    }
+    match cuda_context(0) {
+        Err(BackendError::LibraryMissing { library, .. }) => println!("CHILD: LibraryMissing {library}"),
+        Err(e) => println!("CHILD: other typed error: {e}"),
+        Ok(ctx) => println!("CHILD: a driver found anyway: {:?}", ctx.name()),
+    }
+}
+
+/// On a machine whose libcuda has no usable GPU (the CI stand-in, which cudarc cannot drive),
+/// `cuda_context(0)` is a typed error, never a panic.
+#[test]
+fn cuda_context_without_a_gpu_is_a_typed_error() {
+    let Some(_) = deviceless() else { return };
+    match cuda_context(0) {
+        Ok(ctx) => println!("a GPU after all: {:?}", ctx.name()),
+        Err(e) => {
+            assert!(matches!(e, BackendError::Driver { .. }), "{e}");
+            println!("typed error: {e}");
+        }
+    }
 }
 
 /// The child half of `missing_libraries_are_typed_errors_not_panics` (does nothing on its own).

@@ -73,7 +73,7 @@ pub fn deviceless() -> Option<cudnn_graph::backend::Cudnn> {
 #[cfg(feature = "cudnn")]
 pub fn gpu() -> Option<(std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>, cudnn_graph::backend::Cudnn)>
 {
-    use cudnn_graph::backend::{cudarc::driver::CudaContext, Cudnn};
+    use cudnn_graph::backend::{cuda_context, Cudnn};
     let required = std::env::var("CUDNN_GRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1");
     if !cudnn_graph::backend::libraries_present() {
         assert!(!required, "CUDNN_GRAPH_REQUIRE_GPU=1 but libcuda/libcudnn cannot be loaded");
@@ -81,7 +81,7 @@ pub fn gpu() -> Option<(std::sync::Arc<cudnn_graph::backend::cudarc::driver::Cud
         return None;
     }
     let setup = || -> Result<_, String> {
-        let ctx = CudaContext::new(0).map_err(|e| format!("no CUDA device: {e:?}"))?;
+        let ctx = cuda_context(0).map_err(|e| format!("no CUDA device: {e}"))?;
         let stream = ctx.default_stream();
         let cudnn = Cudnn::new(stream.clone()).map_err(|e| e.to_string())?;
         Ok((stream, cudnn))

@@ -13,7 +13,7 @@
 //! ```no_run
 //! use cudnn_runtime::backend::{autotune, AutotuneOptions, BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
 //! # fn graph() -> cudnn_runtime::Graph { unimplemented!() }
-//! let stream = cudarc::driver::CudaContext::new(0)?.default_stream();
+//! let stream = cudnn_runtime::backend::cuda_context(0)?.default_stream();
 //! let cudnn = Cudnn::new(stream)?;
 //! let options = BuildOptions::default().modes(&[HeuristicMode::A, HeuristicMode::B]).all_plans();
 //! let mut plan = ExecutionPlan::build(&cudnn, &graph(), &options)?;

@@ -43,7 +43,7 @@
 //! use cudnn_runtime::serialize::plan::Expect;
 //! # fn graph() -> cudnn_runtime::Graph { unimplemented!() }
 //! let cache = PlanCache::with_dir("/tmp/cudnn-graph-plans")?;
-//! let cudnn = Cudnn::new(cudarc::driver::CudaContext::new(0)?.default_stream())?;
+//! let cudnn = Cudnn::new(cudnn_runtime::backend::cuda_context(0)?.default_stream())?;
 //! let first = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
 //! let again = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
 //! assert_eq!(again.source, CacheSource::Memory);

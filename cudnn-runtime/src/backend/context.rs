@@ -16,6 +16,21 @@ use cudarc::driver::{CudaContext, CudaStream};
 use super::descriptor::{status_error, Descriptor};
 use super::{library, BackendError};
 
+/// The CUDA context of GPU `ordinal`, as `cudarc::driver::CudaContext::new`, but a missing
+/// libcuda is [`BackendError::LibraryMissing`] (cudarc panics) and a driver failure (no such
+/// GPU, no GPU at all) [`BackendError::Driver`].
+///
+/// ```no_run
+/// use cudnn_runtime::backend::{cuda_context, Cudnn};
+/// let cudnn = Cudnn::new(cuda_context(0)?.default_stream())?;
+/// # Ok::<(), cudnn_runtime::backend::BackendError>(())
+/// ```
+pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, BackendError> {
+    library::require_driver()?;
+    CudaContext::new(ordinal)
+        .map_err(|e| BackendError::Driver { call: "create the CUDA context", message: e.to_string() })
+}
+
 /// An owned `cudnnHandle_t`, with the stream it was created for (so the CUDA context outlives
 /// the handle).
 #[derive(Debug)]
@@ -102,7 +117,7 @@ impl Anchor {
 /// let cudnn = Cudnn::deviceless(&json)?;
 /// assert!(!cudnn.is_online());
 /// // Online: plans that execute on the stream.
-/// let stream = cudarc::driver::CudaContext::new(0)?.default_stream();
+/// let stream = cudnn_runtime::backend::cuda_context(0)?.default_stream();
 /// let cudnn = Cudnn::new(stream)?;
 /// println!("cuDNN {}", cudnn.version());
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -344,6 +344,12 @@ impl ExecutionPlan {
     /// against its tensor (an [`ArgError`] naming the tensor), that outputs are writable, that
     /// every buffer belongs to the stream's CUDA context and is aligned, and the workspace size.
     /// cudarc's stream-ordering events are recorded for every buffer.
+    ///
+    /// Lengths: a device buffer (or view) must hold at least its tensor's storage span
+    /// ([`crate::Tensor::storage_len`] elements); a longer one is accepted and only its first
+    /// span elements are read or written, because framework arenas and caching allocators hand
+    /// out blocks rounded up. Host buffers, which are made for one shape, must match exactly
+    /// ([`crate::reference::gather`]).
     pub fn execute(
         &self,
         cudnn: &Cudnn,

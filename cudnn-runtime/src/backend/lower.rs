@@ -111,7 +111,8 @@ fn views(graph: &Graph) -> Result<Internals, BackendError> {
     Ok(out)
 }
 
-/// The first uid a lowering may give a tensor of its own: one past the graph's largest.
+/// The first uid a lowering may give a tensor of its own: one past the graph's largest (at most
+/// [`crate::ir::MAX_UID`] in a validated graph, so the numbering has 2^62 uids of room).
 fn first_free_uid(graph: &Graph) -> i64 {
     graph.tensors.iter().map(|t| t.uid).max().unwrap_or(0).max(0) + 1
 }
@@ -209,7 +210,10 @@ pub(crate) fn rank_padding(rank: usize) -> usize {
 pub(crate) fn padded_layout(dims: &[i64], strides: &[i64]) -> (Vec<i64>, Vec<i64>) {
     let pad = rank_padding(dims.len());
     let span = match (dims.first(), strides.first()) {
-        (Some(d), Some(s)) => d * s,
+        // The padded dims have extent 1, so their stride addresses nothing: saturating keeps a
+        // valid graph's `d * s` (which can pass i64 when the first dim is large and its stride
+        // larger than its span needs) from overflowing.
+        (Some(d), Some(s)) => d.saturating_mul(*s),
         _ => 1,
     };
     let mut d = vec![1; pad];

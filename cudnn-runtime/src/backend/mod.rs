@@ -50,7 +50,7 @@ pub use cudarc;
 pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
 pub use binding::PlanMismatch;
 pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
-pub use context::Cudnn;
+pub use context::{cuda_context, Cudnn};
 pub use engine::{Engine, EngineId, Router};
 pub use error::{BackendError, Status};
 pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};

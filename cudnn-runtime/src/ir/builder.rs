@@ -98,6 +98,7 @@ impl GraphBuilder {
         if dims.is_empty() || dims.iter().any(|&d| d <= 0) {
             return Err(GraphError::BadDims { tensor: name.to_string(), dims: dims.to_vec() });
         }
+        super::check_fits(name, dims, None, data_type, true)?;
         Ok(self.push(Pending {
             name: name.to_string(),
             uid: None,
@@ -125,6 +126,8 @@ impl GraphBuilder {
                 strides: strides.to_vec(),
             });
         }
+        let data_type = t.data_type.unwrap_or(self.context.intermediate_data_type);
+        super::check_fits(&t.name, &t.dims, Some(strides), data_type, !t.is_virtual)?;
         self.tensors[id.0].strides = Some(strides.to_vec());
         Ok(self)
     }
@@ -180,7 +183,7 @@ impl GraphBuilder {
     /// Sets a tensor's uid (user-set values win over assignment).
     pub fn set_uid(&mut self, id: TensorId, uid: i64) -> Result<&mut Self, GraphError> {
         let name = self.get(id)?.name.clone();
-        if uid <= 0 {
+        if !(1..=super::MAX_UID).contains(&uid) {
             return Err(GraphError::BadUid { tensor: name, uid });
         }
         if let Some(other) = self.tensors.iter().find(|t| t.uid == Some(uid)) {
@@ -280,6 +283,12 @@ impl GraphBuilder {
             let ports = op.outputs();
             let base = if ports.len() == 1 { node.to_string() } else { format!("{node}_{}", ports[k]) };
             let name = self.fresh_name(&base);
+            // An inferred extent can exceed what its inputs span (a concatenation, a transposed
+            // convolution): caught here, naming the output, before strides are derived from it.
+            // Counted in elements: the output is virtual until `output` gives it its type, and
+            // `build` validates the byte span then.
+            let data_type = meta.dtype.unwrap_or(self.context.intermediate_data_type);
+            super::check_fits(&name, &meta.dims, None, data_type, false)?;
             out_ids.push(self.push(Pending {
                 name,
                 uid: None,

@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dim::{shape_string, storage_len, Concrete};
+use crate::dim::{byte_span, checked_element_count, shape_string, storage_len, Concrete};
 use crate::error::GraphError;
 use crate::ops::{Op, TensorMeta};
 use crate::DataType;
@@ -35,6 +35,11 @@ impl Default for Context {
         Context { intermediate_data_type: DataType::F32, compute_data_type: DataType::F32 }
     }
 }
+
+/// The largest uid a tensor may have: 2^62. Lowering gives the tensors it adds (an attention
+/// subgraph's intermediates, workspace) the uids above the graph's largest, so a graph must leave
+/// room for them: with uids up to `i64::MAX` that numbering would overflow.
+pub const MAX_UID: i64 = 1 << 62;
 
 /// Index of a tensor in its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -61,9 +66,10 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// Elements the tensor's storage spans.
-    pub fn storage_len(&self) -> usize {
-        storage_len(&self.dims, &self.strides) as usize
+    /// The number of elements, saturating at `i64::MAX` (which a validated graph's tensors stay
+    /// within).
+    pub fn element_count(&self) -> i64 {
+        checked_element_count(&self.dims).unwrap_or(i64::MAX)
     }
 
     /// The memory layout its strides spell.
@@ -75,6 +81,38 @@ impl Tensor {
     pub fn type_string(&self) -> String {
         type_string(self.data_type, &self.dims, &self.layout())
     }
+
+    /// Elements the tensor's storage spans. A tensor of a validated graph spans at most
+    /// [`crate::dim::MAX_BYTES`]; one whose span overflows (or has negative dims or strides,
+    /// which validation rejects) gives `usize::MAX`, so no buffer passes a length check for it.
+    pub fn storage_len(&self) -> usize {
+        storage_len(&self.dims, &self.strides).and_then(|n| usize::try_from(n).ok()).unwrap_or(usize::MAX)
+    }
+}
+
+/// Requires a tensor's element count and storage span in bytes (packed when `strides` is `None`)
+/// to be within [`crate::dim::MAX_BYTES`]. A virtual tensor never reaches memory (and a builder
+/// output's type can still change when it becomes a graph output), so for one `in_memory` is
+/// false and its extents are counted in elements.
+pub(crate) fn check_fits(
+    tensor: &str,
+    dims: &[i64],
+    strides: Option<&[i64]>,
+    data_type: DataType,
+    in_memory: bool,
+) -> Result<(), GraphError> {
+    let bytes = if in_memory { data_type.size_bytes() } else { 1 };
+    let count_fits = checked_element_count(dims).and_then(|n| n.checked_mul(i64::try_from(bytes).ok()?)).is_some();
+    let span_fits = strides.is_none_or(|s| byte_span(dims, s, bytes).is_some());
+    if count_fits && span_fits {
+        return Ok(());
+    }
+    Err(GraphError::TooLarge {
+        tensor: tensor.to_string(),
+        dims: dims.to_vec(),
+        strides: strides.map(<[i64]>::to_vec),
+        data_type,
+    })
 }
 
 /// One op applied to tensors.
@@ -118,6 +156,11 @@ pub struct Graph {
 
 impl Graph {
     /// The tensor with this id.
+    ///
+    /// # Panics
+    ///
+    /// If the graph has no tensor `id` (never for an id from a validated graph's nodes,
+    /// [`Graph::inputs`] or [`Graph::outputs`]); [`Graph::tensors`]`.get(id.0)` does not panic.
     pub fn tensor(&self, id: TensorId) -> &Tensor {
         &self.tensors[id.0]
     }
@@ -184,7 +227,7 @@ impl Graph {
             if !seen_names.insert(t.name.as_str()) {
                 return Err(GraphError::DuplicateName { name: t.name.clone() });
             }
-            if t.uid <= 0 {
+            if !(1..=MAX_UID).contains(&t.uid) {
                 return Err(GraphError::BadUid { tensor: t.name.clone(), uid: t.uid });
             }
             if let Some(other) = seen_uids.insert(t.uid, t.name.as_str()) {
@@ -200,6 +243,9 @@ impl Graph {
                     strides: t.strides.clone(),
                 });
             }
+            // Checked before any rule multiplies dims or strides: within a valid graph no element
+            // count, span or offset overflows `i64`.
+            check_fits(&t.name, &t.dims, Some(&t.strides), t.data_type, !t.is_virtual)?;
             if t.pass_by_value.is_some() && (t.is_virtual || t.dims.iter().any(|&d| d != 1)) {
                 return Err(GraphError::BadScalar { tensor: t.name.clone() });
             }
@@ -297,6 +343,10 @@ impl Graph {
 
     /// A stable 64-bit FNV-1a hash of the graph's structure: op names and attributes, tensor
     /// dims, strides, types, uids and wiring. Names of nodes and tensors do not count.
+    ///
+    /// Total: it hashes what is there without requiring a valid graph, so a hand-made graph
+    /// whose node names a tensor index it does not have still hashes (that port as `#index`,
+    /// which no uid is written as) instead of panicking; [`Graph::validate`] is what rejects it.
     pub fn fingerprint(&self) -> u64 {
         let mut h = crate::Fnv::default();
         h.write_str(&format!("{:?}", self.context));
@@ -311,15 +361,22 @@ impl Graph {
                 t.pass_by_value.map(f64::to_bits)
             ));
         }
+        // Written as `{:?}` of the uids (`[1, 2]`) was, so fingerprints of valid graphs (stored
+        // in plan payloads and cache keys) are unchanged.
+        let uids = |ids: &[TensorId]| {
+            let each: Vec<String> = ids
+                .iter()
+                .map(|i| self.tensors.get(i.0).map_or_else(|| format!("#{}", i.0), |t| t.uid.to_string()))
+                .collect();
+            format!("[{}]", each.join(", "))
+        };
         for n in &self.nodes {
-            let ins: Vec<i64> = n.inputs.iter().map(|i| self.tensor(*i).uid).collect();
-            let outs: Vec<i64> = n.outputs.iter().map(|i| self.tensor(*i).uid).collect();
             h.write_str(&format!(
-                "N{}|{:?}|{:?}|{:?}|{}",
+                "N{}|{:?}|{}|{}|{}",
                 n.op.call_name(),
                 n.op.call_attrs(),
-                ins,
-                outs,
+                uids(&n.inputs),
+                uids(&n.outputs),
                 n.compute_data_type
             ));
         }

@@ -68,6 +68,10 @@ macro_rules! host_slice_from {
 host_slice_from!(f32 => F32, f64 => F64, half::f16 => F16, half::bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64, bool => Bool, Fp8E4M3 => Fp8E4M3, Fp8E5M2 => Fp8E5M2);
 
 /// Reads a strided host buffer of `tensor` into a dense array, checking type and length.
+///
+/// The buffer must hold exactly the tensor's storage span ([`Tensor::storage_len`]): a longer one
+/// is as much an error as a shorter one, because on the host it means a buffer made for another
+/// shape (a batch of 8 passed where the graph is bound to 4), whose tail would be ignored.
 pub fn gather(tensor: &Tensor, data: HostSlice<'_>) -> Result<Array, ArgError> {
     if data.data_type() != tensor.data_type {
         return Err(ArgError::DType {
@@ -77,7 +81,7 @@ pub fn gather(tensor: &Tensor, data: HostSlice<'_>) -> Result<Array, ArgError> {
         });
     }
     let need = tensor.storage_len();
-    if data.len() < need {
+    if data.len() != need {
         return Err(ArgError::Length {
             tensor: tensor.name.clone(),
             expected: need,
@@ -118,7 +122,12 @@ pub fn scatter<T: Element>(tensor: &Tensor, array: &Array) -> Vec<T> {
 /// let out = reference::run(&graph, &[("x", [1.0f32, 2.0, 3.5].as_slice().into())]).unwrap();
 /// assert_eq!(out[0].data, vec![2.0, 4.0, 7.0]);
 /// ```
+///
+/// The graph is validated first ([`ArgError::Graph`] if it breaks a rule): a [`Graph`] is a
+/// plain struct that can be made or edited by hand, and the engine indexes tensors by the ids
+/// its nodes hold.
 pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>, ArgError> {
+    validated(graph)?;
     let graph_inputs = graph.inputs();
     let mut values: Vec<Option<Array>> = vec![None; graph.tensors.len()];
     for (name, data) in inputs {
@@ -131,12 +140,43 @@ pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>
     if let Some(missing) = graph_inputs.iter().find(|id| values[id.0].is_none()) {
         return Err(ArgError::Missing { graph: graph.name.clone(), tensor: graph.tensor(*missing).name.clone() });
     }
-    Ok(run_arrays(graph, values))
+    Ok(compute(graph, values))
+}
+
+fn validated(graph: &Graph) -> Result<(), ArgError> {
+    graph.validate().map_err(|source| ArgError::Graph { graph: graph.name.clone(), source: Box::new(source) })
 }
 
 /// Runs `graph` given a dense array for every graph input (indexed by [`TensorId`]; other slots
-/// `None`). Inputs must match their tensors' dims: callers check through [`gather`].
-pub fn run_arrays(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
+/// `None`), as [`gather`] makes them. The graph is validated, `values` must have one slot per
+/// tensor, and every graph input an array of its tensor's dims ([`ArgError::Missing`] or
+/// [`ArgError::Length`] naming the input otherwise).
+pub fn run_arrays(graph: &Graph, values: Vec<Option<Array>>) -> Result<Vec<Array>, ArgError> {
+    validated(graph)?;
+    if values.len() != graph.tensors.len() {
+        return Err(ArgError::Slots { graph: graph.name.clone(), expected: graph.tensors.len(), found: values.len() });
+    }
+    for id in graph.inputs() {
+        let t = graph.tensor(id);
+        match &values[id.0] {
+            None => return Err(ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() }),
+            Some(a) if a.dims != t.dims || usize::try_from(t.element_count()).ok() != Some(a.data.len()) => {
+                return Err(ArgError::Length {
+                    tensor: t.name.clone(),
+                    expected: usize::try_from(t.element_count()).unwrap_or(usize::MAX),
+                    found: a.data.len(),
+                    dims: t.dims.clone(),
+                    strides: crate::dim::packed_strides(&t.dims),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(compute(graph, values))
+}
+
+/// The engine proper, on a validated graph with every input's array in place.
+fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
     let _span = tracing::debug_span!("reference", graph = %graph.name).entered();
     let start = std::time::Instant::now();
     for (i, t) in graph.tensors.iter().enumerate() {

@@ -250,6 +250,11 @@ fn read_tensor(key: &str, value: &Json) -> Result<RawTensor> {
     } else {
         None
     };
+    // Checked here, not only by `validate`: a uid out of range would otherwise surface first as
+    // the ports that refer to this tensor's uid not finding it.
+    if let Some(uid) = uid.filter(|u| !(1..=crate::ir::MAX_UID).contains(u)) {
+        return Err(GraphError::BadUid { tensor: name, uid }.into());
+    }
     let pass_by_value = read_scalar(&t, &name)?;
     Ok(RawTensor { key: key.to_string(), name, uid, dims, strides, data_type, is_virtual, pass_by_value })
 }

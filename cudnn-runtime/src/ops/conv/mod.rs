@@ -233,6 +233,20 @@ pub(crate) fn rule(op: &'static str, rule: String) -> ShapeErrorKind {
 }
 
 /// A per-spatial-dim list attribute with its default, checked against the spatial rank and `min`.
+/// A window rule whose arithmetic overflows `i64` in spatial dim `i`: the padding, stride or
+/// dilation is at fault (and not, as an empty output would say, the input's extent).
+fn overflow<D: Dim>(op: &'static str, i: usize, a: &TensorMeta<D>, b: &TensorMeta<D>, w: &Window) -> ShapeError {
+    ShapeError::general(rule(
+        op,
+        format!(
+            "{} overflows i64 in spatial dim {i} of {} and {}; give a padding, stride and dilation within the tensors' extents",
+            Conv::describe(w),
+            shape_string(&a.dims),
+            shape_string(&b.dims)
+        ),
+    ))
+}
+
 pub(crate) fn spatial_list(
     op: &'static str,
     attr: &str,
@@ -473,14 +487,17 @@ impl Conv {
             ConvKind::Fprop => {
                 let mut y = vec![a.dims[0].clone(), b.dims[0].clone()];
                 for i in 0..r - 2 {
-                    y.push(D::window_output(
-                        &a.dims[i + 2],
-                        &b.dims[i + 2],
-                        w.pre[i],
-                        w.post[i],
-                        w.stride[i],
-                        w.dilation[i],
-                    ));
+                    y.push(
+                        D::window_output(
+                            &a.dims[i + 2],
+                            &b.dims[i + 2],
+                            w.pre[i],
+                            w.post[i],
+                            w.stride[i],
+                            w.dilation[i],
+                        )
+                        .ok_or_else(|| overflow(op, i, a, b, &w))?,
+                    );
                 }
                 if empty(&y) {
                     return Err(ShapeError::at(
@@ -503,15 +520,18 @@ impl Conv {
                 let extra = self.output_padding(&w).map_err(ShapeError::general)?;
                 let mut dx = vec![a.dims[0].clone(), b.dims[1].clone()];
                 for (i, &e) in extra.iter().enumerate() {
-                    dx.push(D::window_input(
-                        &a.dims[i + 2],
-                        &b.dims[i + 2],
-                        w.pre[i],
-                        w.post[i],
-                        w.stride[i],
-                        w.dilation[i],
-                        e,
-                    ));
+                    dx.push(
+                        D::window_input(
+                            &a.dims[i + 2],
+                            &b.dims[i + 2],
+                            w.pre[i],
+                            w.post[i],
+                            w.stride[i],
+                            w.dilation[i],
+                            e,
+                        )
+                        .ok_or_else(|| overflow(op, i, a, b, &w))?,
+                    );
                 }
                 if empty(&dx) {
                     return Err(ShapeError::at(
@@ -534,14 +554,10 @@ impl Conv {
                 let filter = spatial_list(op, "filter", &self.filter, r - 2, 1, 1).map_err(ShapeError::general)?;
                 let mut expected = vec![a.dims[0].clone(), b.dims[1].clone()];
                 for (i, &f) in filter.iter().enumerate() {
-                    expected.push(D::window_output(
-                        &a.dims[i + 2],
-                        &D::lit(f),
-                        w.pre[i],
-                        w.post[i],
-                        w.stride[i],
-                        w.dilation[i],
-                    ));
+                    expected.push(
+                        D::window_output(&a.dims[i + 2], &D::lit(f), w.pre[i], w.post[i], w.stride[i], w.dilation[i])
+                            .ok_or_else(|| overflow(op, i, a, b, &w))?,
+                    );
                 }
                 let agrees = !empty(&expected) && (2..r).all(|i| cx.require_eq(&b.dims[i], &expected[i]));
                 if !agrees {

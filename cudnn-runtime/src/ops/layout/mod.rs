@@ -276,7 +276,9 @@ impl Layout {
                     }));
                 }
                 let count = shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d));
-                let same = count.is_some_and(|c| cx.require_eq(&D::product(&x.dims), &D::lit(c)));
+                // Valid inputs never overflow the product (their element count is within
+                // `dim::MAX_BYTES`); one that does differs from every `shape`'s count.
+                let same = count.zip(D::product(&x.dims)).is_some_and(|(c, n)| cx.require_eq(&n, &D::lit(c)));
                 if !same {
                     return Err(ShapeError::at(
                         0,
@@ -332,7 +334,7 @@ impl Layout {
                             x.dims[i]
                         ));
                     }
-                    dims.push(D::lit((limit[i] - start[i] + steps[i] - 1) / steps[i]));
+                    dims.push(D::lit(slice_extent(start[i], limit[i], steps[i])));
                 }
                 dims
             }
@@ -353,7 +355,11 @@ impl Layout {
     /// A slice's offset into X in elements, for X's strides.
     pub fn offset(&self, x_strides: &[i64]) -> i64 {
         match self {
-            Layout::Slice { start, .. } => start.iter().zip(x_strides).map(|(s, st)| s * st).sum(),
+            // Saturating: in a valid graph each `start < X[i]`, so the offset is less than X's
+            // storage span and never saturates.
+            Layout::Slice { start, .. } => {
+                start.iter().zip(x_strides).fold(0i64, |acc, (s, st)| acc.saturating_add(s.saturating_mul(*st)))
+            }
             _ => 0,
         }
     }
@@ -366,9 +372,15 @@ impl Layout {
                 None => crate::dim::packed_strides(y_dims),
             },
             Layout::Reshape { .. } => crate::dim::packed_strides(y_dims),
-            Layout::Slice { .. } => {
-                x_strides.iter().zip(self.steps(x_strides.len())).map(|(s, step)| s * step).collect()
-            }
+            // A dim of one element has no step to take (and a step past X's extent, of any
+            // size, leaves one): its stride stays X's. Elsewhere `step < X[i]`, so the product is
+            // within X's span; it saturates for a graph that validation then rejects.
+            Layout::Slice { .. } => x_strides
+                .iter()
+                .zip(self.steps(x_strides.len()))
+                .zip(y_dims)
+                .map(|((s, step), &y)| if y == 1 { *s } else { s.saturating_mul(step) })
+                .collect(),
             Layout::Concatenate { .. } => crate::dim::strides_in_order_of(x_strides, y_dims),
         }
     }
@@ -419,8 +431,7 @@ impl Layout {
             }
             Layout::Slice { start, limit, .. } => {
                 let steps = self.steps(x.dims.len());
-                let dims: Vec<i64> =
-                    (0..x.dims.len()).map(|i| (limit[i] - start[i] + steps[i] - 1) / steps[i]).collect();
+                let dims: Vec<i64> = (0..x.dims.len()).map(|i| slice_extent(start[i], limit[i], steps[i])).collect();
                 let strides = crate::dim::packed_strides(&x.dims);
                 Array::from_fn(&dims, |i| {
                     let at = Array::unravel(i as i64, &dims);
@@ -430,6 +441,12 @@ impl Layout {
             }
         }
     }
+}
+
+/// `ceil((limit - start) / step)` for `0 <= start < limit` and `step >= 1`, written so that no
+/// step overflows (`limit - start + step - 1` does for a step near `i64::MAX`).
+fn slice_extent(start: i64, limit: i64, step: i64) -> i64 {
+    (limit - start - 1) / step + 1
 }
 
 /// A concatenation's rule: one rank, equal dims outside `axis`, Y's `axis` the sum; the in-place
@@ -488,7 +505,17 @@ fn concat_infer<D: Dim>(
     }
     let mut dims = x0.dims.clone();
     let along: Vec<D> = inputs.iter().map(|x| x.dims[axis].clone()).collect();
-    dims[axis] = D::sum(&along);
+    let Some(total) = D::sum(&along) else {
+        let extents: Vec<String> = along.iter().map(ToString::to_string).collect();
+        return Err(ShapeError::general(ShapeErrorKind::Rule {
+            op,
+            rule: format!(
+                "the inputs' extents along axis {axis} ({}) add up to more than i64::MAX",
+                extents.join(" + ")
+            ),
+        }));
+    };
+    dims[axis] = total;
     // Y's type is the graph's (the intermediate type, or the declared output type), as for a
     // pointwise op: an f32 intermediate and an f16 input concatenate into either.
     Ok(OutputMeta { dims, dtype: None })
@@ -555,6 +582,38 @@ mod tests {
         assert_eq!(y.dims, vec![2, 4, 8]);
         assert_eq!(y.data[0], 160.0);
         assert_eq!(y.data[8], 176.0);
+    }
+
+    #[test]
+    fn huge_steps_extents_and_counts_are_errors_or_exact_not_overflows() {
+        let big = i64::MAX;
+        // A step near i64::MAX takes one element (the old `limit - start + step - 1` overflowed).
+        let s = Op::from_call(
+            "slice",
+            &[
+                ("start".into(), AttrValue::IntList(vec![1, 0])),
+                ("limit".into(), AttrValue::IntList(vec![3, 8])),
+                ("step".into(), AttrValue::IntList(vec![big, 3])),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.infer(&[meta(vec![4i64, 8])], &mut Concrete).unwrap()[0].dims, vec![1, 3]);
+        let Op::Layout(l) = &s else { unreachable!() };
+        assert_eq!(l.output_strides(&[8, 1], &[1, 3]), vec![8, 3]);
+        assert_eq!(l.reference(&[&Array::from_fn(&[4, 8], |i| i as f64)]).data, vec![8.0, 11.0, 14.0]);
+        // Concatenated extents that overflow are an error naming them, not a saturated extent.
+        let ins = [meta(vec![2i64, big - 1]), meta(vec![2, 2])];
+        let e = concat(2, 1, None).infer(&ins, &mut Concrete).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("`concatenate`: the inputs' extents along axis 1 ({} + 2) add up to more than i64::MAX", big - 1)
+        );
+        let ins = [meta(vec![SymDim::Lit(big)]), meta(vec![SymDim::Lit(1)])];
+        assert!(concat(2, 0, None).infer(&ins, &mut Symbolic::default()).is_err());
+        // An input whose count overflows is not reshaped to a shape whose count is i64::MAX.
+        let r = op("reshape", "shape", vec![big]);
+        let e = r.infer(&[meta(vec![1i64 << 32, 1 << 32])], &mut Concrete).unwrap_err();
+        assert!(e.to_string().contains("the element counts differ"), "{e}");
     }
 
     fn concat(inputs: usize, axis: i64, in_place: Option<i64>) -> Op {

@@ -263,7 +263,19 @@ impl Resample {
         let (window, w) = self.geometry(r - 2).map_err(ShapeError::general)?;
         let mut dims = vec![x.dims[0].clone(), x.dims[1].clone()];
         for (i, &extent) in window.iter().enumerate() {
-            dims.push(D::window_output(&x.dims[i + 2], &D::lit(extent), w.pre[i], w.post[i], w.stride[i], 1));
+            let Some(y) = D::window_output(&x.dims[i + 2], &D::lit(extent), w.pre[i], w.post[i], w.stride[i], 1) else {
+                return Err(ShapeError::general(ShapeErrorKind::Rule {
+                    op: NAME,
+                    rule: format!(
+                        "window {window:?} with padding {:?}/{:?} and stride {:?} overflows i64 in spatial dim {i} of X {}",
+                        w.pre,
+                        w.post,
+                        w.stride,
+                        shape_string(&x.dims)
+                    ),
+                }));
+            };
+            dims.push(y);
         }
         if dims.iter().any(|d| d.as_lit().is_some_and(|v| v <= 0)) {
             return Err(ShapeError::at(
@@ -293,7 +305,8 @@ impl Resample {
         };
         let out_dims = outs[0].dims.clone();
         let taps = Taps::new(&out_dims[2..], &window, &x.dims[2..], &w, ConvMode::CrossCorrelation);
-        let volume: i64 = window.iter().product();
+        // In f64: a window that fits a huge padded input can have a volume past i64.
+        let volume: f64 = window.iter().map(|&v| v as f64).product();
         let (mut y, mut index) = (Array::zeros(&out_dims), Array::zeros(&out_dims));
         let planes = (x.dims[0] * x.dims[1]) as usize;
         for plane in 0..planes {
@@ -308,7 +321,7 @@ impl Resample {
                     ResampleMode::MaxPool => {
                         values.fold((f64::NEG_INFINITY, 0usize), |best, (f, v)| if v > best.0 { (v, f) } else { best })
                     }
-                    ResampleMode::AvgPoolIncludePadding => (values.map(|(_, v)| v).sum::<f64>() / volume as f64, 0),
+                    ResampleMode::AvgPoolIncludePadding => (values.map(|(_, v)| v).sum::<f64>() / volume, 0),
                     ResampleMode::AvgPoolExcludePadding => {
                         (values.map(|(_, v)| v).sum::<f64>() / window_taps.len() as f64, 0)
                     }

@@ -536,6 +536,16 @@ impl Sdpa {
                 ));
             }
         }
+        // The scores `[B, H_q, S_q, S_kv]` exist in every lowering (a virtual tensor, the
+        // composite's workspace, the reference's arrays) though no port holds them: Q and K each
+        // within the size limit do not bound their product.
+        if D::product(&[b.clone(), h_q.clone(), s_q.clone(), s_kv.clone()]).is_none() {
+            return Err(rule(
+                op,
+                None,
+                format!("Q {qs} and K {ks} give attention scores [{b}, {h_q}, {s_q}, {s_kv}] of more than i64::MAX elements"),
+            ));
+        }
         for (i, name, d, shape) in [(0usize, "Q", d_qk, &qs), (2, "V", d_v, &vs)] {
             if d.as_lit().is_some_and(|d| d % 8 != 0) {
                 return Err(rule(
