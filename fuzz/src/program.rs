@@ -504,14 +504,12 @@ impl Program {
             });
         }
         let c = graph.context;
-        let mut steps =
-            vec![Step::Context { intermediate: c.intermediate_data_type, compute: c.compute_data_type }];
+        let mut steps = vec![Step::Context { intermediate: c.intermediate_data_type, compute: c.compute_data_type }];
         // The builder numbers tensors in creation order: inputs where `input` is called, a
         // node's scalars then its outputs where `op` is. A graph's tensors are in that order
         // already, so emitting the inputs that precede each node's tensors keeps the ids.
-        let produced: Vec<bool> = (0..graph.tensors.len())
-            .map(|i| graph.nodes.iter().any(|n| n.outputs.contains(&TensorId(i))))
-            .collect();
+        let produced: Vec<bool> =
+            (0..graph.tensors.len()).map(|i| graph.nodes.iter().any(|n| n.outputs.contains(&TensorId(i)))).collect();
         let is_input = |i: usize| !produced[i] && graph.tensors[i].pass_by_value.is_none();
         let mut next = 0usize;
         for node in &graph.nodes {
@@ -565,7 +563,12 @@ fn encode_ref(w: &mut Writer, r: Ref) {
     }
 }
 
-fn encode_op(w: &mut Writer, name: &'static str, inputs: &[Arg], attrs: &[(String, AttrValue)]) -> Result<(), EncodeError> {
+fn encode_op(
+    w: &mut Writer,
+    name: &'static str,
+    inputs: &[Arg],
+    attrs: &[(String, AttrValue)],
+) -> Result<(), EncodeError> {
     let Some(sig) = ops::lookup(name) else { return Ok(()) };
     let names = names_of(&sig);
     for spec in sig.attrs {
