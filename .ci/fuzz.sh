@@ -30,16 +30,26 @@ flags=(--release --sanitizer none)
 step "build"
 cargo +"$toolchain" fuzz build "${flags[@]}"
 
+# Every target runs even if one fails, so one run reports every target's findings.
+failed=()
 for target in "${TARGETS[@]}"; do
   corpus=fuzz/corpus/$target
   step "$target: replay $(find "$corpus" -type f | wc -l) corpus files"
-  cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "$corpus" -- -runs=0
+  if ! cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "$corpus" -- -runs=0; then
+    failed+=("$target (corpus replay)")
+  fi
   # New inputs go to a scratch directory: the committed corpus changes only by regeneration
   # (fuzz/examples/make_seeds.rs) or by hand.
   scratch=$(mktemp -d)
   step "$target: fuzz ${seconds}s"
-  cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "$scratch" "$corpus" -- \
-    -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1
+  if ! cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "$scratch" "$corpus" -- \
+    -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1; then
+    failed+=("$target (see fuzz/artifacts/$target/)")
+  fi
   rm -rf "$scratch"
 done
+if ((${#failed[@]})); then
+  step "failed: ${failed[*]}"
+  exit 1
+fi
 step "done"
