@@ -1,11 +1,15 @@
-//! The fuzz target's property on stable, bounded: every corpus file (`fuzz/corpus/deserialize`)
-//! and 20 000 seeded mutations of them (bit flips, byte insertions and deletions, truncations,
-//! splices of two files) go through both readers, which may reject them but never panic. The
-//! coverage-guided version is `fuzz/fuzz_targets/deserialize.rs` (`cargo +nightly fuzz run`).
+//! The reader fuzz targets' property on stable, bounded: every seed of `fuzz/corpus/structure`
+//! and `fuzz/corpus/payload` and 20 000 seeded mutations of them (bit flips, byte insertions and
+//! deletions, truncations, splices of two files) go through both readers, which may reject them
+//! but never panic. The coverage-guided versions are `fuzz/fuzz_targets/{structure,payload}.rs`
+//! (`cargo +nightly fuzz run`, see `fuzz/README.md`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/deserialize");
+const CORPORA: [&str; 2] = [
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/structure"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/payload"),
+];
 
 fn read_both(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
@@ -57,13 +61,14 @@ fn mutate(rng: &mut Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
 
 #[test]
 fn corpus_and_mutations_never_panic() {
-    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(CORPUS)
-        .unwrap_or_else(|e| panic!("{CORPUS}: {e}"))
+    let mut seeds: Vec<(String, Vec<u8>)> = CORPORA
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}")))
         .map(|e| e.unwrap().path())
         .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
         .collect();
     seeds.sort();
-    assert!(seeds.len() >= 5, "corpus too small");
+    assert!(seeds.len() >= 40, "corpus too small: {} files", seeds.len());
     for (name, data) in &seeds {
         assert!(catch_unwind(AssertUnwindSafe(|| read_both(data))).is_ok(), "panic on corpus file {name}");
     }

@@ -185,9 +185,12 @@ fn node_json(g: &Graph, n: &Node) -> Json {
         Op::Layout(l) => members.extend(super::window::layout_fields(g, n, l)),
     }
     // The call's attributes exactly: floats as f64 bits (cudnn-frontend keeps f32), and what it
-    // has no field for (a reduction's dims, as written).
+    // has no field for (a reduction's dims, as written). A convolution's are written even when
+    // there are none: its cudnn-frontend fields spell out the defaults (`pre_padding: [0, 0]`)
+    // that the op leaves unset, and read alone they would give another op, with another
+    // fingerprint (found by the structure fuzz target).
     let attrs = n.op.call_attrs();
-    if !attrs.is_empty() {
+    if !attrs.is_empty() || matches!(n.op, Op::Conv(_)) {
         let attrs = attrs
             .into_iter()
             .map(|(k, v)| {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# CI fuzzing (fuzz/README.md): installs what the libFuzzer targets need from scratch (a nightly
+# toolchain, a pinned cargo-fuzz), builds the targets, replays each committed corpus, then fuzzes
+# each target for a bounded time on one worker. Any crash, panic or sanitizer report fails CI and
+# leaves the input under fuzz/artifacts/<target>/. The payload target loads plans into cuDNN, so
+# LD_LIBRARY_PATH must hold cuDNN 9.19 (.ci/run sets it; .ci/setup-cudnn.sh prints it).
+#
+#   bash .ci/fuzz.sh                           # 90 s per target
+#   CUDNN_GRAPH_FUZZ_SECONDS=600 bash .ci/fuzz.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+readonly CARGO_FUZZ_VERSION=0.13.1
+readonly TARGETS=(structure payload builder)
+toolchain=${CUDNN_GRAPH_FUZZ_TOOLCHAIN:-nightly}
+seconds=${CUDNN_GRAPH_FUZZ_SECONDS:-90}
+
+step() { echo "== fuzz: $* ($(date +%T))" >&2; }
+
+step "toolchain $toolchain"
+rustup toolchain install "$toolchain" --profile minimal
+if ! cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION"; then
+  step "cargo-fuzz $CARGO_FUZZ_VERSION"
+  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+fi
+
+# `-s none`: the targets are safe Rust over a prebuilt libcudnn that no sanitizer instruments;
+# overflow checks and debug assertions are on in every crate (fuzz/Cargo.toml's profile).
+flags=(--release --sanitizer none)
+step "build"
+cargo +"$toolchain" fuzz build "${flags[@]}"
+
+# Every target runs even if one fails, so one run reports every target's findings.
+failed=()
+for target in "${TARGETS[@]}"; do
+  corpus=fuzz/corpus/$target
+  step "$target: replay $(find "$corpus" -type f | wc -l) corpus files"
+  if ! cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "$corpus" -- -runs=0; then
+    failed+=("$target (corpus replay)")
+  fi
+  # New inputs go to a scratch directory: the committed corpus changes only by regeneration
+  # (fuzz/examples/make_seeds.rs) or by hand.
+  scratch=$(mktemp -d)
+  step "$target: fuzz ${seconds}s"
+  if ! cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "$scratch" "$corpus" -- \
+    -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1; then
+    failed+=("$target (see fuzz/artifacts/$target/)")
+  fi
+  rm -rf "$scratch"
+done
+if ((${#failed[@]})); then
+  step "failed: ${failed[*]}"
+  exit 1
+fi
+step "done"
