@@ -10,7 +10,8 @@ mod payload_graphs;
 
 use cudnn_graph::backend::{BackendError, BuildOptions, CacheSource, PlanCache, PlanMismatch};
 use cudnn_graph::serialize::plan::{
-    parse_payload, parse_signed_payload, seal, PayloadError, PayloadKey, SerializeOptions, MAX_PAYLOAD_BYTES,
+    parse_payload, parse_signed_payload, read_payload, seal, PayloadError, PayloadKey, SerializeOptions,
+    MAX_PAYLOAD_BYTES,
 };
 use cudnn_graph::Error;
 use payload_graphs::{MatmulBiasRelu, ScaledRelu};
@@ -350,4 +351,34 @@ fn old_and_oversized_payloads_are_typed_errors() {
     assert!(matches!(parse_payload(unknown), Err(PayloadError::Malformed(m)) if m.contains("extra")));
     let no_digest = br#"{"cudnn_graph_payload": 2, "body": {}}"#;
     assert!(matches!(parse_payload(no_digest), Err(PayloadError::Malformed(m)) if m.contains("sha256")));
+}
+
+/// The two payloads that crashed the process under the `payload` fuzz target (format 1, written
+/// before the digest), resealed as format 2 so that their plan JSON reaches the binding check:
+/// every tensor's first dim set to 0 (SIGFPE inside cuDNN), and a node wired to a tensor named
+/// `x` plus a few changed kernel bytes (a C++ exception from cuDNN through the FFI call, which
+/// aborts). Both are refused before cuDNN is given them.
+#[test]
+fn the_fuzzers_crashing_payloads_are_refused_before_cudnn() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/regressions/payload");
+    for (file, expected) in
+        [("plan-json-dims-zero-sigfpe.json", "dims"), ("plan-json-foreign-exception-abort.json", "refers to `x`")]
+    {
+        let old: Value = serde_json::from_slice(&std::fs::read(format!("{dir}/{file}")).unwrap()).unwrap();
+        assert_eq!(old["cudnn_graph_payload"], 1, "{file}");
+        assert!(matches!(parse_payload(&serde_json::to_vec(&old).unwrap()), Err(PayloadError::Format { found: 1 })));
+        let body = serde_json::json!({"structure": old["structure"], "plan": old["plan"]});
+        let resealed = seal(&body.to_string(), None);
+        let e = read_payload(&cudnn, &resealed, None, &Default::default()).err().unwrap();
+        match e {
+            PayloadError::Load(inner) => match *inner {
+                Error::Backend(BackendError::PlanMismatch { mismatch, .. }) => {
+                    assert!(mismatch.to_string().contains(expected), "{file}: {mismatch}")
+                }
+                other => panic!("{file}: {other}"),
+            },
+            other => panic!("{file}: {other}"),
+        }
+    }
 }

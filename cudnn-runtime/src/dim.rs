@@ -37,6 +37,10 @@ pub trait Dim: Clone + PartialEq + fmt::Display {
     fn product(factors: &[Self]) -> Option<Self>;
 }
 
+/// The highest rank a graph's tensors may have (cuDNN itself takes at most 8; the structural JSON
+/// reader refuses more too).
+pub const MAX_RANK: usize = 16;
+
 /// The most bytes one tensor's storage may span, and so the most elements it may have:
 /// `i64::MAX`, the largest extent cuDNN's `int64_t` dims, strides and sizes can express (and
 /// `isize::MAX` on a 64-bit host, the largest allocation Rust makes). [`crate::Graph::validate`]

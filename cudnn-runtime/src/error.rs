@@ -39,6 +39,16 @@ pub enum GraphError {
         /// Its dims.
         dims: Vec<i64>,
     },
+    /// More dims than any graph may have ([`crate::dim::MAX_RANK`]).
+    #[error("tensor `{tensor}` has {rank} dims; a graph's tensors have at most {max} (cuDNN's own limit is 8)")]
+    RankTooHigh {
+        /// The tensor.
+        tensor: String,
+        /// Its rank.
+        rank: usize,
+        /// The limit.
+        max: usize,
+    },
     /// Strides of the wrong count or not positive.
     #[error("tensor `{tensor}` has dims {dims:?} but strides {strides:?}; give one positive stride per dim")]
     BadStrides {

@@ -256,3 +256,24 @@ fn attention_scores_past_i64_are_a_rule_error() {
     let [q, k, v] = ["q", "k", "v"].map(|n| g.input(n, DataType::F16, &dims).unwrap());
     g.op("sdpa", &[q.into(), k.into(), v.into()], &[]).unwrap();
 }
+
+/// Found by the builder fuzz target (`fuzz/regressions/builder/validate-accepts-rank-over-max-rank`):
+/// the builder and `validate` accepted rank 17, whose structural JSON the reader then refused, so
+/// a valid graph did not round-trip.
+#[test]
+fn ranks_over_the_limit_are_refused_by_validate() {
+    let dims = vec![1; cudnn_runtime::dim::MAX_RANK + 1];
+    let mut g = GraphBuilder::new("deep");
+    let x = g.input("x", DataType::F32, &dims).unwrap();
+    let y = g.op("relu", &[x.into()], &[]).unwrap()[0];
+    g.output(y, "y", DataType::F32).unwrap();
+    let e = g.build().unwrap_err();
+    assert_eq!(e, GraphError::RankTooHigh { tensor: "x".into(), rank: 17, max: 16 });
+    // Rank 16 builds and round-trips.
+    let mut g = GraphBuilder::new("deep");
+    let x = g.input("x", DataType::F32, &dims[..16]).unwrap();
+    let y = g.op("relu", &[x.into()], &[]).unwrap()[0];
+    g.output(y, "y", DataType::F32).unwrap();
+    let graph = g.build().unwrap();
+    assert_eq!(serialize::structure_from_json(&serialize::structure_to_json(&graph)).unwrap(), graph);
+}

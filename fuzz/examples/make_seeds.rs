@@ -163,6 +163,10 @@ fn conv_genstats() -> Built {
     let w = g.input("w", F16, &[8, 8, 3, 3])?;
     let y = g.op("conv_fprop", &[x.into(), w.into()], &[attr("padding", vec![1, 1])])?[0];
     let y = g.output(y, "y", F16)?;
+    // cuDNN 9.19 fuses a convolution's statistics only channels-last.
+    for t in [x, w, y] {
+        g.set_channels_last(t)?;
+    }
     let stats = g.op("genstats", &[y.into()], &[])?;
     g.output(stats[0], "sum", F32)?;
     g.output(stats[1], "sq_sum", F32)?;
@@ -176,7 +180,11 @@ fn conv_dgrad_drelu() -> Built {
     let x = g.input("x", F16, &[2, 4, 5, 5])?;
     let dx = g.op("conv_dgrad", &[dy.into(), w.into()], &[attr("padding", vec![1, 1])])?[0];
     let d = g.op("relu_bwd", &[dx.into(), x.into()], &[])?[0];
-    g.output(d, "dx", F16)?;
+    let d = g.output(d, "dx", F16)?;
+    // cuDNN 9.19 has no engine for this fusion NCHW.
+    for t in [dy, w, x, d] {
+        g.set_channels_last(t)?;
+    }
     g.build()
 }
 
@@ -186,7 +194,10 @@ fn conv_wgrad() -> Built {
     let dy = g.input("dy", F16, &[2, 8, 3, 3])?;
     let conv = [attr("stride", vec![2, 2]), attr("padding", vec![1, 1]), attr("filter", vec![3, 3])];
     let dw = g.op("conv_wgrad", &[x.into(), dy.into()], &conv)?[0];
-    g.output(dw, "dw", F32)?;
+    let dw = g.output(dw, "dw", F32)?;
+    for t in [x, dy, dw] {
+        g.set_channels_last(t)?;
+    }
     g.build()
 }
 
@@ -270,7 +281,11 @@ fn conv_concat() -> Built {
     let c = g.op("conv_fprop", &[x.into(), w.into()], &[])?[0];
     let y0 = g.input("y0", F16, &[2, 16, 4, 4])?;
     let y = g.op("concatenate", &[c.into(), y0.into()], &[attr("axis", 1), attr("in_place_index", 1)])?[0];
-    g.output(y, "y", F16)?;
+    let y = g.output(y, "y", F16)?;
+    // The one form cuDNN 9.19 computes: channels-last (support rule `concat.fused_in_place`).
+    for t in [x, w, y0, y] {
+        g.set_channels_last(t)?;
+    }
     g.build()
 }
 

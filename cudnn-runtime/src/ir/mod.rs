@@ -236,6 +236,13 @@ impl Graph {
             if t.dims.is_empty() || t.dims.iter().any(|&d| d <= 0) {
                 return Err(GraphError::BadDims { tensor: t.name.clone(), dims: t.dims.clone() });
             }
+            if t.dims.len() > crate::dim::MAX_RANK {
+                return Err(GraphError::RankTooHigh {
+                    tensor: t.name.clone(),
+                    rank: t.dims.len(),
+                    max: crate::dim::MAX_RANK,
+                });
+            }
             if t.strides.len() != t.dims.len() || t.strides.iter().any(|&s| s <= 0) {
                 return Err(GraphError::BadStrides {
                     tensor: t.name.clone(),

@@ -79,8 +79,8 @@ pub const MAX_TENSORS: usize = 1 << 16;
 /// The most nodes a document may have.
 pub const MAX_NODES: usize = 1 << 16;
 
-/// The highest tensor rank a document may have (cuDNN itself takes at most 8).
-pub const MAX_RANK: usize = 16;
+/// The highest tensor rank a document may have: a graph's ([`crate::dim::MAX_RANK`]).
+pub const MAX_RANK: usize = crate::dim::MAX_RANK;
 
 /// Writes the structure of `graph` as JSON in cudnn-frontend's layout (pretty-printed,
 /// deterministic: the same graph always gives the same bytes).
