@@ -38,6 +38,14 @@ for target in "${TARGETS[@]}"; do
   if ! cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "$corpus" -- -runs=0; then
     failed+=("$target (corpus replay)")
   fi
+  # The inputs that once crashed a target stay fixed (each directory's README says what they were;
+  # as bytes it is one more input).
+  if [[ -d fuzz/regressions/$target ]]; then
+    step "$target: replay regressions"
+    if ! cargo +"$toolchain" fuzz run "${flags[@]}" "$target" "fuzz/regressions/$target" -- -runs=0; then
+      failed+=("$target (regressions)")
+    fi
+  fi
   # New inputs go to a scratch directory: the committed corpus changes only by regeneration
   # (fuzz/examples/make_seeds.rs) or by hand.
   scratch=$(mktemp -d)
