@@ -34,3 +34,21 @@ fn convolution_with_default_attributes_round_trips() {
     let g = g.build().unwrap();
     round_trip(&g);
 }
+
+/// The builder accepted `conv_wgrad` without its required `filter` (an empty list defaulted to
+/// 1s), so the graph's own structural JSON did not read back ("needs the attribute `filter`").
+/// Found by the `builder` fuzz target; now a rule error naming the attribute, and the graph with
+/// a filter round-trips.
+#[test]
+fn conv_wgrad_without_a_filter_is_refused_by_the_builder() {
+    let mut g = GraphBuilder::new("wgrad");
+    let x = g.input("x", DataType::F32, &[2, 4, 6, 6]).unwrap();
+    let dy = g.input("dy", DataType::F32, &[2, 8, 3, 3]).unwrap();
+    let conv = [attr("stride", vec![2, 2]), attr("padding", vec![1, 1])];
+    let e = g.op("conv_wgrad", &[x.into(), dy.into()], &conv).unwrap_err();
+    assert!(e.to_string().contains("needs the attribute `filter`"), "{e}");
+    let with_filter = [attr("stride", vec![2, 2]), attr("padding", vec![1, 1]), attr("filter", vec![3, 3])];
+    let dw = g.op("conv_wgrad", &[x.into(), dy.into()], &with_filter).unwrap()[0];
+    g.output(dw, "dw", DataType::F32).unwrap();
+    round_trip(&g.build().unwrap());
+}

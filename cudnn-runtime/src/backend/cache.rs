@@ -585,7 +585,7 @@ impl PlanCache {
     }
 
     /// Adds every payload file of `dir` (written ahead of time, e.g. by `cudnn-graph aot` or
-    /// [`write_payload`]; any file name; with or without structure) to the memory cache, under
+    /// [`write_payload`](crate::serialize::plan::write_payload); any file name; with or without structure) to the memory cache, under
     /// the key its record names. Files that do not parse as payloads, `.`-prefixed files
     /// (temporaries) and subdirectories are skipped; the first two with a warning. Nothing is
     /// loaded into cuDNN yet: each entry is checked in full when first looked up.

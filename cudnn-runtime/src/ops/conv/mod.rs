@@ -551,6 +551,14 @@ impl Conv {
                 dx
             }
             ConvKind::Wgrad => {
+                // Required: DW's spatial extents come from nowhere else (an empty list must not
+                // default to 1s, or the graph would not read back from its own JSON).
+                if self.filter.is_empty() {
+                    return Err(ShapeError::general(rule(
+                        op,
+                        "`conv_wgrad` needs the attribute `filter` (a list of integers, one per spatial dim)".into(),
+                    )));
+                }
                 let filter = spatial_list(op, "filter", &self.filter, r - 2, 1, 1).map_err(ShapeError::general)?;
                 let mut expected = vec![a.dims[0].clone(), b.dims[1].clone()];
                 for (i, &f) in filter.iter().enumerate() {
