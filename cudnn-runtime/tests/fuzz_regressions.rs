@@ -52,3 +52,16 @@ fn conv_wgrad_without_a_filter_is_refused_by_the_builder() {
     g.output(dw, "dw", DataType::F32).unwrap();
     round_trip(&g.build().unwrap());
 }
+
+/// A concatenation whose ninth input has the wrong rank tripped a debug assertion that no op has
+/// more than 8 ports (a concatenation has up to 32) instead of returning the rank error. Found by
+/// the `builder` fuzz target in CI.
+#[test]
+fn concatenation_errors_name_ports_past_the_eighth() {
+    let mut g = GraphBuilder::new("concat");
+    let mut inputs: Vec<_> =
+        (0..9).map(|i| g.input(&format!("x{i}"), DataType::F32, &[2, 3]).unwrap().into()).collect();
+    inputs.push(g.input("bad", DataType::F32, &[2, 3, 1]).unwrap().into());
+    let e = g.op("concatenate", &inputs, &[attr("axis", 0)]).unwrap_err();
+    assert!(e.to_string().contains("X[9]"), "{e}");
+}

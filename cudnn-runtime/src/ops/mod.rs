@@ -580,7 +580,8 @@ impl ShapeError {
     }
 
     pub(crate) fn at(arg: usize, kind: ShapeErrorKind) -> Self {
-        debug_assert!(arg < 8, "ports are few");
+        // The op with the most ports is a concatenation of up to `MAX_CONCAT_INPUTS` inputs.
+        debug_assert!(arg < layout::MAX_CONCAT_INPUTS, "port {arg} of an op");
         ShapeError { arg: Some(arg), kind: Box::new(kind) }
     }
 }
