@@ -29,7 +29,7 @@ pub(crate) const ALIGNMENT: u64 = 16;
 #[derive(Debug)]
 pub(crate) struct LoweredGraph {
     pub(crate) operation_graph: Descriptor,
-    /// Tensors the lowering added that the variant pack binds (see [`internals`]).
+    /// Tensors the lowering added that the variant pack binds (see [`Internals`]).
     pub(crate) internals: Internals,
     _parts: Vec<Descriptor>,
 }
@@ -115,20 +115,6 @@ fn views(graph: &Graph) -> Result<Internals, BackendError> {
 /// [`crate::ir::MAX_UID`] in a validated graph, so the numbering has 2^62 uids of room).
 fn first_free_uid(graph: &Graph) -> i64 {
     graph.tensors.iter().map(|t| t.uid).max().unwrap_or(0).max(0) + 1
-}
-
-/// The [`Internals`] that lowering `graph` for `cudnn` adds, without lowering it (a plan loaded
-/// from JSON needs them for its variant pack). The same function decides them for
-/// [`lower`], so the two always agree.
-pub(crate) fn internals(graph: &Graph, cudnn: &Cudnn) -> Result<Internals, BackendError> {
-    let mut next_uid = first_free_uid(graph);
-    let mut all = views(graph)?;
-    for node in &graph.nodes {
-        if let Op::Sdpa(op) = &node.op {
-            all.extend(crate::ops::sdpa::lower::internals(op, node, graph, cudnn, &mut next_uid)?.1);
-        }
-    }
-    Ok(all)
 }
 
 /// One node's operation descriptor and the descriptors it refers to (matmul, pointwise or
@@ -303,18 +289,21 @@ struct Operations {
 /// operation with its tensors. A plan's JSON from a payload must describe exactly this before
 /// cuDNN is given it (`backend::binding`). Made by the same code as [`lower`], without the
 /// operation graph.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Manifest {
     /// Every tensor, by uid (a uid described twice keeps its first description).
     pub(crate) tensors: std::collections::BTreeMap<i64, Record>,
     /// Every operation: its kind's name and the uids of its tensors (sorted, deduplicated).
     pub(crate) operations: Vec<(&'static str, Vec<i64>)>,
+    /// The tensors the lowering adds that the variant pack binds (a plan loaded from JSON needs
+    /// them for its variant pack; the same lowering decides them for [`lower`]).
+    pub(crate) internals: Internals,
 }
 
 /// The [`Manifest`] of `graph` lowered for `cudnn`.
 pub(crate) fn manifest(graph: &Graph, cudnn: &Cudnn) -> Result<Manifest, BackendError> {
-    let Operations { operations, .. } = lower_operations(graph, cudnn)?;
-    let mut manifest = Manifest::default();
+    let Operations { operations, internals, .. } = lower_operations(graph, cudnn)?;
+    let mut manifest = Manifest { internals, ..Manifest::default() };
     for op in &operations {
         let mut uids = Vec::with_capacity(op.record().refs.len());
         for tensor in &op.record().refs {

@@ -679,7 +679,7 @@ impl ExecutionPlan {
         candidate.state = CandidateState::Built;
         timings.plan_build = start.elapsed();
         tracing::debug!(tag = %candidate.tag(), workspace, elapsed_us = crate::micros(timings.plan_build), "plan loaded");
-        let layout = VariantLayout::with_internals(&graph, &lower::internals(&graph, cudnn)?);
+        let layout = VariantLayout::with_internals(&graph, &manifest.internals);
         let plans = vec![PlanDescriptor { plan, _config: config, _parts: Vec::new() }];
         Ok(ExecutionPlan {
             graph,
