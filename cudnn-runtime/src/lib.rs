@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod array;
 pub mod dim;
 pub mod dtype;
 pub mod error;

@@ -36,7 +36,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{BackendError, BuildOptions, Candidate, CandidateState, Cudnn, ExecutionPlan, Filter, Rejection};
-use crate::reference::{self, Array, HostSlice};
+use crate::array::{Array, HostSlice};
+use crate::reference;
 use crate::Graph;
 
 /// An engine id: cuDNN's global engine index, or an id in the Rust region.

@@ -39,7 +39,7 @@ use super::{
     ShapeErrorKind, TensorMeta,
 };
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
-use crate::reference::Array;
+use crate::array::Array;
 use crate::DataType;
 
 const fn port(name: &'static str) -> PortSpec {

@@ -39,7 +39,7 @@ use super::{
     ShapeError, ShapeErrorKind, TensorMeta,
 };
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::reference::Array;
+use crate::array::Array;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];
 

@@ -13,7 +13,7 @@ use super::{
     broadcast, AttrSpec, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind, TensorMeta,
 };
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::reference::Array;
+use crate::array::Array;
 use crate::DataType;
 
 /// The call name.

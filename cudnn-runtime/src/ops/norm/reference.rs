@@ -13,7 +13,7 @@
 
 use super::{Grouping, Norm, NormKind, NormPhase};
 use crate::dim::packed_strides;
-use crate::reference::Array;
+use crate::array::Array;
 
 /// Strides that read an array of `dims` broadcast against a larger shape: 0 where a dim is 1.
 fn broadcast_strides(dims: &[i64]) -> Vec<usize> {

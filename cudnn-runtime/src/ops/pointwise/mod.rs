@@ -19,7 +19,7 @@ use super::{
     ShapeError, ShapeErrorKind, TensorMeta,
 };
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::reference::Array;
+use crate::array::Array;
 use crate::DataType;
 
 const UNARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: false }];

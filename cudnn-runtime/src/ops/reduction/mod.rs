@@ -15,7 +15,7 @@ use super::{
     ShapeErrorKind, TensorMeta,
 };
 use crate::dim::Dim;
-use crate::reference::Array;
+use crate::array::Array;
 use crate::DataType;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];

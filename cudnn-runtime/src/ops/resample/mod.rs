@@ -29,7 +29,7 @@ use super::{
     ShapeErrorKind, TensorMeta,
 };
 use crate::dim::{shape_string, Dim};
-use crate::reference::Array;
+use crate::array::Array;
 use crate::DataType;
 
 /// The call name.

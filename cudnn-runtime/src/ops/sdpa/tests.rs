@@ -6,7 +6,7 @@ use super::*;
 use crate::dim::{Concrete, SymDim, Symbolic};
 use crate::ir::Tensor;
 use crate::ops::{Op, Pointwise, PointwiseMode, ReductionMode};
-use crate::reference::Array;
+use crate::array::Array;
 
 fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Sdpa {
     let attrs: Vec<(String, AttrValue)> = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
