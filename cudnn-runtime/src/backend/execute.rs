@@ -42,7 +42,7 @@ use super::descriptor::{status_error, Descriptor};
 use super::lower::ALIGNMENT;
 use super::plan::ExecutionPlan;
 use super::{BackendError, BehaviorNote, Cudnn};
-use crate::error::ArgError;
+use crate::reference::ArgError;
 use crate::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
 
 /// Variant packs of up to this many entries (I/O tensors plus by-value scalars) are filled

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use super::Graph;
+use super::{Graph, NotChannelsLast};
 use crate::dim::{channels_last_strides, packed_strides};
 use crate::ops::Op;
 use crate::DataType;
@@ -95,26 +95,6 @@ impl fmt::Display for MemoryLayout {
             MemoryLayout::Order(order) => write!(f, "order {order:?}"),
             MemoryLayout::Strides(strides) => write!(f, "strides {strides:?}"),
         }
-    }
-}
-
-/// A port of a convolution or pooling node that is not channels-last, which is what cuDNN's
-/// fused convolution engines want: named in the hint of a graph cuDNN finds no plan for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotChannelsLast {
-    /// The tensor (a graph input or output).
-    pub tensor: String,
-    /// Its type, as [`type_string`] spells it.
-    pub type_string: String,
-    /// The convolution or pooling node it is a port of.
-    pub node: String,
-    /// That node's op.
-    pub op: &'static str,
-}
-
-impl fmt::Display for NotChannelsLast {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` ({}) of node `{}` ({})", self.tensor, self.type_string, self.node, self.op)
     }
 }
 

@@ -2,9 +2,11 @@
 //! its storage type as cuDNN's memory would (intermediates to the graph's intermediate type,
 //! outputs to theirs). It needs no GPU and no libcudnn, and is the oracle of the GPU tests.
 
-pub use crate::array::{Array, HostSlice};
+mod error;
 
-use crate::error::ArgError;
+pub use crate::array::{Array, HostSlice};
+pub use error::ArgError;
+
 use crate::ir::{Graph, Tensor, TensorId};
 use crate::Element;
 
