@@ -26,5 +26,13 @@ pub enum Error {
     Backend(#[from] crate::backend::BackendError),
 }
 
+#[cfg(feature = "cudnn")]
+impl From<crate::cudnn::CudnnError> for Error {
+    /// A failure of the cuDNN layer is a [`Error::Backend`] one.
+    fn from(e: crate::cudnn::CudnnError) -> Self {
+        Error::Backend(e.into())
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

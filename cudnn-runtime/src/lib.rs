@@ -10,6 +10,8 @@
 #![warn(missing_docs)]
 
 pub mod array;
+#[cfg(any(feature = "cudnn", test))]
+mod cudnn;
 pub mod dim;
 pub mod dtype;
 pub mod error;

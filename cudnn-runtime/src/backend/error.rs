@@ -1,39 +1,12 @@
-//! [`BackendError`]: every way the cuDNN layer can fail, each carrying what a user needs to act on
+//! [`BackendError`]: every way the backend can fail, each carrying what a user needs to act on
 //! it — the cuDNN status (number and name) together with `cudnnGetLastErrorString`, the descriptor
 //! and attribute at fault, and the graph node being lowered.
-
-use std::fmt;
 
 use cudarc::cudnn::sys;
 
 use super::heuristics::{Candidate, HeuristicFailure};
+use crate::cudnn::{cudnn_message, CudnnError, Status};
 use crate::ir::NotChannelsLast;
-
-/// A `cudnnStatus_t` returned by cuDNN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Status(sys::cudnnStatus_t);
-
-impl Status {
-    pub(crate) fn from_sys(status: sys::cudnnStatus_t) -> Self {
-        Status(status)
-    }
-
-    /// The numeric value (`3000` is `CUDNN_STATUS_NOT_SUPPORTED`).
-    pub fn code(&self) -> u32 {
-        self.0 as u32
-    }
-
-    /// The name, `CUDNN_STATUS_...`.
-    pub fn name(&self) -> String {
-        format!("{:?}", self.0)
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} ({})", self.0, self.code())
-    }
-}
 
 /// A cuDNN, CUDA-driver or library-loading failure.
 #[derive(Debug, thiserror::Error)]
@@ -247,30 +220,23 @@ pub enum BackendError {
     },
 }
 
-fn cudnn_message(
-    call: &str,
-    status: &Status,
-    descriptor: &str,
-    attribute: &Option<sys::cudnnBackendAttributeName_t>,
-    node: &Option<String>,
-    tensor: &Option<String>,
-    message: &str,
-) -> String {
-    let mut s = format!("cuDNN {call} failed with {status} on {descriptor}");
-    if let Some(a) = attribute {
-        s += &format!(" ({a:?})");
+impl From<CudnnError> for BackendError {
+    /// The backend variant of the same name and fields.
+    fn from(e: CudnnError) -> Self {
+        match e {
+            CudnnError::LibraryMissing { library, hint } => BackendError::LibraryMissing { library, hint },
+            CudnnError::UnsupportedVersion { found, required } => BackendError::UnsupportedVersion { found, required },
+            CudnnError::Cudnn { call, status, descriptor, attribute, node, tensor, message } => {
+                BackendError::Cudnn { call, status, descriptor, attribute, node, tensor, message }
+            }
+            CudnnError::Driver { call, message } => BackendError::Driver { call, message },
+            CudnnError::Unsupported { node, op, reason } => BackendError::Unsupported { node, op, reason },
+            CudnnError::SupportRule { node, op, rule, message } => {
+                BackendError::SupportRule { node, op, rule, message }
+            }
+            CudnnError::BadValue { what, value } => BackendError::BadValue { what, value },
+        }
     }
-    if let Some(n) = node {
-        s += &format!(" while lowering node `{n}`");
-    }
-    if let Some(t) = tensor {
-        s += &format!(", tensor `{t}`");
-    }
-    if !message.is_empty() {
-        s += ": ";
-        s += message.trim_end();
-    }
-    s
 }
 
 fn autotune_failures(failures: &[(usize, String)]) -> String {

@@ -38,10 +38,9 @@ use cudarc::driver::{
 use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
-use super::descriptor::{status_error, Descriptor};
-use super::lower::ALIGNMENT;
 use super::plan::ExecutionPlan;
 use super::{BackendError, BehaviorNote, Cudnn};
+use crate::cudnn::{Descriptor, ALIGNMENT};
 use crate::reference::ArgError;
 use crate::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
 
@@ -591,15 +590,7 @@ impl ExecutionPlan {
             let mut handles = NativeGraph { graph, exec: ptr::null_mut(), context: stream.context().clone() };
             // SAFETY: a live handle, plan and pack; `graph` is an empty graph of this context
             // (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
-            let status =
-                unsafe { sys::cudnnBackendPopulateCudaGraph(handle, plan.as_raw(), pack.as_raw(), graph.cast()) };
-            if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-                return Err(status_error(
-                    "cudnnBackendPopulateCudaGraph",
-                    status,
-                    "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR",
-                ));
-            }
+            unsafe { crate::cudnn::populate_cuda_graph(handle, plan, &pack, graph.cast()) }?;
             // SAFETY: a valid out-pointer and a populated graph.
             driver("cuGraphInstantiateWithFlags", unsafe {
                 cudarc::driver::sys::cuGraphInstantiateWithFlags(&mut handles.exec, handles.graph, 0)
@@ -632,11 +623,7 @@ impl ExecutionPlan {
 unsafe fn run(handle: sys::cudnnHandle_t, plan: &Descriptor, pack: &Descriptor) -> Result<(), BackendError> {
     // SAFETY: a live handle, a finalized plan and a finalized variant pack whose pointers the
     // callers vouch for.
-    let status = unsafe { sys::cudnnBackendExecute(handle, plan.as_raw(), pack.as_raw()) };
-    if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-        return Err(status_error("cudnnBackendExecute", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
-    }
-    Ok(())
+    Ok(unsafe { crate::cudnn::execute(handle, plan, pack) }?)
 }
 
 /// How [`ExecutionPlan::cuda_graph`] records an execute.
@@ -773,12 +760,7 @@ impl PlanGraph<'_> {
         let descriptor = held.plan(plan.selected_index());
         // SAFETY: a live handle, plan and pack; `native.graph` was populated by cuDNN for this
         // plan (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
-        let status = unsafe {
-            sys::cudnnBackendUpdateCudaGraph(handle, descriptor.as_raw(), pack.as_raw(), native.graph.cast())
-        };
-        if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-            return Err(status_error("cudnnBackendUpdateCudaGraph", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
-        }
+        unsafe { crate::cudnn::update_cuda_graph(handle, descriptor, &pack, native.graph.cast()) }?;
         // SAFETY: a plain C struct of an enum and two pointers, for which all zeros is valid.
         let mut info: cudarc::driver::sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
         // SAFETY: an instantiated graph and the graph it was instantiated from, topology unchanged

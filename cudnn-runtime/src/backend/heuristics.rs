@@ -11,9 +11,8 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
-use super::context::Binding;
-use super::descriptor::Descriptor;
 use super::{BackendError, Cudnn, Status};
+use crate::cudnn::{Binding, Descriptor};
 
 /// A cuDNN heuristic mode (`cudnnBackendHeurMode_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -229,8 +228,8 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    pub(crate) fn from_error(e: BackendError) -> Self {
-        match e {
+    pub(crate) fn from_error(e: impl Into<BackendError>) -> Self {
+        match e.into() {
             BackendError::Cudnn { call, attribute, status, message, .. } => {
                 Rejection::Cudnn { call, attribute, status, message }
             }
@@ -537,7 +536,7 @@ fn query_mode(
     }
     heuristics.finalize()?;
     let count = heuristics.get_descriptor_count(A::CUDNN_ATTR_ENGINEHEUR_RESULTS)?;
-    heuristics.get_descriptors(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, count)
+    Ok(heuristics.get_descriptors(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, count)?)
 }
 
 /// Describes an engine config; a config cuDNN cannot describe becomes a rejected candidate.

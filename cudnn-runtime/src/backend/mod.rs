@@ -19,9 +19,11 @@
 //!    [`engine`] module routes graphs across cuDNN and engines written in Rust (the CPU
 //!    reference among them).
 //!
-//! Inside, the layers are cudarc's: `sys` → `descriptor.rs` (one RAII descriptor type, one typed
-//! setter/getter per attribute type, every failing status a [`BackendError::Cudnn`] carrying
-//! `cudnnGetLastErrorString`) → these types.
+//! Below it, the crate's cuDNN layer (`src/cudnn/`) holds every raw `sys` call, in cudarc's
+//! layering: `sys` → one RAII descriptor type with one typed setter/getter per attribute type,
+//! every failing status a [`CudnnError::Cudnn`] carrying `cudnnGetLastErrorString` (which
+//! becomes the [`BackendError::Cudnn`] of the same fields) → these types. [`Cudnn`] and
+//! [`cuda_context`] live there and return a [`CudnnError`].
 //!
 //! Threads: a [`Cudnn`] is `Send` but not `Sync` (a cuDNN handle must not be used by two threads
 //! at once), so each thread has its own. An [`ExecutionPlan`] is `Send` and `Sync`: threads share
@@ -33,13 +35,10 @@
 mod autotune;
 mod binding;
 pub mod cache;
-mod context;
-mod descriptor;
 pub mod engine;
 mod error;
 pub mod execute;
 mod heuristics;
-mod library;
 pub(crate) mod lower;
 mod plan;
 
@@ -47,15 +46,14 @@ mod plan;
 /// version.
 pub use cudarc;
 
+pub use crate::cudnn::{cuda_context, libraries_present, Cudnn, CudnnError, Status};
 pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
 pub use binding::PlanMismatch;
 pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
-pub use context::{cuda_context, Cudnn};
 pub use engine::{Engine, EngineId, Router};
-pub use error::{BackendError, Status};
+pub use error::BackendError;
 pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
 pub use heuristics::{
     BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
 };
-pub use library::libraries_present;
 pub use plan::{BuildOptions, BuildTimings, ByValueScalar, EngineConfig, ExecutionPlan, VariantLayout};

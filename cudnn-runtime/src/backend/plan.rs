@@ -9,14 +9,13 @@ use sys::cudnnBackendDescriptorType_t as K;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::context::{Anchor, Binding};
-use super::descriptor::Descriptor;
 use super::execute::PackSlots;
 use super::heuristics::{
     self, BehaviorNote, Candidate, CandidateState, Config, Filter, HeuristicMode, Knob, NumericalNote, Rejection,
 };
 use super::lower::{self, LoweredGraph};
 use super::{binding, BackendError, Cudnn};
+use crate::cudnn::{Anchor, Binding, Descriptor, Internals};
 use crate::ir::{Graph, TensorId};
 use crate::{DataType, Fp8E4M3, Fp8E5M2};
 
@@ -348,12 +347,12 @@ pub struct VariantLayout {
 impl VariantLayout {
     #[cfg(test)]
     pub(crate) fn new(graph: &Graph) -> Self {
-        Self::with_internals(graph, &lower::Internals::default())
+        Self::with_internals(graph, &Internals::default())
     }
 
     /// The layout of `graph` plus the tensors its lowering adds (by-value constants, workspace
     /// tensors).
-    pub(crate) fn with_internals(graph: &Graph, internals: &lower::Internals) -> Self {
+    pub(crate) fn with_internals(graph: &Graph, internals: &Internals) -> Self {
         let inputs = graph.inputs();
         let outputs_from = inputs.len();
         let io: Vec<TensorId> = inputs.into_iter().chain(graph.outputs()).collect();
@@ -366,11 +365,11 @@ impl VariantLayout {
         let mut slots: Vec<(i64, Slot)> = io
             .iter()
             .enumerate()
-            .filter(|(_, id)| !internals.aliased.contains(id))
+            .filter(|(_, id)| !internals.aliased.contains(&id.0))
             .map(|(i, id)| (graph.tensor(*id).uid, Slot::Io(i)))
             .collect();
         slots.extend(internals.views.iter().filter_map(|&(uid, base, offset)| {
-            io.iter().position(|id| *id == base).map(|i| (uid, Slot::View(i, offset)))
+            io.iter().position(|id| id.0 == base).map(|i| (uid, Slot::View(i, offset)))
         }));
         slots.extend(
             graph.tensors.iter().filter_map(|t| t.pass_by_value.map(|v| (t.uid, Slot::Scalar(t.data_type, v)))),
@@ -697,7 +696,7 @@ impl ExecutionPlan {
     /// compiled kernel and everything needed to rebuild the plan with
     /// [`ExecutionPlan::from_json`]. Not byte-identical run to run (it embeds pointers).
     pub fn json(&self) -> Result<String, BackendError> {
-        self.descriptors().plan(self.selected).get_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)
+        Ok(self.descriptors().plan(self.selected).get_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)?)
     }
 
     /// The graph this plan computes.
