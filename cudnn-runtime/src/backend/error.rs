@@ -4,7 +4,8 @@
 
 use cudarc::cudnn::sys;
 
-use super::heuristics::{Candidate, HeuristicFailure};
+use super::candidate::{Candidate, HeuristicFailure};
+use super::mismatch::PlanMismatch;
 use crate::cudnn::{cudnn_message, CudnnError, Status};
 use crate::ir::NotChannelsLast;
 
@@ -115,7 +116,7 @@ pub enum BackendError {
         /// The graph.
         graph: String,
         /// How it differs.
-        mismatch: Box<super::PlanMismatch>,
+        mismatch: Box<PlanMismatch>,
     },
     /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was
     /// rejected, and hints at the convolution or pooling ports that are not channels-last.

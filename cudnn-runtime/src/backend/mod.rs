@@ -35,11 +35,13 @@
 mod autotune;
 mod binding;
 pub mod cache;
+mod candidate;
 pub mod engine;
 mod error;
 pub mod execute;
 mod heuristics;
 pub(crate) mod lower;
+mod mismatch;
 mod plan;
 
 /// The cudarc this layer is built on, for naming its types (streams, device buffers) at the same
@@ -48,12 +50,12 @@ pub use cudarc;
 
 pub use crate::cudnn::{cuda_context, libraries_present, Cudnn, CudnnError, Status};
 pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
-pub use binding::PlanMismatch;
 pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
+pub use candidate::{
+    BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
+};
 pub use engine::{Engine, EngineId, Router};
 pub use error::BackendError;
 pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
-pub use heuristics::{
-    BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
-};
+pub use mismatch::PlanMismatch;
 pub use plan::{BuildOptions, BuildTimings, ByValueScalar, EngineConfig, ExecutionPlan, VariantLayout};

@@ -9,10 +9,11 @@ use sys::cudnnBackendDescriptorType_t as K;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::execute::PackSlots;
-use super::heuristics::{
-    self, BehaviorNote, Candidate, CandidateState, Config, Filter, HeuristicMode, Knob, NumericalNote, Rejection,
+use super::candidate::{
+    BehaviorNote, Candidate, CandidateState, Filter, HeuristicMode, Knob, NumericalNote, Rejection,
 };
+use super::execute::PackSlots;
+use super::heuristics::{self, Config};
 use super::lower::{self, LoweredGraph};
 use super::{binding, BackendError, Cudnn};
 use crate::cudnn::{Anchor, Binding, Descriptor, Internals};
