@@ -394,3 +394,47 @@ impl fmt::Display for HeuristicFailure {
         write!(f, "heuristics mode {} failed: {}", self.mode, self.reason)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(index: usize, engine: i64, state: CandidateState) -> Candidate {
+        Candidate {
+            index,
+            mode: Some(HeuristicMode::A),
+            engine_id: Some(engine),
+            knobs: vec![Knob { kind: 2, value: 3 }, Knob { kind: 99, value: 1 }],
+            numerical_notes: vec![NumericalNote::TensorCore],
+            behavior_notes: vec![BehaviorNote::from_cudnn(0), BehaviorNote::from_cudnn(77)],
+            workspace_bytes: Some(4096),
+            shared_memory_bytes: None,
+            state,
+        }
+    }
+
+    #[test]
+    fn candidates_print_everything_needed_to_act() {
+        let c = candidate(
+            1,
+            8,
+            CandidateState::Rejected(Rejection::Cudnn {
+                call: "cudnnBackendFinalize",
+                attribute: None,
+                status: Status::from_sys(sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED),
+                message: "no kernel for this shape".into(),
+            }),
+        );
+        assert_eq!(
+            c.to_string(),
+            "#1 engine 8 (mode A) knobs [TILE_SIZE=3, knob99=1] numerical [TENSOR_CORE] behavior \
+             [RUNTIME_COMPILATION, note77] workspace 4096 B: rejected: cudnnBackendFinalize failed with \
+             CUDNN_STATUS_NOT_SUPPORTED (3000): no kernel for this shape"
+        );
+        assert_eq!(c.tag(), "eng8_k2=3_k99=1");
+        let w = Rejection::Workspace { required: 10, limit: 4 };
+        assert_eq!(w.to_string(), "needs 10 bytes of workspace, over the limit of 4");
+        assert!(c.same_config(&candidate(2, 8, CandidateState::Built)));
+        assert!(!c.same_config(&candidate(2, 9, CandidateState::Built)));
+    }
+}
