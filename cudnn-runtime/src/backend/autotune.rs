@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
-use super::plan::ByValueScalar;
+use super::variant::ByValueScalar;
 use super::{BackendError, Cudnn, ExecutionPlan};
 use crate::DataType;
 

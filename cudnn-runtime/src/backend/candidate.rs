@@ -437,4 +437,17 @@ mod tests {
         assert!(c.same_config(&candidate(2, 8, CandidateState::Built)));
         assert!(!c.same_config(&candidate(2, 9, CandidateState::Built)));
     }
+
+    #[test]
+    fn notes_read_back_from_their_names() {
+        for n in [NumericalNote::TensorCore, NumericalNote::WinogradTile4x4, NumericalNote::Other(42)] {
+            assert_eq!(NumericalNote::from_name(&n.to_string()), Some(n));
+        }
+        for n in [BehaviorNote::RuntimeCompilation, BehaviorNote::SupportsCudaGraphNativeApi, BehaviorNote::Other(9)] {
+            assert_eq!(BehaviorNote::from_name(&n.to_string()), Some(n));
+        }
+        assert_eq!(BehaviorNote::from_name("note3"), Some(BehaviorNote::SupportsCudaGraphNativeApi));
+        assert_eq!(BehaviorNote::from_name("FAST"), None);
+        assert_eq!(NumericalNote::from_name("notex"), None);
+    }
 }

@@ -34,15 +34,20 @@
 
 mod autotune;
 mod binding;
+mod buffer;
 pub mod cache;
 mod candidate;
+mod cuda_graph;
 pub mod engine;
 mod error;
 pub mod execute;
 mod heuristics;
 pub(crate) mod lower;
 mod mismatch;
+mod options;
+mod pack;
 mod plan;
+mod variant;
 
 /// The cudarc this layer is built on, for naming its types (streams, device buffers) at the same
 /// version.
@@ -58,4 +63,6 @@ pub use engine::{Engine, EngineId, Router};
 pub use error::BackendError;
 pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
 pub use mismatch::PlanMismatch;
-pub use plan::{BuildOptions, BuildTimings, ByValueScalar, EngineConfig, ExecutionPlan, VariantLayout};
+pub use options::{BuildOptions, BuildTimings, EngineConfig};
+pub use plan::ExecutionPlan;
+pub use variant::{ByValueScalar, VariantLayout};
