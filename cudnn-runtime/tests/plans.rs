@@ -9,11 +9,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cudnn_runtime::backend::engine::{EngineId, Router};
 use cudnn_runtime::backend::{
-    BackendError, BehaviorNote, BuildOptions, CacheSource, Candidate, CandidateState, Cudnn, CudnnError, ExecutionPlan,
-    Filter, HeuristicMode, Knob, NumericalNote, PlanCache, PlanKey, Rejection,
+    BackendError, BehaviorNote, BuildOptions, Candidate, CandidateState, Cudnn, CudnnError, ExecutionPlan, Filter,
+    HeuristicMode, Knob, NumericalNote, Rejection,
 };
+use cudnn_runtime::engines::engine::{EngineId, Router};
+use cudnn_runtime::engines::{CacheSource, PlanCache, PlanKey};
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::serialize::plan::{parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};

@@ -4,7 +4,7 @@
 //! 1. Make a [`Cudnn`]: [`Cudnn::new`] on a CUDA stream (plans that execute), or
 //!    [`Cudnn::deviceless`] from a device-properties JSON (real lowering, heuristics and plan
 //!    compilation for that GPU on a machine without one). A missing libcudnn or libcuda is a
-//!    [`BackendError::LibraryMissing`], never a panic.
+//!    [`CudnnError::LibraryMissing`], never a panic.
 //! 2. [`ExecutionPlan::build`] a validated [`crate::Graph`] with [`BuildOptions`]: the graph is
 //!    lowered to one cuDNN operation graph (each op family's lowering lives in its own
 //!    `ops/*/lower.rs`), heuristics propose [`Candidate`]s, each is checked (workspace read
@@ -14,10 +14,11 @@
 //!    [`ExecutionPlan::execute_raw`] with raw device pointers.
 //! 4. [`ExecutionPlan::json`] / [`ExecutionPlan::from_json`]: cuDNN's serialized plan, e.g.
 //!    compiled deviceless in CI and executed on the GPU.
-//! 5. Speed: [`autotune`] times every built candidate and selects the fastest; a [`PlanCache`]
+//! 5. Speed, one layer up in [`crate::engines`]: [`autotune`](crate::engines::autotune) times
+//!    every built candidate and selects the fastest; a [`PlanCache`](crate::engines::PlanCache)
 //!    (in memory, optionally on disk) makes warm starts skip heuristics and compilation; the
-//!    [`engine`] module routes graphs across cuDNN and engines written in Rust (the CPU
-//!    reference among them).
+//!    [`engine`](crate::engines::engine) module routes graphs across cuDNN and engines written
+//!    in Rust (the CPU reference among them).
 //!
 //! Below it, the crate's cuDNN layer (`src/cudnn/`) holds every raw `sys` call, in cudarc's
 //! layering: `sys` → one RAII descriptor type with one typed setter/getter per attribute type,
@@ -30,15 +31,12 @@
 //! one plan and execute it, each with its own `Cudnn` on its own stream of the plan's device;
 //! cuDNN's calls on the plan's descriptors take turns on a lock held only for the host-side
 //! enqueue (see [`execute`]). A plan keeps the handle (or device properties) it was made
-//! with alive. [`PlanCache`] is `Sync` and hands out shared plans (`Arc<ExecutionPlan>`).
+//! with alive.
 
-mod autotune;
 mod binding;
 mod buffer;
-pub mod cache;
 mod candidate;
 mod cuda_graph;
-pub mod engine;
 mod error;
 pub mod execute;
 mod heuristics;
@@ -54,12 +52,9 @@ mod variant;
 pub use cudarc;
 
 pub use crate::cudnn::{cuda_context, libraries_present, Cudnn, CudnnError, Status};
-pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
-pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
 pub use candidate::{
     BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
 };
-pub use engine::{Engine, EngineId, Router};
 pub use error::BackendError;
 pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
 pub use mismatch::PlanMismatch;

@@ -100,7 +100,7 @@ impl BuildOptions {
         self
     }
 
-    /// Build every candidate that passes the filters (for [`crate::backend::autotune`]).
+    /// Build every candidate that passes the filters (for [`crate::engines::autotune`]).
     pub fn all_plans(mut self) -> Self {
         self.build_all = true;
         self
