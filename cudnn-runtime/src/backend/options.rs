@@ -1,4 +1,4 @@
-//! [`BuildOptions`]: how [`ExecutionPlan::build`](super::ExecutionPlan::build) chooses a plan
+//! [`BuildOptions`]: how [`ExecutionPlan::build`](super::ExecutionPlan::build)(super::ExecutionPlan::build) chooses a plan
 //! (heuristic modes, note and engine filters, workspace and shared-memory caps, one plan or all),
 //! with [`EngineConfig`], an engine and knobs named explicitly, and [`BuildTimings`], where a
 //! build spent its time.
@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use super::candidate::{BehaviorNote, Candidate, Filter, HeuristicMode, Knob, NumericalNote, Rejection};
 
-/// How [`ExecutionPlan::build`] chooses a plan: which heuristics to ask, which candidates to
+/// How [`ExecutionPlan::build`](super::ExecutionPlan::build) chooses a plan: which heuristics to ask, which candidates to
 /// bar, and how many plans to build.
 ///
 /// The filters have cudnn-frontend's semantics: a `select_*` list keeps only the candidates that
 /// have **all** of its notes; a `deselect_*` list drops every candidate that has **any** of them.
-/// A barred candidate is [`CandidateState::Rejected`] with [`Rejection::Filtered`] naming the
-/// filter, so [`ExecutionPlan::candidates`] (or [`BackendError::NoPlan`]) says why it was not
+/// A barred candidate is [`CandidateState::Rejected`](super::CandidateState::Rejected) with [`Rejection::Filtered`] naming the
+/// filter, so [`ExecutionPlan::candidates`](super::ExecutionPlan::candidates) (or [`BackendError::NoPlan`](super::BackendError::NoPlan)) says why it was not
 /// used.
 ///
 /// ```
@@ -64,7 +64,7 @@ pub struct BuildOptions {
     /// `create_execution_plan(engine_id, knobs)`); the filters still apply to it.
     pub engine: Option<EngineConfig>,
     /// Build only the candidate at this index of the (concatenated) candidate list; the others
-    /// stay [`CandidateState::Untried`]. Filters still apply to it.
+    /// stay [`CandidateState::Untried`](super::CandidateState::Untried). Filters still apply to it.
     pub candidate: Option<usize>,
 }
 
@@ -229,12 +229,12 @@ pub struct EngineConfig {
     pub knobs: Vec<Knob>,
 }
 
-/// Where [`ExecutionPlan::build`] spent its time, phase by phase (cudnn-frontend's pipeline).
-/// For a plan from [`ExecutionPlan::from_json`], only `validate` and `plan_build` (loading the
+/// Where [`ExecutionPlan::build`](super::ExecutionPlan::build) spent its time, phase by phase (cudnn-frontend's pipeline).
+/// For a plan from [`ExecutionPlan::from_json`](super::ExecutionPlan::from_json), only `validate` and `plan_build` (loading the
 /// plan) are non-zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BuildTimings {
-    /// [`Graph::validate`].
+    /// [`Graph::validate`](crate::Graph::validate).
     pub validate: Duration,
     /// Lowering to a finalized cuDNN operation graph (for a plan loaded from JSON: lowering the
     /// graph to check the JSON against it).
