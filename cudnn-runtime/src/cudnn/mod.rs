@@ -34,7 +34,7 @@ pub(crate) use context::{Anchor, Binding};
 #[cfg(feature = "cudnn")]
 pub(crate) use descriptor::{Descriptor, Label, Record};
 #[cfg(feature = "cudnn")]
-pub(crate) use error::cudnn_message;
+pub(crate) use error::{cudnn_message, with_call_failures};
 #[cfg(feature = "cudnn")]
 pub use error::{CudnnError, Status};
 #[cfg(feature = "cudnn")]
