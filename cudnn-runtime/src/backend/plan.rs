@@ -403,3 +403,17 @@ fn workspace_of(plan: &Descriptor) -> Result<usize, BackendError> {
     let w = plan.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?;
     usize::try_from(w).map_err(|_| BackendError::BadValue { what: "a plan's workspace size", value: w })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_shared_by_threads() {
+        fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
+        send::<ExecutionPlan>();
+        sync::<ExecutionPlan>();
+        send::<std::sync::Arc<ExecutionPlan>>();
+    }
+}

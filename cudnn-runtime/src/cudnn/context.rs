@@ -252,12 +252,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn contexts_move_between_threads_and_plans_are_shared_by_them() {
+    fn contexts_move_between_threads() {
         fn send<T: Send>() {}
-        fn sync<T: Sync>() {}
         send::<Cudnn>();
-        send::<crate::backend::ExecutionPlan>();
-        sync::<crate::backend::ExecutionPlan>();
-        send::<std::sync::Arc<crate::backend::ExecutionPlan>>();
     }
 }

@@ -5,8 +5,8 @@
 //! - `library`: loading checks (a missing libcudnn or libcuda is an error, never cudarc's panic);
 //! - `descriptor`: one RAII descriptor type with a typed setter and getter per attribute type;
 //! - `context`: [`Cudnn`], a handle on a stream or a deviceless device description;
-//! - `calls`: typed wrappers of the calls that are not about one descriptor's attributes
-//!   (execute, plan workspace and JSON, heuristics' engine configs, kernel caches);
+//! - `calls`: typed wrappers of the calls on a finalized plan that are not about one
+//!   descriptor's attributes (execute, CUDA-graph populate and update);
 //! - `node` and `port`: the node-lowering context the op families' `lower.rs` get ([`NodeCx`]).
 //!
 //! Public items are re-exported by [`crate::backend`]; the module itself is private.
