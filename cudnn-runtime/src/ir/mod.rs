@@ -6,6 +6,7 @@
 //! is held to the same rules.
 
 mod builder;
+mod channels_last;
 mod error;
 mod layout;
 mod picture;
