@@ -18,10 +18,8 @@ use std::time::{Duration, Instant};
 
 use cudnn_graph::backend::cudarc::cudnn::sys;
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use cudnn_graph::backend::{
-    autotune, measure, AutotuneOptions, BuildOptions, CacheSource, Cudnn, DeviceBuffer, ExecutionPlan, GraphMode,
-    HeuristicMode, PlanCache, Timing,
-};
+use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, GraphMode, HeuristicMode};
+use cudnn_graph::engines::{autotune, measure, AutotuneOptions, CacheSource, PlanCache, Timing};
 use cudnn_graph::graph;
 use cudnn_graph::ops::PointwiseMode;
 use cudnn_graph::serialize::plan::{

@@ -42,6 +42,8 @@ pub use cudnn_runtime::{
 
 #[cfg(feature = "cudnn")]
 pub use cudnn_runtime::backend;
+#[cfg(feature = "cudnn")]
+pub use cudnn_runtime::engines;
 
 pub mod env_report;
 
@@ -50,9 +52,9 @@ pub mod env_report;
 #[derive(Debug, Clone)]
 pub struct CacheOutcome {
     /// Memory, disk, or built.
-    pub source: backend::CacheSource,
+    pub source: engines::CacheSource,
     /// Cache entries that were ignored (corrupted, for another key) or could not be written.
-    pub warnings: Vec<backend::CacheWarning>,
+    pub warnings: Vec<engines::CacheWarning>,
     /// Time from the call to the plan.
     pub elapsed: std::time::Duration,
 }
@@ -134,11 +136,11 @@ pub mod __private {
     }
 
     #[cfg(feature = "cudnn")]
-    pub use cudnn_runtime::backend::PlanCache;
-    #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::backend::{
         cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, InputBuffer, OutputBuffer,
     };
+    #[cfg(feature = "cudnn")]
+    pub use cudnn_runtime::engines::PlanCache;
 
     #[cfg(feature = "cudnn")]
     pub use crate::CacheOutcome;

@@ -14,10 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::{random, relative_error};
 use cudnn_graph::backend::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use cudnn_graph::backend::{
-    autotune, AutotuneOptions, BackendError, BuildOptions, CacheSource, Cudnn, DeviceBuffer, ExecutionPlan, GraphMode,
-    HeuristicMode, PlanCache,
-};
+use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, GraphMode, HeuristicMode};
+use cudnn_graph::engines::{autotune, AutotuneOptions, CacheSource, PlanCache};
 use cudnn_graph::ops::PointwiseMode;
 use cudnn_graph::reference::{self, HostSlice};
 use cudnn_graph::serialize::plan::Expect;

@@ -8,7 +8,8 @@ mod common;
 #[path = "common/payload_graphs.rs"]
 mod payload_graphs;
 
-use cudnn_graph::backend::{BackendError, BuildOptions, CacheSource, PlanCache, PlanMismatch};
+use cudnn_graph::backend::{BackendError, BuildOptions, PlanMismatch};
+use cudnn_graph::engines::{CacheSource, PlanCache};
 use cudnn_graph::serialize::plan::{
     parse_payload, parse_signed_payload, read_payload, seal, PayloadError, PayloadKey, SerializeOptions,
     MAX_PAYLOAD_BYTES,

@@ -219,7 +219,7 @@ fn graph_values_have_a_serde_form() {
 
 #[test]
 fn typed_graphs_build_through_the_plan_cache() {
-    use cudnn_graph::backend::{CacheSource, PlanCache};
+    use cudnn_graph::engines::{CacheSource, PlanCache};
     let Some(cudnn) = common::deviceless() else { return };
     let dir = std::env::temp_dir().join(format!("cudnn-graph-typed-cache-{}", std::process::id()));
     let cache = PlanCache::with_dir(&dir).unwrap();

@@ -70,7 +70,8 @@ fn phases_are_traced() {
 #[cfg(feature = "cudnn")]
 #[test]
 fn cudnn_phases_are_traced() {
-    use cudnn_graph::backend::{BuildOptions, CacheSource, HeuristicMode, PlanCache};
+    use cudnn_graph::backend::{BuildOptions, HeuristicMode};
+    use cudnn_graph::engines::{CacheSource, PlanCache};
     use cudnn_graph::serialize::plan::Expect;
 
     let _turn = one_at_a_time();

@@ -2,13 +2,17 @@
 //!
 //! The library behind `cudnn-graph`: the graph IR and builder API ([`ir`]), the op vocabulary with
 //! one definition per op family ([`ops`]), the CPU reference engine ([`reference`](mod@reference)) and, with the
-//! `cudnn` feature, the cuDNN backend-API layer ([`backend`]).
+//! `cudnn` feature, the cuDNN backend-API layer ([`backend`]) and the engines over it ([`engines`]:
+//! routing, autotuning, the plan cache).
 //!
 //! Without default features this crate needs neither cudarc nor a GPU: the `graph!` macro depends
 //! on it that way to run the very same shape rules at expansion.
 
 #![warn(missing_docs)]
 
+pub mod array;
+#[cfg(any(feature = "cudnn", test))]
+mod cudnn;
 pub mod dim;
 pub mod dtype;
 pub mod error;
@@ -20,6 +24,8 @@ pub mod serialize;
 
 #[cfg(feature = "cudnn")]
 pub mod backend;
+#[cfg(feature = "cudnn")]
+pub mod engines;
 
 pub use dtype::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
 pub use error::{ArgError, Error, GraphError, Result};

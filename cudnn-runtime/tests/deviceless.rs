@@ -7,8 +7,8 @@
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{
-    cuda_context, BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan, HeuristicMode, PlanMismatch,
-    Rejection,
+    cuda_context, BackendError, BuildOptions, CandidateState, Cudnn, CudnnError, ExecutionPlan, HeuristicMode,
+    PlanMismatch, Rejection,
 };
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};
@@ -246,7 +246,7 @@ fn bad_device_properties_are_typed_errors() {
     }
     for json in ["", "{}", "not json"] {
         match Cudnn::deviceless(json) {
-            Err(BackendError::Cudnn { descriptor, message, .. }) => {
+            Err(CudnnError::Cudnn { descriptor, message, .. }) => {
                 assert_eq!(descriptor, "CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR");
                 assert!(!message.is_empty());
             }
@@ -320,7 +320,7 @@ fn child_probe_cuda_context() {
         return;
     }
     match cuda_context(0) {
-        Err(BackendError::LibraryMissing { library, .. }) => println!("CHILD: LibraryMissing {library}"),
+        Err(CudnnError::LibraryMissing { library, .. }) => println!("CHILD: LibraryMissing {library}"),
         Err(e) => println!("CHILD: other typed error: {e}"),
         Ok(ctx) => println!("CHILD: a driver found anyway: {:?}", ctx.name()),
     }
@@ -334,7 +334,7 @@ fn cuda_context_without_a_gpu_is_a_typed_error() {
     match cuda_context(0) {
         Ok(ctx) => println!("a GPU after all: {:?}", ctx.name()),
         Err(e) => {
-            assert!(matches!(e, BackendError::Driver { .. }), "{e}");
+            assert!(matches!(e, CudnnError::Driver { .. }), "{e}");
             println!("typed error: {e}");
         }
     }
@@ -347,7 +347,7 @@ fn child_probe_without_libraries() {
         return;
     }
     match Cudnn::deviceless(&devprop_json()) {
-        Err(e @ BackendError::LibraryMissing { .. }) => println!("CHILD: typed error: {e}"),
+        Err(e @ CudnnError::LibraryMissing { .. }) => println!("CHILD: typed error: {e}"),
         Err(e) => println!("CHILD: other typed error: {e}"),
         Ok(cudnn) => {
             let g = matmul_graph("child", DataType::F16, &[1, 64, 64], &[1, 64, 64], false, None);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
-use cudnn_runtime::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
+use cudnn_runtime::backend::{BackendError, BuildOptions, Cudnn, CudnnError, DeviceBuffer, ExecutionPlan};
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::reference::{self, HostSlice};
 use cudnn_runtime::rng::SplitMix64;
@@ -42,7 +42,7 @@ fn gpu() -> Option<(Arc<CudaStream>, Cudnn)> {
     let stream = ctx.default_stream();
     match Cudnn::new(stream.clone()) {
         Ok(cudnn) => Some((stream, cudnn)),
-        Err(e @ BackendError::LibraryMissing { .. }) => skip(e.to_string()),
+        Err(e @ CudnnError::LibraryMissing { .. }) => skip(e.to_string()),
         Err(e) => panic!("online cuDNN context: {e}"),
     }
 }

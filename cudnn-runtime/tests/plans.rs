@@ -9,11 +9,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cudnn_runtime::backend::engine::{EngineId, Router};
 use cudnn_runtime::backend::{
-    BackendError, BehaviorNote, BuildOptions, CacheSource, Candidate, CandidateState, Cudnn, ExecutionPlan, Filter,
-    HeuristicMode, Knob, NumericalNote, PlanCache, PlanKey, Rejection,
+    BackendError, BehaviorNote, BuildOptions, Candidate, CandidateState, Cudnn, CudnnError, ExecutionPlan, Filter,
+    HeuristicMode, Knob, NumericalNote, Rejection,
 };
+use cudnn_runtime::engines::engine::{EngineId, Router};
+use cudnn_runtime::engines::{CacheSource, PlanCache, PlanKey};
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::serialize::plan::{parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};
@@ -26,7 +27,7 @@ fn context(device: &str) -> Option<Cudnn> {
     let json = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     match Cudnn::deviceless(&json) {
         Ok(cudnn) => Some(cudnn),
-        Err(e @ BackendError::LibraryMissing { .. }) => {
+        Err(e @ CudnnError::LibraryMissing { .. }) => {
             if std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() == Ok("1") {
                 panic!("CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}");
             }

@@ -8,7 +8,8 @@
 
 #![no_main]
 
-use cudnn_runtime::backend::{BuildOptions, PlanCache, PlanKey};
+use cudnn_runtime::backend::BuildOptions;
+use cudnn_runtime::engines::{PlanCache, PlanKey};
 use cudnn_runtime::serialize::plan::{load_payload, parse_payload, write_payload, Expect, SerializeOptions};
 
 /// One scratch cache directory per process, emptied before each input.

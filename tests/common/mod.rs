@@ -43,11 +43,11 @@ pub const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h
 /// libcuda cannot be loaded and `CUDNN_GRAPH_REQUIRE_CUDNN` is not `1`.
 #[cfg(feature = "cudnn")]
 pub fn deviceless() -> Option<cudnn_graph::backend::Cudnn> {
-    use cudnn_graph::backend::{BackendError, Cudnn};
+    use cudnn_graph::backend::{Cudnn, CudnnError};
     let json = std::fs::read_to_string(DEVPROP).unwrap_or_else(|e| panic!("reading {DEVPROP}: {e}"));
     match Cudnn::deviceless(&json) {
         Ok(cudnn) => Some(cudnn),
-        Err(e @ BackendError::LibraryMissing { .. }) => {
+        Err(e @ CudnnError::LibraryMissing { .. }) => {
             assert!(
                 std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"),
                 "CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}"

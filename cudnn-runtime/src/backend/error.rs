@@ -1,276 +1,168 @@
-//! [`BackendError`]: every way the cuDNN layer can fail, each carrying what a user needs to act on
+//! [`BackendError`]: every way the backend can fail, each carrying what a user needs to act on
 //! it — the cuDNN status (number and name) together with `cudnnGetLastErrorString`, the descriptor
 //! and attribute at fault, and the graph node being lowered.
 
-use std::fmt;
-
-use cudarc::cudnn::sys;
-
-use super::heuristics::{Candidate, HeuristicFailure};
+use super::candidate::{Candidate, HeuristicFailure};
+use super::mismatch::PlanMismatch;
+use crate::cudnn::{with_call_failures, CudnnError};
 use crate::ir::NotChannelsLast;
 
-/// A `cudnnStatus_t` returned by cuDNN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Status(sys::cudnnStatus_t);
-
-impl Status {
-    pub(crate) fn from_sys(status: sys::cudnnStatus_t) -> Self {
-        Status(status)
-    }
-
-    /// The numeric value (`3000` is `CUDNN_STATUS_NOT_SUPPORTED`).
-    pub fn code(&self) -> u32 {
-        self.0 as u32
-    }
-
-    /// The name, `CUDNN_STATUS_...`.
-    pub fn name(&self) -> String {
-        format!("{:?}", self.0)
+with_call_failures! {
+    /// A cuDNN, CUDA-driver or library-loading failure, or anything else the backend refuses
+    /// (the first variants are those of [`CudnnError`], which converts into this variant for
+    /// variant).
+    pub enum BackendError {
+        /// Something that needs a GPU was asked of a deviceless context.
+        #[error("{what} needs a GPU, but this cuDNN context is deviceless; make one with `Cudnn::new(stream)`")]
+        NotOnline {
+            /// What was asked.
+            what: &'static str,
+        },
+        /// A plan made by a deviceless context was asked to execute.
+        #[error(
+            "the plan for graph `{graph}` was built deviceless and cannot execute; load its `json()` into an online \
+             context with `ExecutionPlan::from_json`"
+        )]
+        DevicelessPlan {
+            /// The graph.
+            graph: String,
+        },
+        /// A plan or buffer of another CUDA context (device) than the executing context's stream.
+        #[error("{what} belongs to another CUDA context (device) than the stream of this cuDNN context")]
+        ForeignContext {
+            /// What (`the plan`, `the buffer of tensor `y``).
+            what: String,
+        },
+        /// A graph input that no node reads: cuDNN has no operation to bind it to.
+        #[error("input `{tensor}` of graph `{graph}` is read by no node; remove it or use it")]
+        UnusedInput {
+            /// The graph.
+            graph: String,
+            /// The input.
+            tensor: String,
+        },
+        /// A plan JSON that does not describe the graph it is loaded for (or is no plan JSON): refused
+        /// before cuDNN is given it.
+        #[error("the plan JSON given for graph `{graph}` does not describe it: {mismatch}")]
+        PlanMismatch {
+            /// The graph.
+            graph: String,
+            /// How it differs.
+            mismatch: Box<PlanMismatch>,
+        },
+        /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was
+        /// rejected, and hints at the convolution or pooling ports that are not channels-last.
+        #[error("{}", no_plan_message(.graph, .candidates, .heuristics, .not_channels_last))]
+        NoPlan {
+            /// The graph.
+            graph: String,
+            /// Every candidate heuristics proposed, with its rejection.
+            candidates: Vec<Candidate>,
+            /// Heuristic modes that failed outright.
+            heuristics: Vec<HeuristicFailure>,
+            /// The graph's convolution and pooling ports that are not channels-last
+            /// ([`crate::Graph::ports_not_channels_last`]): cuDNN's fused convolution engines want
+            /// NHWC, so these are the first thing to change.
+            not_channels_last: Vec<NotChannelsLast>,
+        },
+        /// The wrong number of device buffers.
+        #[error("graph `{graph}` takes {expected} buffers (its inputs, then its outputs) but {found} were given")]
+        IoCount {
+            /// The graph.
+            graph: String,
+            /// Inputs plus outputs.
+            expected: usize,
+            /// Buffers given.
+            found: usize,
+        },
+        /// An output given as a read-only buffer.
+        #[error("output `{tensor}` was given as `DeviceBuffer::input`; outputs take `DeviceBuffer::output(&mut buffer)`")]
+        ReadOnlyOutput {
+            /// The output.
+            tensor: String,
+        },
+        /// A device buffer not aligned as cuDNN's tensor descriptors promise (16 bytes).
+        #[error("the buffer of tensor `{tensor}` starts at {address:#x}, which is not {alignment}-byte aligned")]
+        Misaligned {
+            /// The tensor.
+            tensor: String,
+            /// The device address.
+            address: u64,
+            /// The alignment needed, in bytes.
+            alignment: u64,
+        },
+        /// A workspace smaller than the plan needs.
+        #[error("the plan needs a workspace of {required} bytes but {given} were given")]
+        Workspace {
+            /// Bytes the plan needs.
+            required: usize,
+            /// Bytes given.
+            given: usize,
+        },
+        /// [`crate::backend::ExecutionPlan::select`] of a candidate that was not built.
+        #[error("candidate #{index} is not a built plan of this graph (built: {built:?})")]
+        NotBuilt {
+            /// The candidate asked for.
+            index: usize,
+            /// The candidates that were built.
+            built: Vec<usize>,
+        },
+        /// [`crate::backend::BuildOptions::candidate`] past the end of the candidate list.
+        #[error("candidate #{index} was asked for, but heuristics proposed {count} candidates")]
+        CandidateIndex {
+            /// The index asked for.
+            index: usize,
+            /// Candidates proposed.
+            count: usize,
+        },
+        /// Autotuning found no built candidate that executes.
+        #[error("autotuning graph `{graph}`: no built candidate executed:{}", autotune_failures(.failures))]
+        Autotune {
+            /// The graph.
+            graph: String,
+            /// Each candidate tried, with what went wrong.
+            failures: Vec<(usize, String)>,
+        },
+        /// A Rust engine registered with an id outside the Rust region, or twice.
+        #[error("engine `{name}` cannot be registered with id {id}: {reason}")]
+        EngineId {
+            /// The engine's name.
+            name: String,
+            /// The id it gave.
+            id: i64,
+            /// Why it is refused.
+            reason: &'static str,
+        },
+        /// A routed plan asked to do what its engine cannot (a cuDNN plan to run on host buffers).
+        #[error("graph `{graph}` was routed to {engine}, which {reason}")]
+        WrongEngine {
+            /// The graph.
+            graph: String,
+            /// The engine it was routed to.
+            engine: String,
+            /// What it cannot do.
+            reason: &'static str,
+        },
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} ({})", self.0, self.code())
+impl From<CudnnError> for BackendError {
+    /// The backend variant of the same name and fields.
+    fn from(e: CudnnError) -> Self {
+        match e {
+            CudnnError::LibraryMissing { library, hint } => BackendError::LibraryMissing { library, hint },
+            CudnnError::UnsupportedVersion { found, required } => BackendError::UnsupportedVersion { found, required },
+            CudnnError::Cudnn { call, status, descriptor, attribute, node, tensor, message } => {
+                BackendError::Cudnn { call, status, descriptor, attribute, node, tensor, message }
+            }
+            CudnnError::Driver { call, message } => BackendError::Driver { call, message },
+            CudnnError::Unsupported { node, op, reason } => BackendError::Unsupported { node, op, reason },
+            CudnnError::SupportRule { node, op, rule, message } => {
+                BackendError::SupportRule { node, op, rule, message }
+            }
+            CudnnError::BadValue { what, value } => BackendError::BadValue { what, value },
+        }
     }
-}
-
-/// A cuDNN, CUDA-driver or library-loading failure.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// A shared library could not be opened. cudarc would panic on first use; this crate checks
-    /// first and reports it instead.
-    #[error("{library} could not be loaded: {hint}")]
-    LibraryMissing {
-        /// The library (`libcudnn.so.9`, `libcuda.so.1`).
-        library: &'static str,
-        /// What to do about it.
-        hint: &'static str,
-    },
-    /// The loaded cuDNN is older than this layer supports.
-    #[error("the loaded cuDNN is version {found}; cudnn-graph needs {required} or newer")]
-    UnsupportedVersion {
-        /// `cudnnGetVersion()` of the loaded library (`91900` is 9.19.0).
-        found: usize,
-        /// The oldest supported version, same encoding.
-        required: usize,
-    },
-    /// A cuDNN call returned an error status.
-    #[error("{}", cudnn_message(.call, .status, .descriptor, .attribute, .node, .tensor, .message))]
-    Cudnn {
-        /// The function (`cudnnBackendFinalize`, `cudnnBackendSetAttribute`, ...).
-        call: &'static str,
-        /// What it returned.
-        status: Status,
-        /// The kind of descriptor it was called on (`CUDNN_BACKEND_TENSOR_DESCRIPTOR`), or the
-        /// object (`cudnnHandle_t`).
-        descriptor: &'static str,
-        /// The attribute being set or read, if any.
-        attribute: Option<sys::cudnnBackendAttributeName_t>,
-        /// The graph node being lowered, if any.
-        node: Option<String>,
-        /// The graph tensor being lowered, if any.
-        tensor: Option<String>,
-        /// `cudnnGetLastErrorString` right after the failure (may be empty).
-        message: String,
-    },
-    /// A CUDA driver call (through cudarc) failed.
-    #[error("CUDA {call} failed: {message}")]
-    Driver {
-        /// What was being done (`bind the stream's context to this thread`).
-        call: &'static str,
-        /// cudarc's description of the error.
-        message: String,
-    },
-    /// Something that needs a GPU was asked of a deviceless context.
-    #[error("{what} needs a GPU, but this cuDNN context is deviceless; make one with `Cudnn::new(stream)`")]
-    NotOnline {
-        /// What was asked.
-        what: &'static str,
-    },
-    /// A plan made by a deviceless context was asked to execute.
-    #[error(
-        "the plan for graph `{graph}` was built deviceless and cannot execute; load its `json()` into an online \
-         context with `ExecutionPlan::from_json`"
-    )]
-    DevicelessPlan {
-        /// The graph.
-        graph: String,
-    },
-    /// A plan or buffer of another CUDA context (device) than the executing context's stream.
-    #[error("{what} belongs to another CUDA context (device) than the stream of this cuDNN context")]
-    ForeignContext {
-        /// What (`the plan`, `the buffer of tensor `y``).
-        what: String,
-    },
-    /// A node that has no cuDNN lowering in this shape or configuration.
-    #[error("node `{node}` ({op}) cannot be lowered to cuDNN: {reason}")]
-    Unsupported {
-        /// The node.
-        node: String,
-        /// Its op's call name.
-        op: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// A node breaks a support rule of cuDNN that depends on the GPU or the loaded cuDNN
-    /// version (rules that depend only on shapes are the shape rule's, at compile time). Says
-    /// which rule, so it is not a bare "no plan".
-    #[error("node `{node}` ({op}) breaks cuDNN support rule `{rule}`: {message}")]
-    SupportRule {
-        /// The node.
-        node: String,
-        /// Its op's call name.
-        op: &'static str,
-        /// The rule's stable id (`sdpa.sm80`, `sdpa.fused.causal`, ...).
-        rule: &'static str,
-        /// What the rule says and what the node or target has.
-        message: String,
-    },
-    /// A graph input that no node reads: cuDNN has no operation to bind it to.
-    #[error("input `{tensor}` of graph `{graph}` is read by no node; remove it or use it")]
-    UnusedInput {
-        /// The graph.
-        graph: String,
-        /// The input.
-        tensor: String,
-    },
-    /// A plan JSON that does not describe the graph it is loaded for (or is no plan JSON): refused
-    /// before cuDNN is given it.
-    #[error("the plan JSON given for graph `{graph}` does not describe it: {mismatch}")]
-    PlanMismatch {
-        /// The graph.
-        graph: String,
-        /// How it differs.
-        mismatch: Box<super::PlanMismatch>,
-    },
-    /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was
-    /// rejected, and hints at the convolution or pooling ports that are not channels-last.
-    #[error("{}", no_plan_message(.graph, .candidates, .heuristics, .not_channels_last))]
-    NoPlan {
-        /// The graph.
-        graph: String,
-        /// Every candidate heuristics proposed, with its rejection.
-        candidates: Vec<Candidate>,
-        /// Heuristic modes that failed outright.
-        heuristics: Vec<HeuristicFailure>,
-        /// The graph's convolution and pooling ports that are not channels-last
-        /// ([`crate::Graph::ports_not_channels_last`]): cuDNN's fused convolution engines want
-        /// NHWC, so these are the first thing to change.
-        not_channels_last: Vec<NotChannelsLast>,
-    },
-    /// The wrong number of device buffers.
-    #[error("graph `{graph}` takes {expected} buffers (its inputs, then its outputs) but {found} were given")]
-    IoCount {
-        /// The graph.
-        graph: String,
-        /// Inputs plus outputs.
-        expected: usize,
-        /// Buffers given.
-        found: usize,
-    },
-    /// An output given as a read-only buffer.
-    #[error("output `{tensor}` was given as `DeviceBuffer::input`; outputs take `DeviceBuffer::output(&mut buffer)`")]
-    ReadOnlyOutput {
-        /// The output.
-        tensor: String,
-    },
-    /// A device buffer not aligned as cuDNN's tensor descriptors promise (16 bytes).
-    #[error("the buffer of tensor `{tensor}` starts at {address:#x}, which is not {alignment}-byte aligned")]
-    Misaligned {
-        /// The tensor.
-        tensor: String,
-        /// The device address.
-        address: u64,
-        /// The alignment needed, in bytes.
-        alignment: u64,
-    },
-    /// A workspace smaller than the plan needs.
-    #[error("the plan needs a workspace of {required} bytes but {given} were given")]
-    Workspace {
-        /// Bytes the plan needs.
-        required: usize,
-        /// Bytes given.
-        given: usize,
-    },
-    /// [`crate::backend::ExecutionPlan::select`] of a candidate that was not built.
-    #[error("candidate #{index} is not a built plan of this graph (built: {built:?})")]
-    NotBuilt {
-        /// The candidate asked for.
-        index: usize,
-        /// The candidates that were built.
-        built: Vec<usize>,
-    },
-    /// [`crate::backend::BuildOptions::candidate`] past the end of the candidate list.
-    #[error("candidate #{index} was asked for, but heuristics proposed {count} candidates")]
-    CandidateIndex {
-        /// The index asked for.
-        index: usize,
-        /// Candidates proposed.
-        count: usize,
-    },
-    /// Autotuning found no built candidate that executes.
-    #[error("autotuning graph `{graph}`: no built candidate executed:{}", autotune_failures(.failures))]
-    Autotune {
-        /// The graph.
-        graph: String,
-        /// Each candidate tried, with what went wrong.
-        failures: Vec<(usize, String)>,
-    },
-    /// A Rust engine registered with an id outside the Rust region, or twice.
-    #[error("engine `{name}` cannot be registered with id {id}: {reason}")]
-    EngineId {
-        /// The engine's name.
-        name: String,
-        /// The id it gave.
-        id: i64,
-        /// Why it is refused.
-        reason: &'static str,
-    },
-    /// A routed plan asked to do what its engine cannot (a cuDNN plan to run on host buffers).
-    #[error("graph `{graph}` was routed to {engine}, which {reason}")]
-    WrongEngine {
-        /// The graph.
-        graph: String,
-        /// The engine it was routed to.
-        engine: String,
-        /// What it cannot do.
-        reason: &'static str,
-    },
-    /// cuDNN reported a value outside its documented range.
-    #[error("cuDNN reported {what} = {value}, which is out of range")]
-    BadValue {
-        /// The quantity.
-        what: &'static str,
-        /// Its value.
-        value: i64,
-    },
-}
-
-fn cudnn_message(
-    call: &str,
-    status: &Status,
-    descriptor: &str,
-    attribute: &Option<sys::cudnnBackendAttributeName_t>,
-    node: &Option<String>,
-    tensor: &Option<String>,
-    message: &str,
-) -> String {
-    let mut s = format!("cuDNN {call} failed with {status} on {descriptor}");
-    if let Some(a) = attribute {
-        s += &format!(" ({a:?})");
-    }
-    if let Some(n) = node {
-        s += &format!(" while lowering node `{n}`");
-    }
-    if let Some(t) = tensor {
-        s += &format!(", tensor `{t}`");
-    }
-    if !message.is_empty() {
-        s += ": ";
-        s += message.trim_end();
-    }
-    s
 }
 
 fn autotune_failures(failures: &[(usize, String)]) -> String {
@@ -309,8 +201,11 @@ fn no_plan_message(
 
 #[cfg(test)]
 mod tests {
+    use cudarc::cudnn::sys;
+
     use super::*;
     use crate::backend::{CandidateState, HeuristicMode, Rejection};
+    use crate::cudnn::Status;
 
     #[test]
     fn errors_stay_small() {

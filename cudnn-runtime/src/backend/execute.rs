@@ -28,233 +28,25 @@
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::Arc;
 
 use cudarc::cudnn::sys;
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
-    SyncOnDrop,
-};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
-use super::descriptor::{status_error, Descriptor};
-use super::lower::ALIGNMENT;
+use super::buffer::Access;
+pub use super::buffer::{DeviceBuffer, InputBuffer, OutputBuffer};
+pub use super::cuda_graph::{GraphMode, PlanGraph};
+pub use super::pack::PACK_SLOTS;
 use super::plan::ExecutionPlan;
-use super::{BackendError, BehaviorNote, Cudnn};
-use crate::error::ArgError;
-use crate::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
+use super::{BackendError, Cudnn};
+use crate::cudnn::{Descriptor, ALIGNMENT};
+use crate::reference::ArgError;
+use crate::DataType;
 
 /// Variant packs of up to this many entries (I/O tensors plus by-value scalars) are filled
 /// without heap allocation.
 pub const INLINE_IO: usize = 32;
-
-// SAFETY: both are `#[repr(transparent)]` over `u8`, valid for every bit pattern, and hold no
-// pointers: exactly what device memory of `u8` holds.
-unsafe impl DeviceRepr for Fp8E4M3 {}
-// SAFETY: as for `Fp8E4M3`.
-unsafe impl DeviceRepr for Fp8E5M2 {}
-// SAFETY: as for `Fp8E4M3`.
-unsafe impl DeviceRepr for Bits {}
-
-mod erased {
-    use super::*;
-
-    /// A device buffer that can be read on a stream.
-    pub trait ReadPtr {
-        fn elements(&self) -> usize;
-        fn context(&self) -> &Arc<CudaContext>;
-        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>);
-    }
-
-    /// A device buffer that can be written on a stream.
-    pub trait WritePtr {
-        fn elements(&self) -> usize;
-        fn context(&self) -> &Arc<CudaContext>;
-        fn write_ptr<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>);
-    }
-
-    impl<T> ReadPtr for CudaSlice<T> {
-        fn elements(&self) -> usize {
-            self.len()
-        }
-        fn context(&self) -> &Arc<CudaContext> {
-            DeviceSlice::stream(self).context()
-        }
-        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-            self.device_ptr(stream)
-        }
-    }
-
-    impl<T> ReadPtr for CudaView<'_, T> {
-        fn elements(&self) -> usize {
-            self.len()
-        }
-        fn context(&self) -> &Arc<CudaContext> {
-            DeviceSlice::stream(self).context()
-        }
-        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-            self.device_ptr(stream)
-        }
-    }
-
-    impl<T> ReadPtr for CudaViewMut<'_, T> {
-        fn elements(&self) -> usize {
-            self.len()
-        }
-        fn context(&self) -> &Arc<CudaContext> {
-            DeviceSlice::stream(self).context()
-        }
-        fn read_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-            self.device_ptr(stream)
-        }
-    }
-
-    impl<T> WritePtr for CudaSlice<T> {
-        fn elements(&self) -> usize {
-            self.len()
-        }
-        fn context(&self) -> &Arc<CudaContext> {
-            DeviceSlice::stream(self).context()
-        }
-        fn write_ptr<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-            self.device_ptr_mut(stream)
-        }
-    }
-
-    impl<T> WritePtr for CudaViewMut<'_, T> {
-        fn elements(&self) -> usize {
-            self.len()
-        }
-        fn context(&self) -> &Arc<CudaContext> {
-            DeviceSlice::stream(self).context()
-        }
-        fn write_ptr<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-            self.device_ptr_mut(stream)
-        }
-    }
-}
-
-/// Device memory a graph input can be read from: `CudaSlice<T>`, `CudaView<T>`, `CudaViewMut<T>`.
-pub trait InputBuffer<T>: erased::ReadPtr {}
-impl<T> InputBuffer<T> for CudaSlice<T> {}
-impl<T> InputBuffer<T> for CudaView<'_, T> {}
-impl<T> InputBuffer<T> for CudaViewMut<'_, T> {}
-
-/// Device memory a graph output can be written to: `CudaSlice<T>`, `CudaViewMut<T>`.
-pub trait OutputBuffer<T>: erased::WritePtr {}
-impl<T> OutputBuffer<T> for CudaSlice<T> {}
-impl<T> OutputBuffer<T> for CudaViewMut<'_, T> {}
-
-enum Access<'a> {
-    Read(&'a dyn erased::ReadPtr),
-    Write(&'a mut dyn erased::WritePtr),
-}
-
-/// One graph input or output on the device, its element type and length erased (and checked
-/// against the graph at execute).
-pub struct DeviceBuffer<'a> {
-    access: Access<'a>,
-    data_type: DataType,
-    /// Elements held (8 per [`Bits`]).
-    len: usize,
-    /// Booleans as packed [`Bits`], as cuDNN stores them.
-    packed: bool,
-}
-
-impl std::fmt::Debug for DeviceBuffer<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.access {
-            Access::Read(_) => "input",
-            Access::Write(_) => "output",
-        };
-        write!(f, "DeviceBuffer::{kind}({}[{}])", self.data_type, self.len)
-    }
-}
-
-impl<'a> DeviceBuffer<'a> {
-    /// A buffer that is read (a graph input).
-    pub fn input<T: Element + DeviceRepr, S: InputBuffer<T>>(buffer: &'a S) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE, packed: false }
-    }
-
-    /// A buffer that is written (a graph output).
-    pub fn output<T: Element + DeviceRepr, S: OutputBuffer<T>>(buffer: &'a mut S) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE, packed: false }
-    }
-
-    /// [`DeviceBuffer::input`] for a buffer behind a trait object (the typed argument structs
-    /// that `graph!` generates hold these).
-    pub fn input_dyn<T: Element + DeviceRepr>(buffer: &'a dyn InputBuffer<T>) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Read(buffer), data_type: T::DTYPE, packed: false }
-    }
-
-    /// [`DeviceBuffer::output`] for a buffer behind a trait object.
-    pub fn output_dyn<T: Element + DeviceRepr>(buffer: &'a mut dyn OutputBuffer<T>) -> Self {
-        DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE, packed: false }
-    }
-
-    /// A `bool` graph input's buffer of packed [`Bits`] (8 elements each).
-    pub fn bits_input<S: InputBuffer<Bits>>(buffer: &'a S) -> Self {
-        DeviceBuffer {
-            len: 8 * buffer.elements(),
-            access: Access::Read(buffer),
-            data_type: DataType::Bool,
-            packed: true,
-        }
-    }
-
-    /// A `bool` graph output's buffer of packed [`Bits`] (8 elements each).
-    pub fn bits_output<S: OutputBuffer<Bits>>(buffer: &'a mut S) -> Self {
-        let len = 8 * buffer.elements();
-        DeviceBuffer { len, access: Access::Write(buffer), data_type: DataType::Bool, packed: true }
-    }
-
-    /// [`DeviceBuffer::bits_input`] behind a trait object.
-    pub fn bits_input_dyn(buffer: &'a dyn InputBuffer<Bits>) -> Self {
-        DeviceBuffer {
-            len: 8 * buffer.elements(),
-            access: Access::Read(buffer),
-            data_type: DataType::Bool,
-            packed: true,
-        }
-    }
-
-    /// [`DeviceBuffer::bits_output`] behind a trait object.
-    pub fn bits_output_dyn(buffer: &'a mut dyn OutputBuffer<Bits>) -> Self {
-        let len = 8 * buffer.elements();
-        DeviceBuffer { len, access: Access::Write(buffer), data_type: DataType::Bool, packed: true }
-    }
-
-    /// The element type.
-    pub fn data_type(&self) -> DataType {
-        self.data_type
-    }
-
-    /// Elements held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it holds no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn context(&self) -> &Arc<CudaContext> {
-        match &self.access {
-            Access::Read(b) => b.context(),
-            Access::Write(b) => b.context(),
-        }
-    }
-
-    fn pointer<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-        match &mut self.access {
-            Access::Read(b) => b.read_ptr(stream),
-            Access::Write(b) => b.write_ptr(stream),
-        }
-    }
-}
 
 /// `len` optional slots: the first [`INLINE_IO`] on the stack, any more on the heap.
 struct Slots<T> {
@@ -280,7 +72,7 @@ impl<T> Slots<T> {
 impl ExecutionPlan {
     /// The handle and stream to execute with, after checking that both plan and context are
     /// online and binding the stream's context to this thread.
-    fn target<'c>(&self, cudnn: &'c Cudnn) -> Result<(sys::cudnnHandle_t, &'c CudaStream), BackendError> {
+    pub(super) fn target<'c>(&self, cudnn: &'c Cudnn) -> Result<(sys::cudnnHandle_t, &'c CudaStream), BackendError> {
         let Some(plan_context) = self.anchor().context() else {
             return Err(BackendError::DevicelessPlan { graph: self.graph().name.clone() });
         };
@@ -321,7 +113,7 @@ impl ExecutionPlan {
     }
 
     /// The checks raw pointers get: count, a workspace where one is needed, alignment.
-    fn check_raw(&self, io: &[u64], workspace: u64) -> Result<(), BackendError> {
+    pub(super) fn check_raw(&self, io: &[u64], workspace: u64) -> Result<(), BackendError> {
         self.check_count(io.len())?;
         if self.workspace_size() > 0 && workspace == 0 {
             return Err(BackendError::Workspace { required: self.workspace_size(), given: 0 });
@@ -484,7 +276,12 @@ impl ExecutionPlan {
     /// # Safety
     /// As [`ExecutionPlan::execute_raw`]: `io` (in I/O order) and `workspace` must be valid for
     /// the plan on `handle`'s stream.
-    unsafe fn launch(&self, handle: sys::cudnnHandle_t, io: &[u64], workspace: u64) -> Result<(), BackendError> {
+    pub(super) unsafe fn launch(
+        &self,
+        handle: sys::cudnnHandle_t,
+        io: &[u64],
+        workspace: u64,
+    ) -> Result<(), BackendError> {
         let mut held = self.descriptors();
         let (plan, packs) = held.plan_and_packs(self.selected_index());
         if let Some(pack) = packs.find(io, workspace) {
@@ -503,7 +300,7 @@ impl ExecutionPlan {
 
     /// A finalized variant pack: the layout's uids, `io` at their positions, the by-value
     /// scalars' host storage, and the workspace.
-    fn variant_pack(&self, io: &[u64], workspace: u64) -> Result<Descriptor, BackendError> {
+    pub(super) fn variant_pack(&self, io: &[u64], workspace: u64) -> Result<Descriptor, BackendError> {
         let layout = self.layout();
         let n = layout.uids().len();
         let mut inline = [ptr::null_mut::<c_void>(); INLINE_IO];
@@ -539,89 +336,6 @@ impl ExecutionPlan {
         pack.finalize()?;
         Ok(pack)
     }
-
-    /// Records one execute of the selected plan, with these raw pointers (as
-    /// [`ExecutionPlan::execute_raw`] takes them), as a CUDA graph that [`PlanGraph::launch`]
-    /// replays on the context's stream. With [`GraphMode::Auto`], where the plan's behavior notes
-    /// include [`BehaviorNote::SupportsCudaGraphNativeApi`], cuDNN populates the graph itself
-    /// (`cudnnBackendPopulateCudaGraph`); otherwise the execute is stream-captured, which needs a
-    /// stream made with `CudaContext::new_stream` (the legacy default stream cannot be captured:
-    /// that is a [`BackendError::Driver`]).
-    ///
-    /// # Safety
-    /// As [`ExecutionPlan::execute_raw`], and the pointers must stay valid for every launch of
-    /// the returned graph (it replays them).
-    pub unsafe fn cuda_graph(
-        &self,
-        cudnn: &Cudnn,
-        io: &[u64],
-        workspace: u64,
-        mode: GraphMode,
-    ) -> Result<PlanGraph<'_>, BackendError> {
-        let (handle, _) = self.target(cudnn)?;
-        self.check_raw(io, workspace)?;
-        let native_api = self.selected().behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi);
-        let native = match mode {
-            GraphMode::Auto => native_api,
-            GraphMode::Native if !native_api => {
-                return Err(BackendError::WrongEngine {
-                    graph: self.graph().name.clone(),
-                    engine: format!("cuDNN ({})", self.selected().tag()),
-                    reason: "lacks SUPPORTS_CUDA_GRAPH_NATIVE_API: use GraphMode::Auto or GraphMode::Capture",
-                });
-            }
-            GraphMode::Native => true,
-            GraphMode::Capture => false,
-        };
-        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "recording a CUDA graph" })?.clone();
-        let driver = |call: &'static str, r: cudarc::driver::sys::CUresult| {
-            if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-                Ok(())
-            } else {
-                Err(BackendError::Driver { call, message: format!("{r:?}") })
-            }
-        };
-        if native {
-            let pack = self.variant_pack(io, workspace)?;
-            let held = self.descriptors();
-            let plan = held.plan(self.selected_index());
-            let mut graph = ptr::null_mut();
-            // SAFETY: a valid out-pointer; the stream's context is current (`target`).
-            driver("cuGraphCreate", unsafe { cudarc::driver::sys::cuGraphCreate(&mut graph, 0) })?;
-            let mut handles = NativeGraph { graph, exec: ptr::null_mut(), context: stream.context().clone() };
-            // SAFETY: a live handle, plan and pack; `graph` is an empty graph of this context
-            // (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
-            let status =
-                unsafe { sys::cudnnBackendPopulateCudaGraph(handle, plan.as_raw(), pack.as_raw(), graph.cast()) };
-            if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-                return Err(status_error(
-                    "cudnnBackendPopulateCudaGraph",
-                    status,
-                    "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR",
-                ));
-            }
-            // SAFETY: a valid out-pointer and a populated graph.
-            driver("cuGraphInstantiateWithFlags", unsafe {
-                cudarc::driver::sys::cuGraphInstantiateWithFlags(&mut handles.exec, handles.graph, 0)
-            })?;
-            return Ok(PlanGraph { kind: GraphKind::Native(handles), stream, plan: self });
-        }
-        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-        stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(|e| BackendError::Driver { call: "cuStreamBeginCapture", message: e.to_string() })?;
-        // SAFETY: as this function's.
-        let launched = unsafe { self.launch(handle, io, workspace) };
-        let captured = stream.end_capture(CUgraphInstantiate_flags(0));
-        launched?;
-        match captured {
-            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), stream, plan: self }),
-            Ok(None) => {
-                Err(BackendError::Driver { call: "cuStreamEndCapture", message: "nothing was captured".into() })
-            }
-            Err(e) => Err(BackendError::Driver { call: "cuStreamEndCapture", message: e.to_string() }),
-        }
-    }
 }
 
 /// `cudnnBackendExecute` of `plan` with `pack`, called with the plan's lock held (see the module
@@ -632,182 +346,5 @@ impl ExecutionPlan {
 unsafe fn run(handle: sys::cudnnHandle_t, plan: &Descriptor, pack: &Descriptor) -> Result<(), BackendError> {
     // SAFETY: a live handle, a finalized plan and a finalized variant pack whose pointers the
     // callers vouch for.
-    let status = unsafe { sys::cudnnBackendExecute(handle, plan.as_raw(), pack.as_raw()) };
-    if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-        return Err(status_error("cudnnBackendExecute", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
-    }
-    Ok(())
-}
-
-/// How [`ExecutionPlan::cuda_graph`] records an execute.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum GraphMode {
-    /// cuDNN's native API where the plan supports it, stream capture otherwise.
-    #[default]
-    Auto,
-    /// `cudnnBackendPopulateCudaGraph` (an error for plans without
-    /// [`BehaviorNote::SupportsCudaGraphNativeApi`]).
-    Native,
-    /// Stream capture of an ordinary execute.
-    Capture,
-}
-
-/// How many variant packs a plan keeps: callers that rotate two or three sets of buffers
-/// (double buffering) hit as often as those that reuse one.
-pub const PACK_SLOTS: usize = 4;
-
-/// The variant packs of a plan's recent executes, keyed by their pointers (I/O in I/O order,
-/// then the workspace). A pack depends only on the pointers (and the by-value scalars' storage,
-/// which the plan owns), so it is reused across [`ExecutionPlan::select`]. It lives with the
-/// plan's other descriptors, behind the plan's lock.
-pub(crate) struct PackSlots {
-    packs: [Option<CachedPack>; PACK_SLOTS],
-    next: usize,
-}
-
-struct CachedPack {
-    key: Box<[u64]>,
-    descriptor: Descriptor,
-}
-
-impl std::fmt::Debug for PackSlots {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PackSlots({} of {PACK_SLOTS})", self.packs.iter().flatten().count())
-    }
-}
-
-impl PackSlots {
-    pub(crate) fn new() -> Self {
-        PackSlots { packs: std::array::from_fn(|_| None), next: 0 }
-    }
-
-    fn find(&self, io: &[u64], workspace: u64) -> Option<&Descriptor> {
-        self.packs.iter().flatten().find(|p| p.matches(io, workspace)).map(|p| &p.descriptor)
-    }
-
-    fn insert(&mut self, io: &[u64], workspace: u64, descriptor: Descriptor) {
-        let key = io.iter().copied().chain([workspace]).collect();
-        self.packs[self.next] = Some(CachedPack { key, descriptor });
-        self.next = (self.next + 1) % PACK_SLOTS;
-    }
-}
-
-impl CachedPack {
-    fn matches(&self, io: &[u64], workspace: u64) -> bool {
-        self.key.len() == io.len() + 1 && self.key[..io.len()] == *io && self.key[io.len()] == workspace
-    }
-}
-
-/// A CUDA graph of one execute (see [`ExecutionPlan::cuda_graph`]); it borrows the plan, whose
-/// kernels it launches. Not `Send`: CUDA graphs are not internally synchronized.
-pub struct PlanGraph<'p> {
-    kind: GraphKind,
-    stream: Arc<CudaStream>,
-    plan: &'p ExecutionPlan,
-}
-
-enum GraphKind {
-    /// Populated by cuDNN.
-    Native(NativeGraph),
-    /// Stream-captured.
-    Captured(cudarc::driver::CudaGraph),
-}
-
-struct NativeGraph {
-    graph: cudarc::driver::sys::CUgraph,
-    exec: cudarc::driver::sys::CUgraphExec,
-    context: Arc<CudaContext>,
-}
-
-impl Drop for NativeGraph {
-    fn drop(&mut self) {
-        // Nothing useful can be done with failures here.
-        let _ = self.context.bind_to_thread();
-        // SAFETY: created by cuGraphInstantiateWithFlags / cuGraphCreate, destroyed once each.
-        unsafe {
-            if !self.exec.is_null() {
-                let _ = cudarc::driver::sys::cuGraphExecDestroy(self.exec);
-            }
-            let _ = cudarc::driver::sys::cuGraphDestroy(self.graph);
-        }
-    }
-}
-
-impl std::fmt::Debug for PlanGraph<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PlanGraph({})", if self.is_native() { "populated by cuDNN" } else { "stream-captured" })
-    }
-}
-
-impl PlanGraph<'_> {
-    /// Whether cuDNN populated the graph (`cudnnBackendPopulateCudaGraph`) rather than a stream
-    /// capture.
-    pub fn is_native(&self) -> bool {
-        matches!(self.kind, GraphKind::Native(_))
-    }
-
-    /// Points a graph populated by cuDNN at other buffers without recording it again:
-    /// `cudnnBackendUpdateCudaGraph` rewrites its nodes' arguments for a variant pack of these
-    /// pointers (taken as [`ExecutionPlan::cuda_graph`] takes them), then the instantiated graph
-    /// is updated in place (`cuGraphExecUpdate`). The plan's selection must be the one the graph
-    /// was recorded with. A stream-captured graph cannot be updated this way: that is a
-    /// [`BackendError::WrongEngine`]; record it again instead.
-    ///
-    /// # Safety
-    /// As [`ExecutionPlan::cuda_graph`]: the new pointers must stay valid for every later launch.
-    /// Launches already enqueued keep the old pointers (CUDA applies an update from the next
-    /// launch on), so those must stay valid until that work is done.
-    pub unsafe fn update(&mut self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
-        let plan = self.plan;
-        let GraphKind::Native(native) = &mut self.kind else {
-            return Err(BackendError::WrongEngine {
-                graph: plan.graph().name.clone(),
-                engine: "a stream-captured CUDA graph".into(),
-                reason: "only graphs populated by cuDNN (GraphMode::Native) can be updated: record it again",
-            });
-        };
-        let (handle, _) = plan.target(cudnn)?;
-        plan.check_raw(io, workspace)?;
-        let pack = plan.variant_pack(io, workspace)?;
-        let held = plan.descriptors();
-        let descriptor = held.plan(plan.selected_index());
-        // SAFETY: a live handle, plan and pack; `native.graph` was populated by cuDNN for this
-        // plan (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
-        let status = unsafe {
-            sys::cudnnBackendUpdateCudaGraph(handle, descriptor.as_raw(), pack.as_raw(), native.graph.cast())
-        };
-        if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-            return Err(status_error("cudnnBackendUpdateCudaGraph", status, "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR"));
-        }
-        // SAFETY: a plain C struct of an enum and two pointers, for which all zeros is valid.
-        let mut info: cudarc::driver::sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
-        // SAFETY: an instantiated graph and the graph it was instantiated from, topology unchanged
-        // (cuDNN only rewrites node parameters); `info` is a valid out-pointer.
-        let r = unsafe { cudarc::driver::sys::cuGraphExecUpdate_v2(native.exec, native.graph, &mut info) };
-        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-            return Err(BackendError::Driver {
-                call: "cuGraphExecUpdate",
-                message: format!("{r:?} ({:?})", info.result),
-            });
-        }
-        Ok(())
-    }
-
-    /// Replays the execute on the stream it was recorded for.
-    pub fn launch(&self) -> Result<(), BackendError> {
-        let failed = |e: String| BackendError::Driver { call: "cuGraphLaunch", message: e };
-        match &self.kind {
-            GraphKind::Native(native) => {
-                native.context.bind_to_thread().map_err(|e| failed(e.to_string()))?;
-                // SAFETY: an instantiated graph of this context, launched on a live stream.
-                let r = unsafe { cudarc::driver::sys::cuGraphLaunch(native.exec, self.stream.cu_stream()) };
-                if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-                    Ok(())
-                } else {
-                    Err(failed(format!("{r:?}")))
-                }
-            }
-            GraphKind::Captured(graph) => graph.launch().map_err(|e| failed(e.to_string())),
-        }
-    }
+    Ok(unsafe { crate::cudnn::execute(handle, plan, pack) }?)
 }

@@ -1,29 +1,19 @@
-//! Lowering a [`Graph`] to one finalized cuDNN operation graph: a tensor descriptor per tensor,
-//! then each node through its op family's `lower.rs` (`ops/*/lower.rs`), then the
+//! Lowering a [`Graph`] to one finalized cuDNN operation graph: a tensor descriptor per tensor
+//! (padded to cuDNN's smallest rank, see `cudnn::node`), then each node through its op family's
+//! `lower.rs` (`ops/*/lower.rs`, given a `NodeCx` made here from the graph), then the
 //! `CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR` over all operations.
-//!
-//! Ranks: cuDNN wants at least 3 dims on every tensor of these ops. A tensor of rank `r < 3` is
-//! given `3 - r` leading dims of extent 1 whose stride is `dims[0] * strides[0]` (the span of the
-//! whole tensor), the same padding for every tensor, so the tensors of one node keep equal ranks.
 
 use cudarc::cudnn::sys;
 use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
-use super::context::Binding;
-pub(crate) use super::descriptor::Descriptor;
-use super::descriptor::{Label, Record};
-use super::{BackendError, Cudnn};
+use super::BackendError;
+use crate::cudnn::{
+    padded_layout, Binding, Cudnn, Descriptor, Internals, Label, NodeCx, Port, Record, ALIGNMENT, MAX_RANK,
+};
 use crate::ir::{Graph, Node, Tensor, TensorId};
 use crate::ops::{Layout, Op};
 use crate::DataType;
-
-/// The smallest rank cuDNN accepts for these ops' tensors.
-pub(crate) const MIN_RANK: usize = 3;
-/// The largest rank cuDNN accepts (`CUDNN_DIM_MAX`).
-pub(crate) const MAX_RANK: usize = 8;
-/// The byte alignment every tensor descriptor promises.
-pub(crate) const ALIGNMENT: u64 = 16;
 
 /// A finalized operation graph and every descriptor it was built from (kept alive with it).
 #[derive(Debug)]
@@ -32,38 +22,6 @@ pub(crate) struct LoweredGraph {
     /// Tensors the lowering added that the variant pack binds (see [`Internals`]).
     pub(crate) internals: Internals,
     _parts: Vec<Descriptor>,
-}
-
-/// Tensors a lowering adds beyond the graph's own that the variant pack must bind: by-value
-/// scalars (attention's scale and mask constants) and device tensors that live at the front of
-/// the workspace (attention backward's softmax sums and dQ accumulator, as cudnn-frontend's
-/// "fe workspace"). cuDNN's own workspace follows them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Internals {
-    /// By-value scalars: uid, type, value.
-    pub(crate) scalars: Vec<(i64, DataType, f64)>,
-    /// Workspace tensors: uid and byte offset into the workspace.
-    pub(crate) workspace: Vec<(i64, usize)>,
-    /// Bytes of workspace they take (a multiple of 256), before cuDNN's own.
-    pub(crate) workspace_bytes: usize,
-    /// Slices lowered as cudnn-frontend does before cuDNN 9.22: Y's uid, bound to the address
-    /// of graph input X plus a byte offset.
-    pub(crate) views: Vec<(i64, TensorId, u64)>,
-    /// Graph inputs read only through such views: no operation names them, so the variant pack
-    /// leaves them out.
-    pub(crate) aliased: Vec<TensorId>,
-}
-
-impl Internals {
-    /// Appends `other`, its workspace tensors placed after these.
-    pub(crate) fn extend(&mut self, other: Internals) {
-        self.scalars.extend(other.scalars);
-        let base = self.workspace_bytes;
-        self.workspace.extend(other.workspace.into_iter().map(|(uid, offset)| (uid, base + offset)));
-        self.workspace_bytes += other.workspace_bytes;
-        self.views.extend(other.views);
-        self.aliased.extend(other.aliased);
-    }
 }
 
 /// The slices of `graph` as pointer offsets ([`Internals::views`], [`Internals::aliased`]).
@@ -101,11 +59,11 @@ fn views(graph: &Graph) -> Result<Internals, BackendError> {
                 format!("the slice starts {offset} bytes into `{}`, which is not {ALIGNMENT}-byte aligned", x.name),
             ));
         }
-        out.views.push((y.uid, x_id, offset));
+        out.views.push((y.uid, x_id.0, offset));
         let read_elsewhere =
             graph.nodes.iter().any(|n| n.inputs.contains(&x_id) && !matches!(n.op, Op::Layout(Layout::Slice { .. })));
-        if !read_elsewhere && !out.aliased.contains(&x_id) {
-            out.aliased.push(x_id);
+        if !read_elsewhere && !out.aliased.contains(&x_id.0) {
+            out.aliased.push(x_id.0);
         }
     }
     Ok(out)
@@ -117,96 +75,36 @@ fn first_free_uid(graph: &Graph) -> i64 {
     graph.tensors.iter().map(|t| t.uid).max().unwrap_or(0).max(0) + 1
 }
 
-/// One node's operation descriptor and the descriptors it refers to (matmul, pointwise or
-/// reduction descriptors), which live as long as the graph.
-#[derive(Debug)]
-pub(crate) struct LoweredOp {
-    pub(crate) operation: Descriptor,
-    pub(crate) parts: Vec<Descriptor>,
-}
-
-/// What an op family's `lower` gets: the node and the descriptors of its tensors.
-pub(crate) struct NodeCx<'a> {
-    node: &'a Node,
-    graph: &'a Graph,
-    tensors: &'a [Option<Descriptor>],
-}
-
-impl NodeCx<'_> {
-    /// A new descriptor whose errors name this node.
-    pub(crate) fn descriptor(&self, kind: K) -> Result<Descriptor, BackendError> {
-        Descriptor::labelled(kind, Label { node: Some(self.node.name.clone()), tensor: None })
-    }
-
-    /// The node being lowered.
-    pub(crate) fn node(&self) -> &Node {
-        self.node
-    }
-
-    /// The graph it belongs to.
-    pub(crate) fn graph(&self) -> &Graph {
-        self.graph
-    }
-
-    /// The type the node computes in.
-    pub(crate) fn compute_type(&self) -> DataType {
-        self.node.compute_data_type
-    }
-
-    /// The descriptor of input `port`.
-    pub(crate) fn input(&self, port: usize) -> Result<&Descriptor, BackendError> {
-        self.port(self.node.inputs.get(port).map(|id| id.0), "input", port)
-    }
-
-    /// The descriptor of output `port`.
-    pub(crate) fn output(&self, port: usize) -> Result<&Descriptor, BackendError> {
-        self.port(self.node.outputs.get(port).map(|id| id.0), "output", port)
-    }
-
-    fn port(&self, index: Option<usize>, what: &str, port: usize) -> Result<&Descriptor, BackendError> {
-        index.and_then(|i| self.tensors.get(i)).and_then(Option::as_ref).ok_or_else(|| BackendError::Unsupported {
-            node: self.node.name.clone(),
-            op: self.node.op.call_name(),
-            reason: format!("it has no {what} #{port}"),
-        })
-    }
-
-    /// The rank input `port` has in the graph (before padding to [`MIN_RANK`]).
-    pub(crate) fn input_rank(&self, port: usize) -> usize {
-        self.node.inputs.get(port).and_then(|id| self.graph.tensors.get(id.0)).map_or(0, |t| t.dims.len())
-    }
-
-    /// The element type of input `port`, if the node has that input.
-    pub(crate) fn input_data_type(&self, port: usize) -> Option<DataType> {
-        self.node.inputs.get(port).and_then(|id| self.graph.tensors.get(id.0)).map(|t| t.data_type)
-    }
-
-    /// A [`BackendError::Unsupported`] about this node.
-    pub(crate) fn unsupported(&self, reason: String) -> BackendError {
-        BackendError::Unsupported { node: self.node.name.clone(), op: self.node.op.call_name(), reason }
-    }
-}
-
-/// The leading dims a tensor of rank `rank` gets (see the module docs).
-pub(crate) fn rank_padding(rank: usize) -> usize {
-    MIN_RANK.saturating_sub(rank)
-}
-
-/// Dims and strides padded to [`MIN_RANK`] with leading 1s.
-pub(crate) fn padded_layout(dims: &[i64], strides: &[i64]) -> (Vec<i64>, Vec<i64>) {
-    let pad = rank_padding(dims.len());
-    let span = match (dims.first(), strides.first()) {
-        // The padded dims have extent 1, so their stride addresses nothing: saturating keeps a
-        // valid graph's `d * s` (which can pass i64 when the first dim is large and its stride
-        // larger than its span needs) from overflowing.
-        (Some(d), Some(s)) => d.saturating_mul(*s),
-        _ => 1,
+/// What `node`'s op family lowering reads of the graph: the node's tensors and their
+/// descriptors (every one described by now).
+fn node_cx<'a>(graph: &'a Graph, node: &'a Node, tensors: &'a [Option<Descriptor>]) -> NodeCx<'a> {
+    let port = |id: &TensorId| {
+        let t = graph.tensor(*id);
+        Port {
+            name: &t.name,
+            uid: t.uid,
+            dims: t.dims.clone(),
+            strides: t.strides.clone(),
+            data_type: t.data_type,
+            is_virtual: t.is_virtual,
+            producer: graph.nodes.iter().find(|n| n.outputs.contains(id)).map(|n| n.op.call_name()),
+            readers: graph.nodes.iter().filter(|n| n.inputs.contains(id)).count(),
+        }
     };
-    let mut d = vec![1; pad];
-    let mut s = vec![span; pad];
-    d.extend_from_slice(dims);
-    s.extend_from_slice(strides);
-    (d, s)
+    NodeCx {
+        name: &node.name,
+        op: node.op.call_name(),
+        compute_type: node.compute_data_type,
+        intermediate_type: graph.context.intermediate_data_type,
+        inputs: node.inputs.iter().map(port).collect(),
+        outputs: node.outputs.iter().map(port).collect(),
+        descriptors: node
+            .inputs
+            .iter()
+            .chain(&node.outputs)
+            .map(|id| tensors.get(id.0).and_then(Option::as_ref))
+            .collect(),
+    }
 }
 
 fn tensor_descriptor(tensor: &Tensor, node: &Node) -> Result<Descriptor, BackendError> {
@@ -348,7 +246,7 @@ fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendE
                 *slot = Some(tensor_descriptor(tensor, node)?);
             }
         }
-        let cx = NodeCx { node, graph, tensors: &tensors };
+        let cx = node_cx(graph, node, &tensors);
         let lowered = match &node.op {
             Op::Matmul(op) => crate::ops::matmul::lower::lower(op, &cx)?,
             Op::Pointwise(op) => crate::ops::pointwise::lower::lower(op, &cx)?,
@@ -384,23 +282,9 @@ fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendE
         parts.extend(lowered.parts);
     }
     let described = |id: &TensorId| tensors.get(id.0).is_some_and(Option::is_some);
-    if let Some(unused) = graph.inputs().into_iter().find(|id| !described(id) && !internals.aliased.contains(id)) {
+    if let Some(unused) = graph.inputs().into_iter().find(|id| !described(id) && !internals.aliased.contains(&id.0)) {
         return Err(BackendError::UnusedInput { graph: graph.name.clone(), tensor: graph.tensor(unused).name.clone() });
     }
     parts.extend(tensors.into_iter().flatten());
     Ok(Operations { operations, parts, internals })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn low_ranks_get_leading_ones_spanning_the_tensor() {
-        assert_eq!(padded_layout(&[5], &[2]), (vec![1, 1, 5], vec![10, 10, 2]));
-        assert_eq!(padded_layout(&[4, 6], &[6, 1]), (vec![1, 4, 6], vec![24, 6, 1]));
-        assert_eq!(padded_layout(&[2, 4, 6], &[24, 6, 1]), (vec![2, 4, 6], vec![24, 6, 1]));
-        assert_eq!(rank_padding(1), 2);
-        assert_eq!(rank_padding(5), 0);
-    }
 }

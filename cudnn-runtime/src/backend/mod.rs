@@ -4,7 +4,7 @@
 //! 1. Make a [`Cudnn`]: [`Cudnn::new`] on a CUDA stream (plans that execute), or
 //!    [`Cudnn::deviceless`] from a device-properties JSON (real lowering, heuristics and plan
 //!    compilation for that GPU on a machine without one). A missing libcudnn or libcuda is a
-//!    [`BackendError::LibraryMissing`], never a panic.
+//!    [`CudnnError::LibraryMissing`], never a panic.
 //! 2. [`ExecutionPlan::build`] a validated [`crate::Graph`] with [`BuildOptions`]: the graph is
 //!    lowered to one cuDNN operation graph (each op family's lowering lives in its own
 //!    `ops/*/lower.rs`), heuristics propose [`Candidate`]s, each is checked (workspace read
@@ -14,48 +14,50 @@
 //!    [`ExecutionPlan::execute_raw`] with raw device pointers.
 //! 4. [`ExecutionPlan::json`] / [`ExecutionPlan::from_json`]: cuDNN's serialized plan, e.g.
 //!    compiled deviceless in CI and executed on the GPU.
-//! 5. Speed: [`autotune`] times every built candidate and selects the fastest; a [`PlanCache`]
+//! 5. Speed, one layer up in [`crate::engines`]: [`autotune`](crate::engines::autotune) times
+//!    every built candidate and selects the fastest; a [`PlanCache`](crate::engines::PlanCache)
 //!    (in memory, optionally on disk) makes warm starts skip heuristics and compilation; the
-//!    [`engine`] module routes graphs across cuDNN and engines written in Rust (the CPU
-//!    reference among them).
+//!    [`engine`](crate::engines::engine) module routes graphs across cuDNN and engines written
+//!    in Rust (the CPU reference among them).
 //!
-//! Inside, the layers are cudarc's: `sys` → `descriptor.rs` (one RAII descriptor type, one typed
-//! setter/getter per attribute type, every failing status a [`BackendError::Cudnn`] carrying
-//! `cudnnGetLastErrorString`) → these types.
+//! Below it, the crate's cuDNN layer (`src/cudnn/`) holds every raw `sys` call, in cudarc's
+//! layering: `sys` → one RAII descriptor type with one typed setter/getter per attribute type,
+//! every failing status a [`CudnnError::Cudnn`] carrying `cudnnGetLastErrorString` (which
+//! becomes the [`BackendError::Cudnn`] of the same fields) → these types. [`Cudnn`] and
+//! [`cuda_context`] live there and return a [`CudnnError`].
 //!
 //! Threads: a [`Cudnn`] is `Send` but not `Sync` (a cuDNN handle must not be used by two threads
 //! at once), so each thread has its own. An [`ExecutionPlan`] is `Send` and `Sync`: threads share
 //! one plan and execute it, each with its own `Cudnn` on its own stream of the plan's device;
 //! cuDNN's calls on the plan's descriptors take turns on a lock held only for the host-side
 //! enqueue (see [`execute`]). A plan keeps the handle (or device properties) it was made
-//! with alive. [`PlanCache`] is `Sync` and hands out shared plans (`Arc<ExecutionPlan>`).
+//! with alive.
 
-mod autotune;
 mod binding;
-pub mod cache;
-mod context;
-mod descriptor;
-pub mod engine;
+mod buffer;
+mod candidate;
+mod cuda_graph;
 mod error;
 pub mod execute;
 mod heuristics;
-mod library;
 pub(crate) mod lower;
+mod mismatch;
+mod options;
+mod pack;
 mod plan;
+mod variant;
 
 /// The cudarc this layer is built on, for naming its types (streams, device buffers) at the same
 /// version.
 pub use cudarc;
 
-pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
-pub use binding::PlanMismatch;
-pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
-pub use context::{cuda_context, Cudnn};
-pub use engine::{Engine, EngineId, Router};
-pub use error::{BackendError, Status};
-pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
-pub use heuristics::{
+pub use crate::cudnn::{cuda_context, libraries_present, Cudnn, CudnnError, Status};
+pub use candidate::{
     BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
 };
-pub use library::libraries_present;
-pub use plan::{BuildOptions, BuildTimings, ByValueScalar, EngineConfig, ExecutionPlan, VariantLayout};
+pub use error::BackendError;
+pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
+pub use mismatch::PlanMismatch;
+pub use options::{BuildOptions, BuildTimings, EngineConfig};
+pub use plan::ExecutionPlan;
+pub use variant::{ByValueScalar, VariantLayout};

@@ -4,7 +4,7 @@
 use super::layout::{channels_last_order, strides_for_order};
 use super::{Context, Graph, Node, Tensor, TensorId};
 use crate::dim::{channels_last_strides, packed_strides, shape_string, Concrete};
-use crate::error::GraphError;
+use crate::ir::GraphError;
 use crate::ops::{AttrValue, Layout, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};
 use crate::DataType;
 

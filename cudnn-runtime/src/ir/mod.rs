@@ -6,18 +6,20 @@
 //! is held to the same rules.
 
 mod builder;
+mod channels_last;
+mod error;
 mod layout;
 mod picture;
 
 pub use builder::{GraphBuilder, Operand};
-pub use layout::{channels_last_order, type_string, MemoryLayout, NotChannelsLast};
+pub use error::{GraphError, NotChannelsLast};
+pub use layout::{channels_last_order, type_string, MemoryLayout};
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::dim::{byte_span, checked_element_count, shape_string, storage_len, Concrete};
-use crate::error::GraphError;
 use crate::ops::{Op, TensorMeta};
 use crate::DataType;
 

@@ -766,7 +766,7 @@ impl Op {
     }
 
     /// Computes the op on the CPU (see [`crate::reference`]).
-    pub fn reference(&self, inputs: &[&crate::reference::Array]) -> Vec<crate::reference::Array> {
+    pub fn reference(&self, inputs: &[&crate::array::Array]) -> Vec<crate::array::Array> {
         match self {
             Op::Matmul(m) => vec![m.reference(inputs[0], inputs[1])],
             Op::Pointwise(p) => vec![p.reference(inputs)],

@@ -2,70 +2,13 @@
 //! its storage type as cuDNN's memory would (intermediates to the graph's intermediate type,
 //! outputs to theirs). It needs no GPU and no libcudnn, and is the oracle of the GPU tests.
 
-mod array;
+mod error;
 
-pub use array::Array;
+pub use crate::array::{Array, HostSlice};
+pub use error::ArgError;
 
-use crate::error::ArgError;
 use crate::ir::{Graph, Tensor, TensorId};
-use crate::{DataType, Element, Fp8E4M3, Fp8E5M2};
-
-/// A host buffer of any element type, borrowed.
-#[derive(Debug, Clone, Copy)]
-pub enum HostSlice<'a> {
-    /// f32
-    F32(&'a [f32]),
-    /// f64
-    F64(&'a [f64]),
-    /// f16
-    F16(&'a [half::f16]),
-    /// bf16
-    BF16(&'a [half::bf16]),
-    /// i8
-    I8(&'a [i8]),
-    /// u8
-    U8(&'a [u8]),
-    /// i32
-    I32(&'a [i32]),
-    /// i64
-    I64(&'a [i64]),
-    /// bool
-    Bool(&'a [bool]),
-    /// fp8 e4m3
-    Fp8E4M3(&'a [Fp8E4M3]),
-    /// fp8 e5m2
-    Fp8E5M2(&'a [Fp8E5M2]),
-}
-
-macro_rules! host_slice_from {
-    ($($t:ty => $v:ident),*) => {$(
-        impl<'a> From<&'a [$t]> for HostSlice<'a> {
-            fn from(s: &'a [$t]) -> Self { HostSlice::$v(s) }
-        }
-        impl<'a> From<&'a Vec<$t>> for HostSlice<'a> {
-            fn from(s: &'a Vec<$t>) -> Self { HostSlice::$v(s) }
-        }
-    )*
-        impl HostSlice<'_> {
-            /// The element type.
-            pub fn data_type(&self) -> DataType {
-                match self { $(HostSlice::$v(_) => <$t as Element>::DTYPE),* }
-            }
-            /// Elements held.
-            pub fn len(&self) -> usize {
-                match self { $(HostSlice::$v(s) => s.len()),* }
-            }
-            /// True if empty.
-            pub fn is_empty(&self) -> bool {
-                self.len() == 0
-            }
-            fn get(&self, i: usize) -> f64 {
-                match self { $(HostSlice::$v(s) => s[i].to_f64_value()),* }
-            }
-        }
-    };
-}
-host_slice_from!(f32 => F32, f64 => F64, half::f16 => F16, half::bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64, bool => Bool, Fp8E4M3 => Fp8E4M3, Fp8E5M2 => Fp8E5M2);
+use crate::Element;
 
 /// Reads a strided host buffer of `tensor` into a dense array, checking type and length.
 ///

@@ -2,7 +2,7 @@
 //! problem is (a field path such as `tensors["5"].dim`, a node, a port or a tensor), so a message
 //! says what to fix without opening a debugger.
 
-use crate::error::GraphError;
+use crate::ir::GraphError;
 use crate::ops::AttrError;
 
 /// A structural JSON document that [`super::structure_from_json`] rejects.

@@ -21,7 +21,7 @@ use super::layout::{
 use super::layout::{norm_kind_of_tag, NORM_PEER_STATS_FIELD, NORM_PHASE_FIELD, NORM_TAGS};
 use super::{SerializeError, MAX_NODES, MAX_RANK, MAX_TENSORS};
 use crate::dim::{shape_string, Concrete};
-use crate::error::GraphError;
+use crate::ir::GraphError;
 use crate::ops::{matmul, AttrValue, Norm, NormKind, NormPhase, Op, PointwiseMode, TensorMeta};
 use crate::{Context, DataType, Graph, Node, Tensor, TensorId};
 

@@ -9,7 +9,7 @@ pub mod pointwise;
 use cudnn_runtime::rng::SplitMix64;
 
 #[cfg(feature = "cudnn")]
-use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
+use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, CudnnError, ExecutionPlan};
 #[cfg(feature = "cudnn")]
 use cudnn_runtime::{Error, Graph};
 
@@ -28,7 +28,7 @@ pub fn deviceless() -> Option<Cudnn> {
     let json = std::fs::read_to_string(DEVPROP).unwrap_or_else(|e| panic!("reading {DEVPROP}: {e}"));
     match Cudnn::deviceless(&json) {
         Ok(cudnn) => Some(cudnn),
-        Err(e @ BackendError::LibraryMissing { .. }) => {
+        Err(e @ CudnnError::LibraryMissing { .. }) => {
             assert!(
                 std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"),
                 "CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}"

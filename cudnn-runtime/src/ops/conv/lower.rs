@@ -11,10 +11,9 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::{Conv, ConvKind};
-use crate::backend::lower::{LoweredOp, NodeCx};
-use crate::backend::BackendError;
+use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
 
-pub(crate) fn lower(op: &Conv, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
+pub(crate) fn lower(op: &Conv, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     let spatial = cx.input_rank(0).saturating_sub(2);
     let w = op.window(spatial).map_err(|e| cx.unsupported(e.to_string()))?;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;

@@ -38,8 +38,8 @@ use super::{
     AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
     ShapeErrorKind, TensorMeta,
 };
+use crate::array::Array;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
-use crate::reference::Array;
 use crate::DataType;
 
 const fn port(name: &'static str) -> PortSpec {

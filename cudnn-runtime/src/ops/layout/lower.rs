@@ -10,16 +10,13 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Layout;
-use crate::backend::lower::{LoweredOp, NodeCx};
-use crate::backend::BackendError;
+use crate::cudnn::{rank_padding, CudnnError, LoweredOp, NodeCx};
 use crate::dim::packed_strides;
-use crate::ir::TensorId;
 use crate::ops::conv::ConvKind;
-use crate::ops::Op;
 
-pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
+pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     if let Layout::Reshape { .. } = op {
-        let x = cx.graph().tensor(cx.node().inputs[0]);
+        let x = cx.inputs.first().ok_or_else(|| cx.unsupported("it has no input #0".into()))?;
         if x.strides != packed_strides(&x.dims) {
             return Err(cx.unsupported(format!(
                 "a reshape needs a packed (row-major) X; `{}` has strides {:?}",
@@ -31,12 +28,12 @@ pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendEr
         fused_in_place(cx, *in_place_index)?;
         let rank = cx.input_rank(0);
         let axis = op.concat_axis(rank).ok_or_else(|| cx.unsupported(format!("its axis is outside rank {rank}")))?;
-        let inputs = (0..cx.node().inputs.len()).map(|i| cx.input(i)).collect::<Result<Vec<_>, _>>()?;
+        let inputs = (0..cx.inputs.len()).map(|i| cx.input(i)).collect::<Result<Vec<_>, _>>()?;
         let mut operation = cx.descriptor(K::CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR)?;
         operation.set_descriptors(A::CUDNN_ATTR_OPERATION_CONCAT_INPUT_DESCS, &inputs)?;
         operation.set_descriptors(A::CUDNN_ATTR_OPERATION_CONCAT_OUTPUT_DESC, &[cx.output(0)?])?;
         // The tensors' descriptors have as many leading 1s as the lowering pads low ranks with.
-        let axis = axis + crate::backend::lower::rank_padding(rank);
+        let axis = axis + rank_padding(rank);
         operation.set_i64s(A::CUDNN_ATTR_OPERATION_CONCAT_AXIS, &[axis as i64])?;
         if let Some(i) = in_place_index {
             operation.set_i64s(A::CUDNN_ATTR_OPERATION_CONCAT_INPLACE_INDEX, &[*i])?;
@@ -62,32 +59,27 @@ pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendEr
 /// all of these, so the rule is ours: without it each would be a silently wrong result or a
 /// crash, never a typed error. It applies whatever the loaded version, until one is measured to
 /// do better.
-fn fused_in_place(cx: &NodeCx<'_>, in_place_index: Option<i64>) -> Result<(), BackendError> {
-    let (graph, node) = (cx.graph(), cx.node());
-    let fail = |message: String| BackendError::SupportRule {
-        node: node.name.clone(),
-        op: node.op.call_name(),
-        rule: "concat.fused_in_place",
-        message: format!(
-            "{message}; cuDNN 9.19 computes a concatenation only as `concatenate(conv_fprop(..), y0, \
-             in_place_index = 1)`, with y0's values already in the output's memory (it writes the \
-             convolution's part at the start of the axis and copies no input)"
-        ),
+fn fused_in_place(cx: &NodeCx<'_>, in_place_index: Option<i64>) -> Result<(), CudnnError> {
+    let fail = |message: String| {
+        cx.support_rule(
+            "concat.fused_in_place",
+            format!(
+                "{message}; cuDNN 9.19 computes a concatenation only as `concatenate(conv_fprop(..), y0, \
+                 in_place_index = 1)`, with y0's values already in the output's memory (it writes the \
+                 convolution's part at the start of the axis and copies no input)"
+            ),
+        )
     };
-    let producer = |t: TensorId| graph.nodes.iter().find(|n| n.outputs.contains(&t));
-    if node.inputs.len() != 2 || in_place_index != Some(1) {
+    let (ins, outs) = (&cx.inputs, &cx.outputs);
+    if ins.len() != 2 || in_place_index != Some(1) {
         let given = in_place_index.map_or("no in-place index".to_string(), |i| format!("in_place_index = {i}"));
-        return Err(fail(format!("it has {} inputs and {given}", node.inputs.len())));
+        return Err(fail(format!("it has {} inputs and {given}", ins.len())));
     }
-    let (computed, in_place) = (graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1]));
-    match producer(node.inputs[0]) {
-        Some(p) if matches!(&p.op, Op::Conv(c) if c.kind == ConvKind::Fprop) => {}
+    let (computed, in_place) = (&ins[0], &ins[1]);
+    match computed.producer {
+        Some(p) if p == ConvKind::Fprop.name() => {}
         Some(p) => {
-            return Err(fail(format!(
-                "input X[0] (`{}`) is computed by a {}, not a conv_fprop",
-                computed.name,
-                p.op.call_name()
-            )))
+            return Err(fail(format!("input X[0] (`{}`) is computed by a {p}, not a conv_fprop", computed.name)))
         }
         None => {
             return Err(fail(format!("input X[0] (`{}`) is a graph input, not computed in the graph", computed.name)))
@@ -99,12 +91,12 @@ fn fused_in_place(cx: &NodeCx<'_>, in_place_index: Option<i64>) -> Result<(), Ba
             computed.name
         )));
     }
-    if producer(node.inputs[1]).is_some() {
+    if in_place.producer.is_some() {
         return Err(fail(format!("the in-place input X[1] (`{}`) is computed in the graph", in_place.name)));
     }
-    let y = node.outputs[0];
-    if graph.tensor(y).is_virtual || graph.nodes.iter().any(|n| n.inputs.contains(&y)) {
-        return Err(fail(format!("its output `{}` is read by another node", graph.tensor(y).name)));
+    let Some(y) = outs.first() else { return Err(cx.unsupported("it has no output #0".into())) };
+    if y.is_virtual || y.readers > 0 {
+        return Err(fail(format!("its output `{}` is read by another node", y.name)));
     }
     Ok(())
 }

@@ -38,8 +38,8 @@ use super::{
     normalize_axis, AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
     ShapeError, ShapeErrorKind, TensorMeta,
 };
+use crate::array::Array;
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::reference::Array;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];
 

@@ -8,10 +8,9 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Matmul;
-use crate::backend::lower::{LoweredOp, NodeCx};
-use crate::backend::BackendError;
+use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
 
-pub(crate) fn lower(_op: &Matmul, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
+pub(crate) fn lower(_op: &Matmul, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
     desc.set_data_type(A::CUDNN_ATTR_MATMUL_COMP_TYPE, cx.compute_type())?;
     desc.finalize()?;

@@ -12,8 +12,8 @@ pub(crate) mod lower;
 use super::{
     broadcast, AttrSpec, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind, TensorMeta,
 };
+use crate::array::Array;
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::reference::Array;
 use crate::DataType;
 
 /// The call name.

@@ -18,8 +18,7 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::{Grouping, Norm, NormKind};
-use crate::backend::lower::{LoweredOp, NodeCx, MIN_RANK};
-use crate::backend::BackendError;
+use crate::cudnn::{CudnnError, LoweredOp, NodeCx, MIN_RANK};
 
 /// `CUDNN_GENSTATS_SUM_SQSUM`.
 const GENSTATS_SUM_SQSUM: u32 = 0;
@@ -68,7 +67,7 @@ fn genstats_attr(port: &str) -> Option<A> {
     })
 }
 
-pub(crate) fn lower(op: &Norm, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
+pub(crate) fn lower(op: &Norm, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     let rank = cx.input_rank(op.kind.port_index("X").unwrap_or(0));
     if op.kind.grouping() != Grouping::Normalized && rank < MIN_RANK {
         // Lower ranks get leading 1s, which would move the channel away from dim 1.

@@ -12,8 +12,8 @@
 //!   `dscale = Σ dy · x̂` and `dbias = Σ dy` over the elements that share a parameter.
 
 use super::{Grouping, Norm, NormKind, NormPhase};
+use crate::array::Array;
 use crate::dim::packed_strides;
-use crate::reference::Array;
 
 /// Strides that read an array of `dims` broadcast against a larger shape: 0 where a dim is 1.
 fn broadcast_strides(dims: &[i64]) -> Vec<usize> {

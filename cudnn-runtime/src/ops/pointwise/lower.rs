@@ -14,8 +14,7 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::{Pointwise, PointwiseMode};
-use crate::backend::lower::{rank_padding, LoweredOp, NodeCx};
-use crate::backend::BackendError;
+use crate::cudnn::{rank_padding, CudnnError, LoweredOp, NodeCx};
 use crate::ops::normalize_axis;
 use crate::DataType;
 
@@ -42,7 +41,7 @@ fn relu_upper_clip(clip: Option<f64>, compute: DataType) -> f64 {
     clip.map_or(max, |c| c.min(max))
 }
 
-pub(crate) fn lower(op: &Pointwise, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
+pub(crate) fn lower(op: &Pointwise, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     use PointwiseMode as M;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
     desc.set_enum(A::CUDNN_ATTR_POINTWISE_MODE, T::CUDNN_TYPE_POINTWISE_MODE, op.mode.cudnn_value())?;

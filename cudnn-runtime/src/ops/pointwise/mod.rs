@@ -18,8 +18,8 @@ use super::{
     broadcast, normalize_axis, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
     ShapeError, ShapeErrorKind, TensorMeta,
 };
+use crate::array::Array;
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::reference::Array;
 use crate::DataType;
 
 const UNARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: false }];

@@ -8,10 +8,9 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Reduction;
-use crate::backend::lower::{LoweredOp, NodeCx};
-use crate::backend::BackendError;
+use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
 
-pub(crate) fn lower(op: &Reduction, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
+pub(crate) fn lower(op: &Reduction, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_REDUCTION_DESCRIPTOR)?;
     desc.set_data_type(A::CUDNN_ATTR_REDUCTION_COMP_TYPE, cx.compute_type())?;
     desc.set_enum(A::CUDNN_ATTR_REDUCTION_OPERATOR, T::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, op.mode.cudnn_value())?;

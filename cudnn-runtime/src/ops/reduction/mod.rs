@@ -14,8 +14,8 @@ use super::{
     normalize_axis, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
     ShapeErrorKind, TensorMeta,
 };
+use crate::array::Array;
 use crate::dim::Dim;
-use crate::reference::Array;
 use crate::DataType;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];

@@ -10,13 +10,12 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Resample;
-use crate::backend::lower::{LoweredOp, NodeCx};
-use crate::backend::BackendError;
+use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
 
 /// `CUDNN_PROPAGATE_NAN`, as cudnn-frontend sets it.
 const PROPAGATE_NAN: u32 = 1;
 
-pub(crate) fn lower(op: &Resample, cx: &NodeCx<'_>) -> Result<LoweredOp, BackendError> {
+pub(crate) fn lower(op: &Resample, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     let spatial = cx.input_rank(0).saturating_sub(2);
     let (window, w) = op.geometry(spatial).map_err(|e| cx.unsupported(e.to_string()))?;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_RESAMPLE_DESCRIPTOR)?;

@@ -28,8 +28,8 @@ use super::{
     AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
     ShapeErrorKind, TensorMeta,
 };
+use crate::array::Array;
 use crate::dim::{shape_string, Dim};
-use crate::reference::Array;
 use crate::DataType;
 
 /// The call name.

@@ -8,8 +8,8 @@
 //! takes its by-value scalars and workspace tensors from it, and the tests run it on the CPU to
 //! check that the subgraph computes what the reference does.
 
+use crate::cudnn::Port;
 use crate::dim::packed_strides;
-use crate::ir::Tensor;
 use crate::ops::{PointwiseMode, ReductionMode};
 use crate::DataType;
 
@@ -83,9 +83,9 @@ pub(crate) const WORKSPACE_ALIGNMENT: usize = 256;
 /// What [`expand`] needs to know about the node and the target.
 pub(crate) struct Context<'a> {
     /// The node's input tensors, in [`Sdpa::inputs`] order.
-    pub(crate) inputs: &'a [&'a Tensor],
+    pub(crate) inputs: &'a [Port<'a>],
     /// The node's output tensors, in [`Sdpa::outputs`] order.
-    pub(crate) outputs: &'a [&'a Tensor],
+    pub(crate) outputs: &'a [Port<'a>],
     /// The graph's intermediate (virtual tensor) type.
     pub(crate) intermediate: DataType,
     /// The node's compute type.

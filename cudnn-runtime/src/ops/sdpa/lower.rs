@@ -21,9 +21,7 @@ use sys::cudnnBackendDescriptorType_t as K;
 use super::composite::{self, Expansion, Kind, SubOp, SubTensor};
 use super::support::{self, Problem, Target};
 use super::{Implementation, Sdpa};
-use crate::backend::lower::{Descriptor, Internals, NodeCx, ALIGNMENT};
-use crate::backend::{BackendError, Cudnn};
-use crate::ir::{Graph, Node, Tensor};
+use crate::cudnn::{Cudnn, CudnnError, Descriptor, Internals, NodeCx, ALIGNMENT};
 use crate::DataType;
 
 /// The operations of one node, what they refer to, and the tensors the variant pack binds.
@@ -41,59 +39,38 @@ pub(crate) enum Plan {
     Composite(Expansion),
 }
 
-fn tensors<'g>(graph: &'g Graph, ids: &[crate::ir::TensorId]) -> Vec<&'g Tensor> {
-    ids.iter().filter_map(|id| graph.tensors.get(id.0)).collect()
-}
-
-fn rule_error(node: &Node, failure: support::RuleFailure) -> BackendError {
-    BackendError::SupportRule {
-        node: node.name.clone(),
-        op: node.op.call_name(),
-        rule: failure.rule,
-        message: failure.message,
-    }
-}
-
-/// Decides how `node` lowers on `cudnn` and the tensors that adds to the variant pack. Pure
-/// (no cuDNN call), so a plan loaded from JSON gets the same answer as the one that was built.
+/// Decides how the node of `cx` lowers on `cudnn` and the tensors that adds to the variant pack.
+/// Pure (no cuDNN call), so a plan loaded from JSON gets the same answer as the one that was
+/// built.
 pub(crate) fn internals(
     op: &Sdpa,
-    node: &Node,
-    graph: &Graph,
+    cx: &NodeCx<'_>,
     cudnn: &Cudnn,
     next_uid: &mut i64,
-) -> Result<(Plan, Internals), BackendError> {
-    let ins = tensors(graph, &node.inputs);
-    let outs = tensors(graph, &node.outputs);
-    let malformed = || BackendError::Unsupported {
-        node: node.name.clone(),
-        op: node.op.call_name(),
-        reason: "its tensors are not the ones its shape rule gives (validate the graph)".into(),
-    };
+) -> Result<(Plan, Internals), CudnnError> {
+    let (ins, outs) = (&cx.inputs, &cx.outputs);
+    let malformed = || cx.unsupported("its tensors are not the ones its shape rule gives (validate the graph)".into());
     if ins.len() != op.inputs().len() || outs.len() != op.outputs().len() {
         return Err(malformed());
     }
     // The head dim (the last) of every 4-d port must be contiguous.
     let names = op.inputs().into_iter().map(|p| p.name).chain(op.outputs());
-    for (t, port) in ins.iter().chain(&outs).zip(names) {
+    for (t, port) in ins.iter().chain(outs).zip(names) {
         let four_d = ["Q", "K", "V", "O", "dO", "dQ", "dK", "dV"].contains(&port);
         if four_d && t.strides.last() != Some(&1) {
-            return Err(rule_error(
-                node,
-                support::RuleFailure {
-                    rule: "sdpa.strides",
-                    message: format!(
-                        "port {port} (tensor `{}`) has strides {:?}; the head dim (last) must have stride 1",
-                        t.name, t.strides
-                    ),
-                },
+            return Err(cx.support_rule(
+                "sdpa.strides",
+                format!(
+                    "port {port} (tensor `{}`) has strides {:?}; the head dim (last) must have stride 1",
+                    t.name, t.strides
+                ),
             ));
         }
     }
-    let problem = Problem::from_dims(&ins[0].dims, &ins[1].dims, &ins[2].dims, node.compute_data_type == DataType::F32)
+    let problem = Problem::from_dims(&ins[0].dims, &ins[1].dims, &ins[2].dims, cx.compute_type == DataType::F32)
         .ok_or_else(malformed)?;
     let target = Target { version: cudnn.version(), sm: cudnn.sm() };
-    let choice = support::choose(op, &problem, target).map_err(|f| rule_error(node, f))?;
+    let choice = support::choose(op, &problem, target).map_err(|f| cx.support_rule(f.rule, f.message))?;
     match choice {
         Implementation::Fused => {
             let mut internals = Internals::default();
@@ -108,10 +85,10 @@ pub(crate) fn internals(
         }
         Implementation::Composite | Implementation::Auto => {
             let cx = composite::Context {
-                inputs: &ins,
-                outputs: &outs,
-                intermediate: graph.context.intermediate_data_type,
-                compute: node.compute_data_type,
+                inputs: ins,
+                outputs: outs,
+                intermediate: cx.intermediate_type,
+                compute: cx.compute_type,
                 version: cudnn.version(),
             };
             let x = composite::expand(op, &cx, next_uid).ok_or_else(malformed)?;
@@ -134,8 +111,8 @@ pub(crate) fn lower(
     cx: &NodeCx<'_>,
     cudnn: &Cudnn,
     next_uid: &mut i64,
-) -> Result<LoweredSubgraph, BackendError> {
-    let (plan, internals) = internals(op, cx.node(), cx.graph(), cudnn, next_uid)?;
+) -> Result<LoweredSubgraph, CudnnError> {
+    let (plan, internals) = internals(op, cx, cudnn, next_uid)?;
     let (operations, parts) = match plan {
         Plan::Fused { scale } => fused(op, cx, scale)?,
         Plan::Composite(x) => materialize(cx, &x)?,
@@ -144,7 +121,7 @@ pub(crate) fn lower(
 }
 
 /// A tensor descriptor of the lowering's own.
-fn tensor(cx: &NodeCx<'_>, t: &SubTensor) -> Result<Descriptor, BackendError> {
+fn tensor(cx: &NodeCx<'_>, t: &SubTensor) -> Result<Descriptor, CudnnError> {
     let mut d = cx.descriptor(K::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
     d.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, t.data_type)?;
     d.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &t.dims)?;
@@ -163,7 +140,7 @@ fn fused(
     op: &Sdpa,
     cx: &NodeCx<'_>,
     scale: Option<(i64, f64)>,
-) -> Result<(Vec<Descriptor>, Vec<Descriptor>), BackendError> {
+) -> Result<(Vec<Descriptor>, Vec<Descriptor>), CudnnError> {
     let mut parts = Vec::new();
     let mut sdpa = cx.descriptor(K::CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR)?;
     sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, &[cx.input(0)?])?;
@@ -199,7 +176,7 @@ fn fused(
 }
 
 /// Descriptors for an expansion's tensors and operations.
-fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<Descriptor>), BackendError> {
+fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<Descriptor>), CudnnError> {
     // Own descriptors for every tensor but the node's; the node's are borrowed from `cx`.
     let mut own: Vec<Option<Descriptor>> = Vec::with_capacity(x.tensors.len());
     for t in &x.tensors {
@@ -208,7 +185,7 @@ fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<D
             _ => Some(tensor(cx, t)?),
         });
     }
-    let get = |i: usize| -> Result<&Descriptor, BackendError> {
+    let get = |i: usize| -> Result<&Descriptor, CudnnError> {
         match (x.tensors.get(i).map(|t| &t.kind), own.get(i)) {
             (Some(Kind::Input(port)), _) => cx.input(*port),
             (Some(Kind::Output(port)), _) => cx.output(*port),

@@ -12,7 +12,7 @@
 //! element by element.
 
 use super::{Sdpa, SdpaPass};
-use crate::reference::Array;
+use crate::array::Array;
 
 /// Dims of a 4-d array.
 fn dims4(a: &Array) -> [usize; 4] {

@@ -3,10 +3,10 @@
 
 use super::composite::{self, Expansion, Kind, SubOp};
 use super::*;
+use crate::array::Array;
+use crate::cudnn::Port;
 use crate::dim::{Concrete, SymDim, Symbolic};
-use crate::ir::Tensor;
 use crate::ops::{Op, Pointwise, PointwiseMode, ReductionMode};
-use crate::reference::Array;
 
 fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Sdpa {
     let attrs: Vec<(String, AttrValue)> = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
@@ -532,25 +532,24 @@ fn run(x: &Expansion, inputs: &[&Array], n_outputs: usize, round: bool) -> Vec<A
         .collect()
 }
 
-fn tensor(name: &str, uid: i64, a: &Array, dtype: DataType) -> Tensor {
-    Tensor {
-        name: name.into(),
+fn tensor(name: &'static str, uid: i64, a: &Array, dtype: DataType) -> Port<'static> {
+    Port {
+        name,
         uid,
         dims: a.dims.clone(),
         strides: crate::dim::packed_strides(&a.dims),
         data_type: dtype,
         is_virtual: false,
-        pass_by_value: None,
+        producer: None,
+        readers: 0,
     }
 }
 
 fn expand_case(c: &Case, outputs: &[Array], version: usize) -> Expansion {
-    let ins: Vec<Tensor> =
+    let ins: Vec<Port> =
         c.inputs.iter().enumerate().map(|(i, a)| tensor("in", i as i64 + 1, a, DataType::BF16)).collect();
-    let outs: Vec<Tensor> =
+    let outs: Vec<Port> =
         outputs.iter().enumerate().map(|(i, a)| tensor("out", 100 + i as i64, a, DataType::BF16)).collect();
-    let ins: Vec<&Tensor> = ins.iter().collect();
-    let outs: Vec<&Tensor> = outs.iter().collect();
     let cx = composite::Context {
         inputs: &ins,
         outputs: &outs,

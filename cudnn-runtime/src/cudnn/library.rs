@@ -1,12 +1,12 @@
 //! Loading checks. cudarc opens libcudnn and libcuda lazily and *panics* when one is missing; every
 //! entry point of this layer calls these checks first, so a missing library is a
-//! [`BackendError::LibraryMissing`], never a panic.
+//! [`CudnnError::LibraryMissing`], never a panic.
 
 use std::sync::OnceLock;
 
 use cudarc::cudnn::sys;
 
-use super::BackendError;
+use super::CudnnError;
 
 /// The oldest cuDNN this layer drives: 9.8 brought the device-properties descriptor that
 /// deviceless planning needs, and plan JSON, workspace queries without compiling and
@@ -20,7 +20,7 @@ const CUDA_HINT: &str = "install the NVIDIA driver; on a machine without a GPU, 
 
 /// Checks that libcudnn can be opened and is new enough; returns `cudnnGetVersion()`. Both are
 /// looked up once per process.
-pub(crate) fn require_cudnn() -> Result<usize, BackendError> {
+pub(crate) fn require_cudnn() -> Result<usize, CudnnError> {
     static VERSION: OnceLock<Option<usize>> = OnceLock::new();
     let version = *VERSION.get_or_init(|| {
         // SAFETY: `is_culib_present` only tries to dlopen the candidate names (running the
@@ -29,9 +29,9 @@ pub(crate) fn require_cudnn() -> Result<usize, BackendError> {
         unsafe { sys::is_culib_present().then(|| sys::cudnnGetVersion()) }
     });
     match version {
-        None => Err(BackendError::LibraryMissing { library: "libcudnn.so.9", hint: CUDNN_HINT }),
+        None => Err(CudnnError::LibraryMissing { library: "libcudnn.so.9", hint: CUDNN_HINT }),
         Some(found) if found < MIN_CUDNN_VERSION => {
-            Err(BackendError::UnsupportedVersion { found, required: MIN_CUDNN_VERSION })
+            Err(CudnnError::UnsupportedVersion { found, required: MIN_CUDNN_VERSION })
         }
         Some(found) => Ok(found),
     }
@@ -39,14 +39,14 @@ pub(crate) fn require_cudnn() -> Result<usize, BackendError> {
 
 /// Checks that libcuda (the driver, or the CI stand-in) can be opened. cuDNN opens it itself, even
 /// for deviceless planning.
-pub(crate) fn require_driver() -> Result<(), BackendError> {
+pub(crate) fn require_driver() -> Result<(), CudnnError> {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: as in `require_cudnn`.
     let present = *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() });
     if present {
         Ok(())
     } else {
-        Err(BackendError::LibraryMissing { library: "libcuda.so.1", hint: CUDA_HINT })
+        Err(CudnnError::LibraryMissing { library: "libcuda.so.1", hint: CUDA_HINT })
     }
 }
 

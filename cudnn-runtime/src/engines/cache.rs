@@ -39,7 +39,8 @@
 //! ([`PlanCache::with_key`]) so that it signs what it writes and loads only what it signed.
 //!
 //! ```no_run
-//! use cudnn_runtime::backend::{BuildOptions, CacheSource, Cudnn, PlanCache};
+//! use cudnn_runtime::backend::{BuildOptions, Cudnn};
+//! use cudnn_runtime::engines::{CacheSource, PlanCache};
 //! use cudnn_runtime::serialize::plan::Expect;
 //! # fn graph() -> cudnn_runtime::Graph { unimplemented!() }
 //! let cache = PlanCache::with_dir("/tmp/cudnn-graph-plans")?;
@@ -61,7 +62,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, NumericalNote};
+use crate::backend::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, NumericalNote};
 use crate::serialize::plan::{
     load_payload, parse_payload, parse_signed_payload, write, Expect, Payload, PayloadError, PayloadKey, PlanOrigin,
     PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
@@ -107,7 +108,7 @@ impl PlanKey {
     /// The entry's file name in a cache directory.
     ///
     /// ```
-    /// use cudnn_runtime::backend::PlanKey;
+    /// use cudnn_runtime::engines::PlanKey;
     /// let key = PlanKey { graph_fingerprint: 0xab, binding: None, sm: Some(90), cudnn_version: 91900 };
     /// assert!(key.file_name().starts_with("00000000000000ab-"));
     /// assert!(key.file_name().ends_with("-sm90-cudnn91900.plan.json"));

@@ -1,7 +1,7 @@
 //! [`Descriptor`]: one owned `cudnnBackendDescriptor_t` (created on construction, destroyed on
 //! drop) with one typed setter and getter per attribute *type*, so the element size cuDNN reads or
 //! writes always matches the Rust buffer. Every failing status becomes a
-//! [`BackendError::Cudnn`] naming the call, the descriptor kind, the attribute, the graph node and
+//! [`CudnnError::Cudnn`] naming the call, the descriptor kind, the attribute, the graph node and
 //! tensor it was made for, and `cudnnGetLastErrorString`.
 //!
 //! Enum-typed outputs are read into `i32`s, never into cudarc's Rust enums: those are generated
@@ -15,7 +15,7 @@ use sys::cudnnBackendAttributeName_t as Attr;
 use sys::cudnnBackendAttributeType_t as AttrType;
 use sys::cudnnBackendDescriptorType_t as Kind;
 
-use super::{library, BackendError, Status};
+use super::{library, CudnnError, Status};
 use crate::DataType;
 
 /// The graph node and tensor a descriptor was made for, named in its errors.
@@ -135,10 +135,10 @@ pub(crate) fn last_error_message() -> String {
     String::from_utf8_lossy(&buf[..len]).trim_end().to_string()
 }
 
-/// A [`BackendError::Cudnn`] for a call that is not about one descriptor (handle creation,
+/// A [`CudnnError::Cudnn`] for a call that is not about one descriptor (handle creation,
 /// execution).
-pub(crate) fn status_error(call: &'static str, status: sys::cudnnStatus_t, object: &'static str) -> BackendError {
-    BackendError::Cudnn {
+pub(crate) fn status_error(call: &'static str, status: sys::cudnnStatus_t, object: &'static str) -> CudnnError {
+    CudnnError::Cudnn {
         call,
         status: Status::from_sys(status),
         descriptor: object,
@@ -194,19 +194,19 @@ fn element_count(len: usize) -> i64 {
 
 impl Descriptor {
     /// Creates a descriptor of `kind`.
-    pub(crate) fn new(kind: Kind) -> Result<Self, BackendError> {
+    pub(crate) fn new(kind: Kind) -> Result<Self, CudnnError> {
         Self::labelled(kind, Label::default())
     }
 
     /// Creates a descriptor of `kind` whose errors name `label`'s node and tensor.
-    pub(crate) fn labelled(kind: Kind, label: Label) -> Result<Self, BackendError> {
+    pub(crate) fn labelled(kind: Kind, label: Label) -> Result<Self, CudnnError> {
         library::require_cudnn()?;
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the library is loaded (checked above).
         let status = unsafe { sys::cudnnBackendCreateDescriptor(kind, &mut raw) };
         if status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
             let mut e = status_error("cudnnBackendCreateDescriptor", status, kind_name(kind));
-            if let BackendError::Cudnn { node, tensor, .. } = &mut e {
+            if let CudnnError::Cudnn { node, tensor, .. } = &mut e {
                 *node = label.node;
                 *tensor = label.tensor;
             }
@@ -236,9 +236,9 @@ impl Descriptor {
         self.raw
     }
 
-    /// A [`BackendError::Cudnn`] about this descriptor.
-    pub(crate) fn error(&self, call: &'static str, status: sys::cudnnStatus_t, attr: Option<Attr>) -> BackendError {
-        BackendError::Cudnn {
+    /// A [`CudnnError::Cudnn`] about this descriptor.
+    pub(crate) fn error(&self, call: &'static str, status: sys::cudnnStatus_t, attr: Option<Attr>) -> CudnnError {
+        CudnnError::Cudnn {
             call,
             status: Status::from_sys(status),
             descriptor: kind_name(self.kind),
@@ -249,7 +249,7 @@ impl Descriptor {
         }
     }
 
-    fn check(&self, call: &'static str, status: sys::cudnnStatus_t, attr: Option<Attr>) -> Result<(), BackendError> {
+    fn check(&self, call: &'static str, status: sys::cudnnStatus_t, attr: Option<Attr>) -> Result<(), CudnnError> {
         if status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
             Ok(())
         } else {
@@ -258,7 +258,7 @@ impl Descriptor {
     }
 
     /// Finalizes the descriptor: cuDNN validates what was set.
-    pub(crate) fn finalize(&mut self) -> Result<(), BackendError> {
+    pub(crate) fn finalize(&mut self) -> Result<(), CudnnError> {
         // SAFETY: `raw` is a live descriptor.
         let status = unsafe { sys::cudnnBackendFinalize(self.raw) };
         self.check("cudnnBackendFinalize", status, None)?;
@@ -281,7 +281,7 @@ impl Descriptor {
         ty: AttrType,
         count: usize,
         data: *const c_void,
-    ) -> Result<(), BackendError> {
+    ) -> Result<(), CudnnError> {
         // SAFETY: `raw` is live; the caller vouches for `data`.
         let status = unsafe { sys::cudnnBackendSetAttribute(self.raw, attr, ty, element_count(count), data) };
         self.check("cudnnBackendSetAttribute", status, Some(attr))
@@ -299,18 +299,17 @@ impl Descriptor {
         ty: AttrType,
         capacity: usize,
         data: *mut c_void,
-    ) -> Result<usize, BackendError> {
+    ) -> Result<usize, CudnnError> {
         let mut count = 0i64;
         // SAFETY: `raw` is live, `count` is a valid out-pointer; the caller vouches for `data`.
         let status =
             unsafe { sys::cudnnBackendGetAttribute(self.raw, attr, ty, element_count(capacity), &mut count, data) };
         self.check("cudnnBackendGetAttribute", status, Some(attr))?;
-        usize::try_from(count)
-            .map_err(|_| BackendError::BadValue { what: "an attribute's element count", value: count })
+        usize::try_from(count).map_err(|_| CudnnError::BadValue { what: "an attribute's element count", value: count })
     }
 
     /// `CUDNN_TYPE_INT64` array.
-    pub(crate) fn set_i64s(&mut self, attr: Attr, values: &[i64]) -> Result<(), BackendError> {
+    pub(crate) fn set_i64s(&mut self, attr: Attr, values: &[i64]) -> Result<(), CudnnError> {
         // SAFETY: `values` holds `len` i64s, the C type of CUDNN_TYPE_INT64.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_INT64, values.len(), values.as_ptr().cast()) }?;
         match attr {
@@ -324,7 +323,7 @@ impl Descriptor {
     }
 
     /// `CUDNN_TYPE_FRACTION` array, each value `v` as the fraction `v / 1`.
-    pub(crate) fn set_whole_fractions(&mut self, attr: Attr, values: &[i64]) -> Result<(), BackendError> {
+    pub(crate) fn set_whole_fractions(&mut self, attr: Attr, values: &[i64]) -> Result<(), CudnnError> {
         let fractions: Vec<sys::cudnnFraction_t> =
             values.iter().map(|&numerator| sys::cudnnFraction_t { numerator, denominator: 1 }).collect();
         // SAFETY: `fractions` holds `len` `cudnnFraction_t`s, the C type of CUDNN_TYPE_FRACTION.
@@ -332,19 +331,19 @@ impl Descriptor {
     }
 
     /// `CUDNN_TYPE_DOUBLE`.
-    pub(crate) fn set_f64(&mut self, attr: Attr, value: f64) -> Result<(), BackendError> {
+    pub(crate) fn set_f64(&mut self, attr: Attr, value: f64) -> Result<(), CudnnError> {
         // SAFETY: one f64, the C type of CUDNN_TYPE_DOUBLE.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_DOUBLE, 1, ptr::from_ref(&value).cast()) }
     }
 
     /// `CUDNN_TYPE_FLOAT`.
-    pub(crate) fn set_f32(&mut self, attr: Attr, value: f32) -> Result<(), BackendError> {
+    pub(crate) fn set_f32(&mut self, attr: Attr, value: f32) -> Result<(), CudnnError> {
         // SAFETY: one f32, the C type of CUDNN_TYPE_FLOAT.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_FLOAT, 1, ptr::from_ref(&value).cast()) }
     }
 
     /// `CUDNN_TYPE_BOOLEAN`.
-    pub(crate) fn set_bool(&mut self, attr: Attr, value: bool) -> Result<(), BackendError> {
+    pub(crate) fn set_bool(&mut self, attr: Attr, value: bool) -> Result<(), CudnnError> {
         // SAFETY: one Rust bool, which has the size and representation of C/C++ `bool`.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_BOOLEAN, 1, ptr::from_ref(&value).cast()) }?;
         match attr {
@@ -356,7 +355,7 @@ impl Descriptor {
     }
 
     /// `CUDNN_TYPE_DATA_TYPE`.
-    pub(crate) fn set_data_type(&mut self, attr: Attr, value: DataType) -> Result<(), BackendError> {
+    pub(crate) fn set_data_type(&mut self, attr: Attr, value: DataType) -> Result<(), CudnnError> {
         let v: u32 = value.cudnn_value();
         // SAFETY: one 32-bit integer, the size of the C enum `cudnnDataType_t`.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_DATA_TYPE, 1, ptr::from_ref(&v).cast()) }?;
@@ -368,14 +367,14 @@ impl Descriptor {
 
     /// An attribute whose type is a C enum (`CUDNN_TYPE_POINTWISE_MODE`, `CUDNN_TYPE_HEUR_MODE`,
     /// ...), given as its integer value.
-    pub(crate) fn set_enum(&mut self, attr: Attr, ty: AttrType, value: u32) -> Result<(), BackendError> {
+    pub(crate) fn set_enum(&mut self, attr: Attr, ty: AttrType, value: u32) -> Result<(), CudnnError> {
         debug_assert!(is_enum_type(ty), "{ty:?} is not an enum-typed attribute");
         // SAFETY: one 32-bit integer, the size of every cuDNN C enum.
         unsafe { self.set_raw(attr, ty, 1, ptr::from_ref(&value).cast()) }
     }
 
     /// `CUDNN_TYPE_BACKEND_DESCRIPTOR` array.
-    pub(crate) fn set_descriptors(&mut self, attr: Attr, values: &[&Descriptor]) -> Result<(), BackendError> {
+    pub(crate) fn set_descriptors(&mut self, attr: Attr, values: &[&Descriptor]) -> Result<(), CudnnError> {
         const INLINE: usize = 16;
         let mut inline = [ptr::null_mut(); INLINE];
         let spill: Vec<sys::cudnnBackendDescriptor_t>;
@@ -396,26 +395,26 @@ impl Descriptor {
     }
 
     /// `CUDNN_TYPE_HANDLE`. The handle must outlive every use of this descriptor.
-    pub(crate) fn set_handle(&mut self, attr: Attr, handle: sys::cudnnHandle_t) -> Result<(), BackendError> {
+    pub(crate) fn set_handle(&mut self, attr: Attr, handle: sys::cudnnHandle_t) -> Result<(), CudnnError> {
         // SAFETY: one handle pointer, the C type of CUDNN_TYPE_HANDLE.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_HANDLE, 1, ptr::from_ref(&handle).cast()) }
     }
 
     /// `CUDNN_TYPE_VOID_PTR` array. cuDNN stores the pointers; whoever executes with them vouches
     /// for what they point to.
-    pub(crate) fn set_void_ptrs(&mut self, attr: Attr, values: &[*mut c_void]) -> Result<(), BackendError> {
+    pub(crate) fn set_void_ptrs(&mut self, attr: Attr, values: &[*mut c_void]) -> Result<(), CudnnError> {
         // SAFETY: `values` holds `len` pointers, the C type of CUDNN_TYPE_VOID_PTR.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_VOID_PTR, values.len(), values.as_ptr().cast()) }
     }
 
     /// `CUDNN_TYPE_CHAR` array (JSON), without a terminating NUL.
-    pub(crate) fn set_chars(&mut self, attr: Attr, text: &str) -> Result<(), BackendError> {
+    pub(crate) fn set_chars(&mut self, attr: Attr, text: &str) -> Result<(), CudnnError> {
         // SAFETY: `text` holds `len` bytes, the C type of CUDNN_TYPE_CHAR.
         unsafe { self.set_raw(attr, AttrType::CUDNN_TYPE_CHAR, text.len(), text.as_ptr().cast()) }
     }
 
     /// One `CUDNN_TYPE_INT64`.
-    pub(crate) fn get_i64(&self, attr: Attr) -> Result<i64, BackendError> {
+    pub(crate) fn get_i64(&self, attr: Attr) -> Result<i64, CudnnError> {
         let mut v = 0i64;
         // SAFETY: room for one i64.
         unsafe { self.get_raw(attr, AttrType::CUDNN_TYPE_INT64, 1, ptr::from_mut(&mut v).cast()) }?;
@@ -423,7 +422,7 @@ impl Descriptor {
     }
 
     /// One `CUDNN_TYPE_INT32`.
-    pub(crate) fn get_i32(&self, attr: Attr) -> Result<i32, BackendError> {
+    pub(crate) fn get_i32(&self, attr: Attr) -> Result<i32, CudnnError> {
         let mut v = 0i32;
         // SAFETY: room for one i32.
         unsafe { self.get_raw(attr, AttrType::CUDNN_TYPE_INT32, 1, ptr::from_mut(&mut v).cast()) }?;
@@ -431,7 +430,7 @@ impl Descriptor {
     }
 
     /// Up to `capacity` values of an enum-typed attribute, as integers.
-    pub(crate) fn get_enums(&self, attr: Attr, ty: AttrType, capacity: usize) -> Result<Vec<i32>, BackendError> {
+    pub(crate) fn get_enums(&self, attr: Attr, ty: AttrType, capacity: usize) -> Result<Vec<i32>, CudnnError> {
         debug_assert!(is_enum_type(ty), "{ty:?} is not an enum-typed attribute");
         let mut out = vec![0i32; capacity];
         // SAFETY: room for `capacity` 32-bit integers, the size of every cuDNN C enum.
@@ -441,19 +440,14 @@ impl Descriptor {
     }
 
     /// How many descriptors a `CUDNN_TYPE_BACKEND_DESCRIPTOR` attribute holds.
-    pub(crate) fn get_descriptor_count(&self, attr: Attr) -> Result<usize, BackendError> {
+    pub(crate) fn get_descriptor_count(&self, attr: Attr) -> Result<usize, CudnnError> {
         // SAFETY: a count query: capacity 0 with a null buffer.
         unsafe { self.get_raw(attr, AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, ptr::null_mut()) }
     }
 
     /// Up to `count` descriptors of `kind` copied out of a `CUDNN_TYPE_BACKEND_DESCRIPTOR`
     /// attribute (cuDNN fills descriptors the caller created).
-    pub(crate) fn get_descriptors(
-        &self,
-        attr: Attr,
-        kind: Kind,
-        count: usize,
-    ) -> Result<Vec<Descriptor>, BackendError> {
+    pub(crate) fn get_descriptors(&self, attr: Attr, kind: Kind, count: usize) -> Result<Vec<Descriptor>, CudnnError> {
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
             out.push(Descriptor::labelled(kind, self.label.clone())?);
@@ -467,7 +461,7 @@ impl Descriptor {
     }
 
     /// A `CUDNN_TYPE_CHAR` array (JSON) as a string.
-    pub(crate) fn get_chars(&self, attr: Attr) -> Result<String, BackendError> {
+    pub(crate) fn get_chars(&self, attr: Attr) -> Result<String, CudnnError> {
         // SAFETY: a count query: capacity 0 with a null buffer.
         let len = unsafe { self.get_raw(attr, AttrType::CUDNN_TYPE_CHAR, 0, ptr::null_mut()) }?;
         let mut buf = vec![0u8; len];

@@ -11,7 +11,8 @@
 //! whole table comes back as data ([`AutotuneReport`]).
 //!
 //! ```no_run
-//! use cudnn_runtime::backend::{autotune, AutotuneOptions, BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
+//! use cudnn_runtime::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
+//! use cudnn_runtime::engines::{autotune, AutotuneOptions};
 //! # fn graph() -> cudnn_runtime::Graph { unimplemented!() }
 //! let stream = cudnn_runtime::backend::cuda_context(0)?.default_stream();
 //! let cudnn = Cudnn::new(stream)?;
@@ -32,8 +33,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
-use super::plan::ByValueScalar;
-use super::{BackendError, Cudnn, ExecutionPlan};
+use crate::backend::{BackendError, ByValueScalar, Cudnn, ExecutionPlan};
 use crate::DataType;
 
 /// What the scratch input buffers hold.

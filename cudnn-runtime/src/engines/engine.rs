@@ -15,7 +15,7 @@
 //! the reference engine, and the candidate list says why.
 //!
 //! ```
-//! use cudnn_runtime::backend::engine::{EngineId, RoutedTarget, Router};
+//! use cudnn_runtime::engines::engine::{EngineId, RoutedTarget, Router};
 //! use cudnn_runtime::backend::BuildOptions;
 //! use cudnn_runtime::{DataType, GraphBuilder};
 //! let mut g = GraphBuilder::new("twice");
@@ -35,8 +35,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{BackendError, BuildOptions, Candidate, CandidateState, Cudnn, ExecutionPlan, Filter, Rejection};
-use crate::reference::{self, Array, HostSlice};
+use crate::array::{Array, HostSlice};
+use crate::backend::{BackendError, BuildOptions, Candidate, CandidateState, Cudnn, ExecutionPlan, Filter, Rejection};
+use crate::reference;
 use crate::Graph;
 
 /// An engine id: cuDNN's global engine index, or an id in the Rust region.
@@ -74,7 +75,7 @@ impl fmt::Display for EngineId {
 /// An engine written in Rust, running graphs on host buffers.
 ///
 /// ```
-/// use cudnn_runtime::backend::engine::{Engine, EngineId, Router};
+/// use cudnn_runtime::engines::engine::{Engine, EngineId, Router};
 /// use cudnn_runtime::reference::{Array, HostSlice};
 /// use cudnn_runtime::Graph;
 ///

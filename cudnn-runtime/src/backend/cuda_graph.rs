@@ -1,0 +1,211 @@
+//! CUDA graphs of one execute: [`ExecutionPlan::cuda_graph`] records it (populated by cuDNN where
+//! the plan supports it, stream-captured otherwise) as a [`PlanGraph`], which
+//! [`PlanGraph::update`] points at other buffers and [`PlanGraph::launch`] replays.
+
+use std::ptr;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream};
+
+use super::candidate::BehaviorNote;
+use super::plan::ExecutionPlan;
+use super::{BackendError, Cudnn};
+
+/// How [`ExecutionPlan::cuda_graph`] records an execute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GraphMode {
+    /// cuDNN's native API where the plan supports it, stream capture otherwise.
+    #[default]
+    Auto,
+    /// `cudnnBackendPopulateCudaGraph` (an error for plans without
+    /// [`BehaviorNote::SupportsCudaGraphNativeApi`]).
+    Native,
+    /// Stream capture of an ordinary execute.
+    Capture,
+}
+
+impl ExecutionPlan {
+    /// Records one execute of the selected plan, with these raw pointers (as
+    /// [`ExecutionPlan::execute_raw`] takes them), as a CUDA graph that [`PlanGraph::launch`]
+    /// replays on the context's stream. With [`GraphMode::Auto`], where the plan's behavior notes
+    /// include [`BehaviorNote::SupportsCudaGraphNativeApi`], cuDNN populates the graph itself
+    /// (`cudnnBackendPopulateCudaGraph`); otherwise the execute is stream-captured, which needs a
+    /// stream made with `CudaContext::new_stream` (the legacy default stream cannot be captured:
+    /// that is a [`BackendError::Driver`]).
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::execute_raw`], and the pointers must stay valid for every launch of
+    /// the returned graph (it replays them).
+    pub unsafe fn cuda_graph(
+        &self,
+        cudnn: &Cudnn,
+        io: &[u64],
+        workspace: u64,
+        mode: GraphMode,
+    ) -> Result<PlanGraph<'_>, BackendError> {
+        let (handle, _) = self.target(cudnn)?;
+        self.check_raw(io, workspace)?;
+        let native_api = self.selected().behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi);
+        let native = match mode {
+            GraphMode::Auto => native_api,
+            GraphMode::Native if !native_api => {
+                return Err(BackendError::WrongEngine {
+                    graph: self.graph().name.clone(),
+                    engine: format!("cuDNN ({})", self.selected().tag()),
+                    reason: "lacks SUPPORTS_CUDA_GRAPH_NATIVE_API: use GraphMode::Auto or GraphMode::Capture",
+                });
+            }
+            GraphMode::Native => true,
+            GraphMode::Capture => false,
+        };
+        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "recording a CUDA graph" })?.clone();
+        let driver = |call: &'static str, r: cudarc::driver::sys::CUresult| {
+            if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                Ok(())
+            } else {
+                Err(BackendError::Driver { call, message: format!("{r:?}") })
+            }
+        };
+        if native {
+            let pack = self.variant_pack(io, workspace)?;
+            let held = self.descriptors();
+            let plan = held.plan(self.selected_index());
+            let mut graph = ptr::null_mut();
+            // SAFETY: a valid out-pointer; the stream's context is current (`target`).
+            driver("cuGraphCreate", unsafe { cudarc::driver::sys::cuGraphCreate(&mut graph, 0) })?;
+            let mut handles = NativeGraph { graph, exec: ptr::null_mut(), context: stream.context().clone() };
+            // SAFETY: a live handle, plan and pack; `graph` is an empty graph of this context
+            // (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
+            unsafe { crate::cudnn::populate_cuda_graph(handle, plan, &pack, graph.cast()) }?;
+            // SAFETY: a valid out-pointer and a populated graph.
+            driver("cuGraphInstantiateWithFlags", unsafe {
+                cudarc::driver::sys::cuGraphInstantiateWithFlags(&mut handles.exec, handles.graph, 0)
+            })?;
+            return Ok(PlanGraph { kind: GraphKind::Native(handles), stream, plan: self });
+        }
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| BackendError::Driver { call: "cuStreamBeginCapture", message: e.to_string() })?;
+        // SAFETY: as this function's.
+        let launched = unsafe { self.launch(handle, io, workspace) };
+        let captured = stream.end_capture(CUgraphInstantiate_flags(0));
+        launched?;
+        match captured {
+            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), stream, plan: self }),
+            Ok(None) => {
+                Err(BackendError::Driver { call: "cuStreamEndCapture", message: "nothing was captured".into() })
+            }
+            Err(e) => Err(BackendError::Driver { call: "cuStreamEndCapture", message: e.to_string() }),
+        }
+    }
+}
+
+/// A CUDA graph of one execute (see [`ExecutionPlan::cuda_graph`]); it borrows the plan, whose
+/// kernels it launches. Not `Send`: CUDA graphs are not internally synchronized.
+pub struct PlanGraph<'p> {
+    kind: GraphKind,
+    stream: Arc<CudaStream>,
+    plan: &'p ExecutionPlan,
+}
+
+enum GraphKind {
+    /// Populated by cuDNN.
+    Native(NativeGraph),
+    /// Stream-captured.
+    Captured(cudarc::driver::CudaGraph),
+}
+
+struct NativeGraph {
+    graph: cudarc::driver::sys::CUgraph,
+    exec: cudarc::driver::sys::CUgraphExec,
+    context: Arc<CudaContext>,
+}
+
+impl Drop for NativeGraph {
+    fn drop(&mut self) {
+        // Nothing useful can be done with failures here.
+        let _ = self.context.bind_to_thread();
+        // SAFETY: created by cuGraphInstantiateWithFlags / cuGraphCreate, destroyed once each.
+        unsafe {
+            if !self.exec.is_null() {
+                let _ = cudarc::driver::sys::cuGraphExecDestroy(self.exec);
+            }
+            let _ = cudarc::driver::sys::cuGraphDestroy(self.graph);
+        }
+    }
+}
+
+impl std::fmt::Debug for PlanGraph<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PlanGraph({})", if self.is_native() { "populated by cuDNN" } else { "stream-captured" })
+    }
+}
+
+impl PlanGraph<'_> {
+    /// Whether cuDNN populated the graph (`cudnnBackendPopulateCudaGraph`) rather than a stream
+    /// capture.
+    pub fn is_native(&self) -> bool {
+        matches!(self.kind, GraphKind::Native(_))
+    }
+
+    /// Points a graph populated by cuDNN at other buffers without recording it again:
+    /// `cudnnBackendUpdateCudaGraph` rewrites its nodes' arguments for a variant pack of these
+    /// pointers (taken as [`ExecutionPlan::cuda_graph`] takes them), then the instantiated graph
+    /// is updated in place (`cuGraphExecUpdate`). The plan's selection must be the one the graph
+    /// was recorded with. A stream-captured graph cannot be updated this way: that is a
+    /// [`BackendError::WrongEngine`]; record it again instead.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::cuda_graph`]: the new pointers must stay valid for every later launch.
+    /// Launches already enqueued keep the old pointers (CUDA applies an update from the next
+    /// launch on), so those must stay valid until that work is done.
+    pub unsafe fn update(&mut self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
+        let plan = self.plan;
+        let GraphKind::Native(native) = &mut self.kind else {
+            return Err(BackendError::WrongEngine {
+                graph: plan.graph().name.clone(),
+                engine: "a stream-captured CUDA graph".into(),
+                reason: "only graphs populated by cuDNN (GraphMode::Native) can be updated: record it again",
+            });
+        };
+        let (handle, _) = plan.target(cudnn)?;
+        plan.check_raw(io, workspace)?;
+        let pack = plan.variant_pack(io, workspace)?;
+        let held = plan.descriptors();
+        let descriptor = held.plan(plan.selected_index());
+        // SAFETY: a live handle, plan and pack; `native.graph` was populated by cuDNN for this
+        // plan (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
+        unsafe { crate::cudnn::update_cuda_graph(handle, descriptor, &pack, native.graph.cast()) }?;
+        // SAFETY: a plain C struct of an enum and two pointers, for which all zeros is valid.
+        let mut info: cudarc::driver::sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: an instantiated graph and the graph it was instantiated from, topology unchanged
+        // (cuDNN only rewrites node parameters); `info` is a valid out-pointer.
+        let r = unsafe { cudarc::driver::sys::cuGraphExecUpdate_v2(native.exec, native.graph, &mut info) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(BackendError::Driver {
+                call: "cuGraphExecUpdate",
+                message: format!("{r:?} ({:?})", info.result),
+            });
+        }
+        Ok(())
+    }
+
+    /// Replays the execute on the stream it was recorded for.
+    pub fn launch(&self) -> Result<(), BackendError> {
+        let failed = |e: String| BackendError::Driver { call: "cuGraphLaunch", message: e };
+        match &self.kind {
+            GraphKind::Native(native) => {
+                native.context.bind_to_thread().map_err(|e| failed(e.to_string()))?;
+                // SAFETY: an instantiated graph of this context, launched on a live stream.
+                let r = unsafe { cudarc::driver::sys::cuGraphLaunch(native.exec, self.stream.cu_stream()) };
+                if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                    Ok(())
+                } else {
+                    Err(failed(format!("{r:?}")))
+                }
+            }
+            GraphKind::Captured(graph) => graph.launch().map_err(|e| failed(e.to_string())),
+        }
+    }
+}

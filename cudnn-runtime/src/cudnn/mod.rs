@@ -1,0 +1,44 @@
+//! The cuDNN layer: every raw `cudarc::cudnn::sys` call of the crate, below the op families'
+//! lowerings and the backend, in cudarc's layering: `sys` → [`CudnnError`] (every failing status
+//! with `cudnnGetLastErrorString`) → these types.
+//!
+//! - `library`: loading checks (a missing libcudnn or libcuda is an error, never cudarc's panic);
+//! - `descriptor`: one RAII descriptor type with a typed setter and getter per attribute type;
+//! - `context`: [`Cudnn`], a handle on a stream or a deviceless device description;
+//! - `calls`: typed wrappers of the calls on a finalized plan that are not about one
+//!   descriptor's attributes (execute, CUDA-graph populate and update);
+//! - `node` and `port`: the node-lowering context the op families' `lower.rs` get ([`NodeCx`]).
+//!
+//! Public items are re-exported by [`crate::backend`]; the module itself is private.
+
+#[cfg(feature = "cudnn")]
+mod calls;
+#[cfg(feature = "cudnn")]
+mod context;
+#[cfg(feature = "cudnn")]
+mod descriptor;
+#[cfg(feature = "cudnn")]
+mod error;
+#[cfg(feature = "cudnn")]
+mod library;
+#[cfg(feature = "cudnn")]
+mod node;
+mod port;
+
+#[cfg(feature = "cudnn")]
+pub(crate) use calls::{execute, populate_cuda_graph, update_cuda_graph};
+#[cfg(feature = "cudnn")]
+pub use context::{cuda_context, Cudnn};
+#[cfg(feature = "cudnn")]
+pub(crate) use context::{Anchor, Binding};
+#[cfg(feature = "cudnn")]
+pub(crate) use descriptor::{Descriptor, Label, Record};
+#[cfg(feature = "cudnn")]
+pub(crate) use error::{cudnn_message, with_call_failures};
+#[cfg(feature = "cudnn")]
+pub use error::{CudnnError, Status};
+#[cfg(feature = "cudnn")]
+pub use library::libraries_present;
+#[cfg(feature = "cudnn")]
+pub(crate) use node::{padded_layout, rank_padding, Internals, LoweredOp, NodeCx, ALIGNMENT, MAX_RANK, MIN_RANK};
+pub(crate) use port::Port;

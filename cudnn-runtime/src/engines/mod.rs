@@ -1,0 +1,20 @@
+//! Engines over the backend and the reference executor: where a graph runs and how fast it gets
+//! there.
+//!
+//! 1. [`engine`]: the [`Engine`] trait, [`EngineId`]s and the [`Router`], which sends each graph
+//!    to cuDNN or to an engine written in Rust (the CPU reference among them).
+//! 2. [`autotune`](fn@autotune): times every built candidate of a plan and selects the fastest.
+//! 3. [`cache`]: a [`PlanCache`] (in memory, optionally on disk) makes warm starts skip
+//!    heuristics and compilation; it is `Sync` and hands out shared plans
+//!    (`Arc<ExecutionPlan>`).
+//!
+//! These sat in `backend` before; they moved here because they use the backend *and* the
+//! reference executor (and plan payloads), so the backend can stay below them.
+
+mod autotune;
+pub mod cache;
+pub mod engine;
+
+pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
+pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
+pub use engine::{Engine, EngineId, Router};
