@@ -11,7 +11,7 @@ use std::fmt;
 
 use super::Graph;
 use crate::dim::{channels_last_strides, packed_strides};
-use crate::ops::Op;
+use crate::ops::ChannelsLast;
 use crate::DataType;
 
 /// A tensor's memory layout.
@@ -169,7 +169,7 @@ impl Graph {
         }
         let mut convolutional = vec![false; self.nodes.len()];
         for (k, n) in self.nodes.iter().enumerate() {
-            if matches!(n.op, Op::Conv(_) | Op::Resample(_)) {
+            if n.op.layout_policy().channels_last == ChannelsLast::Anchor {
                 let r = root(&mut chain, k);
                 convolutional[r] = true;
             }

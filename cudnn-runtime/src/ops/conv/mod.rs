@@ -34,10 +34,11 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
-    ShapeErrorKind, TensorMeta,
-};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
 use crate::reference::Array;
 use crate::DataType;
@@ -680,6 +681,58 @@ impl Taps {
             }
         }
         Taps { list, outputs: n_out as usize, filter: n_filter as usize, inputs: count(input) as usize }
+    }
+}
+
+
+impl OpFamily for Conv {
+    type Kind = ConvKind;
+
+    const KINDS: &'static [ConvKind] = ConvKind::ALL;
+
+    fn signature_of(kind: ConvKind) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> ConvKind {
+        self.kind
+    }
+
+    fn from_attrs(kind: ConvKind, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Conv::from_attrs(kind, attrs)
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Conv::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        self.kind.signature().inputs.to_vec()
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        self.kind.signature().outputs.to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Conv::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Conv::reference(self, inputs[0], inputs[1])]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx).map(Into::into)
     }
 }
 

@@ -34,10 +34,11 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    normalize_axis, AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
-    ShapeError, ShapeErrorKind, TensorMeta,
-};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::reference::Array;
 
@@ -519,6 +520,62 @@ fn concat_infer<D: Dim>(
     // Y's type is the graph's (the intermediate type, or the declared output type), as for a
     // pointwise op: an f32 intermediate and an f16 input concatenate into either.
     Ok(OutputMeta { dims, dtype: None })
+}
+
+
+impl OpFamily for Layout {
+    type Kind = LayoutKind;
+
+    const KINDS: &'static [LayoutKind] = LayoutKind::ALL;
+
+    fn signature_of(kind: LayoutKind) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> LayoutKind {
+        self.kind()
+    }
+
+    fn from_attrs(kind: LayoutKind, attrs: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError> {
+        Layout::from_attrs(kind, attrs, inputs)
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Layout::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        Layout::inputs(self).to_vec()
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        OUTPUTS.to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Layout::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Layout::reference(self, inputs)]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        let channels_last = match self {
+            Layout::Concatenate { .. } => ChannelsLast::Follow,
+            Layout::Reshape { .. } | Layout::Transpose { .. } | Layout::Slice { .. } => ChannelsLast::No,
+        };
+        LayoutPolicy { channels_last, outputs: OutputLayout::View(self) }
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx).map(Into::into)
+    }
 }
 
 #[cfg(test)]

@@ -9,9 +9,11 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    broadcast, AttrSpec, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind, TensorMeta,
-};
+use super::signature::{AttrValue, AttrSpec, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{broadcast, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{LayoutPolicy, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::reference::Array;
 use crate::DataType;
@@ -144,6 +146,56 @@ impl Matmul {
             }
         }
         out
+    }
+}
+
+
+impl OpFamily for Matmul {
+    type Kind = ();
+
+    const KINDS: &'static [()] = &[()];
+
+    fn signature_of(_kind: ()) -> OpSignature {
+        signature()
+    }
+
+    fn kind(&self) {}
+
+    fn from_attrs(_kind: (), attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Matmul::from_attrs(attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Vec::new()
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        INPUTS.to_vec()
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        OUTPUTS.to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Matmul::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Matmul::reference(self, inputs[0], inputs[1])]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy::PACKED
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx).map(Into::into)
     }
 }
 

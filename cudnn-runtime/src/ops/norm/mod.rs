@@ -41,11 +41,13 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod lower;
 mod reference;
 
-use super::{
-    AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind,
-    TensorMeta,
-};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::reference::Array;
 use crate::DataType;
 
 const fn port(name: &'static str) -> PortSpec {
@@ -560,6 +562,58 @@ impl Rules {
             }
         }
         Ok(stats)
+    }
+}
+
+
+impl OpFamily for Norm {
+    type Kind = NormKind;
+
+    const KINDS: &'static [NormKind] = NormKind::ALL;
+
+    fn signature_of(kind: NormKind) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> NormKind {
+        self.kind
+    }
+
+    fn from_attrs(kind: NormKind, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Norm::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Norm::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        self.kind.signature().inputs.to_vec()
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        Norm::outputs(self).to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Norm::infer(self, inputs, cx)
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        Norm::reference(self, inputs)
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx).map(Into::into)
     }
 }
 

@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    broadcast, normalize_axis, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
-    ShapeError, ShapeErrorKind, TensorMeta,
-};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{broadcast, normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::reference::Array;
 use crate::DataType;
@@ -457,6 +458,58 @@ fn gelu_tanh(x: f64) -> (f64, f64) {
     let th = u.tanh();
     let du = c * (1.0 + 3.0 * 0.044715 * x * x);
     (0.5 * x * (1.0 + th), 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du)
+}
+
+
+impl OpFamily for Pointwise {
+    type Kind = PointwiseMode;
+
+    const KINDS: &'static [PointwiseMode] = PointwiseMode::ALL;
+
+    fn signature_of(kind: PointwiseMode) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> PointwiseMode {
+        self.mode
+    }
+
+    fn from_attrs(kind: PointwiseMode, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Pointwise::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Pointwise::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        self.mode.signature().inputs.to_vec()
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        self.mode.signature().outputs.to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Pointwise::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Pointwise::reference(self, inputs)]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::Follow, outputs: OutputLayout::LikeInput }
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx).map(Into::into)
+    }
 }
 
 #[cfg(test)]

@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    normalize_axis, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
-    ShapeErrorKind, TensorMeta,
-};
-use crate::dim::Dim;
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{LayoutPolicy, OpFamily};
+use super::Family;
+use crate::dim::{Dim, DimCx};
 use crate::reference::Array;
 use crate::DataType;
 
@@ -184,6 +185,58 @@ impl Reduction {
             }
         }
         out
+    }
+}
+
+
+impl OpFamily for Reduction {
+    type Kind = ReductionMode;
+
+    const KINDS: &'static [ReductionMode] = ReductionMode::ALL;
+
+    fn signature_of(kind: ReductionMode) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> ReductionMode {
+        self.mode
+    }
+
+    fn from_attrs(kind: ReductionMode, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Reduction::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Reduction::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        self.mode.signature().inputs.to_vec()
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        self.mode.signature().outputs.to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Reduction::infer(self, inputs).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Reduction::reference(self, inputs[0])]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy::PACKED
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx).map(Into::into)
     }
 }
 

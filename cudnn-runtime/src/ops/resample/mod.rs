@@ -24,11 +24,12 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod lower;
 
 use super::conv::{padding_attrs, padding_names, paddings, rule, spatial_list, ConvMode, Taps, Window};
-use super::{
-    AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
-    ShapeErrorKind, TensorMeta,
-};
-use crate::dim::{shape_string, Dim};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
+use crate::dim::{shape_string, Dim, DimCx};
 use crate::reference::Array;
 use crate::DataType;
 
@@ -336,6 +337,56 @@ impl Resample {
         } else {
             vec![y]
         }
+    }
+}
+
+
+impl OpFamily for Resample {
+    type Kind = ();
+
+    const KINDS: &'static [()] = &[()];
+
+    fn signature_of(_kind: ()) -> OpSignature {
+        signature()
+    }
+
+    fn kind(&self) {}
+
+    fn from_attrs(_kind: (), attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Resample::from_attrs(attrs)
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Resample::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        INPUTS.to_vec()
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        Resample::outputs(self).to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Resample::infer(self, inputs)
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        Resample::reference(self, inputs[0])
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx).map(Into::into)
     }
 }
 

@@ -41,11 +41,13 @@ pub(crate) mod lower;
 mod reference;
 pub mod support;
 
-use super::{
-    AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind,
-    TensorMeta,
-};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::family::{LayoutPolicy, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::reference::Array;
 use crate::DataType;
 
 /// The forward call name.
@@ -713,6 +715,62 @@ impl Sdpa {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
         }
         Ok(())
+    }
+}
+
+
+impl OpFamily for Sdpa {
+    type Kind = SdpaPass;
+
+    const KINDS: &'static [SdpaPass] = &SdpaPass::ALL;
+
+    fn signature_of(kind: SdpaPass) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> SdpaPass {
+        self.pass
+    }
+
+    fn from_attrs(kind: SdpaPass, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Sdpa::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Sdpa::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        Sdpa::inputs(self)
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        Sdpa::outputs(self)
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Sdpa::infer(self, inputs, cx)
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        Sdpa::reference(self, inputs)
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy::PACKED
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(
+        &self,
+        cx: &crate::ops::family::lowering::NodeCx<'_>,
+        cudnn: &crate::backend::Cudnn, next_uid: &mut i64,
+    ) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx, cudnn, next_uid).map(|sub| crate::ops::family::lowering::Lowered {
+            operations: sub.operations,
+            parts: sub.parts,
+            internals: sub.internals,
+        })
     }
 }
 

@@ -1,0 +1,124 @@
+//! [`OpFamily`], the contract every op family's folder fulfils: its ops by name, how a call's
+//! attributes build one, its ports, shape rule, CPU reference, layout policy and cuDNN lowering.
+//! The `families!` list in `ops/mod.rs` generates [`Op`](super::Op) and its delegating methods
+//! from it, so a family that leaves one out does not compile.
+
+use super::attrs::{AttrError, Attrs};
+use super::shape::{OutputMeta, ShapeError, TensorMeta};
+use super::signature::{AttrValue, OpSignature, PortSpec};
+use super::Layout;
+use crate::dim::{Dim, DimCx};
+use crate::reference::Array;
+
+/// One op family: the type an [`Op`](super::Op) variant holds.
+pub(crate) trait OpFamily: Sized {
+    /// What picks one op of the family (`PointwiseMode`, `ConvKind`); `()` for a family of one op.
+    type Kind: Copy + 'static;
+
+    /// Every op of the family, in the order [`super::all_names`] lists them.
+    const KINDS: &'static [Self::Kind];
+
+    /// The signature of the op of this kind.
+    fn signature_of(kind: Self::Kind) -> OpSignature;
+
+    /// The kind of this op.
+    fn kind(&self) -> Self::Kind;
+
+    /// The kind whose call name is `name`, if the family has one.
+    fn kind_named(name: &str) -> Option<Self::Kind> {
+        Self::KINDS.iter().copied().find(|&k| Self::signature_of(k).name == name)
+    }
+
+    /// Builds the op of `kind` from attributes already checked against its signature, for a call
+    /// with `inputs` positional arguments.
+    fn from_attrs(kind: Self::Kind, attrs: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError>;
+
+    /// The attributes that rebuild this op, defaults omitted.
+    fn call_attrs(&self) -> Vec<(String, AttrValue)>;
+
+    /// The inputs this instance takes, in order.
+    fn inputs(&self) -> Vec<PortSpec>;
+
+    /// The outputs this instance produces, in order.
+    fn outputs(&self) -> Vec<&'static str>;
+
+    /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists.
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>)
+        -> Result<Vec<OutputMeta<D>>, ShapeError>;
+
+    /// The op on the CPU, on as many inputs as [`OpFamily::inputs`] lists.
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array>;
+
+    /// How the builder lays out the virtual tensors around this op where their strides are unset.
+    fn layout_policy(&self) -> LayoutPolicy<'_>;
+
+    /// The node's cuDNN operation descriptors.
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &lowering::NodeCx<'_>, cudnn: &crate::backend::Cudnn, next_uid: &mut i64) -> LowerResult;
+}
+
+/// How the builder lays out the virtual tensors around an op whose strides are unset (graph
+/// ports keep their declared layout).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayoutPolicy<'a> {
+    /// Its channels-last rule.
+    pub(crate) channels_last: ChannelsLast,
+    /// How its outputs are laid out.
+    pub(crate) outputs: OutputLayout<'a>,
+}
+
+impl LayoutPolicy<'_> {
+    /// No preference: packed row-major.
+    pub(crate) const PACKED: LayoutPolicy<'static> =
+        LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::Packed };
+}
+
+/// Whether an op lays its ports out channels-last (NHWC, what cuDNN's fused convolution engines
+/// want).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChannelsLast {
+    /// Not its concern.
+    No,
+    /// Its virtual ports of rank 3 to 5 are channels-last (convolutions, pooling).
+    Anchor,
+    /// Its virtual ports take channels-last from another of its ports of the same rank that has
+    /// it (a convolution's biased and activated intermediates, a concatenation of them).
+    Follow,
+}
+
+/// How an op's outputs with unset strides are laid out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OutputLayout<'a> {
+    /// Packed row-major.
+    Packed,
+    /// A virtual output packed in the dim order of its first input of the same dims whose
+    /// layout is set, so a channels-last input keeps its layout through a fused chain.
+    LikeInput,
+    /// Y is a view of X (or X's layout carried over): [`Layout::output_strides`].
+    View(&'a Layout),
+}
+
+/// What [`OpFamily::lower`] gives.
+#[cfg(feature = "cudnn")]
+pub(crate) type LowerResult = Result<lowering::Lowered, crate::backend::BackendError>;
+
+/// The lowering's vocabulary as the families see it.
+#[cfg(feature = "cudnn")]
+pub(crate) mod lowering {
+    pub(crate) use crate::backend::lower::NodeCx;
+    use crate::backend::lower::{Descriptor, Internals, LoweredOp};
+
+    /// A node's operations, the descriptors they refer to, and the tensors the lowering added
+    /// that the variant pack binds.
+    pub(crate) struct Lowered {
+        pub(crate) operations: Vec<Descriptor>,
+        pub(crate) parts: Vec<Descriptor>,
+        pub(crate) internals: Internals,
+    }
+
+    impl From<LoweredOp> for Lowered {
+        fn from(op: LoweredOp) -> Self {
+            Lowered { operations: vec![op.operation], parts: op.parts, internals: Internals::default() }
+        }
+    }
+}
