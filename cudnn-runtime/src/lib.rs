@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+mod codec;
 pub mod dim;
 pub mod dtype;
 pub mod error;

@@ -4,9 +4,11 @@
 //! from it, so a family that leaves one out does not compile.
 
 use super::attrs::{AttrError, Attrs};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::shape::{OutputMeta, ShapeError, TensorMeta};
 use super::signature::{AttrValue, OpSignature, PortSpec};
 use super::Layout;
+use crate::codec::json::Obj;
 use crate::dim::{Dim, DimCx};
 use crate::reference::Array;
 
@@ -51,6 +53,15 @@ pub(crate) trait OpFamily: Sized {
 
     /// How the builder lays out the virtual tensors around this op where their strides are unset.
     fn layout_policy(&self) -> LayoutPolicy<'_>;
+
+    /// The cudnn-frontend tags its nodes have (`MATMUL`, `CONV_FPROP`, ...).
+    const TAGS: &'static [&'static str];
+
+    /// Reads a node of one of [`OpFamily::TAGS`] from its cudnn-frontend fields.
+    fn read_frontend(node: &Obj<'_>, label: &str, tag: &str) -> Result<FrontendNode, ReadError>;
+
+    /// This op's cudnn-frontend fields, the tag included.
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields;
 
     /// The node's cuDNN operation descriptors.
     #[cfg(feature = "cudnn")]

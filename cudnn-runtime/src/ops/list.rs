@@ -40,6 +40,25 @@ macro_rules! families {
                 $(.chain(<$name as OpFamily>::KINDS.iter().map(|&k| <$name as OpFamily>::signature_of(k).name)))*
         }
 
+        /// Every cudnn-frontend tag the structural JSON reads, family by family.
+        pub(crate) fn frontend_tags() -> impl Iterator<Item = &'static str> {
+            std::iter::empty() $(.chain(<$name as OpFamily>::TAGS.iter().copied()))*
+        }
+
+        /// Reads a node from its cudnn-frontend fields; `None` for a tag no family has.
+        pub(crate) fn read_frontend(
+            node: &crate::codec::json::Obj<'_>,
+            label: &str,
+            tag: &str,
+        ) -> Option<Result<codec::FrontendNode, codec::ReadError>> {
+            $(
+                if <$name as OpFamily>::TAGS.contains(&tag) {
+                    return Some(<$name as OpFamily>::read_frontend(node, label, tag));
+                }
+            )*
+            None
+        }
+
         impl Op {
             /// [`Op::from_call`] for a call with `inputs` positional arguments: an op that takes any
             /// number of inputs (`concatenate`) takes that many; the others keep their ports, and their
@@ -123,6 +142,13 @@ macro_rules! families {
                 Ok(match self {
                     $( Op::$name(op) => OpFamily::reference(op, inputs), )*
                 })
+            }
+
+            /// This op's cudnn-frontend fields, the tag included.
+            pub(crate) fn write_frontend(&self, cx: &codec::WriteCx<'_>) -> codec::FrontendFields {
+                match self {
+                    $( Op::$name(op) => OpFamily::write_frontend(op, cx), )*
+                }
             }
 
             /// How the builder lays out the virtual tensors around this op.

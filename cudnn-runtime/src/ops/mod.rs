@@ -14,6 +14,7 @@
 //! run time produce the same [`Op`].
 
 mod attrs;
+pub(crate) mod codec;
 mod family;
 mod list;
 mod shape;

@@ -31,15 +31,18 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::reference::Array;
 use crate::DataType;
 
@@ -724,6 +727,16 @@ impl OpFamily for Conv {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
+    }
+
+    const TAGS: &'static [&'static str] = &[ConvKind::Fprop.frontend_tag(), ConvKind::Dgrad.frontend_tag(), ConvKind::Wgrad.frontend_tag()];
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, tag)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]

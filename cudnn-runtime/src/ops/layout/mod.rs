@@ -31,15 +31,18 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::reference::Array;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];
@@ -566,6 +569,21 @@ impl OpFamily for Layout {
             Layout::Reshape { .. } | Layout::Transpose { .. } | Layout::Slice { .. } => ChannelsLast::No,
         };
         LayoutPolicy { channels_last, outputs: OutputLayout::View(self) }
+    }
+
+    const TAGS: &'static [&'static str] = &[
+        LayoutKind::Reshape.frontend_tag(),
+        LayoutKind::Transpose.frontend_tag(),
+        LayoutKind::Slice.frontend_tag(),
+        LayoutKind::Concatenate.frontend_tag(),
+    ];
+
+    fn read_frontend(node: &Obj<'_>, label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, label, tag)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]

@@ -6,15 +6,18 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
 use super::signature::{AttrValue, AttrSpec, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::reference::Array;
 use crate::DataType;
 
@@ -187,6 +190,16 @@ impl OpFamily for Matmul {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy::PACKED
+    }
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node)
+    }
+
+    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write()
     }
 
     #[cfg(feature = "cudnn")]

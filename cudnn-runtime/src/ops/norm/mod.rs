@@ -37,6 +37,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 mod reference;
@@ -44,9 +45,11 @@ mod reference;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::reference::Array;
 use crate::DataType;
 
@@ -605,6 +608,16 @@ impl OpFamily for Norm {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
+    }
+
+    const TAGS: &'static [&'static str] = codec::TAGS;
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, tag)
+    }
+
+    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self)
     }
 
     #[cfg(feature = "cudnn")]

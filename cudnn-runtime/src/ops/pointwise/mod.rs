@@ -11,15 +11,18 @@ use std::f64::consts::{FRAC_2_SQRT_PI, SQRT_2};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::reference::Array;
 use crate::DataType;
 
@@ -500,6 +503,16 @@ impl OpFamily for Pointwise {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Follow, outputs: OutputLayout::LikeInput }
+    }
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, label)
+    }
+
+    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self)
     }
 
     #[cfg(feature = "cudnn")]

@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
@@ -27,9 +28,11 @@ use super::conv::{padding_attrs, padding_names, paddings, rule, spatial_list, Co
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::reference::Array;
 use crate::DataType;
 
@@ -378,6 +381,16 @@ impl OpFamily for Resample {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
+    }
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, label)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 // The lowering's description; the tests run it on the CPU.
 #[cfg(any(feature = "cudnn", test))]
 pub(crate) mod composite;
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 mod reference;
@@ -44,9 +45,11 @@ pub mod support;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::reference::Array;
 use crate::DataType;
 
@@ -758,6 +761,16 @@ impl OpFamily for Sdpa {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy::PACKED
+    }
+
+    const TAGS: &'static [&'static str] = codec::TAGS;
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, tag)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]
