@@ -2,7 +2,7 @@
 //! cuDNN's spelling (`RELU_FWD`), `axis`, and the float parameters as hex bit patterns, each
 //! readable only for the modes that take it.
 
-use super::{Pointwise, PointwiseMode};
+use super::{Pointwise, PointwiseMode, AXIS, PARAMS};
 use crate::codec::float::same_f32;
 use crate::codec::json::{Json, Obj};
 use crate::codec::{f32_or_null, f32_value, CodecError};
@@ -12,42 +12,26 @@ use crate::ops::AttrValue;
 /// The node tag.
 pub(crate) const TAG: &str = "POINTWISE";
 
-/// `Pointwise_attributes`'s own fields.
-const FIELDS: [&str; 8] = [
-    "axis",
-    "elu_alpha",
-    "mode",
-    "relu_lower_clip",
-    "relu_lower_clip_slope",
-    "relu_upper_clip",
-    "softplus_beta",
-    "swish_beta",
-];
+/// `Pointwise_attributes`'s own fields, in alphabetical order (as the unknown-field error lists
+/// them): the mode, the axis and every parameter's.
+fn fields() -> Vec<&'static str> {
+    let mut fields: Vec<&'static str> = ["mode", AXIS].into_iter().chain(PARAMS.iter().map(|p| p.field)).collect();
+    fields.sort_unstable();
+    fields
+}
 
-/// cudnn-frontend's `Pointwise_attributes` float fields, in the order its JSON lists them.
-const FLOAT_FIELDS: [&str; 6] =
-    ["relu_lower_clip", "relu_upper_clip", "relu_lower_clip_slope", "swish_beta", "elu_alpha", "softplus_beta"];
-
-/// The DSL attribute a cudnn-frontend pointwise field sets, for `mode`; `None` if the mode does not
-/// take it. (`beta` is `swish_beta` for swish and `softplus_beta` for softplus.)
+/// The DSL attribute a cudnn-frontend pointwise field sets, for `mode`; `None` if the mode does
+/// not take it.
 fn dsl_attr_of(field: &str, mode: PointwiseMode) -> Option<&'static str> {
-    use PointwiseMode as M;
-    let name = match field {
-        "relu_lower_clip" => "lower_clip",
-        "relu_upper_clip" => "upper_clip",
-        "relu_lower_clip_slope" => "lower_clip_slope",
-        "elu_alpha" => "alpha",
-        "axis" => "axis",
-        "swish_beta" if matches!(mode, M::Swish | M::SwishBwd) => "beta",
-        "softplus_beta" if matches!(mode, M::Softplus | M::SoftplusBwd) => "beta",
-        _ => return None,
-    };
-    mode.signature().attrs.iter().any(|a| a.name == name).then_some(name)
+    if field == AXIS {
+        return mode.signature().attrs.iter().any(|a| a.name == AXIS).then_some(AXIS);
+    }
+    mode.params().floats.iter().find(|p| p.field == field).map(|p| p.attr)
 }
 
 /// A `POINTWISE` node.
 pub(crate) fn read(n: &Obj<'_>, label: &str) -> Result<FrontendNode, ReadError> {
-    deny_unknown_node_fields(n, &FIELDS)?;
+    deny_unknown_node_fields(n, &fields())?;
     let mode_name = n.str("mode")?;
     let mode = PointwiseMode::from_cudnn_name(mode_name).ok_or_else(|| CodecError::UnknownEnum {
         path: n.field_path("mode"),
@@ -55,14 +39,14 @@ pub(crate) fn read(n: &Obj<'_>, label: &str) -> Result<FrontendNode, ReadError> 
         value: mode_name.to_string(),
     })?;
     let mut attrs = Vec::new();
-    for field in std::iter::once("axis").chain(FLOAT_FIELDS) {
+    for field in std::iter::once(AXIS).chain(PARAMS.iter().map(|p| p.field)) {
         let Some(v) = n.get(field) else { continue };
         let dsl = dsl_attr_of(field, mode).ok_or_else(|| CodecError::AttrNotAccepted {
             node: label.to_string(),
             mode: mode.cudnn_name(),
             field,
         })?;
-        let value = if field == "axis" {
+        let value = if field == AXIS {
             FrontendAttr::Int(v.as_i64(&n.field_path(field))?)
         } else {
             FrontendAttr::F32(f32_value(v, &n.field_path(field))?)
@@ -89,8 +73,8 @@ fn check_exact_attrs(fe: &FrontendNode, n: &Obj<'_>, ext_path: &str, ext: &CallA
     }
     let mode = PointwiseMode::from_name(fe.call);
     if let Some((k, _)) = ext.iter().find(|(k, _)| !fe.attrs.iter().any(|(_, dsl, _)| dsl == k)) {
-        let field = std::iter::once("axis")
-            .chain(FLOAT_FIELDS)
+        let field = std::iter::once(AXIS)
+            .chain(PARAMS.iter().map(|p| p.field))
             .find(|f| mode.and_then(|m| dsl_attr_of(f, m)) == Some(k.as_str()))
             .unwrap_or(k.as_str());
         return Err(CodecError::ExtensionMismatch { path: format!("{ext_path}.{k}"), field: n.field_path(field) }.into());
@@ -100,17 +84,10 @@ fn check_exact_attrs(fe: &FrontendNode, n: &Obj<'_>, ext_path: &str, ext: &CallA
 
 /// The fields of a `POINTWISE` node: every parameter, `null` where unset.
 pub(crate) fn write(p: &Pointwise) -> FrontendFields {
-    FrontendFields::plain(vec![
-        ("axis", p.axis.map_or(Json::Null, Json::Int)),
-        ("elu_alpha", f32_or_null(p.elu_alpha)),
-        ("mode", Json::str(p.mode.cudnn_name())),
-        ("relu_lower_clip", f32_or_null(p.relu_lower_clip)),
-        ("relu_lower_clip_slope", f32_or_null(p.relu_lower_clip_slope)),
-        ("relu_upper_clip", f32_or_null(p.relu_upper_clip)),
-        ("softplus_beta", f32_or_null(p.softplus_beta)),
-        ("swish_beta", f32_or_null(p.swish_beta)),
-        ("tag", Json::str(TAG)),
-    ])
+    let mut fields = vec![(AXIS, p.axis.map_or(Json::Null, Json::Int)), ("mode", Json::str(p.mode.cudnn_name()))];
+    fields.extend(PARAMS.iter().map(|param| (param.field, f32_or_null(param.get(p)))));
+    fields.push(("tag", Json::str(TAG)));
+    FrontendFields::plain(fields)
 }
 
 #[cfg(test)]
