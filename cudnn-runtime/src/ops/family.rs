@@ -38,11 +38,17 @@ pub(crate) trait OpFamily: Sized {
     /// The attributes that rebuild this op, defaults omitted.
     fn call_attrs(&self) -> Vec<(String, AttrValue)>;
 
-    /// The inputs this instance takes, in order.
-    fn inputs(&self) -> Vec<PortSpec>;
+    /// The inputs this instance takes, in order: its signature's, unless its attributes decide
+    /// them (attention's optional ports, a concatenation's count).
+    fn inputs(&self) -> Vec<PortSpec> {
+        Self::signature_of(self.kind()).inputs.to_vec()
+    }
 
-    /// The outputs this instance produces, in order.
-    fn outputs(&self) -> Vec<&'static str>;
+    /// The outputs this instance produces, in order: its signature's, unless its attributes
+    /// decide them (a norm's training statistics, pooling's index).
+    fn outputs(&self) -> Vec<&'static str> {
+        Self::signature_of(self.kind()).outputs.to_vec()
+    }
 
     /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists.
     fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>)
@@ -65,7 +71,7 @@ pub(crate) trait OpFamily: Sized {
 
     /// The node's cuDNN operation descriptors.
     #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &lowering::NodeCx<'_>, cudnn: &crate::backend::Cudnn, next_uid: &mut i64) -> LowerResult;
+    fn lower(&self, cx: &mut lowering::LowerCx<'_, '_>) -> LowerResult;
 }
 
 /// How the builder lays out the virtual tensors around an op whose strides are unset (graph
@@ -118,6 +124,14 @@ pub(crate) type LowerResult = Result<lowering::Lowered, crate::backend::BackendE
 pub(crate) mod lowering {
     pub(crate) use crate::backend::lower::NodeCx;
     use crate::backend::lower::{Descriptor, Internals, LoweredOp};
+
+    /// What a family's lowering gets: the node's context, the loaded cuDNN, and the next uid
+    /// free for tensors of the lowering's own.
+    pub(crate) struct LowerCx<'a, 'n> {
+        pub(crate) node: &'a NodeCx<'n>,
+        pub(crate) cudnn: &'a crate::backend::Cudnn,
+        pub(crate) next_uid: &'a mut i64,
+    }
 
     /// A node's operations, the descriptors they refer to, and the tensors the lowering added
     /// that the variant pack binds.

@@ -167,8 +167,9 @@ macro_rules! families {
                 cudnn: &crate::backend::Cudnn,
                 next_uid: &mut i64,
             ) -> family::LowerResult {
+                let mut cx = family::lowering::LowerCx { node: cx, cudnn, next_uid };
                 match self {
-                    $( Op::$name(op) => OpFamily::lower(op, cx, cudnn, next_uid), )*
+                    $( Op::$name(op) => OpFamily::lower(op, &mut cx), )*
                 }
             }
         }

@@ -693,6 +693,8 @@ impl OpFamily for Conv {
 
     const KINDS: &'static [ConvKind] = ConvKind::ALL;
 
+    const TAGS: &'static [&'static str] = &[ConvKind::Fprop.frontend_tag(), ConvKind::Dgrad.frontend_tag(), ConvKind::Wgrad.frontend_tag()];
+
     fn signature_of(kind: ConvKind) -> OpSignature {
         kind.signature()
     }
@@ -709,14 +711,6 @@ impl OpFamily for Conv {
         Conv::call_attrs(self)
     }
 
-    fn inputs(&self) -> Vec<PortSpec> {
-        self.kind.signature().inputs.to_vec()
-    }
-
-    fn outputs(&self) -> Vec<&'static str> {
-        self.kind.signature().outputs.to_vec()
-    }
-
     fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Conv::infer(self, inputs, cx).map(|o| vec![o])
     }
@@ -729,8 +723,6 @@ impl OpFamily for Conv {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
     }
 
-    const TAGS: &'static [&'static str] = &[ConvKind::Fprop.frontend_tag(), ConvKind::Dgrad.frontend_tag(), ConvKind::Wgrad.frontend_tag()];
-
     fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node, tag)
     }
@@ -740,12 +732,8 @@ impl OpFamily for Conv {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx).map(Into::into)
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

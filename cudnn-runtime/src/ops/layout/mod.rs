@@ -531,6 +531,13 @@ impl OpFamily for Layout {
 
     const KINDS: &'static [LayoutKind] = LayoutKind::ALL;
 
+    const TAGS: &'static [&'static str] = &[
+        LayoutKind::Reshape.frontend_tag(),
+        LayoutKind::Transpose.frontend_tag(),
+        LayoutKind::Slice.frontend_tag(),
+        LayoutKind::Concatenate.frontend_tag(),
+    ];
+
     fn signature_of(kind: LayoutKind) -> OpSignature {
         kind.signature()
     }
@@ -551,10 +558,6 @@ impl OpFamily for Layout {
         Layout::inputs(self).to_vec()
     }
 
-    fn outputs(&self) -> Vec<&'static str> {
-        OUTPUTS.to_vec()
-    }
-
     fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Layout::infer(self, inputs, cx).map(|o| vec![o])
     }
@@ -571,13 +574,6 @@ impl OpFamily for Layout {
         LayoutPolicy { channels_last, outputs: OutputLayout::View(self) }
     }
 
-    const TAGS: &'static [&'static str] = &[
-        LayoutKind::Reshape.frontend_tag(),
-        LayoutKind::Transpose.frontend_tag(),
-        LayoutKind::Slice.frontend_tag(),
-        LayoutKind::Concatenate.frontend_tag(),
-    ];
-
     fn read_frontend(node: &Obj<'_>, label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node, label, tag)
     }
@@ -587,12 +583,8 @@ impl OpFamily for Layout {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx).map(Into::into)
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -158,6 +158,8 @@ impl OpFamily for Matmul {
 
     const KINDS: &'static [()] = &[()];
 
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
     fn signature_of(_kind: ()) -> OpSignature {
         signature()
     }
@@ -172,14 +174,6 @@ impl OpFamily for Matmul {
         Vec::new()
     }
 
-    fn inputs(&self) -> Vec<PortSpec> {
-        INPUTS.to_vec()
-    }
-
-    fn outputs(&self) -> Vec<&'static str> {
-        OUTPUTS.to_vec()
-    }
-
     fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Matmul::infer(self, inputs, cx).map(|o| vec![o])
     }
@@ -192,8 +186,6 @@ impl OpFamily for Matmul {
         LayoutPolicy::PACKED
     }
 
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
     fn read_frontend(node: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node)
     }
@@ -203,12 +195,8 @@ impl OpFamily for Matmul {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx).map(Into::into)
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

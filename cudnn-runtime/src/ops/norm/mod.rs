@@ -574,6 +574,8 @@ impl OpFamily for Norm {
 
     const KINDS: &'static [NormKind] = NormKind::ALL;
 
+    const TAGS: &'static [&'static str] = codec::TAGS;
+
     fn signature_of(kind: NormKind) -> OpSignature {
         kind.signature()
     }
@@ -588,10 +590,6 @@ impl OpFamily for Norm {
 
     fn call_attrs(&self) -> Vec<(String, AttrValue)> {
         Norm::call_attrs(self)
-    }
-
-    fn inputs(&self) -> Vec<PortSpec> {
-        self.kind.signature().inputs.to_vec()
     }
 
     fn outputs(&self) -> Vec<&'static str> {
@@ -610,8 +608,6 @@ impl OpFamily for Norm {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
     }
 
-    const TAGS: &'static [&'static str] = codec::TAGS;
-
     fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node, tag)
     }
@@ -621,12 +617,8 @@ impl OpFamily for Norm {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx).map(Into::into)
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -547,6 +547,8 @@ impl OpFamily for Pointwise {
 
     const KINDS: &'static [PointwiseMode] = PointwiseMode::ALL;
 
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
     fn signature_of(kind: PointwiseMode) -> OpSignature {
         kind.signature()
     }
@@ -563,14 +565,6 @@ impl OpFamily for Pointwise {
         Pointwise::call_attrs(self)
     }
 
-    fn inputs(&self) -> Vec<PortSpec> {
-        self.mode.signature().inputs.to_vec()
-    }
-
-    fn outputs(&self) -> Vec<&'static str> {
-        self.mode.signature().outputs.to_vec()
-    }
-
     fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Pointwise::infer(self, inputs, cx).map(|o| vec![o])
     }
@@ -583,8 +577,6 @@ impl OpFamily for Pointwise {
         LayoutPolicy { channels_last: ChannelsLast::Follow, outputs: OutputLayout::LikeInput }
     }
 
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
     fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node, label)
     }
@@ -594,12 +586,8 @@ impl OpFamily for Pointwise {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx).map(Into::into)
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

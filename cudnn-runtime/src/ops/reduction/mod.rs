@@ -197,6 +197,8 @@ impl OpFamily for Reduction {
 
     const KINDS: &'static [ReductionMode] = ReductionMode::ALL;
 
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
     fn signature_of(kind: ReductionMode) -> OpSignature {
         kind.signature()
     }
@@ -213,14 +215,6 @@ impl OpFamily for Reduction {
         Reduction::call_attrs(self)
     }
 
-    fn inputs(&self) -> Vec<PortSpec> {
-        self.mode.signature().inputs.to_vec()
-    }
-
-    fn outputs(&self) -> Vec<&'static str> {
-        self.mode.signature().outputs.to_vec()
-    }
-
     fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Reduction::infer(self, inputs).map(|o| vec![o])
     }
@@ -233,8 +227,6 @@ impl OpFamily for Reduction {
         LayoutPolicy::PACKED
     }
 
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
     fn read_frontend(node: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node)
     }
@@ -244,12 +236,8 @@ impl OpFamily for Reduction {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx).map(Into::into)
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

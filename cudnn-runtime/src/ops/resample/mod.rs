@@ -349,6 +349,8 @@ impl OpFamily for Resample {
 
     const KINDS: &'static [()] = &[()];
 
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
     fn signature_of(_kind: ()) -> OpSignature {
         signature()
     }
@@ -361,10 +363,6 @@ impl OpFamily for Resample {
 
     fn call_attrs(&self) -> Vec<(String, AttrValue)> {
         Resample::call_attrs(self)
-    }
-
-    fn inputs(&self) -> Vec<PortSpec> {
-        INPUTS.to_vec()
     }
 
     fn outputs(&self) -> Vec<&'static str> {
@@ -383,8 +381,6 @@ impl OpFamily for Resample {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
     }
 
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
     fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node, label)
     }
@@ -394,12 +390,8 @@ impl OpFamily for Resample {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        _cudnn: &crate::backend::Cudnn, _next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx).map(Into::into)
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

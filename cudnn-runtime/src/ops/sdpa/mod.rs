@@ -493,6 +493,8 @@ impl OpFamily for Sdpa {
 
     const KINDS: &'static [SdpaPass] = &SdpaPass::ALL;
 
+    const TAGS: &'static [&'static str] = codec::TAGS;
+
     fn signature_of(kind: SdpaPass) -> OpSignature {
         kind.signature()
     }
@@ -529,8 +531,6 @@ impl OpFamily for Sdpa {
         LayoutPolicy::PACKED
     }
 
-    const TAGS: &'static [&'static str] = codec::TAGS;
-
     fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
         codec::read(node, tag)
     }
@@ -540,16 +540,10 @@ impl OpFamily for Sdpa {
     }
 
     #[cfg(feature = "cudnn")]
-    fn lower(
-        &self,
-        cx: &crate::ops::family::lowering::NodeCx<'_>,
-        cudnn: &crate::backend::Cudnn, next_uid: &mut i64,
-    ) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx, cudnn, next_uid).map(|sub| crate::ops::family::lowering::Lowered {
-            operations: sub.operations,
-            parts: sub.parts,
-            internals: sub.internals,
-        })
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        use crate::ops::family::lowering::Lowered;
+        let sub = lower::lower(self, cx.node, cx.cudnn, cx.next_uid)?;
+        Ok(Lowered { operations: sub.operations, parts: sub.parts, internals: sub.internals })
     }
 }
 
