@@ -21,6 +21,7 @@ mod family;
 mod list;
 mod shape;
 mod signature;
+mod window;
 
 use crate::dim::{Dim, DimCx};
 use crate::reference::Array;
@@ -34,6 +35,7 @@ pub use shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 #[cfg(feature = "cudnn")]
 pub(crate) use shape::normalize_axis;
 pub use signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+pub use window::{Window, WindowAttrs};
 
 list::families! {
     /// Batched matrix product `C = A · B`.

@@ -149,6 +149,11 @@ impl ShapeError {
     }
 }
 
+/// A rule error of `op`.
+pub(crate) fn rule(op: &'static str, rule: String) -> ShapeErrorKind {
+    ShapeErrorKind::Rule { op, rule }
+}
+
 /// NumPy broadcasting of two equal-rank shapes (rank mismatch is the caller's error).
 pub(crate) fn broadcast<D: Dim>(
     op: &'static str,

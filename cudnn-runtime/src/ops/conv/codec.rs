@@ -89,12 +89,7 @@ fn from_fields(fe: &FrontendNode, _inputs: usize, label: &str) -> Result<Pending
 /// The fields of a convolution node. A graph whose attributes do not fit its ranks (it does not
 /// validate) gets the attributes as written.
 pub(crate) fn write(c: &Conv, cx: &WriteCx<'_>) -> FrontendFields {
-    let w = c.window(spatial_rank(cx)).unwrap_or_else(|_| Window {
-        pre: c.pre_padding.clone(),
-        post: c.post_padding.clone(),
-        stride: c.stride.clone(),
-        dilation: c.dilation.clone(),
-    });
+    let w = c.window(spatial_rank(cx)).unwrap_or_else(|_| c.window.as_written());
     let mut fields = vec![("dilation", ints(&w.dilation)), ("math_mode", Json::str(c.mode.frontend_name()))];
     fields.extend(write_window(&w));
     fields.push(("tag", Json::str(c.kind.frontend_tag())));

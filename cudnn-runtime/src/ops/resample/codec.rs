@@ -10,7 +10,6 @@ use crate::ops::codec::{
     call_attrs, deny_unknown_node_fields, FrontendAttr, FrontendFields, FrontendNode, ReadError, WriteCx,
 };
 use crate::ops::conv::codec::{read_window, spatial_rank, write_window};
-use crate::ops::conv::Window;
 use crate::ops::{AttrValue, Op};
 
 /// The node tag.
@@ -61,15 +60,7 @@ pub(crate) fn read(n: &Obj<'_>, label: &str) -> Result<FrontendNode, ReadError> 
 /// The fields of a `RESAMPLE` node. A graph whose attributes do not fit its ranks (it does not
 /// validate) gets the attributes as written.
 pub(crate) fn write(r: &Resample, cx: &WriteCx<'_>) -> FrontendFields {
-    let (window, w) = r.geometry(spatial_rank(cx)).unwrap_or_else(|_| {
-        let w = Window {
-            pre: r.pre_padding.clone(),
-            post: r.post_padding.clone(),
-            stride: r.stride.clone(),
-            dilation: Vec::new(),
-        };
-        (r.window.clone(), w)
-    });
+    let (window, w) = r.geometry(spatial_rank(cx)).unwrap_or_else(|_| (r.window.clone(), r.geometry.as_written()));
     let mut fields = vec![
         ("generate_index", Json::Bool(r.index)),
         ("padding_mode", Json::str(r.mode.frontend_padding_mode())),
