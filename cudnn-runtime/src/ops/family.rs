@@ -26,6 +26,12 @@ pub(crate) trait OpFamily: Sized {
     /// The kind of this op.
     fn kind(&self) -> Self::Kind;
 
+    /// Positional input `i` of a call to the op of `kind`: its signature's, unless it takes any
+    /// number of inputs (a concatenation).
+    fn input_of(kind: Self::Kind, i: usize) -> Option<PortSpec> {
+        Self::signature_of(kind).inputs.get(i).copied()
+    }
+
     /// The kind whose call name is `name`, if the family has one.
     fn kind_named(name: &str) -> Option<Self::Kind> {
         Self::KINDS.iter().copied().find(|&k| Self::signature_of(k).name == name)

@@ -29,6 +29,18 @@ macro_rules! families {
             )*
         }
 
+        impl Family {
+            /// Positional input `i` of a call to an op of this family and kind.
+            fn input(self, i: usize) -> Option<PortSpec> {
+                $(
+                    if let Some(kind) = <$name as OpFamily>::KINDS.iter().copied().find(|&k| <$name as OpFamily>::signature_of(k).family == self) {
+                        return <$name as OpFamily>::input_of(kind, i);
+                    }
+                )*
+                None
+            }
+        }
+
         /// Looks up an op by its call name.
         pub fn lookup(name: &str) -> Option<OpSignature> {
             None $(.or_else(|| <$name as OpFamily>::kind_named(name).map(<$name as OpFamily>::signature_of)))*

@@ -152,4 +152,29 @@ mod tests {
         let e = Op::from_call("elu", &[("alpha".into(), 1.0.into()), ("alpha".into(), 2.0.into())]).unwrap_err();
         assert!(matches!(e, AttrError::Duplicate { .. }));
     }
+
+    #[test]
+    fn positional_inputs_follow_the_family() {
+        assert_eq!(lookup("concatenate").unwrap().input(5).map(|p| p.name), Some("X[5]"));
+        assert_eq!(lookup("matmul").unwrap().input(1).map(|p| p.name), Some("B"));
+        assert_eq!(lookup("matmul").unwrap().input(2), None);
+    }
+
+    #[test]
+    fn reference_with_a_wrong_input_count_is_an_arity_error() {
+        let op = Op::from_call("matmul", &[]).unwrap();
+        let a = Array::zeros(&[1, 2, 2]);
+        let e = op.reference(&[&a]).unwrap_err();
+        assert_eq!(*e.kind, ShapeErrorKind::Arity { op: "matmul", expected: 2, found: 1 });
+    }
+
+    #[test]
+    fn every_family_has_tags_and_every_tag_one_family() {
+        let tags: Vec<&str> = frontend_tags().collect();
+        let mut unique = tags.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), tags.len(), "{tags:?}");
+        assert_eq!(tags.len(), 23);
+    }
 }

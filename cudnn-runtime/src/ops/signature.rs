@@ -5,7 +5,6 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::layout::{self, LayoutKind};
 use super::Family;
 
 /// How a port is fed.
@@ -124,9 +123,6 @@ impl OpSignature {
     /// Positional input `i` of a call: the signature's port, or for a concatenation (which takes
     /// any number) its `i`-th.
     pub fn input(&self, i: usize) -> Option<PortSpec> {
-        match self.family {
-            Family::Layout(LayoutKind::Concatenate) => layout::CONCAT_PORTS.get(i).copied(),
-            _ => self.inputs.get(i).copied(),
-        }
+        self.family.input(i)
     }
 }

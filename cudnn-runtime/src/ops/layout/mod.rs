@@ -542,6 +542,13 @@ impl OpFamily for Layout {
         kind.signature()
     }
 
+    fn input_of(kind: LayoutKind, i: usize) -> Option<PortSpec> {
+        match kind {
+            LayoutKind::Concatenate => CONCAT_PORTS.get(i).copied(),
+            LayoutKind::Reshape | LayoutKind::Transpose | LayoutKind::Slice => kind.signature().inputs.get(i).copied(),
+        }
+    }
+
     fn kind(&self) -> LayoutKind {
         self.kind()
     }
