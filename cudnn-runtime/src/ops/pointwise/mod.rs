@@ -63,44 +63,31 @@ impl Param {
     }
 }
 
+/// A [`Param`] held by the `Pointwise` field `$field`, which is also cudnn-frontend's name for it.
+macro_rules! param {
+    ($attr:literal, $field:ident, $default:expr) => {
+        Param {
+            attr: $attr,
+            field: stringify!($field),
+            default: $default,
+            get: |p| p.$field,
+            set: |p, v| p.$field = v,
+        }
+    };
+}
+
 /// ReLU's lower clip (values at or below it are clipped).
-const LOWER_CLIP: Param = Param {
-    attr: "lower_clip",
-    field: "relu_lower_clip",
-    default: 0.0,
-    get: |p| p.relu_lower_clip,
-    set: |p, v| p.relu_lower_clip = v,
-};
+const LOWER_CLIP: Param = param!("lower_clip", relu_lower_clip, 0.0);
 /// ReLU's upper clip.
-const UPPER_CLIP: Param = Param {
-    attr: "upper_clip",
-    field: "relu_upper_clip",
-    default: f64::INFINITY,
-    get: |p| p.relu_upper_clip,
-    set: |p, v| p.relu_upper_clip = v,
-};
+const UPPER_CLIP: Param = param!("upper_clip", relu_upper_clip, f64::INFINITY);
 /// ReLU's slope below the lower clip.
-const LOWER_CLIP_SLOPE: Param = Param {
-    attr: "lower_clip_slope",
-    field: "relu_lower_clip_slope",
-    default: 0.0,
-    get: |p| p.relu_lower_clip_slope,
-    set: |p, v| p.relu_lower_clip_slope = v,
-};
+const LOWER_CLIP_SLOPE: Param = param!("lower_clip_slope", relu_lower_clip_slope, 0.0);
 /// ELU's alpha.
-const ELU_ALPHA: Param =
-    Param { attr: "alpha", field: "elu_alpha", default: 1.0, get: |p| p.elu_alpha, set: |p, v| p.elu_alpha = v };
+const ELU_ALPHA: Param = param!("alpha", elu_alpha, 1.0);
 /// Softplus's `beta`.
-const SOFTPLUS_BETA: Param = Param {
-    attr: "beta",
-    field: "softplus_beta",
-    default: 1.0,
-    get: |p| p.softplus_beta,
-    set: |p, v| p.softplus_beta = v,
-};
+const SOFTPLUS_BETA: Param = param!("beta", softplus_beta, 1.0);
 /// Swish's `beta`.
-const SWISH_BETA: Param =
-    Param { attr: "beta", field: "swish_beta", default: 1.0, get: |p| p.swish_beta, set: |p, v| p.swish_beta = v };
+const SWISH_BETA: Param = param!("beta", swish_beta, 1.0);
 
 /// Every parameter, in the order cudnn-frontend's JSON lists their fields.
 pub(crate) const PARAMS: [Param; 6] = [LOWER_CLIP, UPPER_CLIP, LOWER_CLIP_SLOPE, SWISH_BETA, ELU_ALPHA, SOFTPLUS_BETA];
