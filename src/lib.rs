@@ -201,6 +201,6 @@ pub mod __private {
         io: &mut [(&str, DeviceBuffer<'_>)],
         workspace: Option<&mut cudarc::driver::CudaSlice<u8>>,
     ) -> Result<(), Error> {
-        plan.execute_named(cudnn, io, workspace)
+        Ok(plan.execute_named(cudnn, io, workspace)?)
     }
 }

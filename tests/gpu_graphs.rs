@@ -83,7 +83,7 @@ fn gpu_bool_ports_are_packed_bits() {
     let mut bytes = stream.clone_htod(&vec![false; 1664]).unwrap();
     let mut ws = common::workspace(&stream, plan.workspace_size());
     let io = &mut [DeviceBuffer::input(&a_d), DeviceBuffer::input(&b_d), DeviceBuffer::output(&mut bytes)];
-    match plan.plan().execute(&cudnn, io, Some(&mut ws)) {
+    match plan.plan().execute(&cudnn, io, Some(&mut ws)).map_err(cudnn_graph::Error::from) {
         Err(cudnn_graph::Error::Arg(cudnn_graph::ArgError::UnpackedBool { tensor })) => assert_eq!(tensor, "m"),
         other => panic!("a bool buffer of bytes: {other:?}"),
     }

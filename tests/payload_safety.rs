@@ -31,7 +31,7 @@ fn payload_error(e: Error) -> PayloadError {
 fn mismatch(e: Error) -> PlanMismatch {
     match payload_error(e) {
         PayloadError::Load(inner) => match *inner {
-            Error::Backend(BackendError::PlanMismatch { mismatch, .. }) => *mismatch,
+            BackendError::PlanMismatch { mismatch, .. } => *mismatch,
             other => panic!("expected a plan mismatch, got {other}"),
         },
         other => panic!("expected a plan mismatch, got {other}"),
@@ -374,7 +374,7 @@ fn the_fuzzers_crashing_payloads_are_refused_before_cudnn() {
         let e = read_payload(&cudnn, &resealed, None, &Default::default()).err().unwrap();
         match e {
             PayloadError::Load(inner) => match *inner {
-                Error::Backend(BackendError::PlanMismatch { mismatch, .. }) => {
+                BackendError::PlanMismatch { mismatch, .. } => {
                     assert!(mismatch.to_string().contains(expected), "{file}: {mismatch}")
                 }
                 other => panic!("{file}: {other}"),

@@ -356,7 +356,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                 /// Writes the plan as a payload: structure and plan (`structure: true`, the
                 /// default) or plan only. Read it back with `deserialize` of the graph type.
                 pub fn serialize(&self, options: #p::SerializeOptions) -> ::core::result::Result<::std::vec::Vec<u8>, #p::Error> {
-                    #p::write_payload(&self.plan, &self.origin, options, &self.graph.expectation())
+                    ::core::result::Result::Ok(#p::write_payload(&self.plan, &self.origin, options, &self.graph.expectation())?)
                 }
 
                 /// [`Self::serialize`], signed with `key` (HMAC-SHA256): read it back with
@@ -366,7 +366,7 @@ pub fn expand(def: &GraphDef, ck: &Checked, ok: bool) -> TokenStream {
                     options: #p::SerializeOptions,
                     key: &#p::PayloadKey,
                 ) -> ::core::result::Result<::std::vec::Vec<u8>, #p::Error> {
-                    #p::write_signed_payload(&self.plan, &self.origin, options, &self.graph.expectation(), key)
+                    ::core::result::Result::Ok(#p::write_signed_payload(&self.plan, &self.origin, options, &self.graph.expectation(), key)?)
                 }
 
                 /// Bytes of device workspace [`Self::execute`] needs.

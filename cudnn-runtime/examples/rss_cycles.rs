@@ -140,7 +140,7 @@ fn cycle(mode: Mode, s: &Setup) -> Result<(), Box<dyn Error>> {
             // Past the end of every candidate list: the build stops after heuristics.
             let options = BuildOptions::default().candidate_index(usize::MAX);
             match ExecutionPlan::build(&s.cudnn, &s.graph, &options) {
-                Err(cudnn_runtime::Error::Backend(BackendError::CandidateIndex { .. })) => {}
+                Err(BackendError::CandidateIndex { .. }) => {}
                 Err(e) => return Err(e.into()),
                 Ok(_) => return Err("a build with candidate index usize::MAX succeeded".into()),
             }

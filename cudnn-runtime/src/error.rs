@@ -23,7 +23,21 @@ pub enum Error {
     /// A cuDNN, CUDA or loading failure.
     #[cfg(feature = "cudnn")]
     #[error(transparent)]
-    Backend(#[from] crate::backend::BackendError),
+    Backend(crate::backend::BackendError),
+}
+
+#[cfg(feature = "cudnn")]
+impl From<crate::backend::BackendError> for Error {
+    /// A backend failure, except that a graph or argument error the backend met is
+    /// [`Error::Graph`] or [`Error::Arg`], as if the caller had met it.
+    fn from(e: crate::backend::BackendError) -> Self {
+        use crate::backend::BackendError;
+        match e {
+            BackendError::Graph(e) => Error::Graph(*e),
+            BackendError::Arg(e) => Error::Arg(*e),
+            e => Error::Backend(e),
+        }
+    }
 }
 
 #[cfg(feature = "cudnn")]

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod array;
+mod codec;
 #[cfg(any(feature = "cudnn", test))]
 mod cudnn;
 pub mod dim;

@@ -11,7 +11,7 @@ use cudnn_runtime::backend::{
     PlanMismatch, Rejection,
 };
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};
+use cudnn_runtime::{DataType, Graph, GraphBuilder};
 
 mod common;
 
@@ -182,7 +182,7 @@ fn plan_json_round_trips_through_from_json() {
     // What is not a plan JSON never reaches cuDNN.
     for bad in ["", "{}", "not json"] {
         match ExecutionPlan::from_json(&cudnn, g.clone(), bad) {
-            Err(Error::Backend(BackendError::PlanMismatch { graph, mismatch })) => {
+            Err(BackendError::PlanMismatch { graph, mismatch }) => {
                 assert_eq!(graph, "round_trip");
                 assert!(matches!(*mismatch, PlanMismatch::Malformed(_)), "{bad:?}: {mismatch}");
             }
@@ -202,7 +202,7 @@ fn unrunnable_graphs_are_typed_errors() {
     let y = g.op("add", &[x.into(), x.into()], &[]).unwrap()[0];
     g.output(y, "y", DataType::F64).unwrap();
     match ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()) {
-        Err(Error::Backend(e @ BackendError::NoPlan { .. })) => {
+        Err(e @ BackendError::NoPlan { .. }) => {
             let message = e.to_string();
             println!("{message}");
             let BackendError::NoPlan { graph, candidates, .. } = e else { unreachable!() };
@@ -223,7 +223,7 @@ fn unrunnable_graphs_are_typed_errors() {
     let s = g.op("reduce_sum", &[x.into()], &[("dims".into(), vec![2i64].into())]).unwrap()[0];
     g.output(s, "s", DataType::F32).unwrap();
     match ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()) {
-        Err(Error::Backend(e @ BackendError::NoPlan { .. })) => println!("{e}"),
+        Err(e @ BackendError::NoPlan { .. }) => println!("{e}"),
         Ok(p) => println!("this cuDNN plans a lone reduction: {}", p.selected()),
         Err(e) => panic!("not a NoPlan error: {e}"),
     }
@@ -234,7 +234,7 @@ fn unrunnable_graphs_are_typed_errors() {
     let y = g.pointwise(PointwiseMode::Relu, &[x.into()]).unwrap();
     g.output(y, "y", DataType::F32).unwrap();
     match ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()) {
-        Err(Error::Backend(BackendError::UnusedInput { tensor, .. })) => assert_eq!(tensor, "spare"),
+        Err(BackendError::UnusedInput { tensor, .. }) => assert_eq!(tensor, "spare"),
         other => panic!("{other:?}"),
     }
 }
@@ -389,7 +389,7 @@ fn bool_tensors_in_memory_need_byte_aligned_rows() {
             plan(&cudnn, graph);
         } else {
             match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
-                Err(Error::Backend(e @ BackendError::SupportRule { rule: "bool.byte_rows", .. })) => {
+                Err(e @ BackendError::SupportRule { rule: "bool.byte_rows", .. }) => {
                     assert!(e.to_string().contains("bool tensor `m` [16, 100] with strides [100, 1]"), "{e}");
                 }
                 other => panic!("not the bool.byte_rows rule: {:?}", other.map(|p| p.selected().to_string())),

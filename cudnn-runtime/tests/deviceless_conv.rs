@@ -14,7 +14,7 @@ use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
 use cudnn_runtime::dim::channels_last_strides;
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::{DataType, Error, Graph, GraphBuilder, Operand};
+use cudnn_runtime::{DataType, Graph, GraphBuilder, Operand};
 
 use DataType::{BF16, F16, F32};
 
@@ -132,7 +132,7 @@ fn nchw_dgrad_drelu_has_no_plan_and_says_to_declare_channels_last() {
     let Some(cudnn) = deviceless() else { return };
     let graph = dgrad_drelu(false);
     match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
-        Err(Error::Backend(e @ BackendError::NoPlan { .. })) => {
+        Err(e @ BackendError::NoPlan { .. }) => {
             let message = e.to_string();
             let BackendError::NoPlan { not_channels_last, .. } = e else { unreachable!() };
             let named: Vec<(&str, &str)> =

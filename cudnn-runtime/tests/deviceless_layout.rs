@@ -137,7 +137,7 @@ fn concatenations() {
         build(&mut g);
         let graph = g.build().unwrap();
         match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
-            Err(cudnn_runtime::Error::Backend(e @ BackendError::SupportRule { rule: "concat.fused_in_place", .. })) => {
+            Err(e @ BackendError::SupportRule { rule: "concat.fused_in_place", .. }) => {
                 let text = e.to_string();
                 assert!(text.contains(cause), "{name}: {text}");
                 println!("{name}: {text}");

@@ -14,7 +14,7 @@
 
 use cudnn_runtime::backend::{BackendError, BuildOptions, Cudnn, ExecutionPlan};
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};
+use cudnn_runtime::{DataType, Graph, GraphBuilder};
 
 mod common;
 
@@ -50,7 +50,7 @@ fn mapped(prefix: &str) -> bool {
 fn heuristics_cycle(cudnn: &Cudnn, graph: &Graph) {
     let options = BuildOptions::default().candidate_index(usize::MAX);
     match ExecutionPlan::build(cudnn, graph, &options) {
-        Err(Error::Backend(BackendError::CandidateIndex { .. })) => {}
+        Err(BackendError::CandidateIndex { .. }) => {}
         Err(e) => panic!("heuristics cycle: {e}"),
         Ok(_) => panic!("heuristics cycle: candidate index usize::MAX was built"),
     }

@@ -8,7 +8,7 @@
 use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
 use cudnn_runtime::dim::channels_last_strides;
 use cudnn_runtime::ops::AttrValue;
-use cudnn_runtime::{Context, DataType, Error, Graph, GraphBuilder, Operand};
+use cudnn_runtime::{Context, DataType, Graph, GraphBuilder, Operand};
 
 mod common;
 
@@ -129,7 +129,7 @@ fn a_channels_last_x_needs_a_channels_last_y() {
     g.tensors[0].strides = channels_last_strides(&g.tensors[0].dims);
     g.validate().unwrap();
     match ExecutionPlan::build(&cudnn, &g, &BuildOptions::default()) {
-        Err(Error::Backend(e @ BackendError::Cudnn { .. })) => {
+        Err(e @ BackendError::Cudnn { .. }) => {
             println!("{e}");
             assert!(e.to_string().contains("NORM_FORWARD_DESCRIPTOR"), "{e}");
             assert!(e.to_string().contains("batchnorm_0"), "names the node: {e}");
@@ -266,13 +266,13 @@ fn rmsnorm_then_matmul_is_not_fused_by_this_cudnn() {
     g.output(c, "c", BF16).unwrap();
     match ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()) {
         Ok(p) => println!("rmsnorm_matmul: this cuDNN fuses it: {}", p.selected()),
-        Err(Error::Backend(e @ BackendError::Cudnn { .. })) => {
+        Err(e @ BackendError::Cudnn { .. }) => {
             println!("rmsnorm_matmul: {e}");
             let BackendError::Cudnn { status, descriptor, .. } = e else { unreachable!() };
             assert_eq!(status.code(), 3001, "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN");
             assert_eq!(descriptor, "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR");
         }
-        Err(Error::Backend(e @ BackendError::NoPlan { .. })) => println!("rmsnorm_matmul: {e}"),
+        Err(e @ BackendError::NoPlan { .. }) => println!("rmsnorm_matmul: {e}"),
         Err(e) => panic!("rmsnorm_matmul: {e}"),
     }
 }
@@ -285,7 +285,7 @@ fn rank_2_per_channel_norms_are_refused_with_a_reason() {
     let ins = [In::T("x", F32, &[32, 16]), In::T("s", F32, &[1, 16]), In::T("b", F32, &[1, 16]), In::N(1e-5)];
     let g = one_op("instancenorm_rank2", "instancenorm", &ins, &[], &[F32]);
     match ExecutionPlan::build(&cudnn, &g, &BuildOptions::default()) {
-        Err(Error::Backend(BackendError::Unsupported { node, op, reason })) => {
+        Err(BackendError::Unsupported { node, op, reason }) => {
             assert_eq!((node.as_str(), op), ("instancenorm_0", "instancenorm"));
             assert!(reason.contains("[N, C, 1]"), "{reason}");
         }

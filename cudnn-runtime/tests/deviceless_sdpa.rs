@@ -9,7 +9,7 @@
 
 use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
 use cudnn_runtime::ops::AttrValue;
-use cudnn_runtime::{DataType, Error, Graph, GraphBuilder, TensorId};
+use cudnn_runtime::{DataType, Graph, GraphBuilder, TensorId};
 
 mod common;
 
@@ -180,7 +180,7 @@ fn support_rules_fail_with_their_names() {
     let graph = forward(SMALL, &[("causal", true.into()), ("implementation", "fused".into())], false);
     let e = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap_err();
     match &e {
-        Error::Backend(BackendError::SupportRule { rule, node, .. }) => {
+        BackendError::SupportRule { rule, node, .. } => {
             assert_eq!(*rule, "sdpa.fused.causal");
             assert_eq!(node, "sdpa_0");
         }
@@ -194,7 +194,7 @@ fn support_rules_fail_with_their_names() {
     let o = g.op("sdpa", &[q.into(), k.into(), v.into()], &[]).unwrap()[0];
     g.output(o, "o", DataType::BF16).unwrap();
     let e = ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()).unwrap_err();
-    assert!(matches!(&e, Error::Backend(BackendError::SupportRule { rule: "sdpa.strides", .. })), "{e}");
+    assert!(matches!(&e, BackendError::SupportRule { rule: "sdpa.strides", .. }), "{e}");
 }
 
 #[test]

@@ -304,7 +304,7 @@ fn gpu_bad_buffers_are_typed_errors() {
     let mut short = stream.alloc_zeros::<bf16>(case.out_len - 1).unwrap();
     let mut io =
         [DeviceBuffer::input(a), DeviceBuffer::input(b), DeviceBuffer::input(bias), DeviceBuffer::output(&mut short)];
-    match plan.execute(&cudnn, &mut io, ws.as_mut()) {
+    match plan.execute(&cudnn, &mut io, ws.as_mut()).map_err(Error::from) {
         Err(Error::Arg(ArgError::Length { tensor, expected, found, .. })) => {
             assert_eq!((tensor.as_str(), expected, found), ("y", case.out_len, case.out_len - 1));
         }
@@ -318,7 +318,7 @@ fn gpu_bad_buffers_are_typed_errors() {
         DeviceBuffer::input(bias),
         DeviceBuffer::output(&mut wrong_type),
     ];
-    match plan.execute(&cudnn, &mut io, ws.as_mut()) {
+    match plan.execute(&cudnn, &mut io, ws.as_mut()).map_err(Error::from) {
         Err(Error::Arg(ArgError::DType { tensor, expected: DataType::BF16, found: DataType::F32 })) => {
             assert_eq!(tensor, "y");
         }
@@ -328,13 +328,13 @@ fn gpu_bad_buffers_are_typed_errors() {
     let out = stream.alloc_zeros::<bf16>(case.out_len).unwrap();
     let mut io = [DeviceBuffer::input(a), DeviceBuffer::input(b), DeviceBuffer::input(bias), DeviceBuffer::input(&out)];
     match plan.execute(&cudnn, &mut io, ws.as_mut()) {
-        Err(Error::Backend(BackendError::ReadOnlyOutput { tensor })) => assert_eq!(tensor, "y"),
+        Err(BackendError::ReadOnlyOutput { tensor }) => assert_eq!(tensor, "y"),
         other => panic!("read-only output: {other:?}"),
     }
 
     let mut io = [DeviceBuffer::input(a), DeviceBuffer::input(b)];
     match plan.execute(&cudnn, &mut io, ws.as_mut()) {
-        Err(Error::Backend(BackendError::IoCount { expected: 4, found: 2, .. })) => {}
+        Err(BackendError::IoCount { expected: 4, found: 2, .. }) => {}
         other => panic!("two buffers for four tensors: {other:?}"),
     }
 
@@ -343,7 +343,7 @@ fn gpu_bad_buffers_are_typed_errors() {
     let mut io =
         [DeviceBuffer::input(a), DeviceBuffer::input(b), DeviceBuffer::input(bias), DeviceBuffer::output(&mut view)];
     match plan.execute(&cudnn, &mut io, ws.as_mut()) {
-        Err(Error::Backend(BackendError::Misaligned { tensor, alignment: 16, .. })) => assert_eq!(tensor, "y"),
+        Err(BackendError::Misaligned { tensor, alignment: 16, .. }) => assert_eq!(tensor, "y"),
         other => panic!("misaligned view: {other:?}"),
     }
     if plan.workspace_size() > 0 {
@@ -351,7 +351,7 @@ fn gpu_bad_buffers_are_typed_errors() {
         let mut io =
             [DeviceBuffer::input(a), DeviceBuffer::input(b), DeviceBuffer::input(bias), DeviceBuffer::output(&mut out)];
         match plan.execute(&cudnn, &mut io, None) {
-            Err(Error::Backend(BackendError::Workspace { given: 0, .. })) => {}
+            Err(BackendError::Workspace { given: 0, .. }) => {}
             other => panic!("missing workspace: {other:?}"),
         }
     }
@@ -385,7 +385,7 @@ fn gpu_execute_named_takes_any_order() {
             (wrong, DeviceBuffer::input(b)),
             ("a", DeviceBuffer::input(a)),
         ];
-        match plan.execute_named(&cudnn, &mut io, ws.as_mut()) {
+        match plan.execute_named(&cudnn, &mut io, ws.as_mut()).map_err(Error::from) {
             Err(Error::Arg(ArgError::Unexpected { tensor, .. })) => assert_eq!(tensor, wrong),
             other => panic!("buffer named {wrong:?}: {other:?}"),
         }

@@ -97,7 +97,7 @@ fn oracle(o: &BuildOptions, c: &Candidate) -> Option<Filter> {
 fn candidates(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> (Vec<Candidate>, bool) {
     match ExecutionPlan::build(cudnn, graph, options) {
         Ok(plan) => (plan.candidates().to_vec(), true),
-        Err(Error::Backend(BackendError::NoPlan { candidates, .. })) => (candidates, false),
+        Err(BackendError::NoPlan { candidates, .. }) => (candidates, false),
         Err(e) => panic!("{e}"),
     }
 }
@@ -227,7 +227,7 @@ fn build_one_candidate_by_index_and_select_by_index() {
     assert!(matches!(plan.select(other), Err(BackendError::NotBuilt { index, .. }) if index == other));
     // Past the end: a typed error, nothing built.
     match ExecutionPlan::build(&cudnn, &graph, &base.clone().candidate_index(99)) {
-        Err(Error::Backend(BackendError::CandidateIndex { index: 99, count })) => assert_eq!(count, unfiltered.len()),
+        Err(BackendError::CandidateIndex { index: 99, count }) => assert_eq!(count, unfiltered.len()),
         other => panic!("{other:?}"),
     }
     // A duplicate asked for by index: nothing to build, and the list says why.

@@ -5,7 +5,8 @@
 use super::candidate::{Candidate, HeuristicFailure};
 use super::mismatch::PlanMismatch;
 use crate::cudnn::{with_call_failures, CudnnError};
-use crate::ir::NotChannelsLast;
+use crate::ir::{GraphError, NotChannelsLast};
+use crate::reference::ArgError;
 
 with_call_failures! {
     /// A cuDNN, CUDA-driver or library-loading failure, or anything else the backend refuses
@@ -143,6 +144,26 @@ with_call_failures! {
             /// What it cannot do.
             reason: &'static str,
         },
+        /// The graph given to build or load a plan breaks a rule ([`crate::Graph::validate`]).
+        /// Converted into [`crate::Error`], this is [`crate::Error::Graph`].
+        #[error("{0}")]
+        Graph(Box<GraphError>),
+        /// A bad execution argument (a buffer's count, type, length or name). Converted into
+        /// [`crate::Error`], this is [`crate::Error::Arg`].
+        #[error("{0}")]
+        Arg(Box<ArgError>),
+    }
+}
+
+impl From<GraphError> for BackendError {
+    fn from(e: GraphError) -> Self {
+        BackendError::Graph(Box::new(e))
+    }
+}
+
+impl From<ArgError> for BackendError {
+    fn from(e: ArgError) -> Self {
+        BackendError::Arg(Box::new(e))
     }
 }
 
@@ -234,6 +255,11 @@ mod tests {
         assert_eq!(e.to_string(), "libcudnn.so.9 could not be loaded: install it");
         let wrapped: crate::Error = e.into();
         assert!(matches!(wrapped, crate::Error::Backend(BackendError::LibraryMissing { .. })));
+        // A graph or argument error the backend met is the aggregate's own variant, as if the
+        // caller had met it.
+        let arg = ArgError::Unexpected { graph: "g".into(), tensor: "t".into() };
+        let wrapped: crate::Error = BackendError::from(arg.clone()).into();
+        assert!(matches!(&wrapped, crate::Error::Arg(a) if *a == arg), "{wrapped:?}");
     }
 
     #[test]

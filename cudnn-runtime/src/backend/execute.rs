@@ -147,7 +147,7 @@ impl ExecutionPlan {
         cudnn: &Cudnn,
         io: &mut [DeviceBuffer<'_>],
         workspace: Option<&mut CudaSlice<u8>>,
-    ) -> crate::Result<()> {
+    ) -> Result<(), BackendError> {
         self.check_count(io.len())?;
         let mut ordered = Slots::new(io.len());
         for (i, buffer) in io.iter_mut().enumerate() {
@@ -164,7 +164,7 @@ impl ExecutionPlan {
         cudnn: &Cudnn,
         io: &mut [(&str, DeviceBuffer<'_>)],
         workspace: Option<&mut CudaSlice<u8>>,
-    ) -> crate::Result<()> {
+    ) -> Result<(), BackendError> {
         self.check_count(io.len())?;
         let (graph, layout) = (self.graph(), self.layout());
         let mut ordered = Slots::new(io.len());
@@ -187,7 +187,7 @@ impl ExecutionPlan {
         cudnn: &Cudnn,
         mut io: Slots<&mut DeviceBuffer<'_>>,
         workspace: Option<&mut CudaSlice<u8>>,
-    ) -> crate::Result<()> {
+    ) -> Result<(), BackendError> {
         let (handle, stream) = self.target(cudnn)?;
         let (graph, layout) = (self.graph(), self.layout());
         let n = layout.io().len();
@@ -216,19 +216,19 @@ impl ExecutionPlan {
                 .into());
             }
             if layout.is_output(i) && matches!(buffer.access, Access::Read(_)) {
-                return Err(BackendError::ReadOnlyOutput { tensor: t.name.clone() }.into());
+                return Err(BackendError::ReadOnlyOutput { tensor: t.name.clone() });
             }
             if **buffer.context() != **stream.context() {
-                return Err(BackendError::ForeignContext { what: format!("the buffer of tensor `{}`", t.name) }.into());
+                return Err(BackendError::ForeignContext { what: format!("the buffer of tensor `{}`", t.name) });
             }
         }
         let required = self.workspace_size();
         let given = workspace.as_ref().map_or(0, |w| w.len());
         if required > 0 && given < required {
-            return Err(BackendError::Workspace { required, given }.into());
+            return Err(BackendError::Workspace { required, given });
         }
         if workspace.as_ref().is_some_and(|w| **w.context() != **stream.context()) {
-            return Err(BackendError::ForeignContext { what: "the workspace".into() }.into());
+            return Err(BackendError::ForeignContext { what: "the workspace".into() });
         }
 
         // Guards of cudarc's stream ordering: dropped (recording each buffer's use) only after
@@ -248,7 +248,7 @@ impl ExecutionPlan {
             *guards.slot(i) = Some(guard);
             if address % ALIGNMENT != 0 {
                 let tensor = graph.tensor(*id).name.clone();
-                return Err(BackendError::Misaligned { tensor, address, alignment: ALIGNMENT }.into());
+                return Err(BackendError::Misaligned { tensor, address, alignment: ALIGNMENT });
             }
             addresses[i] = address;
         }

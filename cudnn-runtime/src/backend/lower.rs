@@ -247,39 +247,18 @@ fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendE
             }
         }
         let cx = node_cx(graph, node, &tensors);
-        let lowered = match &node.op {
-            Op::Matmul(op) => crate::ops::matmul::lower::lower(op, &cx)?,
-            Op::Pointwise(op) => crate::ops::pointwise::lower::lower(op, &cx)?,
-            Op::Reduction(op) => crate::ops::reduction::lower::lower(op, &cx)?,
-            Op::Norm(op) => crate::ops::norm::lower::lower(op, &cx)?,
-            Op::Conv(op) => crate::ops::conv::lower::lower(op, &cx)?,
-            Op::Resample(op) => crate::ops::resample::lower::lower(op, &cx)?,
-            Op::Layout(op) => crate::ops::layout::lower::lower(op, &cx)?,
-            // A subgraph of operations (composite) or one (fused), with tensors of its own.
-            Op::Sdpa(op) => {
-                let sub = crate::ops::sdpa::lower::lower(op, &cx, cudnn, &mut next_uid)?;
-                tracing::debug!(
-                    node = %node.name,
-                    op = node.op.call_name(),
-                    operations = sub.operations.len(),
-                    descriptors = sub.operations.len() + sub.parts.len(),
-                    "lowered"
-                );
-                operations.extend(sub.operations);
-                parts.extend(sub.parts);
-                internals.extend(sub.internals);
-                continue;
-            }
-        };
+        // One operation, or a subgraph of them with tensors of its own (attention).
+        let lowered = node.op.lower(&cx, cudnn, &mut next_uid)?;
         tracing::debug!(
             node = %node.name,
             op = node.op.call_name(),
-            operations = 1,
-            descriptors = 1 + lowered.parts.len(),
+            operations = lowered.operations.len(),
+            descriptors = lowered.operations.len() + lowered.parts.len(),
             "lowered"
         );
-        operations.push(lowered.operation);
+        operations.extend(lowered.operations);
         parts.extend(lowered.parts);
+        internals.extend(lowered.internals);
     }
     let described = |id: &TensorId| tensors.get(id.0).is_some_and(Option::is_some);
     if let Some(unused) = graph.inputs().into_iter().find(|id| !described(id) && !internals.aliased.contains(&id.0)) {

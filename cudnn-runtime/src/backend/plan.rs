@@ -110,7 +110,7 @@ impl ExecutionPlan {
     /// filters the candidates and builds the first one cuDNN accepts (or every one, with
     /// `build_all`; or only [`BuildOptions::candidate`]). Fails with [`BackendError::NoPlan`],
     /// listing every candidate and why it was rejected, when none is built.
-    pub fn build(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> crate::Result<ExecutionPlan> {
+    pub fn build(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> Result<ExecutionPlan, BackendError> {
         let _span =
             tracing::debug_span!("build_plan", graph = %graph.name, online = cudnn.stream().is_some()).entered();
         let mut timings = BuildTimings::default();
@@ -144,7 +144,7 @@ impl ExecutionPlan {
         };
         if let Some(index) = options.candidate {
             if index >= configs.len().max(candidates.len()) {
-                return Err(BackendError::CandidateIndex { index, count: configs.len().max(candidates.len()) }.into());
+                return Err(BackendError::CandidateIndex { index, count: configs.len().max(candidates.len()) });
             }
         }
         let mut built: Vec<BuiltPlan> = Vec::new();
@@ -189,8 +189,7 @@ impl ExecutionPlan {
                 candidates,
                 heuristics: failures,
                 not_channels_last: graph.ports_not_channels_last(),
-            }
-            .into());
+            });
         }
         tracing::debug!(
             candidates = candidates.len(),
@@ -216,7 +215,7 @@ impl ExecutionPlan {
     /// deviceless. `graph` must be the graph the plan was made from: it gives the variant-pack
     /// layout and the checks of [`ExecutionPlan::execute`]. Needs the cuDNN version that wrote
     /// the JSON.
-    pub fn from_json(cudnn: &Cudnn, graph: Graph, json: &str) -> crate::Result<ExecutionPlan> {
+    pub fn from_json(cudnn: &Cudnn, graph: Graph, json: &str) -> Result<ExecutionPlan, BackendError> {
         let _span = tracing::debug_span!("plan_from_json", graph = %graph.name, bytes = json.len()).entered();
         let mut timings = BuildTimings::default();
         let start = Instant::now();

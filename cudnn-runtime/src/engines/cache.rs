@@ -399,7 +399,7 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        self.get_or_insert_with(cudnn, graph, expect, options, || ExecutionPlan::build(cudnn, graph, options))
+        self.get_or_insert_with(cudnn, graph, expect, options, || Ok(ExecutionPlan::build(cudnn, graph, options)?))
     }
 
     /// [`PlanCache::get_or_build`] with the plan made by `make` on a miss (built with

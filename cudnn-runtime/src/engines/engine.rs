@@ -234,17 +234,17 @@ impl Router {
                         candidates.extend(plan.candidates().iter().cloned().map(shift));
                         chosen = Some((selected, RoutedTarget::Cudnn(Box::new(plan))));
                     }
-                    Err(crate::Error::Backend(BackendError::NoPlan { candidates: c, heuristics: h, .. })) => {
+                    Err(BackendError::NoPlan { candidates: c, heuristics: h, .. }) => {
                         candidates.extend(c.into_iter().map(shift));
                         heuristics.extend(h);
                     }
-                    Err(crate::Error::Backend(e)) => {
+                    Err(e @ (BackendError::Graph(_) | BackendError::Arg(_))) => return Err(e.into()),
+                    Err(e) => {
                         // cuDNN cannot take the graph at all (no lowering for an op, ...).
                         let mut c = rust_candidate(candidates.len(), None);
                         c.state = CandidateState::Rejected(Rejection::Other { message: format!("cuDNN: {e}") });
                         candidates.push(c);
                     }
-                    Err(e) => return Err(e),
                 }
             } else {
                 for engine in &self.engines {

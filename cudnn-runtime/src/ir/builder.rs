@@ -5,7 +5,7 @@ use super::layout::{channels_last_order, strides_for_order};
 use super::{Context, Graph, Node, Tensor, TensorId};
 use crate::dim::{channels_last_strides, packed_strides, shape_string, Concrete};
 use crate::ir::GraphError;
-use crate::ops::{AttrValue, Layout, Matmul, Op, Pointwise, PointwiseMode, TensorMeta};
+use crate::ops::{AttrValue, ChannelsLast, Matmul, Op, OutputLayout, Pointwise, PointwiseMode, TensorMeta};
 use crate::DataType;
 
 /// An op input: a tensor of the graph, or a number that becomes a by-value scalar.
@@ -404,7 +404,7 @@ impl GraphBuilder {
         };
         let mut nhwc = vec![false; self.tensors.len()];
         for n in &self.nodes {
-            if matches!(n.op, Op::Conv(_) | Op::Resample(_)) {
+            if n.op.layout_policy().channels_last == ChannelsLast::Anchor {
                 for id in n.inputs.iter().chain(&n.outputs) {
                     let t = &self.tensors[id.0];
                     nhwc[id.0] = unset(t, t.dims.len()) && (3..=5).contains(&t.dims.len());
@@ -414,7 +414,7 @@ impl GraphBuilder {
         let mut changed = nhwc.iter().any(|&c| c);
         while changed {
             changed = false;
-            let follows = |op: &Op| matches!(op, Op::Pointwise(_) | Op::Layout(Layout::Concatenate { .. }));
+            let follows = |op: &Op| op.layout_policy().channels_last == ChannelsLast::Follow;
             for n in self.nodes.iter().filter(|n| follows(&n.op)) {
                 let ports: Vec<TensorId> = n.inputs.iter().chain(&n.outputs).copied().collect();
                 let Some(rank) = ports.iter().find(|id| nhwc[id.0]).map(|id| self.tensors[id.0].dims.len()) else {
@@ -442,8 +442,8 @@ impl GraphBuilder {
     /// (packed unless set).
     fn default_derived_strides(&mut self) {
         for n in &self.nodes {
-            match &n.op {
-                Op::Layout(layout) => {
+            match n.op.layout_policy().outputs {
+                OutputLayout::View(layout) => {
                     let (Some(x), Some(y)) = (n.inputs.first(), n.outputs.first()) else { continue };
                     if self.tensors[y.0].strides.is_some() {
                         continue;
@@ -453,7 +453,7 @@ impl GraphBuilder {
                     let strides = layout.output_strides(&x_strides, &self.tensors[y.0].dims);
                     self.tensors[y.0].strides = Some(strides);
                 }
-                Op::Pointwise(_) | Op::Norm(_) => {
+                OutputLayout::LikeInput => {
                     for y in &n.outputs {
                         let out = &self.tensors[y.0];
                         if out.strides.is_some() || !out.is_virtual {
@@ -468,7 +468,7 @@ impl GraphBuilder {
                         }
                     }
                 }
-                _ => {}
+                OutputLayout::Packed => {}
             }
         }
     }

@@ -4,7 +4,7 @@
 
 use super::{Graph, NotChannelsLast};
 use crate::dim::channels_last_strides;
-use crate::ops::Op;
+use crate::ops::ChannelsLast;
 
 impl Graph {
     /// The graph ports (non-virtual tensors of rank 3 to 5, by-value scalars aside) of each
@@ -57,7 +57,7 @@ impl Graph {
         }
         let mut convolutional = vec![false; self.nodes.len()];
         for (k, n) in self.nodes.iter().enumerate() {
-            if matches!(n.op, Op::Conv(_) | Op::Resample(_)) {
+            if n.op.layout_policy().channels_last == ChannelsLast::Anchor {
                 let r = root(&mut chain, k);
                 convolutional[r] = true;
             }

@@ -118,7 +118,7 @@ pub(crate) fn check_fits(
 }
 
 /// One op applied to tensors.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Node {
     /// Unique within the graph (`let` names in `graph!`, `{op}_{n}` otherwise).
     pub name: String,
@@ -144,7 +144,7 @@ pub struct Node {
 /// let graph = g.build().unwrap();
 /// assert_eq!(graph.tensor_by_name("c").unwrap().dims, vec![1, 8, 2]);
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Graph {
     /// The graph's name.
     pub name: String,

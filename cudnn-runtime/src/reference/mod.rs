@@ -7,7 +7,7 @@ mod error;
 pub use crate::array::{Array, HostSlice};
 pub use error::ArgError;
 
-use crate::ir::{Graph, Tensor, TensorId};
+use crate::ir::{Graph, GraphError, Tensor, TensorId};
 use crate::Element;
 
 /// Reads a strided host buffer of `tensor` into a dense array, checking type and length.
@@ -83,7 +83,7 @@ pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>
     if let Some(missing) = graph_inputs.iter().find(|id| values[id.0].is_none()) {
         return Err(ArgError::Missing { graph: graph.name.clone(), tensor: graph.tensor(*missing).name.clone() });
     }
-    Ok(compute(graph, values))
+    compute(graph, values)
 }
 
 fn validated(graph: &Graph) -> Result<(), ArgError> {
@@ -115,11 +115,12 @@ pub fn run_arrays(graph: &Graph, values: Vec<Option<Array>>) -> Result<Vec<Array
             Some(_) => {}
         }
     }
-    Ok(compute(graph, values))
+    compute(graph, values)
 }
 
-/// The engine proper, on a validated graph with every input's array in place.
-fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
+/// The engine proper, on a validated graph with every input's array in place (a validated graph
+/// gives every op as many inputs as it takes, so the arity error cannot occur).
+fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Result<Vec<Array>, ArgError> {
     let _span = tracing::debug_span!("reference", graph = %graph.name).entered();
     let start = std::time::Instant::now();
     for (i, t) in graph.tensors.iter().enumerate() {
@@ -131,7 +132,15 @@ fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
     for node in &graph.nodes {
         let ins: Vec<&Array> = node.inputs.iter().map(|i| values[i.0].as_ref().unwrap_or(&empty)).collect();
         debug_assert!(ins.iter().all(|a| !a.data.is_empty()), "validated graphs define inputs first");
-        let outs = node.op.reference(&ins);
+        let outs = node.op.reference(&ins).map_err(|source| ArgError::Graph {
+            graph: graph.name.clone(),
+            source: Box::new(GraphError::Shape {
+                node: node.name.clone(),
+                op: node.op.call_name(),
+                port: None,
+                source,
+            }),
+        })?;
         tracing::trace!(node = %node.name, op = node.op.call_name(), "computed");
         for (id, mut out) in node.outputs.iter().zip(outs) {
             out.round_to(graph.tensor(*id).data_type);
@@ -141,5 +150,5 @@ fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Vec<Array> {
     let outputs =
         graph.outputs().into_iter().map(|TensorId(i)| values[i].take().unwrap_or_else(|| empty.clone())).collect();
     tracing::debug!(elapsed_us = crate::micros(start.elapsed()), "reference run");
-    outputs
+    Ok(outputs)
 }

@@ -2,7 +2,9 @@
 //! problem is (a field path such as `tensors["5"].dim`, a node, a port or a tensor), so a message
 //! says what to fix without opening a debugger.
 
+use crate::codec::CodecError;
 use crate::ir::GraphError;
+use crate::ops::codec::ReadError;
 use crate::ops::AttrError;
 
 /// A structural JSON document that [`super::structure_from_json`] rejects.
@@ -283,6 +285,35 @@ pub enum SerializeError {
     /// [`GraphError`] is large and this error travels through every reader function.
     #[error("the graph read is invalid: {0}")]
     Graph(Box<GraphError>),
+}
+
+impl From<CodecError> for SerializeError {
+    fn from(e: CodecError) -> Self {
+        match e {
+            CodecError::MissingField { path } => SerializeError::MissingField { path },
+            CodecError::WrongType { path, expected, found } => SerializeError::WrongType { path, expected, found },
+            CodecError::OutOfRange { path, value, range } => SerializeError::OutOfRange { path, value, range },
+            CodecError::UnknownField { path, accepted } => SerializeError::UnknownField { path, accepted },
+            CodecError::UnknownEnum { path, kind, value } => SerializeError::UnknownEnum { path, kind, value },
+            CodecError::UnsupportedDataType { path, value } => SerializeError::UnsupportedDataType { path, value },
+            CodecError::BadFloat { path, value, expected } => SerializeError::BadFloat { path, value, expected },
+            CodecError::DuplicateKey { path, key } => SerializeError::DuplicateKey { path, key },
+            CodecError::Unsupported { path, feature } => SerializeError::Unsupported { path, feature },
+            CodecError::AttrNotAccepted { node, mode, field } => SerializeError::AttrNotAccepted { node, mode, field },
+            CodecError::ExtensionMismatch { path, field } => SerializeError::ExtensionMismatch { path, field },
+            CodecError::ReductionDims { node, x, y } => SerializeError::ReductionDims { node, x, y },
+            CodecError::ConvGeometry { node, output, inputs } => SerializeError::ConvGeometry { node, output, inputs },
+        }
+    }
+}
+
+impl From<ReadError> for SerializeError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Codec(e) => e.into(),
+            ReadError::Attr { node, source } => SerializeError::Attr { node, source },
+        }
+    }
 }
 
 impl From<GraphError> for SerializeError {

@@ -50,19 +50,17 @@
 //! ```
 
 mod error;
-pub mod float;
-mod json;
 mod layout;
 #[cfg(feature = "cudnn")]
 pub mod plan;
 mod read;
-mod sdpa;
-mod window;
 mod write;
 
+pub use crate::codec::float;
 pub use error::SerializeError;
 pub use layout::{FORMAT, JSON_VERSION};
 
+use crate::codec::json;
 use crate::Graph;
 
 /// The longest document [`structure_from_json`] reads: 64 MiB.

@@ -372,7 +372,10 @@ pub enum PayloadError {
     Structure(#[from] SerializeError),
     /// cuDNN rejected the plan.
     #[error("cuDNN could not load the plan: {0}")]
-    Load(#[source] Box<crate::Error>),
+    Load(#[source] Box<crate::backend::BackendError>),
+    /// cuDNN could not give the plan's JSON to write.
+    #[error("cuDNN could not write the plan: {0}")]
+    Save(#[source] Box<crate::backend::BackendError>),
 }
 
 fn hex(v: u64) -> String {
@@ -388,7 +391,7 @@ fn scalar_records(plan: &ExecutionPlan) -> Vec<ScalarRecord> {
         .collect()
 }
 
-fn record(plan: &ExecutionPlan, origin: &PlanOrigin, expect: &Expect) -> Result<PlanRecord, crate::Error> {
+fn record(plan: &ExecutionPlan, origin: &PlanOrigin, expect: &Expect) -> Result<PlanRecord, PayloadError> {
     let graph = plan.graph();
     let selected = plan.selected();
     let layout = plan.layout();
@@ -413,7 +416,7 @@ fn record(plan: &ExecutionPlan, origin: &PlanOrigin, expect: &Expect) -> Result<
         scalars,
         workspace_size: plan.workspace_size(),
         workspace_init: Vec::new(),
-        plan_json: plan.json()?,
+        plan_json: plan.json().map_err(|e| PayloadError::Save(Box::new(e)))?,
     })
 }
 
@@ -424,7 +427,7 @@ pub fn write_payload(
     origin: &PlanOrigin,
     options: SerializeOptions,
     expect: &Expect,
-) -> Result<Vec<u8>, crate::Error> {
+) -> Result<Vec<u8>, PayloadError> {
     write(plan, origin, options, expect, None)
 }
 
@@ -435,7 +438,7 @@ pub fn write_signed_payload(
     options: SerializeOptions,
     expect: &Expect,
     key: &PayloadKey,
-) -> Result<Vec<u8>, crate::Error> {
+) -> Result<Vec<u8>, PayloadError> {
     write(plan, origin, options, expect, Some(key))
 }
 
@@ -445,7 +448,7 @@ pub(crate) fn write(
     options: SerializeOptions,
     expect: &Expect,
     key: Option<&PayloadKey>,
-) -> Result<Vec<u8>, crate::Error> {
+) -> Result<Vec<u8>, PayloadError> {
     let malformed = |e: serde_json::Error| PayloadError::Malformed(e.to_string());
     let structure = if options.structure {
         Some(RawValue::from_string(structure_to_json(plan.graph())).map_err(malformed)?)

@@ -5,11 +5,13 @@
 //! never fails and never panics, even on a graph that does not validate: it writes what is there,
 //! so that the reader rejects it.
 
-use super::float::{f32_to_hex, f64_to_hex};
-use super::json::Json;
-use super::layout::{data_type_name, ScalarKind, EXT, FORMAT, JSON_VERSION, TAG_MATMUL, TAG_POINTWISE, TAG_REDUCTION};
-use super::layout::{NORM_PEER_STATS_FIELD, NORM_PHASE_FIELD};
-use crate::ops::{AttrValue, Layout, NormKind, Op};
+use super::layout::{ScalarKind, EXT, FORMAT, JSON_VERSION};
+use crate::codec::float::{f32_to_hex, f64_to_hex};
+use crate::codec::ints;
+use crate::codec::json::Json;
+use crate::codec::names::data_type_name;
+use crate::ops::codec::WriteCx;
+use crate::ops::AttrValue;
 use crate::{Graph, Node, Tensor, TensorId};
 
 /// An object with members sorted by key.
@@ -56,10 +58,6 @@ pub(crate) fn graph_to_json(g: &Graph) -> Json {
         ("nodes", Json::Arr(g.nodes.iter().map(|n| node_json(g, n)).collect())),
         ("tensors", Json::Arr(tensors)),
     ])
-}
-
-fn ints(v: &[i64]) -> Json {
-    Json::Arr(v.iter().map(|&x| Json::Int(x)).collect())
 }
 
 fn tensor_json(t: &Tensor) -> Json {
@@ -121,76 +119,33 @@ fn ports(g: &Graph, names: &[&'static str], ids: &[TensorId]) -> Json {
     )
 }
 
-/// A node's inputs: a port map, or for a concatenation (cudnn-frontend's `inputs` vector) a list
-/// of tensor uids in input order.
-fn inputs_json(g: &Graph, n: &Node, names: &[&'static str]) -> Json {
-    match n.op {
-        Op::Layout(Layout::Concatenate { .. }) => {
-            Json::Arr(n.inputs.iter().map(|id| g.tensors.get(id.0).map_or(Json::Null, |t| Json::Int(t.uid))).collect())
-        }
-        _ => ports(g, names, &n.inputs),
-    }
-}
-
-fn f32_field(v: Option<f64>) -> Json {
-    v.map_or(Json::Null, |x| Json::str(f32_to_hex(x as f32)))
+/// A list of tensor uids, in input order (cudnn-frontend's `inputs` vector of a concatenation).
+fn listed(g: &Graph, ids: &[TensorId]) -> Json {
+    Json::Arr(ids.iter().map(|id| g.tensors.get(id.0).map_or(Json::Null, |t| Json::Int(t.uid))).collect())
 }
 
 fn node_json(g: &Graph, n: &Node) -> Json {
+    let tensor = |id: &TensorId| g.tensors.get(id.0);
+    let cx = WriteCx {
+        input_dims: n.inputs.iter().map(|id| tensor(id).map(|t| t.dims.as_slice())).collect(),
+        output_strides: n.outputs.iter().map(|id| tensor(id).map(|t| t.strides.as_slice())).collect(),
+    };
+    let frontend = n.op.write_frontend(&cx);
     // The instance's ports (an op whose attributes add ports has more than its first few).
     let input_names: Vec<&'static str> = n.op.inputs().iter().map(|p| p.name).collect();
     let output_names = n.op.outputs();
+    let inputs = if frontend.listed_inputs { listed(g, &n.inputs) } else { ports(g, &input_names, &n.inputs) };
     let mut members = vec![
         ("compute_data_type", Json::str(data_type_name(n.compute_data_type))),
-        ("inputs", inputs_json(g, n, &input_names)),
+        ("inputs", inputs),
         ("name", Json::str(&n.name)),
         ("outputs", ports(g, &output_names, &n.outputs)),
     ];
-    match &n.op {
-        Op::Matmul(_) => {
-            members.push(("padding_value", Json::Float(0.0)));
-            members.push(("tag", Json::str(TAG_MATMUL)));
-        }
-        Op::Pointwise(p) => {
-            members.extend([
-                ("axis", p.axis.map_or(Json::Null, Json::Int)),
-                ("elu_alpha", f32_field(p.elu_alpha)),
-                ("mode", Json::str(p.mode.cudnn_name())),
-                ("relu_lower_clip", f32_field(p.relu_lower_clip)),
-                ("relu_lower_clip_slope", f32_field(p.relu_lower_clip_slope)),
-                ("relu_upper_clip", f32_field(p.relu_upper_clip)),
-                ("softplus_beta", f32_field(p.softplus_beta)),
-                ("swish_beta", f32_field(p.swish_beta)),
-                ("tag", Json::str(TAG_POINTWISE)),
-            ]);
-        }
-        Op::Reduction(r) => {
-            members.extend([
-                ("is_deterministic", Json::Bool(false)),
-                ("mode", Json::str(r.mode.cudnn_name())),
-                ("tag", Json::str(TAG_REDUCTION)),
-            ]);
-        }
-        Op::Norm(norm) => {
-            if norm.kind.takes_phase() {
-                members.push((NORM_PHASE_FIELD, Json::str(norm.phase.frontend_name())));
-            }
-            if matches!(norm.kind, NormKind::BatchNorm | NormKind::BatchNormBackward) {
-                members.push((NORM_PEER_STATS_FIELD, Json::Arr(Vec::new())));
-            }
-            members.push(("tag", Json::str(norm.kind.frontend_tag())));
-        }
-        Op::Sdpa(a) => members.extend(super::sdpa::frontend_fields(g, n, a)),
-        Op::Conv(_) | Op::Resample(_) => members.extend(super::window::frontend_fields(g, n)),
-        Op::Layout(l) => members.extend(super::window::layout_fields(g, n, l)),
-    }
+    members.extend(frontend.fields);
     // The call's attributes exactly: floats as f64 bits (cudnn-frontend keeps f32), and what it
-    // has no field for (a reduction's dims, as written). A convolution's are written even when
-    // there are none: its cudnn-frontend fields spell out the defaults (`pre_padding: [0, 0]`)
-    // that the op leaves unset, and read alone they would give another op, with another
-    // fingerprint (found by the structure fuzz target).
+    // has no field for (a reduction's dims, as written).
     let attrs = n.op.call_attrs();
-    if !attrs.is_empty() || matches!(n.op, Op::Conv(_)) {
+    if !attrs.is_empty() || frontend.always_exact {
         let attrs = attrs
             .into_iter()
             .map(|(k, v)| {

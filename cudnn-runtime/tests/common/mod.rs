@@ -11,7 +11,7 @@ use cudnn_runtime::rng::SplitMix64;
 #[cfg(feature = "cudnn")]
 use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, CudnnError, ExecutionPlan};
 #[cfg(feature = "cudnn")]
-use cudnn_runtime::{Error, Graph};
+use cudnn_runtime::Graph;
 
 /// Fixed-seed values in `[lo, hi)`, never all zeros.
 pub fn random(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
@@ -70,7 +70,7 @@ pub fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {
 /// naming the graph).
 pub fn no_plan(cudnn: &Cudnn, graph: &Graph) {
     match ExecutionPlan::build(cudnn, graph, &BuildOptions::default()) {
-        Err(Error::Backend(e @ BackendError::NoPlan { .. })) => {
+        Err(e @ BackendError::NoPlan { .. }) => {
             println!("{}: no plan (typed): {}", graph.name, e.to_string().lines().next().unwrap_or_default());
             let BackendError::NoPlan { graph: name, .. } = e else { unreachable!() };
             assert_eq!(name, graph.name);

@@ -31,15 +31,22 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
-    ShapeErrorKind, TensorMeta,
-};
-use crate::array::Array;
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::window::{spatial_list, WindowAttrs};
+/// (Also at `ops::Window`.)
+pub use super::window::Window;
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
+use crate::codec::json::Obj;
+use crate::array::Array;
 use crate::DataType;
 
 const fn port(name: &'static str) -> PortSpec {
@@ -191,18 +198,9 @@ impl ConvMode {
 pub struct Conv {
     /// Which convolution.
     pub kind: ConvKind,
-    /// Padding before each spatial dim (default 0).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pre_padding: Vec<i64>,
-    /// Padding after each spatial dim (default 0).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub post_padding: Vec<i64>,
-    /// The filter stride per spatial dim (default 1).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stride: Vec<i64>,
-    /// The filter dilation per spatial dim (default 1).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dilation: Vec<i64>,
+    /// Padding, filter stride and dilation.
+    #[serde(flatten)]
+    pub window: WindowAttrs,
     /// Cross-correlation (default) or convolution.
     #[serde(default)]
     pub mode: ConvMode,
@@ -214,25 +212,6 @@ pub struct Conv {
     pub filter: Vec<i64>,
 }
 
-/// A convolution's or pooling window's geometry, one value per spatial dim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Window {
-    /// Padding before.
-    pub pre: Vec<i64>,
-    /// Padding after.
-    pub post: Vec<i64>,
-    /// Stride.
-    pub stride: Vec<i64>,
-    /// Dilation.
-    pub dilation: Vec<i64>,
-}
-
-/// A rule error of `op`.
-pub(crate) fn rule(op: &'static str, rule: String) -> ShapeErrorKind {
-    ShapeErrorKind::Rule { op, rule }
-}
-
-/// A per-spatial-dim list attribute with its default, checked against the spatial rank and `min`.
 /// A window rule whose arithmetic overflows `i64` in spatial dim `i`: the padding, stride or
 /// dilation is at fault (and not, as an empty output would say, the input's extent).
 fn overflow<D: Dim>(op: &'static str, i: usize, a: &TensorMeta<D>, b: &TensorMeta<D>, w: &Window) -> ShapeError {
@@ -245,76 +224,6 @@ fn overflow<D: Dim>(op: &'static str, i: usize, a: &TensorMeta<D>, b: &TensorMet
             shape_string(&b.dims)
         ),
     ))
-}
-
-pub(crate) fn spatial_list(
-    op: &'static str,
-    attr: &str,
-    given: &[i64],
-    spatial: usize,
-    default: i64,
-    min: i64,
-) -> Result<Vec<i64>, ShapeErrorKind> {
-    if given.is_empty() {
-        return Ok(vec![default; spatial]);
-    }
-    if given.len() != spatial {
-        return Err(rule(
-            op,
-            format!(
-                "attribute `{attr}` {given:?} has {} value{} but the op has {spatial} spatial dim{} (one value each)",
-                given.len(),
-                if given.len() == 1 { "" } else { "s" },
-                if spatial == 1 { "" } else { "s" }
-            ),
-        ));
-    }
-    if let Some(v) = given.iter().find(|&&v| v < min) {
-        return Err(rule(op, format!("attribute `{attr}` {given:?} has {v}; each value must be at least {min}")));
-    }
-    Ok(given.to_vec())
-}
-
-/// `padding`, `pre_padding` and `post_padding` of a call, with `padding` setting both.
-pub(crate) fn paddings(op: &str, a: &Attrs<'_>) -> Result<(Vec<i64>, Vec<i64>), AttrError> {
-    let both = a.int_list("padding");
-    let (pre, post) = (a.int_list("pre_padding"), a.int_list("post_padding"));
-    if both.is_some() {
-        for (name, given) in [("pre_padding", &pre), ("post_padding", &post)] {
-            if given.is_some() {
-                return Err(AttrError::Invalid {
-                    op: op.to_string(),
-                    attr: name.to_string(),
-                    reason: "cannot be given with `padding` (which sets both paddings)".into(),
-                });
-            }
-        }
-    }
-    Ok((pre.or_else(|| both.clone()).unwrap_or_default(), post.or(both).unwrap_or_default()))
-}
-
-/// The attribute names to blame for two paddings: `padding` when they agree (as `padding`
-/// sets them), else their own.
-pub(crate) fn padding_names(pre: &[i64], post: &[i64]) -> (&'static str, &'static str) {
-    if pre == post {
-        ("padding", "padding")
-    } else {
-        ("pre_padding", "post_padding")
-    }
-}
-
-/// The call attributes of two paddings: `padding` when they agree.
-pub(crate) fn padding_attrs(pre: &[i64], post: &[i64], out: &mut Vec<(String, AttrValue)>) {
-    if !pre.is_empty() && pre == post {
-        out.push(("padding".into(), AttrValue::IntList(pre.to_vec())));
-        return;
-    }
-    if !pre.is_empty() {
-        out.push(("pre_padding".into(), AttrValue::IntList(pre.to_vec())));
-    }
-    if !post.is_empty() {
-        out.push(("post_padding".into(), AttrValue::IntList(post.to_vec())));
-    }
 }
 
 fn takes(dtype: DataType) -> bool {
@@ -335,10 +244,7 @@ impl Conv {
     pub fn new(kind: ConvKind) -> Self {
         Conv {
             kind,
-            pre_padding: Vec::new(),
-            post_padding: Vec::new(),
-            stride: Vec::new(),
-            dilation: Vec::new(),
+            window: WindowAttrs::default(),
             mode: ConvMode::CrossCorrelation,
             output_padding: Vec::new(),
             filter: Vec::new(),
@@ -346,13 +252,9 @@ impl Conv {
     }
 
     pub(crate) fn from_attrs(kind: ConvKind, a: &Attrs<'_>) -> Result<Self, AttrError> {
-        let (pre_padding, post_padding) = paddings(kind.name(), a)?;
         Ok(Conv {
             kind,
-            pre_padding,
-            post_padding,
-            stride: a.int_list("stride").unwrap_or_default(),
-            dilation: a.int_list("dilation").unwrap_or_default(),
+            window: WindowAttrs::from_attrs(kind.name(), a)?,
             mode: a.name("mode").and_then(ConvMode::from_name).unwrap_or_default(),
             output_padding: a.int_list("output_padding").unwrap_or_default(),
             filter: a.int_list("filter").unwrap_or_default(),
@@ -361,12 +263,9 @@ impl Conv {
 
     pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
         let mut out = Vec::new();
-        padding_attrs(&self.pre_padding, &self.post_padding, &mut out);
-        for (name, v) in [("stride", &self.stride), ("dilation", &self.dilation)] {
-            if !v.is_empty() {
-                out.push((name.into(), AttrValue::IntList(v.clone())));
-            }
-        }
+        self.window.padding_attrs(&mut out);
+        WindowAttrs::list_attr("stride", &self.window.stride, &mut out);
+        WindowAttrs::list_attr("dilation", &self.window.dilation, &mut out);
         if self.mode != ConvMode::CrossCorrelation {
             out.push(("mode".into(), AttrValue::Name(self.mode.name().into())));
         }
@@ -381,14 +280,7 @@ impl Conv {
 
     /// The padding, stride and dilation for `spatial` spatial dims, defaults filled in.
     pub fn window(&self, spatial: usize) -> Result<Window, ShapeErrorKind> {
-        let op = self.kind.name();
-        let (pre_name, post_name) = padding_names(&self.pre_padding, &self.post_padding);
-        Ok(Window {
-            pre: spatial_list(op, pre_name, &self.pre_padding, spatial, 0, 0)?,
-            post: spatial_list(op, post_name, &self.post_padding, spatial, 0, 0)?,
-            stride: spatial_list(op, "stride", &self.stride, spatial, 1, 1)?,
-            dilation: spatial_list(op, "dilation", &self.dilation, spatial, 1, 1)?,
-        })
+        self.window.resolve(self.kind.name(), spatial, &[])
     }
 
     /// dgrad's `output_padding`, defaults filled in, each below its stride or dilation.
@@ -680,6 +572,56 @@ impl Taps {
             }
         }
         Taps { list, outputs: n_out as usize, filter: n_filter as usize, inputs: count(input) as usize }
+    }
+}
+
+
+impl OpFamily for Conv {
+    type Kind = ConvKind;
+
+    const KINDS: &'static [ConvKind] = ConvKind::ALL;
+
+    const TAGS: &'static [&'static str] = &[ConvKind::Fprop.frontend_tag(), ConvKind::Dgrad.frontend_tag(), ConvKind::Wgrad.frontend_tag()];
+
+    fn signature_of(kind: ConvKind) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> ConvKind {
+        self.kind
+    }
+
+    fn from_attrs(kind: ConvKind, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Conv::from_attrs(kind, attrs)
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Conv::call_attrs(self)
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Conv::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Conv::reference(self, inputs[0], inputs[1])]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
+    }
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, tag)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -31,20 +31,24 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    normalize_axis, AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
-    ShapeError, ShapeErrorKind, TensorMeta,
-};
-use crate::array::Array;
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
+use crate::array::Array;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];
 
 /// The most inputs one `concatenate` takes.
-pub const MAX_CONCAT_INPUTS: usize = 32;
+pub const MAX_CONCAT_INPUTS: usize = super::shape::MAX_INPUT_PORTS;
 
 /// A concatenation's ports, `X[0]` to `X[31]`; an instance with `n` inputs has the first `n`.
 pub const CONCAT_PORTS: &[PortSpec; MAX_CONCAT_INPUTS] = &concat_ports();
@@ -519,6 +523,76 @@ fn concat_infer<D: Dim>(
     // Y's type is the graph's (the intermediate type, or the declared output type), as for a
     // pointwise op: an f32 intermediate and an f16 input concatenate into either.
     Ok(OutputMeta { dims, dtype: None })
+}
+
+
+impl OpFamily for Layout {
+    type Kind = LayoutKind;
+
+    const KINDS: &'static [LayoutKind] = LayoutKind::ALL;
+
+    const TAGS: &'static [&'static str] = &[
+        LayoutKind::Reshape.frontend_tag(),
+        LayoutKind::Transpose.frontend_tag(),
+        LayoutKind::Slice.frontend_tag(),
+        LayoutKind::Concatenate.frontend_tag(),
+    ];
+
+    fn signature_of(kind: LayoutKind) -> OpSignature {
+        kind.signature()
+    }
+
+    fn input_of(kind: LayoutKind, i: usize) -> Option<PortSpec> {
+        match kind {
+            LayoutKind::Concatenate => CONCAT_PORTS.get(i).copied(),
+            LayoutKind::Reshape | LayoutKind::Transpose | LayoutKind::Slice => kind.signature().inputs.get(i).copied(),
+        }
+    }
+
+    fn kind(&self) -> LayoutKind {
+        self.kind()
+    }
+
+    fn from_attrs(kind: LayoutKind, attrs: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError> {
+        Layout::from_attrs(kind, attrs, inputs)
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Layout::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        Layout::inputs(self).to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Layout::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Layout::reference(self, inputs)]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        let channels_last = match self {
+            Layout::Concatenate { .. } => ChannelsLast::Follow,
+            Layout::Reshape { .. } | Layout::Transpose { .. } | Layout::Slice { .. } => ChannelsLast::No,
+        };
+        LayoutPolicy { channels_last, outputs: OutputLayout::View(self) }
+    }
+
+    fn read_frontend(node: &Obj<'_>, label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, label, tag)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
+    }
 }
 
 #[cfg(test)]

@@ -6,14 +6,19 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    broadcast, AttrSpec, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind, TensorMeta,
-};
-use crate::array::Array;
+use super::signature::{AttrValue, AttrSpec, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{broadcast, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{LayoutPolicy, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
+use crate::array::Array;
 use crate::DataType;
 
 /// The call name.
@@ -144,6 +149,54 @@ impl Matmul {
             }
         }
         out
+    }
+}
+
+
+impl OpFamily for Matmul {
+    type Kind = ();
+
+    const KINDS: &'static [()] = &[()];
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn signature_of(_kind: ()) -> OpSignature {
+        signature()
+    }
+
+    fn kind(&self) {}
+
+    fn from_attrs(_kind: (), attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Matmul::from_attrs(attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Vec::new()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Matmul::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Matmul::reference(self, inputs[0], inputs[1])]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy::PACKED
+    }
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node)
+    }
+
+    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write()
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -37,15 +37,20 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 mod reference;
 
-use super::{
-    AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind,
-    TensorMeta,
-};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
+use crate::array::Array;
 use crate::DataType;
 
 const fn port(name: &'static str) -> PortSpec {
@@ -560,6 +565,60 @@ impl Rules {
             }
         }
         Ok(stats)
+    }
+}
+
+
+impl OpFamily for Norm {
+    type Kind = NormKind;
+
+    const KINDS: &'static [NormKind] = NormKind::ALL;
+
+    const TAGS: &'static [&'static str] = codec::TAGS;
+
+    fn signature_of(kind: NormKind) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> NormKind {
+        self.kind
+    }
+
+    fn from_attrs(kind: NormKind, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Norm::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Norm::call_attrs(self)
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        Norm::outputs(self).to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Norm::infer(self, inputs, cx)
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        Norm::reference(self, inputs)
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
+    }
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, tag)
+    }
+
+    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self)
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -11,15 +11,19 @@ use std::f64::consts::{FRAC_2_SQRT_PI, SQRT_2};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    broadcast, normalize_axis, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec,
-    ShapeError, ShapeErrorKind, TensorMeta,
-};
-use crate::array::Array;
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{broadcast, normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
+use crate::array::Array;
 use crate::DataType;
 
 const UNARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: false }];
@@ -31,15 +35,94 @@ const TERNARY: &[PortSpec] = &[
 ];
 const OUT: &[&str] = &["OUT_0"];
 
-const fn float_attr(name: &'static str) -> AttrSpec {
-    AttrSpec { name, kind: AttrKind::Float, required: false }
+/// A float parameter of the pointwise modes: the one place that says which DSL attribute it is,
+/// which `Pointwise` field (named as cudnn-frontend's JSON field) holds it, and its default.
+/// A mode takes the parameters of its row's [`Params`] group; the codec, the call attributes and
+/// the reference all read them from there.
+#[derive(Clone, Copy)]
+pub(crate) struct Param {
+    /// The DSL attribute (`lower_clip`, `beta`).
+    pub(crate) attr: &'static str,
+    /// cudnn-frontend's field, also the `Pointwise` field (`relu_lower_clip`, `softplus_beta`).
+    pub(crate) field: &'static str,
+    /// cuDNN's value when unset.
+    default: f64,
+    get: fn(&Pointwise) -> Option<f64>,
+    set: fn(&mut Pointwise, Option<f64>),
 }
-const RELU_ATTRS: &[AttrSpec] = &[float_attr("lower_clip"), float_attr("upper_clip"), float_attr("lower_clip_slope")];
-const ELU_ATTRS: &[AttrSpec] = &[float_attr("alpha")];
-const SOFTPLUS_ATTRS: &[AttrSpec] = &[float_attr("beta")];
-const SWISH_ATTRS: &[AttrSpec] = &[float_attr("beta")];
-const INDEX_ATTRS: &[AttrSpec] = &[AttrSpec { name: "axis", kind: AttrKind::Int, required: true }];
-const NO_ATTRS: &[AttrSpec] = &[];
+
+impl Param {
+    /// The value set on `p`, if any.
+    pub(crate) fn get(&self, p: &Pointwise) -> Option<f64> {
+        (self.get)(p)
+    }
+
+    /// The value `p` computes with: set or default.
+    fn value(&self, p: &Pointwise) -> f64 {
+        self.get(p).unwrap_or(self.default)
+    }
+}
+
+/// A [`Param`] held by the `Pointwise` field `$field`, which is also cudnn-frontend's name for it.
+macro_rules! param {
+    ($attr:literal, $field:ident, $default:expr) => {
+        Param {
+            attr: $attr,
+            field: stringify!($field),
+            default: $default,
+            get: |p| p.$field,
+            set: |p, v| p.$field = v,
+        }
+    };
+}
+
+/// ReLU's lower clip (values at or below it are clipped).
+const LOWER_CLIP: Param = param!("lower_clip", relu_lower_clip, 0.0);
+/// ReLU's upper clip.
+const UPPER_CLIP: Param = param!("upper_clip", relu_upper_clip, f64::INFINITY);
+/// ReLU's slope below the lower clip.
+const LOWER_CLIP_SLOPE: Param = param!("lower_clip_slope", relu_lower_clip_slope, 0.0);
+/// ELU's alpha.
+const ELU_ALPHA: Param = param!("alpha", elu_alpha, 1.0);
+/// Softplus's `beta`.
+const SOFTPLUS_BETA: Param = param!("beta", softplus_beta, 1.0);
+/// Swish's `beta`.
+const SWISH_BETA: Param = param!("beta", swish_beta, 1.0);
+
+/// Every parameter, in the order cudnn-frontend's JSON lists their fields.
+pub(crate) const PARAMS: [Param; 6] = [LOWER_CLIP, UPPER_CLIP, LOWER_CLIP_SLOPE, SWISH_BETA, ELU_ALPHA, SOFTPLUS_BETA];
+
+/// The attributes of a group of modes: its float parameters, and `gen_index`'s axis.
+pub(crate) struct Params {
+    /// The attributes, as the signature lists them.
+    attrs: &'static [AttrSpec],
+    /// The float parameters among them.
+    pub(crate) floats: &'static [Param],
+}
+
+/// The attribute specs of float parameters.
+const fn float_attrs<const N: usize>(params: [Param; N]) -> [AttrSpec; N] {
+    let mut out = [AttrSpec { name: "", kind: AttrKind::Float, required: false }; N];
+    let mut i = 0;
+    while i < N {
+        out[i].name = params[i].attr;
+        i += 1;
+    }
+    out
+}
+
+const RELU_FLOATS: [Param; 3] = [LOWER_CLIP, UPPER_CLIP, LOWER_CLIP_SLOPE];
+const RELU: Params = Params { attrs: &float_attrs(RELU_FLOATS), floats: &RELU_FLOATS };
+const ELU: Params = Params { attrs: &float_attrs([ELU_ALPHA]), floats: &[ELU_ALPHA] };
+const SOFTPLUS: Params = Params { attrs: &float_attrs([SOFTPLUS_BETA]), floats: &[SOFTPLUS_BETA] };
+const SWISH: Params = Params { attrs: &float_attrs([SWISH_BETA]), floats: &[SWISH_BETA] };
+/// `gen_index`'s attribute.
+const INDEX: Params =
+    Params { attrs: &[AttrSpec { name: AXIS, kind: AttrKind::Int, required: true }], floats: &[] };
+const NONE: Params = Params { attrs: &[], floats: &[] };
+
+/// `gen_index`'s axis attribute (also cudnn-frontend's field).
+pub(crate) const AXIS: &str = "axis";
 
 /// What a mode does to types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +140,7 @@ enum Class {
 }
 
 macro_rules! modes {
-    ($($variant:ident = $name:literal, $cudnn:literal, $value:literal, $ports:ident, $attrs:ident, $class:ident;)*) => {
+    ($($variant:ident = $name:literal, $cudnn:literal, $value:literal, $ports:ident, $params:ident, $class:ident;)*) => {
         /// A cuDNN pointwise mode (`cudnnPointwiseMode_t`).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum PointwiseMode {
@@ -91,8 +174,9 @@ macro_rules! modes {
                 match self { $(PointwiseMode::$variant => $ports),* }
             }
 
-            const fn attrs(self) -> &'static [AttrSpec] {
-                match self { $(PointwiseMode::$variant => $attrs),* }
+            /// The attributes this mode takes.
+            pub(crate) const fn params(self) -> &'static Params {
+                match self { $(PointwiseMode::$variant => &$params),* }
             }
 
             const fn class(self) -> Class {
@@ -103,57 +187,57 @@ macro_rules! modes {
 }
 
 modes! {
-    Add = "add", "ADD", 0, BINARY, NO_ATTRS, Arith;
-    AddSquare = "add_square", "ADD_SQUARE", 5, BINARY, NO_ATTRS, Arith;
-    Div = "div", "DIV", 6, BINARY, NO_ATTRS, Arith;
-    Max = "max", "MAX", 3, BINARY, NO_ATTRS, Arith;
-    Min = "min", "MIN", 2, BINARY, NO_ATTRS, Arith;
-    Mod = "mod", "MOD", 7, BINARY, NO_ATTRS, Arith;
-    Mul = "mul", "MUL", 1, BINARY, NO_ATTRS, Arith;
-    Pow = "pow", "POW", 8, BINARY, NO_ATTRS, Arith;
-    Sub = "sub", "SUB", 9, BINARY, NO_ATTRS, Arith;
-    Abs = "abs", "ABS", 10, UNARY, NO_ATTRS, Arith;
-    Ceil = "ceil", "CEIL", 11, UNARY, NO_ATTRS, Arith;
-    Cos = "cos", "COS", 12, UNARY, NO_ATTRS, Arith;
-    Exp = "exp", "EXP", 13, UNARY, NO_ATTRS, Arith;
-    Floor = "floor", "FLOOR", 14, UNARY, NO_ATTRS, Arith;
-    Log = "log", "LOG", 15, UNARY, NO_ATTRS, Arith;
-    Neg = "neg", "NEG", 16, UNARY, NO_ATTRS, Arith;
-    Rsqrt = "rsqrt", "RSQRT", 17, UNARY, NO_ATTRS, Arith;
-    Sin = "sin", "SIN", 18, UNARY, NO_ATTRS, Arith;
-    Sqrt = "sqrt", "SQRT", 4, UNARY, NO_ATTRS, Arith;
-    Tan = "tan", "TAN", 19, UNARY, NO_ATTRS, Arith;
-    Erf = "erf", "ERF", 20, UNARY, NO_ATTRS, Arith;
-    Identity = "identity", "IDENTITY", 21, UNARY, NO_ATTRS, Arith;
-    Reciprocal = "reciprocal", "RECIPROCAL", 22, UNARY, NO_ATTRS, Arith;
-    Atan2 = "atan2", "ATAN2", 23, BINARY, NO_ATTRS, Arith;
-    Relu = "relu", "RELU_FWD", 100, UNARY, RELU_ATTRS, Arith;
-    Tanh = "tanh", "TANH_FWD", 101, UNARY, NO_ATTRS, Arith;
-    Sigmoid = "sigmoid", "SIGMOID_FWD", 102, UNARY, NO_ATTRS, Arith;
-    Elu = "elu", "ELU_FWD", 103, UNARY, ELU_ATTRS, Arith;
-    Gelu = "gelu", "GELU_FWD", 104, UNARY, NO_ATTRS, Arith;
-    Softplus = "softplus", "SOFTPLUS_FWD", 105, UNARY, SOFTPLUS_ATTRS, Arith;
-    Swish = "swish", "SWISH_FWD", 106, UNARY, SWISH_ATTRS, Arith;
-    GeluTanh = "gelu_tanh", "GELU_APPROX_TANH_FWD", 107, UNARY, NO_ATTRS, Arith;
-    ReluBwd = "relu_bwd", "RELU_BWD", 200, BINARY, RELU_ATTRS, Arith;
-    TanhBwd = "tanh_bwd", "TANH_BWD", 201, BINARY, NO_ATTRS, Arith;
-    SigmoidBwd = "sigmoid_bwd", "SIGMOID_BWD", 202, BINARY, NO_ATTRS, Arith;
-    EluBwd = "elu_bwd", "ELU_BWD", 203, BINARY, ELU_ATTRS, Arith;
-    GeluBwd = "gelu_bwd", "GELU_BWD", 204, BINARY, NO_ATTRS, Arith;
-    SoftplusBwd = "softplus_bwd", "SOFTPLUS_BWD", 205, BINARY, SOFTPLUS_ATTRS, Arith;
-    SwishBwd = "swish_bwd", "SWISH_BWD", 206, BINARY, SWISH_ATTRS, Arith;
-    GeluTanhBwd = "gelu_tanh_bwd", "GELU_APPROX_TANH_BWD", 207, BINARY, NO_ATTRS, Arith;
-    CmpEq = "cmp_eq", "CMP_EQ", 300, BINARY, NO_ATTRS, Compare;
-    CmpNeq = "cmp_neq", "CMP_NEQ", 301, BINARY, NO_ATTRS, Compare;
-    CmpGt = "cmp_gt", "CMP_GT", 302, BINARY, NO_ATTRS, Compare;
-    CmpGe = "cmp_ge", "CMP_GE", 303, BINARY, NO_ATTRS, Compare;
-    CmpLt = "cmp_lt", "CMP_LT", 304, BINARY, NO_ATTRS, Compare;
-    CmpLe = "cmp_le", "CMP_LE", 305, BINARY, NO_ATTRS, Compare;
-    LogicalAnd = "logical_and", "LOGICAL_AND", 400, BINARY, NO_ATTRS, Logical;
-    LogicalOr = "logical_or", "LOGICAL_OR", 401, BINARY, NO_ATTRS, Logical;
-    LogicalNot = "logical_not", "LOGICAL_NOT", 402, UNARY, NO_ATTRS, Logical;
-    GenIndex = "gen_index", "GEN_INDEX", 501, UNARY, INDEX_ATTRS, Index;
-    BinarySelect = "binary_select", "BINARY_SELECT", 601, TERNARY, NO_ATTRS, Select;
+    Add = "add", "ADD", 0, BINARY, NONE, Arith;
+    AddSquare = "add_square", "ADD_SQUARE", 5, BINARY, NONE, Arith;
+    Div = "div", "DIV", 6, BINARY, NONE, Arith;
+    Max = "max", "MAX", 3, BINARY, NONE, Arith;
+    Min = "min", "MIN", 2, BINARY, NONE, Arith;
+    Mod = "mod", "MOD", 7, BINARY, NONE, Arith;
+    Mul = "mul", "MUL", 1, BINARY, NONE, Arith;
+    Pow = "pow", "POW", 8, BINARY, NONE, Arith;
+    Sub = "sub", "SUB", 9, BINARY, NONE, Arith;
+    Abs = "abs", "ABS", 10, UNARY, NONE, Arith;
+    Ceil = "ceil", "CEIL", 11, UNARY, NONE, Arith;
+    Cos = "cos", "COS", 12, UNARY, NONE, Arith;
+    Exp = "exp", "EXP", 13, UNARY, NONE, Arith;
+    Floor = "floor", "FLOOR", 14, UNARY, NONE, Arith;
+    Log = "log", "LOG", 15, UNARY, NONE, Arith;
+    Neg = "neg", "NEG", 16, UNARY, NONE, Arith;
+    Rsqrt = "rsqrt", "RSQRT", 17, UNARY, NONE, Arith;
+    Sin = "sin", "SIN", 18, UNARY, NONE, Arith;
+    Sqrt = "sqrt", "SQRT", 4, UNARY, NONE, Arith;
+    Tan = "tan", "TAN", 19, UNARY, NONE, Arith;
+    Erf = "erf", "ERF", 20, UNARY, NONE, Arith;
+    Identity = "identity", "IDENTITY", 21, UNARY, NONE, Arith;
+    Reciprocal = "reciprocal", "RECIPROCAL", 22, UNARY, NONE, Arith;
+    Atan2 = "atan2", "ATAN2", 23, BINARY, NONE, Arith;
+    Relu = "relu", "RELU_FWD", 100, UNARY, RELU, Arith;
+    Tanh = "tanh", "TANH_FWD", 101, UNARY, NONE, Arith;
+    Sigmoid = "sigmoid", "SIGMOID_FWD", 102, UNARY, NONE, Arith;
+    Elu = "elu", "ELU_FWD", 103, UNARY, ELU, Arith;
+    Gelu = "gelu", "GELU_FWD", 104, UNARY, NONE, Arith;
+    Softplus = "softplus", "SOFTPLUS_FWD", 105, UNARY, SOFTPLUS, Arith;
+    Swish = "swish", "SWISH_FWD", 106, UNARY, SWISH, Arith;
+    GeluTanh = "gelu_tanh", "GELU_APPROX_TANH_FWD", 107, UNARY, NONE, Arith;
+    ReluBwd = "relu_bwd", "RELU_BWD", 200, BINARY, RELU, Arith;
+    TanhBwd = "tanh_bwd", "TANH_BWD", 201, BINARY, NONE, Arith;
+    SigmoidBwd = "sigmoid_bwd", "SIGMOID_BWD", 202, BINARY, NONE, Arith;
+    EluBwd = "elu_bwd", "ELU_BWD", 203, BINARY, ELU, Arith;
+    GeluBwd = "gelu_bwd", "GELU_BWD", 204, BINARY, NONE, Arith;
+    SoftplusBwd = "softplus_bwd", "SOFTPLUS_BWD", 205, BINARY, SOFTPLUS, Arith;
+    SwishBwd = "swish_bwd", "SWISH_BWD", 206, BINARY, SWISH, Arith;
+    GeluTanhBwd = "gelu_tanh_bwd", "GELU_APPROX_TANH_BWD", 207, BINARY, NONE, Arith;
+    CmpEq = "cmp_eq", "CMP_EQ", 300, BINARY, NONE, Compare;
+    CmpNeq = "cmp_neq", "CMP_NEQ", 301, BINARY, NONE, Compare;
+    CmpGt = "cmp_gt", "CMP_GT", 302, BINARY, NONE, Compare;
+    CmpGe = "cmp_ge", "CMP_GE", 303, BINARY, NONE, Compare;
+    CmpLt = "cmp_lt", "CMP_LT", 304, BINARY, NONE, Compare;
+    CmpLe = "cmp_le", "CMP_LE", 305, BINARY, NONE, Compare;
+    LogicalAnd = "logical_and", "LOGICAL_AND", 400, BINARY, NONE, Logical;
+    LogicalOr = "logical_or", "LOGICAL_OR", 401, BINARY, NONE, Logical;
+    LogicalNot = "logical_not", "LOGICAL_NOT", 402, UNARY, NONE, Logical;
+    GenIndex = "gen_index", "GEN_INDEX", 501, UNARY, INDEX, Index;
+    BinarySelect = "binary_select", "BINARY_SELECT", 601, TERNARY, NONE, Select;
 }
 
 impl PointwiseMode {
@@ -174,7 +258,7 @@ impl PointwiseMode {
             family: Family::Pointwise(self),
             inputs: self.ports(),
             outputs: OUT,
-            attrs: self.attrs(),
+            attrs: self.params().attrs,
         }
     }
 
@@ -229,35 +313,20 @@ impl Pointwise {
 
     pub(crate) fn from_attrs(mode: PointwiseMode, a: &Attrs<'_>) -> Self {
         let mut p = Pointwise::new(mode);
-        p.relu_lower_clip = a.float("lower_clip");
-        p.relu_upper_clip = a.float("upper_clip");
-        p.relu_lower_clip_slope = a.float("lower_clip_slope");
-        p.elu_alpha = a.float("alpha");
-        p.axis = a.int("axis");
-        let beta = a.float("beta");
-        match mode {
-            PointwiseMode::Softplus | PointwiseMode::SoftplusBwd => p.softplus_beta = beta,
-            _ => p.swish_beta = beta,
+        for param in mode.params().floats {
+            (param.set)(&mut p, a.float(param.attr));
         }
+        p.axis = a.int(AXIS);
         p
     }
 
+    /// The parameters of its mode that are set, then the axis.
     pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        let beta = match self.mode {
-            PointwiseMode::Softplus | PointwiseMode::SoftplusBwd => self.softplus_beta,
-            _ => self.swish_beta,
-        };
-        let floats = [
-            ("lower_clip", self.relu_lower_clip),
-            ("upper_clip", self.relu_upper_clip),
-            ("lower_clip_slope", self.relu_lower_clip_slope),
-            ("alpha", self.elu_alpha),
-            ("beta", beta),
-        ];
+        let floats = self.mode.params().floats.iter();
         let mut out: Vec<(String, AttrValue)> =
-            floats.into_iter().filter_map(|(n, v)| v.map(|v| (n.to_string(), AttrValue::Float(v)))).collect();
+            floats.filter_map(|f| f.get(self).map(|v| (f.attr.to_string(), AttrValue::Float(v)))).collect();
         if let Some(axis) = self.axis {
-            out.push(("axis".into(), AttrValue::Int(axis)));
+            out.push((AXIS.into(), AttrValue::Int(axis)));
         }
         out
     }
@@ -317,12 +386,12 @@ impl Pointwise {
         let b = || x[1];
         let t = |v: bool| f64::from(u8::from(v));
         let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
-        let lower = self.relu_lower_clip.unwrap_or(0.0);
-        let upper = self.relu_upper_clip.unwrap_or(f64::INFINITY);
-        let slope = self.relu_lower_clip_slope.unwrap_or(0.0);
-        let alpha = self.elu_alpha.unwrap_or(1.0);
-        let sp_beta = self.softplus_beta.unwrap_or(1.0);
-        let sw_beta = self.swish_beta.unwrap_or(1.0);
+        let lower = LOWER_CLIP.value(self);
+        let upper = UPPER_CLIP.value(self);
+        let slope = LOWER_CLIP_SLOPE.value(self);
+        let alpha = ELU_ALPHA.value(self);
+        let sp_beta = SOFTPLUS_BETA.value(self);
+        let sw_beta = SWISH_BETA.value(self);
         match self.mode {
             M::Add => a + b(),
             M::AddSquare => a + b() * b(),
@@ -457,6 +526,56 @@ fn gelu_tanh(x: f64) -> (f64, f64) {
     let th = u.tanh();
     let du = c * (1.0 + 3.0 * 0.044715 * x * x);
     (0.5 * x * (1.0 + th), 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du)
+}
+
+
+impl OpFamily for Pointwise {
+    type Kind = PointwiseMode;
+
+    const KINDS: &'static [PointwiseMode] = PointwiseMode::ALL;
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn signature_of(kind: PointwiseMode) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> PointwiseMode {
+        self.mode
+    }
+
+    fn from_attrs(kind: PointwiseMode, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Pointwise::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Pointwise::call_attrs(self)
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Pointwise::infer(self, inputs, cx).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Pointwise::reference(self, inputs)]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::Follow, outputs: OutputLayout::LikeInput }
+    }
+
+    fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, label)
+    }
+
+    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self)
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
+    }
 }
 
 #[cfg(test)]

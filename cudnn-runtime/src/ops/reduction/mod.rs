@@ -7,15 +7,19 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::{
-    normalize_axis, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
-    ShapeErrorKind, TensorMeta,
-};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{LayoutPolicy, OpFamily};
+use super::Family;
+use crate::dim::{Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::array::Array;
-use crate::dim::Dim;
 use crate::DataType;
 
 const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false }];
@@ -184,6 +188,56 @@ impl Reduction {
             }
         }
         out
+    }
+}
+
+
+impl OpFamily for Reduction {
+    type Kind = ReductionMode;
+
+    const KINDS: &'static [ReductionMode] = ReductionMode::ALL;
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn signature_of(kind: ReductionMode) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> ReductionMode {
+        self.mode
+    }
+
+    fn from_attrs(kind: ReductionMode, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Reduction::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Reduction::call_attrs(self)
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Reduction::infer(self, inputs).map(|o| vec![o])
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        vec![Reduction::reference(self, inputs[0])]
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy::PACKED
+    }
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node)
+    }
+
+    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self)
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

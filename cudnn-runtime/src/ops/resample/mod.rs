@@ -20,16 +20,21 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::conv::{padding_attrs, padding_names, paddings, rule, spatial_list, ConvMode, Taps, Window};
-use super::{
-    AttrError, AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError,
-    ShapeErrorKind, TensorMeta,
-};
+use super::conv::{ConvMode, Taps};
+use super::window::{spatial_list, Window, WindowAttrs};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::Family;
+use crate::dim::{shape_string, Dim, DimCx};
+use crate::codec::json::Obj;
 use crate::array::Array;
-use crate::dim::{shape_string, Dim};
 use crate::DataType;
 
 /// The call name.
@@ -135,15 +140,9 @@ pub struct Resample {
     pub mode: ResampleMode,
     /// The window's extents.
     pub window: Vec<i64>,
-    /// The stride (default: the window).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stride: Vec<i64>,
-    /// Padding before each spatial dim (default 0).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pre_padding: Vec<i64>,
-    /// Padding after each spatial dim (default 0).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub post_padding: Vec<i64>,
+    /// Padding and stride (default: the window); pooling has no dilation.
+    #[serde(flatten)]
+    pub geometry: WindowAttrs,
     /// Whether the op also outputs the index of each maximum (max pooling only).
     #[serde(default)]
     pub index: bool,
@@ -152,12 +151,12 @@ pub struct Resample {
 impl Resample {
     /// A pooling op with `window`, stride the window and no padding.
     pub fn new(mode: ResampleMode, window: Vec<i64>) -> Self {
-        Resample { mode, window, stride: Vec::new(), pre_padding: Vec::new(), post_padding: Vec::new(), index: false }
+        Resample { mode, window, geometry: WindowAttrs::default(), index: false }
     }
 
     pub(crate) fn from_attrs(a: &Attrs<'_>) -> Result<Self, AttrError> {
         let mode = a.name("mode").and_then(ResampleMode::from_name).unwrap_or(ResampleMode::MaxPool);
-        let (pre_padding, post_padding) = paddings(NAME, a)?;
+        let geometry = WindowAttrs::from_attrs(NAME, a)?;
         let index = a.bool("index").unwrap_or(false);
         if index && mode != ResampleMode::MaxPool {
             return Err(AttrError::Invalid {
@@ -169,9 +168,7 @@ impl Resample {
         Ok(Resample {
             mode,
             window: a.int_list("window").unwrap_or_default(),
-            stride: a.int_list("stride").unwrap_or_default(),
-            pre_padding,
-            post_padding,
+            geometry,
             index,
         })
     }
@@ -181,10 +178,8 @@ impl Resample {
             ("mode".into(), AttrValue::Name(self.mode.name().into())),
             ("window".into(), AttrValue::IntList(self.window.clone())),
         ];
-        if !self.stride.is_empty() {
-            out.push(("stride".into(), AttrValue::IntList(self.stride.clone())));
-        }
-        padding_attrs(&self.pre_padding, &self.post_padding, &mut out);
+        WindowAttrs::list_attr("stride", &self.geometry.stride, &mut out);
+        self.geometry.padding_attrs(&mut out);
         if self.index {
             out.push(("index".into(), AttrValue::Bool(true)));
         }
@@ -203,14 +198,8 @@ impl Resample {
     /// The window extents and geometry (dilation 1) for `spatial` spatial dims, defaults filled in.
     pub fn geometry(&self, spatial: usize) -> Result<(Vec<i64>, Window), ShapeErrorKind> {
         let window = spatial_list(NAME, "window", &self.window, spatial, 1, 1)?;
-        let stride = if self.stride.is_empty() { window.clone() } else { self.stride.clone() };
-        let (pre_name, post_name) = padding_names(&self.pre_padding, &self.post_padding);
-        let w = Window {
-            pre: spatial_list(NAME, pre_name, &self.pre_padding, spatial, 0, 0)?,
-            post: spatial_list(NAME, post_name, &self.post_padding, spatial, 0, 0)?,
-            stride: spatial_list(NAME, "stride", &stride, spatial, 1, 1)?,
-            dilation: vec![1; spatial],
-        };
+        let (pre_name, post_name) = self.geometry.padding_names();
+        let w = self.geometry.resolve(NAME, spatial, &window)?;
         for (attr, pad) in [(pre_name, &w.pre), (post_name, &w.post)] {
             if let Some(i) = (0..spatial).find(|&i| pad[i] >= window[i]) {
                 return Err(rule(
@@ -336,6 +325,58 @@ impl Resample {
         } else {
             vec![y]
         }
+    }
+}
+
+
+impl OpFamily for Resample {
+    type Kind = ();
+
+    const KINDS: &'static [()] = &[()];
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn signature_of(_kind: ()) -> OpSignature {
+        signature()
+    }
+
+    fn kind(&self) {}
+
+    fn from_attrs(_kind: (), attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Resample::from_attrs(attrs)
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Resample::call_attrs(self)
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        Resample::outputs(self).to_vec()
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Resample::infer(self, inputs)
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        Resample::reference(self, inputs[0])
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
+    }
+
+    fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, label)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -36,16 +36,22 @@ use serde::{Deserialize, Serialize};
 // The lowering's description; the tests run it on the CPU.
 #[cfg(any(feature = "cudnn", test))]
 pub(crate) mod composite;
+pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
+mod infer;
 mod reference;
 pub mod support;
 
-use super::{
-    AttrKind, AttrSpec, AttrValue, Attrs, Family, OpSignature, OutputMeta, PortSpec, ShapeError, ShapeErrorKind,
-    TensorMeta,
-};
-use crate::dim::{shape_string, Dim, DimCx};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::attrs::{AttrError, Attrs};
+use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::family::{LayoutPolicy, OpFamily};
+use super::Family;
+use crate::dim::{Dim, DimCx};
+use crate::codec::json::Obj;
+use crate::array::Array;
 use crate::DataType;
 
 /// The forward call name.
@@ -443,241 +449,6 @@ impl Sdpa {
         self.alignment == Alignment::BottomRight
     }
 
-    /// The shape and type rule; also every support rule that depends only on shapes, types and
-    /// attributes.
-    pub(crate) fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        let op = self.pass.name();
-        let ports = self.inputs();
-        let at = |name: &str| ports.iter().position(|p| p.name == name);
-        self.check_attributes()?;
-
-        // Ranks first: every port of this op is 4-d.
-        for (i, (t, p)) in inputs.iter().zip(&ports).enumerate() {
-            if t.dims.len() != 4 {
-                return Err(ShapeError::at(
-                    i,
-                    ShapeErrorKind::Rank {
-                        op,
-                        port: p.name,
-                        expected: "rank 4 ([B, H, S, D])".into(),
-                        found: t.dims.len(),
-                        shape: shape_string(&t.dims),
-                    },
-                ));
-            }
-        }
-        let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        if !takes(q.dtype) {
-            return Err(ShapeError::at(
-                0,
-                ShapeErrorKind::DType { op, port: "Q", found: q.dtype, expected: "f16 or bf16" },
-            ));
-        }
-        for (i, name) in [(1usize, "K"), (2, "V")] {
-            if inputs[i].dtype != q.dtype {
-                return Err(rule(
-                    op,
-                    Some(i),
-                    format!("port {name} is {} but Q is {}; Q, K and V must have one type", inputs[i].dtype, q.dtype),
-                ));
-            }
-        }
-        let (qs, ks, vs) = (shape_string(&q.dims), shape_string(&k.dims), shape_string(&v.dims));
-        let [b, h_q, s_q, d_qk] = [&q.dims[0], &q.dims[1], &q.dims[2], &q.dims[3]];
-        let [h_k, s_kv, d_k] = [&k.dims[1], &k.dims[2], &k.dims[3]];
-        let [h_v, d_v] = [&v.dims[1], &v.dims[3]];
-        for (i, name, t, shape) in [(1usize, "K", k, &ks), (2, "V", v, &vs)] {
-            if !cx.require_eq(b, &t.dims[0]) {
-                return Err(rule(
-                    op,
-                    Some(i),
-                    format!(
-                        "batch sizes differ: Q is {qs} and {name} is {shape}, so Q[0] = {b} must equal {name}[0] = {}",
-                        t.dims[0]
-                    ),
-                ));
-            }
-        }
-        if !cx.require_eq(d_qk, d_k) {
-            return Err(rule(
-                op,
-                Some(1),
-                format!("head dims differ: Q is {qs} and K is {ks}, so Q[3] = {d_qk} must equal K[3] = {d_k}"),
-            ));
-        }
-        if !cx.require_eq(s_kv, &v.dims[2]) {
-            return Err(rule(
-                op,
-                Some(2),
-                format!(
-                    "sequence lengths differ: K is {ks} and V is {vs}, so K[2] = {s_kv} must equal V[2] = {}",
-                    v.dims[2]
-                ),
-            ));
-        }
-        for (i, name, h, shape) in [(1usize, "K", h_k, &ks), (2, "V", h_v, &vs)] {
-            let divides = match (h_q.as_lit(), h.as_lit()) {
-                (Some(hq), Some(hk)) => hk > 0 && hq % hk == 0,
-                // Symbolic: equal names divide; anything else is decided at run time.
-                _ => true,
-            };
-            if !divides {
-                return Err(rule(
-                    op,
-                    Some(i),
-                    format!(
-                        "Q's heads must be a multiple of {name}'s (grouped-query attention): Q is {qs} with {h_q} \
-                         heads and {name} is {shape} with {h}, and {h_q} % {h} != 0"
-                    ),
-                ));
-            }
-        }
-        // The scores `[B, H_q, S_q, S_kv]` exist in every lowering (a virtual tensor, the
-        // composite's workspace, the reference's arrays) though no port holds them: Q and K each
-        // within the size limit do not bound their product.
-        if D::product(&[b.clone(), h_q.clone(), s_q.clone(), s_kv.clone()]).is_none() {
-            return Err(rule(
-                op,
-                None,
-                format!("Q {qs} and K {ks} give attention scores [{b}, {h_q}, {s_q}, {s_kv}] of more than i64::MAX elements"),
-            ));
-        }
-        for (i, name, d, shape) in [(0usize, "Q", d_qk, &qs), (2, "V", d_v, &vs)] {
-            if d.as_lit().is_some_and(|d| d % 8 != 0) {
-                return Err(rule(
-                    op,
-                    Some(i),
-                    format!("the head dim of {name} {shape} is {d}; cuDNN's fp16/bf16 attention needs a multiple of 8"),
-                ));
-            }
-        }
-        // Bottom-right alignment and windows need S_q <= S_kv unless the actual lengths come
-        // from the padding mask.
-        if !self.padding_mask && (self.bottom_right() || self.window.is_some()) {
-            if let (Some(sq), Some(skv)) = (s_q.as_lit(), s_kv.as_lit()) {
-                if sq > skv {
-                    let what = if self.window.is_some() { "a sliding window" } else { "bottom-right causal masking" };
-                    return Err(rule(
-                        op,
-                        Some(0),
-                        format!(
-                            "{what} needs S_q <= S_kv without a padding mask, but Q is {qs} and K is {ks} \
-                             (S_q = {sq} > S_kv = {skv})"
-                        ),
-                    ));
-                }
-            }
-        }
-        if self.pass == SdpaPass::Backward && s_q.as_lit() == Some(1) && s_kv.as_lit() == Some(1) {
-            return Err(rule(op, Some(0), format!("S_q = S_kv = 1 is not supported by cuDNN's backward (Q is {qs})")));
-        }
-
-        let mut expect = |name: &'static str,
-                          want: &[(&D, bool)],
-                          form: &str,
-                          dtype_ok: &dyn Fn(DataType) -> bool,
-                          types: &str|
-         -> Result<(), ShapeError> {
-            let Some(i) = at(name) else { return Ok(()) };
-            let t = &inputs[i];
-            let want_shape: Vec<String> =
-                want.iter().map(|(d, may_be_one)| if *may_be_one { format!("1|{d}") } else { d.to_string() }).collect();
-            let fits = t
-                .dims
-                .iter()
-                .zip(want)
-                .all(|(got, (d, may_be_one))| (*may_be_one && got.is_one()) || cx.require_eq(got, d));
-            if !fits {
-                return Err(rule(
-                    op,
-                    Some(i),
-                    format!(
-                        "port {name} must be {form} = [{}], found {}",
-                        want_shape.join(", "),
-                        shape_string(&t.dims)
-                    ),
-                ));
-            }
-            if !dtype_ok(t.dtype) {
-                return Err(rule(op, Some(i), format!("port {name} is {} but must be {types}", t.dtype)));
-            }
-            Ok(())
-        };
-        let one = D::lit(1);
-        let o_dims = [b, h_q, s_q, d_v];
-        if self.pass == SdpaPass::Backward {
-            let same = |dt: DataType| dt == q.dtype;
-            let q_type = format!("{} (the type of Q)", q.dtype);
-            let rows: Vec<(&D, bool)> = o_dims.iter().map(|d| (*d, false)).collect();
-            expect("O", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
-            expect("dO", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
-            expect(
-                "Stats",
-                &[(b, false), (h_q, false), (s_q, false), (&one, false)],
-                "[B, H_q, S_q, 1]",
-                &|dt| dt == DataType::F32,
-                "f32",
-            )?;
-        }
-        expect("Attn_scale", &[(&one, false); 4], "[1, 1, 1, 1]", &|dt| dt == DataType::F32, "f32")?;
-        expect(
-            "Bias",
-            &[(b, true), (h_q, true), (s_q, false), (s_kv, false)],
-            "[1 or B, 1 or H_q, S_q, S_kv]",
-            &|dt| dt != DataType::Bool,
-            "a numeric type (not bool)",
-        )?;
-        for name in ["SEQ_LEN_Q", "SEQ_LEN_KV"] {
-            expect(
-                name,
-                &[(b, false), (&one, false), (&one, false), (&one, false)],
-                "[B, 1, 1, 1]",
-                &|dt| dt == DataType::I32,
-                "i32",
-            )?;
-        }
-        for name in ["Seed", "Offset"] {
-            expect(
-                name,
-                &[(&one, false); 4],
-                "[1, 1, 1, 1]",
-                &|dt| matches!(dt, DataType::I64 | DataType::I32),
-                "i64 or i32",
-            )?;
-        }
-
-        Ok(match self.pass {
-            SdpaPass::Forward => {
-                let mut outs = vec![OutputMeta { dims: o_dims.iter().map(|d| (*d).clone()).collect(), dtype: None }];
-                if self.training {
-                    outs.push(OutputMeta {
-                        dims: vec![b.clone(), h_q.clone(), s_q.clone(), D::lit(1)],
-                        dtype: Some(DataType::F32),
-                    });
-                }
-                outs
-            }
-            SdpaPass::Backward => {
-                let mut outs = vec![
-                    OutputMeta { dims: q.dims.clone(), dtype: None },
-                    OutputMeta { dims: k.dims.clone(), dtype: None },
-                    OutputMeta { dims: v.dims.clone(), dtype: None },
-                ];
-                if self.d_bias {
-                    // `check_attributes` made sure there is a bias. cuDNN writes dBias in the
-                    // I/O type (an f32 dBias finds no engine).
-                    let bias = at("Bias").map(|i| inputs[i].dims.clone()).unwrap_or_default();
-                    outs.push(OutputMeta { dims: bias, dtype: Some(q.dtype) });
-                }
-                outs
-            }
-        })
-    }
-
     /// The rules on attributes alone (cudnn-frontend's, independent of the GPU and the cuDNN
     /// version).
     fn check_attributes(&self) -> Result<(), ShapeError> {
@@ -713,6 +484,66 @@ impl Sdpa {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
         }
         Ok(())
+    }
+}
+
+
+impl OpFamily for Sdpa {
+    type Kind = SdpaPass;
+
+    const KINDS: &'static [SdpaPass] = &SdpaPass::ALL;
+
+    const TAGS: &'static [&'static str] = codec::TAGS;
+
+    fn signature_of(kind: SdpaPass) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> SdpaPass {
+        self.pass
+    }
+
+    fn from_attrs(kind: SdpaPass, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Sdpa::from_attrs(kind, attrs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Sdpa::call_attrs(self)
+    }
+
+    fn inputs(&self) -> Vec<PortSpec> {
+        Sdpa::inputs(self)
+    }
+
+    fn outputs(&self) -> Vec<&'static str> {
+        Sdpa::outputs(self)
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Sdpa::infer(self, inputs, cx)
+    }
+
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        Sdpa::reference(self, inputs)
+    }
+
+    fn layout_policy(&self) -> LayoutPolicy<'_> {
+        LayoutPolicy::PACKED
+    }
+
+    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
+        codec::read(node, tag)
+    }
+
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
+        codec::write(self, cx)
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
+        use crate::ops::family::lowering::Lowered;
+        let sub = lower::lower(self, cx.node, cx.cudnn, cx.next_uid)?;
+        Ok(Lowered { operations: sub.operations, parts: sub.parts, internals: sub.internals })
     }
 }
 

@@ -10,20 +10,25 @@
 //! the flags that add them. Alibi masks, paged caches, ragged offsets, right bounds other than 0
 //! and custom dropout masks are not supported.
 
-use super::float::f32_to_hex;
-use super::json::{Json, Obj};
-use super::layout::NODE_FIELDS;
-use super::read::f32_value;
-use super::SerializeError;
-use crate::ops::{Alignment, Implementation, Sdpa, SdpaPass};
-use crate::{Graph, Node};
+use super::{Alignment, Implementation, Sdpa, SdpaPass};
+use crate::codec::json::{Json, Obj};
+use crate::codec::{f32_or_null, f32_value, CodecError};
+use crate::ops::codec::{
+    call_attrs, deny_unknown_node_fields, has_port, FrontendAttr, FrontendFields, FrontendNode, NodeDims, Pending,
+    ReadError, WriteCx,
+};
+use crate::ops::Op;
+
+/// The forward pass's node tag.
+const TAG_FORWARD: &str = "SDPA";
+/// The backward pass's node tag.
+const TAG_BACKWARD: &str = "SDPA_BWD";
 
 /// The node tags.
-pub(crate) const TAG_FORWARD: &str = "SDPA";
-pub(crate) const TAG_BACKWARD: &str = "SDPA_BWD";
+pub(crate) const TAGS: &[&str] = &[TAG_FORWARD, TAG_BACKWARD];
 
 /// `SDPA_attributes`'s own fields.
-pub(crate) const FORWARD_FIELDS: [&str; 12] = [
+const FORWARD_FIELDS: [&str; 12] = [
     "alibi_mask",
     "attn_scale_value",
     "diagonal_alignment",
@@ -39,7 +44,7 @@ pub(crate) const FORWARD_FIELDS: [&str; 12] = [
 ];
 
 /// `SDPA_backward_attributes`'s own fields.
-pub(crate) const BACKWARD_FIELDS: [&str; 10] = [
+const BACKWARD_FIELDS: [&str; 10] = [
     "alibi_mask",
     "attn_scale_value",
     "diagonal_alignment",
@@ -52,18 +57,14 @@ pub(crate) const BACKWARD_FIELDS: [&str; 10] = [
     "right_bound",
 ];
 
-fn f32_or_null(v: Option<f64>) -> Json {
-    v.map_or(Json::Null, |x| Json::str(f32_to_hex(x as f32)))
-}
-
 /// The head dim of the node's Q (for the default scale), if the graph has it.
-fn head_dim(g: &Graph, n: &Node) -> i64 {
-    n.inputs.first().and_then(|id| g.tensors.get(id.0)).and_then(|t| t.dims.get(3).copied()).unwrap_or(1)
+fn head_dim(cx: &WriteCx<'_>) -> i64 {
+    cx.input_dims.first().copied().flatten().and_then(|d| d.get(3).copied()).unwrap_or(1)
 }
 
-/// cudnn-frontend's fields of an attention node, with its tag.
-pub(crate) fn frontend_fields(g: &Graph, n: &Node, a: &Sdpa) -> Vec<(&'static str, Json)> {
-    let scale = a.literal_scale(head_dim(g, n));
+/// The fields of an attention node.
+pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
+    let scale = a.literal_scale(head_dim(cx));
     let mut members = vec![
         ("alibi_mask", Json::Bool(false)),
         ("attn_scale_value", f32_or_null(scale)),
@@ -88,11 +89,11 @@ pub(crate) fn frontend_fields(g: &Graph, n: &Node, a: &Sdpa) -> Vec<(&'static st
             ("tag", Json::str(TAG_BACKWARD)),
         ]),
     }
-    members
+    FrontendFields::plain(members)
 }
 
 /// The implementation cudnn-frontend's spelling names.
-pub(crate) fn implementation_of(name: &str) -> Option<Implementation> {
+fn implementation_of(name: &str) -> Option<Implementation> {
     [Implementation::Auto, Implementation::Fused, Implementation::Composite]
         .into_iter()
         .find(|i| i.cudnn_name() == name)
@@ -100,20 +101,17 @@ pub(crate) fn implementation_of(name: &str) -> Option<Implementation> {
 
 /// What cudnn-frontend's fields of an attention node say, as DSL attributes with the field each
 /// comes from: `(field, attribute, value)`. Ports decide the flags that add ports.
-pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), SerializeError> {
+fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError> {
     let pass = if tag == TAG_BACKWARD { SdpaPass::Backward } else { SdpaPass::Forward };
     let own: &[&'static str] = match pass {
         SdpaPass::Forward => &FORWARD_FIELDS,
         SdpaPass::Backward => &BACKWARD_FIELDS,
     };
-    let accepted: Vec<&'static str> = NODE_FIELDS.iter().chain(own).copied().collect();
-    n.deny_unknown(&accepted)?;
+    deny_unknown_node_fields(n, own)?;
     let unsupported =
-        |field: &str, feature: &str| SerializeError::Unsupported { path: n.field_path(field), feature: feature.into() };
+        |field: &str, feature: &str| CodecError::Unsupported { path: n.field_path(field), feature: feature.into() };
     let null = |field: &str| matches!(n.get(field), None | Some(Json::Null));
-    let has_port = |field: &str, port: &str| -> Result<bool, SerializeError> {
-        Ok(n.opt_obj(field)?.and_then(|p| p.get(port)).is_some_and(|v| !matches!(v, Json::Null)))
-    };
+    let has_port = |field: &str, port: &str| has_port(n, field, port);
     let mut out: Fields = Vec::new();
     if n.bool_or("alibi_mask", false)? {
         return Err(unsupported("alibi_mask", "alibi masks"));
@@ -134,67 +132,67 @@ pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), 
     match n.get("right_bound") {
         None | Some(Json::Null) => {}
         Some(v) => match v.as_i64(&n.field_path("right_bound"))? {
-            0 => out.push(("right_bound", "causal", Read::Bool(true))),
+            0 => out.push(("right_bound", "causal", FrontendAttr::Bool(true))),
             _ => return Err(unsupported("right_bound", "right bounds other than 0 (causal)")),
         },
     }
     if let Some(w) = n.opt_i64("left_bound")? {
-        out.push(("left_bound", "window", Read::Int(w)));
+        out.push(("left_bound", "window", FrontendAttr::Int(w)));
     }
     if let Some(a) = n.opt_str("diagonal_alignment")? {
         let alignment = [Alignment::TopLeft, Alignment::BottomRight]
             .into_iter()
             .find(|x| x.cudnn_name() == a)
-            .ok_or_else(|| SerializeError::UnknownEnum {
+            .ok_or_else(|| CodecError::UnknownEnum {
                 path: n.field_path("diagonal_alignment"),
                 kind: "diagonal alignment",
                 value: a.to_string(),
             })?;
         if alignment != Alignment::TopLeft {
-            out.push(("diagonal_alignment", "alignment", Read::Name(alignment.name())));
+            out.push(("diagonal_alignment", "alignment", FrontendAttr::Name(alignment.name())));
         }
     }
     if let Some(v) = n.get("dropout_probability").filter(|v| !matches!(v, Json::Null)) {
-        out.push(("dropout_probability", "dropout", Read::F32(f32_value(v, &n.field_path("dropout_probability"))?)));
+        out.push(("dropout_probability", "dropout", FrontendAttr::F32(f32_value(v, &n.field_path("dropout_probability"))?)));
     }
     if has_port("inputs", "Attn_scale")? {
-        out.push(("inputs", "scale_tensor", Read::Bool(true)));
+        out.push(("inputs", "scale_tensor", FrontendAttr::Bool(true)));
     } else {
         // cudnn-frontend scales only when it is given a scale.
         let scale = match n.get("attn_scale_value").filter(|v| !matches!(v, Json::Null)) {
             Some(v) => f32_value(v, &n.field_path("attn_scale_value"))?,
             None => 1.0,
         };
-        out.push(("attn_scale_value", "scale", Read::F32(scale)));
+        out.push(("attn_scale_value", "scale", FrontendAttr::F32(scale)));
     }
     if has_port("inputs", "Bias")? {
-        out.push(("inputs", "bias", Read::Bool(true)));
+        out.push(("inputs", "bias", FrontendAttr::Bool(true)));
     }
     if n.bool_or("padding_mask", false)? {
-        out.push(("padding_mask", "padding_mask", Read::Bool(true)));
+        out.push(("padding_mask", "padding_mask", FrontendAttr::Bool(true)));
     }
     match pass {
         SdpaPass::Forward => {
             if n.bool_or("generate_stats", false)? {
-                out.push(("generate_stats", "training", Read::Bool(true)));
+                out.push(("generate_stats", "training", FrontendAttr::Bool(true)));
             }
             if let Some(i) = n.opt_str("implementation")? {
-                let implementation = implementation_of(i).ok_or_else(|| SerializeError::UnknownEnum {
+                let implementation = implementation_of(i).ok_or_else(|| CodecError::UnknownEnum {
                     path: n.field_path("implementation"),
                     kind: "attention implementation",
                     value: i.to_string(),
                 })?;
                 if implementation != Implementation::Auto {
-                    out.push(("implementation", "implementation", Read::Name(implementation.name())));
+                    out.push(("implementation", "implementation", FrontendAttr::Name(implementation.name())));
                 }
             }
         }
         SdpaPass::Backward => {
             if n.bool_or("is_deterministic_algorithm", false)? {
-                out.push(("is_deterministic_algorithm", "deterministic", Read::Bool(true)));
+                out.push(("is_deterministic_algorithm", "deterministic", FrontendAttr::Bool(true)));
             }
             if has_port("outputs", "dBias")? {
-                out.push(("outputs", "d_bias", Read::Bool(true)));
+                out.push(("outputs", "d_bias", FrontendAttr::Bool(true)));
             }
         }
     }
@@ -202,19 +200,10 @@ pub(crate) fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), 
 }
 
 /// `(field, DSL attribute, value)` for each attribute cudnn-frontend's fields set.
-pub(crate) type Fields = Vec<(&'static str, &'static str, Read)>;
-
-/// A value read from a cudnn-frontend field.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Read {
-    Int(i64),
-    F32(f32),
-    Bool(bool),
-    Name(&'static str),
-}
+type Fields = Vec<(&'static str, &'static str, FrontendAttr)>;
 
 /// cudnn-frontend ports of attention nodes that we do not support.
-pub(crate) const UNSUPPORTED_PORTS: &[&str] = &[
+const UNSUPPORTED_PORTS: &[&str] = &[
     "Dropout_mask",
     "Dropout_scale",
     "Page_table_K",
@@ -234,3 +223,41 @@ pub(crate) const UNSUPPORTED_PORTS: &[&str] = &[
     "Amax_O",
     "DSINK_TOKEN",
 ];
+
+/// An attention node (`SDPA`, `SDPA_BWD`): its fields and which optional ports it has decide
+/// the attributes, and those decide the ports ([`Sdpa::inputs`]).
+pub(crate) fn read(n: &Obj<'_>, tag: &str) -> Result<FrontendNode, ReadError> {
+    let (pass, attrs) = read_fields(n, tag)?;
+    let op = Op::from_call(pass.name(), &call_attrs(&attrs)).map_err(ReadError::attr(n.path()))?;
+    let Op::Sdpa(sdpa) = &op else {
+        return Err(CodecError::UnknownEnum { path: n.field_path("tag"), kind: "tag", value: tag.to_string() }.into());
+    };
+    Ok(FrontendNode {
+        inputs: sdpa.inputs().iter().map(|p| p.name).collect(),
+        outputs: sdpa.output_ports(),
+        unsupported_ports: UNSUPPORTED_PORTS,
+        check_exact_op,
+        from_fields,
+        ..FrontendNode::plain(pass.signature(), attrs)
+    })
+}
+
+/// The exact attributes must ask for the ports the node has.
+fn check_exact_op(fe: &FrontendNode, op: &Op, n: &Obj<'_>, _label: &str, ext_path: &str) -> Result<(), ReadError> {
+    if op.inputs().iter().map(|p| p.name).ne(fe.inputs.iter().copied()) || op.outputs() != fe.outputs {
+        return Err(CodecError::ExtensionMismatch { path: ext_path.to_string(), field: n.field_path("inputs") }.into());
+    }
+    Ok(())
+}
+
+/// An attention node read from cudnn-frontend's fields alone: a scale equal (as an f32) to the
+/// default for Q's head dim reads as the default.
+fn from_fields(fe: &FrontendNode, _inputs: usize, label: &str) -> Result<Pending, ReadError> {
+    Ok(match Op::from_call(fe.call, &call_attrs(&fe.attrs)).map_err(ReadError::attr(label))? {
+        Op::Sdpa(a) => Pending::Resolve(Box::new(move |t: &NodeDims<'_>| {
+            let d_qk = t.input(0).get(3).copied().unwrap_or(0);
+            Ok(Op::Sdpa(a.default_scale_folded(d_qk)))
+        })),
+        other => Pending::Ready(other),
+    })
+}

@@ -4,7 +4,7 @@
 //! twice would silently lose one; this tree keeps both and [`Json::as_obj`] rejects the object
 //! naming the key. The writer builds the same tree, so member order (and so the output) is fixed
 //! by the code, whatever features `serde_json` is compiled with. Field accessors return
-//! [`SerializeError`]s naming the field's path.
+//! [`CodecError`]s naming the field's path.
 
 use std::cell::Cell;
 use std::collections::HashSet;
@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Deserializer;
 
-use super::SerializeError;
+use super::CodecError;
 
 /// A JSON value.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,24 +54,24 @@ impl Json {
     }
 
     /// The value as an object, checking that no key repeats.
-    pub(crate) fn as_obj(&self, path: &str) -> Result<Obj<'_>, SerializeError> {
+    pub(crate) fn as_obj(&self, path: &str) -> Result<Obj<'_>, CodecError> {
         let Json::Obj(members) = self else {
             return Err(wrong_type(path, "an object", self));
         };
         let mut seen = HashSet::with_capacity(members.len());
         for (k, _) in members {
             if !seen.insert(k.as_str()) {
-                return Err(SerializeError::DuplicateKey { path: path.to_string(), key: k.clone() });
+                return Err(CodecError::DuplicateKey { path: path.to_string(), key: k.clone() });
             }
         }
         Ok(Obj { path: path.to_string(), members })
     }
 
     /// The value as an `i64`.
-    pub(crate) fn as_i64(&self, path: &str) -> Result<i64, SerializeError> {
+    pub(crate) fn as_i64(&self, path: &str) -> Result<i64, CodecError> {
         match self {
             Json::Int(v) => Ok(*v),
-            Json::UInt(v) => Err(SerializeError::OutOfRange {
+            Json::UInt(v) => Err(CodecError::OutOfRange {
                 path: path.to_string(),
                 value: v.to_string(),
                 range: "the 64-bit signed integers",
@@ -81,7 +81,7 @@ impl Json {
     }
 
     /// The value as a list of `i64`.
-    pub(crate) fn as_i64_list(&self, path: &str) -> Result<Vec<i64>, SerializeError> {
+    pub(crate) fn as_i64_list(&self, path: &str) -> Result<Vec<i64>, CodecError> {
         let Json::Arr(items) = self else {
             return Err(wrong_type(path, "an array of integers", self));
         };
@@ -90,8 +90,8 @@ impl Json {
 }
 
 /// A `WrongType` error for `found` at `path`.
-pub(crate) fn wrong_type(path: &str, expected: &'static str, found: &Json) -> SerializeError {
-    SerializeError::WrongType { path: path.to_string(), expected, found: found.kind() }
+pub(crate) fn wrong_type(path: &str, expected: &'static str, found: &Json) -> CodecError {
+    CodecError::WrongType { path: path.to_string(), expected, found: found.kind() }
 }
 
 /// An object whose keys are known to be unique, with its path for error messages.
@@ -126,12 +126,12 @@ impl<'a> Obj<'a> {
     }
 
     /// A field that must be present and not `null`.
-    pub(crate) fn req(&self, key: &str) -> Result<&'a Json, SerializeError> {
-        self.get(key).ok_or_else(|| SerializeError::MissingField { path: self.field_path(key) })
+    pub(crate) fn req(&self, key: &str) -> Result<&'a Json, CodecError> {
+        self.get(key).ok_or_else(|| CodecError::MissingField { path: self.field_path(key) })
     }
 
     /// A required string.
-    pub(crate) fn str(&self, key: &str) -> Result<&'a str, SerializeError> {
+    pub(crate) fn str(&self, key: &str) -> Result<&'a str, CodecError> {
         match self.req(key)? {
             Json::Str(s) => Ok(s),
             other => Err(wrong_type(&self.field_path(key), "a string", other)),
@@ -139,7 +139,7 @@ impl<'a> Obj<'a> {
     }
 
     /// An optional string.
-    pub(crate) fn opt_str(&self, key: &str) -> Result<Option<&'a str>, SerializeError> {
+    pub(crate) fn opt_str(&self, key: &str) -> Result<Option<&'a str>, CodecError> {
         match self.get(key) {
             None => Ok(None),
             Some(Json::Str(s)) => Ok(Some(s)),
@@ -148,7 +148,7 @@ impl<'a> Obj<'a> {
     }
 
     /// An optional boolean, `default` when absent.
-    pub(crate) fn bool_or(&self, key: &str, default: bool) -> Result<bool, SerializeError> {
+    pub(crate) fn bool_or(&self, key: &str, default: bool) -> Result<bool, CodecError> {
         match self.get(key) {
             None => Ok(default),
             Some(Json::Bool(b)) => Ok(*b),
@@ -157,19 +157,24 @@ impl<'a> Obj<'a> {
     }
 
     /// An optional integer.
-    pub(crate) fn opt_i64(&self, key: &str) -> Result<Option<i64>, SerializeError> {
+    pub(crate) fn opt_i64(&self, key: &str) -> Result<Option<i64>, CodecError> {
         self.get(key).map(|v| v.as_i64(&self.field_path(key))).transpose()
     }
 
+    /// An optional list of integers.
+    pub(crate) fn opt_i64_list(&self, key: &str) -> Result<Option<Vec<i64>>, CodecError> {
+        self.get(key).map(|v| v.as_i64_list(&self.field_path(key))).transpose()
+    }
+
     /// An optional object.
-    pub(crate) fn opt_obj(&self, key: &str) -> Result<Option<Obj<'a>>, SerializeError> {
+    pub(crate) fn opt_obj(&self, key: &str) -> Result<Option<Obj<'a>>, CodecError> {
         self.get(key).map(|v| v.as_obj(&self.field_path(key))).transpose()
     }
 
     /// Rejects members not in `accepted` (for our own extension, whose fields are all known).
-    pub(crate) fn deny_unknown(&self, accepted: &[&'static str]) -> Result<(), SerializeError> {
+    pub(crate) fn deny_unknown(&self, accepted: &[&'static str]) -> Result<(), CodecError> {
         match self.members.iter().find(|(k, _)| !accepted.contains(&k.as_str())) {
-            Some((k, _)) => Err(SerializeError::UnknownField { path: self.field_path(k), accepted: accepted.to_vec() }),
+            Some((k, _)) => Err(CodecError::UnknownField { path: self.field_path(k), accepted: accepted.to_vec() }),
             None => Ok(()),
         }
     }
@@ -445,7 +450,7 @@ mod tests {
         assert_eq!(members[2].1, Json::UInt(u64::MAX));
         assert_eq!(
             j.as_obj("tensors").err(),
-            Some(SerializeError::DuplicateKey { path: "tensors".into(), key: "b".into() })
+            Some(CodecError::DuplicateKey { path: "tensors".into(), key: "b".into() })
         );
         assert_eq!(j.to_pretty(), r#"{"b": 1, "a": [true, null, -2, 1.5, "x"], "b": 18446744073709551615}"#);
     }
@@ -486,16 +491,12 @@ mod tests {
         let o = j.as_obj("tensors[\"a\"]").unwrap();
         assert_eq!(
             o.req("dim").and_then(|d| d.as_i64_list("tensors[\"a\"].dim")).unwrap_err(),
-            SerializeError::WrongType {
-                path: "tensors[\"a\"].dim[1]".into(),
-                expected: "an integer",
-                found: "a string"
-            }
+            CodecError::WrongType { path: "tensors[\"a\"].dim[1]".into(), expected: "an integer", found: "a string" }
         );
-        assert_eq!(o.req("n").unwrap_err(), SerializeError::MissingField { path: "tensors[\"a\"].n".into() });
-        assert!(matches!(o.str("s"), Err(SerializeError::WrongType { found: "an integer", .. })));
-        assert!(matches!(o.opt_i64("big"), Err(SerializeError::OutOfRange { .. })));
+        assert_eq!(o.req("n").unwrap_err(), CodecError::MissingField { path: "tensors[\"a\"].n".into() });
+        assert!(matches!(o.str("s"), Err(CodecError::WrongType { found: "an integer", .. })));
+        assert!(matches!(o.opt_i64("big"), Err(CodecError::OutOfRange { .. })));
         assert_eq!(o.opt_i64("missing").unwrap(), None);
-        assert!(matches!(o.deny_unknown(&["dim"]), Err(SerializeError::UnknownField { .. })));
+        assert!(matches!(o.deny_unknown(&["dim"]), Err(CodecError::UnknownField { .. })));
     }
 }

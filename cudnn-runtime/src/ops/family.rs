@@ -1,0 +1,155 @@
+//! [`OpFamily`], the contract every op family's folder fulfils: its ops by name, how a call's
+//! attributes build one, its ports, shape rule, CPU reference, layout policy and cuDNN lowering.
+//! The `families!` list in `ops/mod.rs` generates [`Op`](super::Op) and its delegating methods
+//! from it, so a family that leaves one out does not compile.
+
+use super::attrs::{AttrError, Attrs};
+use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
+use super::shape::{OutputMeta, ShapeError, TensorMeta};
+use super::signature::{AttrValue, OpSignature, PortSpec};
+use super::Layout;
+use crate::array::Array;
+use crate::codec::json::Obj;
+use crate::dim::{Dim, DimCx};
+
+/// One op family: the type an [`Op`](super::Op) variant holds.
+pub(crate) trait OpFamily: Sized {
+    /// What picks one op of the family (`PointwiseMode`, `ConvKind`); `()` for a family of one op.
+    type Kind: Copy + 'static;
+
+    /// Every op of the family, in the order [`super::all_names`] lists them.
+    const KINDS: &'static [Self::Kind];
+
+    /// The signature of the op of this kind.
+    fn signature_of(kind: Self::Kind) -> OpSignature;
+
+    /// The kind of this op.
+    fn kind(&self) -> Self::Kind;
+
+    /// Positional input `i` of a call to the op of `kind`: its signature's, unless it takes any
+    /// number of inputs (a concatenation).
+    fn input_of(kind: Self::Kind, i: usize) -> Option<PortSpec> {
+        Self::signature_of(kind).inputs.get(i).copied()
+    }
+
+    /// The kind whose call name is `name`, if the family has one.
+    fn kind_named(name: &str) -> Option<Self::Kind> {
+        Self::KINDS.iter().copied().find(|&k| Self::signature_of(k).name == name)
+    }
+
+    /// Builds the op of `kind` from attributes already checked against its signature, for a call
+    /// with `inputs` positional arguments.
+    fn from_attrs(kind: Self::Kind, attrs: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError>;
+
+    /// The attributes that rebuild this op, defaults omitted.
+    fn call_attrs(&self) -> Vec<(String, AttrValue)>;
+
+    /// The inputs this instance takes, in order: its signature's, unless its attributes decide
+    /// them (attention's optional ports, a concatenation's count).
+    fn inputs(&self) -> Vec<PortSpec> {
+        Self::signature_of(self.kind()).inputs.to_vec()
+    }
+
+    /// The outputs this instance produces, in order: its signature's, unless its attributes
+    /// decide them (a norm's training statistics, pooling's index).
+    fn outputs(&self) -> Vec<&'static str> {
+        Self::signature_of(self.kind()).outputs.to_vec()
+    }
+
+    /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists.
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>)
+        -> Result<Vec<OutputMeta<D>>, ShapeError>;
+
+    /// The op on the CPU, on as many inputs as [`OpFamily::inputs`] lists.
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array>;
+
+    /// How the builder lays out the virtual tensors around this op where their strides are unset.
+    fn layout_policy(&self) -> LayoutPolicy<'_>;
+
+    /// The cudnn-frontend tags its nodes have (`MATMUL`, `CONV_FPROP`, ...).
+    const TAGS: &'static [&'static str];
+
+    /// Reads a node of one of [`OpFamily::TAGS`] from its cudnn-frontend fields.
+    fn read_frontend(node: &Obj<'_>, label: &str, tag: &str) -> Result<FrontendNode, ReadError>;
+
+    /// This op's cudnn-frontend fields, the tag included.
+    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields;
+
+    /// The node's cuDNN operation descriptors.
+    #[cfg(feature = "cudnn")]
+    fn lower(&self, cx: &mut lowering::LowerCx<'_, '_>) -> LowerResult;
+}
+
+/// How the builder lays out the virtual tensors around an op whose strides are unset (graph
+/// ports keep their declared layout).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayoutPolicy<'a> {
+    /// Its channels-last rule.
+    pub(crate) channels_last: ChannelsLast,
+    /// How its outputs are laid out.
+    pub(crate) outputs: OutputLayout<'a>,
+}
+
+impl LayoutPolicy<'_> {
+    /// No preference: packed row-major.
+    pub(crate) const PACKED: LayoutPolicy<'static> =
+        LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::Packed };
+}
+
+/// Whether an op lays its ports out channels-last (NHWC, what cuDNN's fused convolution engines
+/// want).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChannelsLast {
+    /// Not its concern.
+    No,
+    /// Its virtual ports of rank 3 to 5 are channels-last (convolutions, pooling).
+    Anchor,
+    /// Its virtual ports take channels-last from another of its ports of the same rank that has
+    /// it (a convolution's biased and activated intermediates, a concatenation of them).
+    Follow,
+}
+
+/// How an op's outputs with unset strides are laid out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OutputLayout<'a> {
+    /// Packed row-major.
+    Packed,
+    /// A virtual output packed in the dim order of its first input of the same dims whose
+    /// layout is set, so a channels-last input keeps its layout through a fused chain.
+    LikeInput,
+    /// Y is a view of X (or X's layout carried over): [`Layout::output_strides`].
+    View(&'a Layout),
+}
+
+/// What [`OpFamily::lower`] gives.
+#[cfg(feature = "cudnn")]
+pub(crate) type LowerResult = Result<lowering::Lowered, crate::cudnn::CudnnError>;
+
+/// The lowering's vocabulary as the families see it.
+#[cfg(feature = "cudnn")]
+pub(crate) mod lowering {
+    pub(crate) use crate::cudnn::NodeCx;
+    use crate::cudnn::{Descriptor, Internals, LoweredOp};
+
+    /// What a family's lowering gets: the node's context, the loaded cuDNN, and the next uid
+    /// free for tensors of the lowering's own.
+    pub(crate) struct LowerCx<'a, 'n> {
+        pub(crate) node: &'a NodeCx<'n>,
+        pub(crate) cudnn: &'a crate::cudnn::Cudnn,
+        pub(crate) next_uid: &'a mut i64,
+    }
+
+    /// A node's operations, the descriptors they refer to, and the tensors the lowering added
+    /// that the variant pack binds.
+    pub(crate) struct Lowered {
+        pub(crate) operations: Vec<Descriptor>,
+        pub(crate) parts: Vec<Descriptor>,
+        pub(crate) internals: Internals,
+    }
+
+    impl From<LoweredOp> for Lowered {
+        fn from(op: LoweredOp) -> Self {
+            Lowered { operations: vec![op.operation], parts: op.parts, internals: Internals::default() }
+        }
+    }
+}

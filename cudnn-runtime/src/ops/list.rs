@@ -1,0 +1,191 @@
+//! The `families!` macro: from the one list of op families in `ops/mod.rs` it declares each
+//! family's module and generates [`Op`](super::Op), [`Family`](super::Family), lookup by call
+//! name ([`lookup`](super::lookup), [`all_names`](super::all_names)) and every method of `Op`,
+//! each a `match` with one arm per family delegating to its [`OpFamily`](super::family::OpFamily)
+//! impl. No arm is a wildcard: a family that is listed but does not implement a method, or a
+//! method that forgets a family, does not compile.
+
+/// Generates the op vocabulary from `Family(KindType) => module` lines (`(KindType)` only for a
+/// family of more than one op), in documentation order.
+macro_rules! families {
+    ($( $(#[$doc:meta])* $name:ident $(($kind:ident))? => $module:ident, )*) => {
+        $(
+            pub mod $module;
+            pub use $module::{$name $(, $kind)?};
+        )*
+
+        /// One operation of a graph.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Op {
+            $( $(#[$doc])* $name($name), )*
+        }
+
+        /// The family an op name belongs to, with the kind that picks the op in it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Family {
+            $(
+                #[doc = concat!("[`", stringify!($name), "`]")]
+                $name $(($kind))?,
+            )*
+        }
+
+        impl Family {
+            /// Positional input `i` of a call to an op of this family and kind.
+            fn input(self, i: usize) -> Option<PortSpec> {
+                $(
+                    if let Some(kind) = <$name as OpFamily>::KINDS.iter().copied().find(|&k| <$name as OpFamily>::signature_of(k).family == self) {
+                        return <$name as OpFamily>::input_of(kind, i);
+                    }
+                )*
+                None
+            }
+        }
+
+        /// Looks up an op by its call name.
+        pub fn lookup(name: &str) -> Option<OpSignature> {
+            None $(.or_else(|| <$name as OpFamily>::kind_named(name).map(<$name as OpFamily>::signature_of)))*
+        }
+
+        /// Every call name, for suggestions and documentation.
+        pub fn all_names() -> impl Iterator<Item = &'static str> {
+            std::iter::empty()
+                $(.chain(<$name as OpFamily>::KINDS.iter().map(|&k| <$name as OpFamily>::signature_of(k).name)))*
+        }
+
+        /// Every cudnn-frontend tag the structural JSON reads, family by family.
+        pub(crate) fn frontend_tags() -> impl Iterator<Item = &'static str> {
+            std::iter::empty() $(.chain(<$name as OpFamily>::TAGS.iter().copied()))*
+        }
+
+        /// Reads a node from its cudnn-frontend fields; `None` for a tag no family has.
+        pub(crate) fn read_frontend(
+            node: &crate::codec::json::Obj<'_>,
+            label: &str,
+            tag: &str,
+        ) -> Option<Result<codec::FrontendNode, codec::ReadError>> {
+            $(
+                if <$name as OpFamily>::TAGS.contains(&tag) {
+                    return Some(<$name as OpFamily>::read_frontend(node, label, tag));
+                }
+            )*
+            None
+        }
+
+        impl Op {
+            /// [`Op::from_call`] for a call with `inputs` positional arguments: an op that takes any
+            /// number of inputs (`concatenate`) takes that many; the others keep their ports, and their
+            /// shape rule reports a wrong count.
+            ///
+            /// ```
+            /// use cudnn_runtime::ops::{Op, AttrValue};
+            /// let op = Op::from_call_with_inputs("concatenate", &[("axis".into(), AttrValue::Int(1))], 3).unwrap();
+            /// let ports: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();
+            /// assert_eq!(ports, ["X[0]", "X[1]", "X[2]"]);
+            /// ```
+            pub fn from_call_with_inputs(
+                name: &str,
+                attrs: &[(String, AttrValue)],
+                inputs: usize,
+            ) -> Result<Op, AttrError> {
+                $(
+                    if let Some(kind) = <$name as OpFamily>::kind_named(name) {
+                        let attrs = Attrs::check(&<$name as OpFamily>::signature_of(kind), attrs)?;
+                        return Ok(Op::$name(<$name as OpFamily>::from_attrs(kind, &attrs, inputs)?));
+                    }
+                )*
+                Err(AttrError::UnknownOp { op: name.to_string(), suggestion: suggest(name) })
+            }
+
+            /// This op's signature.
+            pub fn signature(&self) -> OpSignature {
+                match self {
+                    $( Op::$name(op) => <$name as OpFamily>::signature_of(op.kind()), )*
+                }
+            }
+
+            /// The attributes that [`Op::from_call`] would need to rebuild this op, defaults omitted.
+            pub fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+                match self {
+                    $( Op::$name(op) => OpFamily::call_attrs(op), )*
+                }
+            }
+
+            /// The outputs this op instance produces, in order. Usually the signature's; an op whose
+            /// attributes decide its outputs (a norm's training phase adds statistics) narrows them.
+            pub fn outputs(&self) -> Vec<&'static str> {
+                match self {
+                    $( Op::$name(op) => OpFamily::outputs(op), )*
+                }
+            }
+
+            /// The inputs this op instance takes, in order. Usually the signature's; an op whose
+            /// attributes decide its inputs (attention's bias, sequence lengths, dropout seed) narrows
+            /// them. Positional arguments, graph nodes and JSON ports follow this list.
+            pub fn inputs(&self) -> Vec<PortSpec> {
+                match self {
+                    $( Op::$name(op) => OpFamily::inputs(op), )*
+                }
+            }
+
+            /// The shape and dtype rule: output metadata from input metadata.
+            ///
+            /// # Errors
+            ///
+            /// A [`ShapeError`] naming the port at fault, [`ShapeErrorKind::Arity`] for a wrong
+            /// number of inputs.
+            pub fn infer<D: Dim>(
+                &self,
+                inputs: &[TensorMeta<D>],
+                cx: &mut impl DimCx<D>,
+            ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+                self.check_arity(inputs.len())?;
+                match self {
+                    $( Op::$name(op) => OpFamily::infer(op, inputs, cx), )*
+                }
+            }
+
+            /// Computes the op on the CPU (see [`crate::reference`]).
+            ///
+            /// # Errors
+            ///
+            /// [`ShapeErrorKind::Arity`] if `inputs` are not as many as [`Op::inputs`] lists.
+            pub fn reference(&self, inputs: &[&Array]) -> Result<Vec<Array>, ShapeError> {
+                self.check_arity(inputs.len())?;
+                Ok(match self {
+                    $( Op::$name(op) => OpFamily::reference(op, inputs), )*
+                })
+            }
+
+            /// This op's cudnn-frontend fields, the tag included.
+            pub(crate) fn write_frontend(&self, cx: &codec::WriteCx<'_>) -> codec::FrontendFields {
+                match self {
+                    $( Op::$name(op) => OpFamily::write_frontend(op, cx), )*
+                }
+            }
+
+            /// How the builder lays out the virtual tensors around this op.
+            pub(crate) fn layout_policy(&self) -> LayoutPolicy<'_> {
+                match self {
+                    $( Op::$name(op) => OpFamily::layout_policy(op), )*
+                }
+            }
+
+            /// The node's cuDNN operation descriptors (the backend's graph lowering calls it per
+            /// node).
+            #[cfg(feature = "cudnn")]
+            pub(crate) fn lower(
+                &self,
+                cx: &family::lowering::NodeCx<'_>,
+                cudnn: &crate::cudnn::Cudnn,
+                next_uid: &mut i64,
+            ) -> family::LowerResult {
+                let mut cx = family::lowering::LowerCx { node: cx, cudnn, next_uid };
+                match self {
+                    $( Op::$name(op) => OpFamily::lower(op, &mut cx), )*
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use families;

@@ -1,0 +1,377 @@
+//! Attention's shape and type rule, one function per rule, in the order they are checked: the
+//! attributes, ranks, types, then each relation between Q, K and V's dims, then the optional
+//! ports, then the outputs. Every support rule that depends only on shapes, types and attributes
+//! is here too, so the `graph!` macro reports it at expansion.
+
+use super::{rule, takes, Sdpa, SdpaPass};
+use crate::dim::{shape_string, Dim, DimCx};
+use crate::ops::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use crate::ops::signature::PortSpec;
+use crate::DataType;
+
+/// Q, K and V, their dims by name, and their shapes as messages print them.
+struct Qkv<'a, D> {
+    q: &'a TensorMeta<D>,
+    k: &'a TensorMeta<D>,
+    v: &'a TensorMeta<D>,
+    qs: String,
+    ks: String,
+    vs: String,
+}
+
+impl<'a, D: Dim> Qkv<'a, D> {
+    fn new(inputs: &'a [TensorMeta<D>]) -> Self {
+        let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
+        Qkv { q, k, v, qs: shape_string(&q.dims), ks: shape_string(&k.dims), vs: shape_string(&v.dims) }
+    }
+    fn b(&self) -> &'a D {
+        &self.q.dims[0]
+    }
+    fn h_q(&self) -> &'a D {
+        &self.q.dims[1]
+    }
+    fn s_q(&self) -> &'a D {
+        &self.q.dims[2]
+    }
+    fn d_qk(&self) -> &'a D {
+        &self.q.dims[3]
+    }
+    fn s_kv(&self) -> &'a D {
+        &self.k.dims[2]
+    }
+    fn d_v(&self) -> &'a D {
+        &self.v.dims[3]
+    }
+}
+
+impl Sdpa {
+    /// The shape and type rule; also every support rule that depends only on shapes, types and
+    /// attributes.
+    pub(crate) fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        let op = self.pass.name();
+        let ports = self.inputs();
+        self.check_attributes()?;
+        ranks(op, inputs, &ports)?;
+        types(op, inputs)?;
+        let t = Qkv::new(inputs);
+        batches(op, &t, cx)?;
+        head_dims(op, &t, cx)?;
+        sequence_lengths(op, &t, cx)?;
+        grouped_heads(op, &t)?;
+        score_size(op, &t)?;
+        head_dims_multiple_of_8(op, &t)?;
+        self.aligned_lengths(op, &t)?;
+        self.backward_lengths(op, &t)?;
+        self.optional_ports(op, inputs, &ports, &t, cx)?;
+        Ok(self.outputs_meta(inputs, &ports, &t))
+    }
+
+    /// Bottom-right alignment and windows need S_q <= S_kv unless the actual lengths come from
+    /// the padding mask.
+    fn aligned_lengths<D: Dim>(&self, op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
+        if self.padding_mask || !(self.bottom_right() || self.window.is_some()) {
+            return Ok(());
+        }
+        if let (Some(sq), Some(skv)) = (t.s_q().as_lit(), t.s_kv().as_lit()) {
+            if sq > skv {
+                let what = if self.window.is_some() { "a sliding window" } else { "bottom-right causal masking" };
+                return Err(rule(
+                    op,
+                    Some(0),
+                    format!(
+                        "{what} needs S_q <= S_kv without a padding mask, but Q is {} and K is {} \
+                         (S_q = {sq} > S_kv = {skv})",
+                        t.qs, t.ks
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// cuDNN's backward does not take S_q = S_kv = 1.
+    fn backward_lengths<D: Dim>(&self, op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
+        if self.pass == SdpaPass::Backward && t.s_q().as_lit() == Some(1) && t.s_kv().as_lit() == Some(1) {
+            return Err(rule(
+                op,
+                Some(0),
+                format!("S_q = S_kv = 1 is not supported by cuDNN's backward (Q is {})", t.qs),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The ports beyond Q, K and V that the attributes add: each of its dims (a `true` in
+    /// `want` lets that dim be 1 too) and its type.
+    fn optional_ports<D: Dim>(
+        &self,
+        op: &'static str,
+        inputs: &[TensorMeta<D>],
+        ports: &[PortSpec],
+        t: &Qkv<'_, D>,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<(), ShapeError> {
+        let mut expect = |name: &'static str,
+                          want: &[(&D, bool)],
+                          form: &str,
+                          dtype_ok: &dyn Fn(DataType) -> bool,
+                          types: &str|
+         -> Result<(), ShapeError> {
+            let Some(i) = ports.iter().position(|p| p.name == name) else { return Ok(()) };
+            port_fits(op, name, i, &inputs[i], want, form, cx)?;
+            if !dtype_ok(inputs[i].dtype) {
+                return Err(rule(op, Some(i), format!("port {name} is {} but must be {types}", inputs[i].dtype)));
+            }
+            Ok(())
+        };
+        let one = D::lit(1);
+        let (b, h_q, s_q, s_kv) = (t.b(), t.h_q(), t.s_q(), t.s_kv());
+        if self.pass == SdpaPass::Backward {
+            let q_dtype = t.q.dtype;
+            let same = |dt: DataType| dt == q_dtype;
+            let q_type = format!("{q_dtype} (the type of Q)");
+            let rows: Vec<(&D, bool)> = [b, h_q, s_q, t.d_v()].into_iter().map(|d| (d, false)).collect();
+            expect("O", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
+            expect("dO", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
+            expect(
+                "Stats",
+                &[(b, false), (h_q, false), (s_q, false), (&one, false)],
+                "[B, H_q, S_q, 1]",
+                &|dt| dt == DataType::F32,
+                "f32",
+            )?;
+        }
+        expect("Attn_scale", &[(&one, false); 4], "[1, 1, 1, 1]", &|dt| dt == DataType::F32, "f32")?;
+        expect(
+            "Bias",
+            &[(b, true), (h_q, true), (s_q, false), (s_kv, false)],
+            "[1 or B, 1 or H_q, S_q, S_kv]",
+            &|dt| dt != DataType::Bool,
+            "a numeric type (not bool)",
+        )?;
+        for name in ["SEQ_LEN_Q", "SEQ_LEN_KV"] {
+            expect(
+                name,
+                &[(b, false), (&one, false), (&one, false), (&one, false)],
+                "[B, 1, 1, 1]",
+                &|dt| dt == DataType::I32,
+                "i32",
+            )?;
+        }
+        for name in ["Seed", "Offset"] {
+            expect(
+                name,
+                &[(&one, false); 4],
+                "[1, 1, 1, 1]",
+                &|dt| matches!(dt, DataType::I64 | DataType::I32),
+                "i64 or i32",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The outputs: O (and Stats in training) forward; dQ, dK, dV (and dBias) backward.
+    fn outputs_meta<D: Dim>(&self, inputs: &[TensorMeta<D>], ports: &[PortSpec], t: &Qkv<'_, D>) -> Vec<OutputMeta<D>> {
+        let (b, h_q, s_q) = (t.b(), t.h_q(), t.s_q());
+        match self.pass {
+            SdpaPass::Forward => {
+                let o = vec![b.clone(), h_q.clone(), s_q.clone(), t.d_v().clone()];
+                let mut outs = vec![OutputMeta { dims: o, dtype: None }];
+                if self.training {
+                    outs.push(OutputMeta {
+                        dims: vec![b.clone(), h_q.clone(), s_q.clone(), D::lit(1)],
+                        dtype: Some(DataType::F32),
+                    });
+                }
+                outs
+            }
+            SdpaPass::Backward => {
+                let mut outs = vec![
+                    OutputMeta { dims: t.q.dims.clone(), dtype: None },
+                    OutputMeta { dims: t.k.dims.clone(), dtype: None },
+                    OutputMeta { dims: t.v.dims.clone(), dtype: None },
+                ];
+                if self.d_bias {
+                    // `check_attributes` made sure there is a bias. cuDNN writes dBias in the
+                    // I/O type (an f32 dBias finds no engine).
+                    let bias = ports.iter().position(|p| p.name == "Bias");
+                    let dims = bias.map(|i| inputs[i].dims.clone()).unwrap_or_default();
+                    outs.push(OutputMeta { dims, dtype: Some(t.q.dtype) });
+                }
+                outs
+            }
+        }
+    }
+}
+
+/// Every port of attention is 4-d.
+fn ranks<D: Dim>(op: &'static str, inputs: &[TensorMeta<D>], ports: &[PortSpec]) -> Result<(), ShapeError> {
+    for (i, (t, p)) in inputs.iter().zip(ports).enumerate() {
+        if t.dims.len() != 4 {
+            return Err(ShapeError::at(
+                i,
+                ShapeErrorKind::Rank {
+                    op,
+                    port: p.name,
+                    expected: "rank 4 ([B, H, S, D])".into(),
+                    found: t.dims.len(),
+                    shape: shape_string(&t.dims),
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Q is f16 or bf16, and K and V have its type.
+fn types<D: Dim>(op: &'static str, inputs: &[TensorMeta<D>]) -> Result<(), ShapeError> {
+    let q = &inputs[0];
+    if !takes(q.dtype) {
+        return Err(ShapeError::at(0, ShapeErrorKind::DType { op, port: "Q", found: q.dtype, expected: "f16 or bf16" }));
+    }
+    for (i, name) in [(1usize, "K"), (2, "V")] {
+        if inputs[i].dtype != q.dtype {
+            return Err(rule(
+                op,
+                Some(i),
+                format!("port {name} is {} but Q is {}; Q, K and V must have one type", inputs[i].dtype, q.dtype),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Q, K and V have one batch size.
+fn batches<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimCx<D>) -> Result<(), ShapeError> {
+    let b = t.b();
+    for (i, name, m, shape) in [(1usize, "K", t.k, &t.ks), (2, "V", t.v, &t.vs)] {
+        if !cx.require_eq(b, &m.dims[0]) {
+            return Err(rule(
+                op,
+                Some(i),
+                format!(
+                    "batch sizes differ: Q is {} and {name} is {shape}, so Q[0] = {b} must equal {name}[0] = {}",
+                    t.qs, m.dims[0]
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Q and K have one head dim.
+fn head_dims<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimCx<D>) -> Result<(), ShapeError> {
+    let (d_qk, d_k) = (t.d_qk(), &t.k.dims[3]);
+    if !cx.require_eq(d_qk, d_k) {
+        return Err(rule(
+            op,
+            Some(1),
+            format!(
+                "head dims differ: Q is {} and K is {}, so Q[3] = {d_qk} must equal K[3] = {d_k}",
+                t.qs, t.ks
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// K and V have one sequence length.
+fn sequence_lengths<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimCx<D>) -> Result<(), ShapeError> {
+    let s_kv = t.s_kv();
+    if !cx.require_eq(s_kv, &t.v.dims[2]) {
+        return Err(rule(
+            op,
+            Some(2),
+            format!(
+                "sequence lengths differ: K is {} and V is {}, so K[2] = {s_kv} must equal V[2] = {}",
+                t.ks, t.vs, t.v.dims[2]
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Grouped-query attention: Q's heads are a multiple of K's and of V's (symbolic heads are
+/// decided at run time).
+fn grouped_heads<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
+    let h_q = t.h_q();
+    for (i, name, h, shape) in [(1usize, "K", &t.k.dims[1], &t.ks), (2, "V", &t.v.dims[1], &t.vs)] {
+        let divides = match (h_q.as_lit(), h.as_lit()) {
+            (Some(hq), Some(hk)) => hk > 0 && hq % hk == 0,
+            // Symbolic: equal names divide; anything else is decided at run time.
+            _ => true,
+        };
+        if !divides {
+            return Err(rule(
+                op,
+                Some(i),
+                format!(
+                    "Q's heads must be a multiple of {name}'s (grouped-query attention): Q is {} with {h_q} \
+                     heads and {name} is {shape} with {h}, and {h_q} % {h} != 0",
+                    t.qs
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The scores `[B, H_q, S_q, S_kv]` exist in every lowering (a virtual tensor, the composite's
+/// workspace, the reference's arrays) though no port holds them: Q and K each within the size
+/// limit do not bound their product.
+fn score_size<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
+    let (b, h_q, s_q, s_kv) = (t.b(), t.h_q(), t.s_q(), t.s_kv());
+    if D::product(&[b.clone(), h_q.clone(), s_q.clone(), s_kv.clone()]).is_none() {
+        return Err(rule(
+            op,
+            None,
+            format!(
+                "Q {} and K {} give attention scores [{b}, {h_q}, {s_q}, {s_kv}] of more than i64::MAX elements",
+                t.qs, t.ks
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// cuDNN's fp16/bf16 attention needs head dims that are multiples of 8.
+fn head_dims_multiple_of_8<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
+    for (i, name, d, shape) in [(0usize, "Q", t.d_qk(), &t.qs), (2, "V", t.d_v(), &t.vs)] {
+        if d.as_lit().is_some_and(|d| d % 8 != 0) {
+            return Err(rule(
+                op,
+                Some(i),
+                format!("the head dim of {name} {shape} is {d}; cuDNN's fp16/bf16 attention needs a multiple of 8"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An optional port's dims against `want` (a `true` lets that dim be 1 too).
+fn port_fits<D: Dim>(
+    op: &'static str,
+    name: &str,
+    i: usize,
+    t: &TensorMeta<D>,
+    want: &[(&D, bool)],
+    form: &str,
+    cx: &mut impl DimCx<D>,
+) -> Result<(), ShapeError> {
+    let want_shape: Vec<String> =
+        want.iter().map(|(d, may_be_one)| if *may_be_one { format!("1|{d}") } else { d.to_string() }).collect();
+    let fits =
+        t.dims.iter().zip(want).all(|(got, (d, may_be_one))| (*may_be_one && got.is_one()) || cx.require_eq(got, d));
+    if !fits {
+        return Err(rule(
+            op,
+            Some(i),
+            format!("port {name} must be {form} = [{}], found {}", want_shape.join(", "), shape_string(&t.dims)),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! The vocabulary every family's signature is written in: ports, attribute kinds and values, and
+//! [`OpSignature`], what the `graph!` macro checks a call's arity and attributes against.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::Family;
+
+/// How a port is fed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortSpec {
+    /// The port's name, as in cudnn-frontend's JSON (`A`, `IN_0`, `X`, ...).
+    pub name: &'static str,
+    /// Whether a numeric literal may feed it (becoming a by-value scalar tensor).
+    pub scalar_ok: bool,
+}
+
+/// The type of an attribute's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrKind {
+    /// A float (integer literals are accepted too).
+    Float,
+    /// An integer.
+    Int,
+    /// A list of integers, `[0, 2]`.
+    IntList,
+    /// `true` or `false`.
+    Bool,
+    /// One of these names, written bare: `mode = cross_correlation`.
+    OneOf(&'static [&'static str]),
+}
+
+impl fmt::Display for AttrKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AttrKind::Float => "a float",
+            AttrKind::Int => "an integer",
+            AttrKind::IntList => "a list of integers",
+            AttrKind::Bool => "`true` or `false`",
+            AttrKind::OneOf(names) => {
+                let list: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+                return write!(f, "one of {}", list.join(", "));
+            }
+        })
+    }
+}
+
+/// An attribute an op accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttrSpec {
+    /// Its name in the DSL and the builder API (`lower_clip`, `dims`, ...).
+    pub name: &'static str,
+    /// Its value type.
+    pub kind: AttrKind,
+    /// Whether a call must give it.
+    pub required: bool,
+}
+
+/// An attribute value as written in a call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AttrValue {
+    /// `0.5`
+    Float(f64),
+    /// `3`
+    Int(i64),
+    /// `[0, 2]`
+    IntList(Vec<i64>),
+    /// `true`
+    Bool(bool),
+    /// `cross_correlation`
+    Name(String),
+}
+
+impl From<f64> for AttrValue {
+    fn from(v: f64) -> Self {
+        AttrValue::Float(v)
+    }
+}
+impl From<i64> for AttrValue {
+    fn from(v: i64) -> Self {
+        AttrValue::Int(v)
+    }
+}
+impl From<bool> for AttrValue {
+    fn from(v: bool) -> Self {
+        AttrValue::Bool(v)
+    }
+}
+impl From<&str> for AttrValue {
+    fn from(v: &str) -> Self {
+        AttrValue::Name(v.to_string())
+    }
+}
+impl From<Vec<i64>> for AttrValue {
+    fn from(v: Vec<i64>) -> Self {
+        AttrValue::IntList(v)
+    }
+}
+impl<const N: usize> From<[i64; N]> for AttrValue {
+    fn from(v: [i64; N]) -> Self {
+        AttrValue::IntList(v.to_vec())
+    }
+}
+
+/// The signature of an op callable by name: what the macro checks arity and attributes against.
+#[derive(Debug, Clone, Copy)]
+pub struct OpSignature {
+    /// The call name (`matmul`, `add`, `reduce_sum`, ...).
+    pub name: &'static str,
+    /// Its family.
+    pub family: Family,
+    /// Positional inputs, in order.
+    pub inputs: &'static [PortSpec],
+    /// Outputs, in order.
+    pub outputs: &'static [&'static str],
+    /// Accepted attributes.
+    pub attrs: &'static [AttrSpec],
+}
+
+impl OpSignature {
+    /// Positional input `i` of a call: the signature's port, or for a concatenation (which takes
+    /// any number) its `i`-th.
+    pub fn input(&self, i: usize) -> Option<PortSpec> {
+        self.family.input(i)
+    }
+}
