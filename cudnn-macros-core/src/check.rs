@@ -20,7 +20,7 @@ use cudnn_runtime::{DataType, Fnv};
 use proc_macro2::Span;
 use syn::Ident;
 
-use crate::ctxt::Ctxt;
+use crate::Ctxt;
 use crate::parse::{AttrLit, DimTok, Expr, GraphDef, LayoutDecl, PortDecl, Stmt};
 
 /// A port with resolved type and dims.
