@@ -73,3 +73,32 @@ impl Drop for Ctxt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Ctxt;
+    use proc_macro2::Span;
+
+    #[test]
+    fn errors_are_combined_in_order() {
+        let cx = Ctxt::new();
+        assert!(!cx.has_errors());
+        cx.error_span(Span::call_site(), "first");
+        cx.error_span(Span::call_site(), "second");
+        assert!(cx.has_errors());
+        let messages: Vec<String> = cx.check().unwrap_err().into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages, ["first", "second"]);
+    }
+
+    #[test]
+    fn a_checked_context_without_errors_is_ok() {
+        assert!(Ctxt::default().check().is_ok());
+    }
+
+    #[test]
+    #[should_panic(expected = "Ctxt dropped without check()")]
+    fn an_unchecked_context_panics_on_drop() {
+        let cx = Ctxt::new();
+        cx.error_span(Span::call_site(), "lost");
+    }
+}

@@ -43,3 +43,47 @@ pub fn expand_graphs(input: TokenStream) -> TokenStream {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::expand_graphs;
+
+    fn expand(src: &str) -> String {
+        expand_graphs(src.parse().expect("the test's tokens lex")).to_string()
+    }
+
+    #[test]
+    fn a_valid_graph_expands_to_its_builder_calls() {
+        let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x); }");
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(out.contains("pub struct G"), "{out}");
+        assert!(out.contains("op_named (\"y\" , \"relu\""), "{out}");
+    }
+
+    #[test]
+    fn a_graph_with_errors_expands_to_them_and_to_stubs() {
+        let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = rleu(x); }");
+        assert!(out.contains("compile_error ! { \"unknown op `rleu`; did you mean `relu`?\" }"), "{out}");
+        // The type still exists (uses of it type-check) but its bodies never run.
+        assert!(out.contains("pub struct G"), "{out}");
+        assert!(out.contains("unreachable"), "{out}");
+        assert!(!out.contains("op_named"), "{out}");
+    }
+
+    #[test]
+    fn each_graph_of_an_invocation_is_checked_on_its_own() {
+        let out = expand(
+            "pub A(x: f32[4]) -> (y: f32[4]) { y = relu(x); }
+             pub B(x: f32[4]) -> (y: f32[4]) { y = nope(x); }",
+        );
+        assert_eq!(out.matches("compile_error").count(), 1, "{out}");
+        assert!(out.contains("pub struct A") && out.contains("pub struct B"), "{out}");
+    }
+
+    #[test]
+    fn a_parse_error_is_reported_alone() {
+        let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x) }");
+        assert!(out.starts_with(":: core :: compile_error !"), "{out}");
+        assert!(!out.contains("struct"), "{out}");
+    }
+}
