@@ -171,6 +171,12 @@ fn attribute_errors_name_the_attribute() {
 }
 
 #[test]
+fn a_bare_number_is_not_a_tensor() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { let c = 0.5; y = mul(x, c); }");
+    assert_eq!(e, "a number is not a tensor of its own: it can only be an operand of an op, as in `op(x, 0.5)`");
+}
+
+#[test]
 fn arity_lists_the_ports() {
     let e = error("G(x: f32[4]) -> (y: f32[4]) { y = add(x); }");
     assert_eq!(e, "`add` takes 2 inputs (IN_0, IN_1), found 1");
