@@ -30,7 +30,10 @@ impl Checker<'_> {
                 vec![self.name(id)]
             }
             Expr::Number { span, .. } => {
-                self.cx.error_span(*span, "a number is not a tensor of its own: it can only be an operand of an op, as in `op(x, 0.5)`");
+                self.cx.error_span(
+                    *span,
+                    "a number is not a tensor of its own: it can only be an operand of an op, as in `op(x, 0.5)`",
+                );
                 vec![None]
             }
             Expr::Call { func, args, attrs } => self.call(func, args, attrs, node_name, want),

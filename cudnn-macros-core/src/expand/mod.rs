@@ -2,7 +2,7 @@
 //! the graph through the runtime's builder API with concrete dims, run the CPU reference, and
 //! (when the facade has its `cudnn` feature) build and execute cuDNN plans.
 //!
-//! One function per generated item: [`Gen`] holds the names they share. On a graph with errors
+//! One function per generated item: `Gen` holds the names they share. On a graph with errors
 //! the same items are emitted with bodies that never run (thiserror's fallback), so the user sees
 //! the graph's errors, not a cascade from every use of the type.
 
