@@ -13,6 +13,7 @@
 //! longer compiles, with the error on the `sdpa` call.
 
 use cudnn_graph::graph;
+use cudnn_graph::rng::SplitMix64;
 use half::bf16;
 
 graph! {
@@ -46,19 +47,10 @@ graph! {
 const B: usize = 2;
 const S: usize = 96;
 
-/// splitmix64: a fixed-seed source of inputs in [-1, 1).
+/// Fixed-seed inputs in [-1, 1).
 fn random(seed: u64, n: usize) -> Vec<bf16> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            bf16::from_f64((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| bf16::from_f64(rng.uniform(-1.0, 1.0))).collect()
 }
 
 fn summary<T: Copy + Into<f64>>(name: &str, x: &[T]) -> String {

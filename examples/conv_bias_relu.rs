@@ -12,6 +12,7 @@
 //! cuDNN's fused convolution engines want (ports are row-major unless declared otherwise).
 
 use cudnn_graph::graph;
+use cudnn_graph::rng::SplitMix64;
 use half::f16;
 
 graph! {
@@ -28,19 +29,10 @@ graph! {
 const C: usize = 64;
 const K: usize = 128;
 
-/// splitmix64: fixed-seed inputs in [lo, hi), never all zeros.
+/// Fixed-seed inputs in [lo, hi), never all zeros.
 fn random(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f16> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            f16::from_f64(lo + (hi - lo) * ((z >> 11) as f64 / (1u64 << 53) as f64))
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| f16::from_f64(rng.uniform(lo, hi))).collect()
 }
 
 /// ‖got − want‖ / ‖want‖ in f64.

@@ -15,6 +15,7 @@
 //! `[N, D]` and cudnn-frontend's `[N, D, 1, 1]`.
 
 use cudnn_graph::graph;
+use cudnn_graph::rng::SplitMix64;
 use half::bf16;
 
 graph! {
@@ -39,19 +40,10 @@ graph! {
 const D: usize = 4096;
 const EPS: f64 = 1e-5;
 
-/// splitmix64: fixed-seed inputs in [lo, hi), never all zeros.
+/// Fixed-seed inputs in [lo, hi), never all zeros.
 fn random(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<bf16> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            bf16::from_f64(lo + (hi - lo) * ((z >> 11) as f64 / (1u64 << 53) as f64))
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| bf16::from_f64(rng.uniform(lo, hi))).collect()
 }
 
 /// Row `r`'s Y, mean and inverse standard deviation in f64, without the graph machinery.

@@ -14,6 +14,7 @@
 //! pattern), so the norms are graphs of their own.
 
 use cudnn_graph::graph;
+use cudnn_graph::rng::SplitMix64;
 use half::bf16;
 
 graph! {
@@ -58,19 +59,10 @@ struct Weights {
     w2: Vec<bf16>,
 }
 
-/// splitmix64 values in [-scale, scale), fixed seed, never all zeros.
+/// Fixed-seed inputs in [-scale, scale), never all zeros.
 fn random(seed: u64, n: usize, scale: f64) -> Vec<bf16> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            bf16::from_f64(((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale)
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| bf16::from_f64(rng.uniform(-scale, scale))).collect()
 }
 
 impl Weights {

@@ -30,6 +30,9 @@ pub struct LibraryReport {
     pub version: Option<String>,
     /// Why it did not load, if it did not.
     pub error: Option<String>,
+    /// A library that loaded but is not the real thing: a libcuda that lacks the driver's entry
+    /// points (a stand-in such as CI's, enough for cuDNN's deviceless planning), with why.
+    pub stand_in: Option<String>,
     /// Every copy on the library search path and in the usual places.
     pub copies: Vec<LibraryFile>,
 }
@@ -197,10 +200,22 @@ impl EnvReport {
     /// this process really gets).
     pub fn collect() -> EnvReport {
         let dirs = search_dirs();
-        let mut cudnn =
-            LibraryReport { name: "cudnn", loaded: vec![], version: None, error: None, copies: copies("cudnn", &dirs) };
-        let mut cuda =
-            LibraryReport { name: "cuda", loaded: vec![], version: None, error: None, copies: copies("cuda", &dirs) };
+        let mut cudnn = LibraryReport {
+            name: "cudnn",
+            loaded: vec![],
+            version: None,
+            error: None,
+            stand_in: None,
+            copies: copies("cudnn", &dirs),
+        };
+        let mut cuda = LibraryReport {
+            name: "cuda",
+            loaded: vec![],
+            version: None,
+            error: None,
+            stand_in: None,
+            copies: copies("cuda", &dirs),
+        };
         let mut driver_cuda_version = None;
         let mut gpus = Vec::new();
         probe(&mut cudnn, &mut cuda, &mut driver_cuda_version, &mut gpus);
@@ -252,12 +267,21 @@ impl EnvReport {
             w.push("libcudnn could not be loaded: `pip install nvidia-cudnn-cu13==9.19.0.56` and put its nvidia/cudnn/lib on LD_LIBRARY_PATH (see .ci/setup-cudnn.sh)".into());
         }
         if self.cuda.error.is_some() {
-            w.push("libcuda could not be loaded: no NVIDIA driver is visible; only the CPU reference engine and deviceless planning are available".into());
-        } else if self.gpus.is_empty() {
             w.push(
-                "the CUDA driver loaded but reports no GPU (a stand-in libcuda, or CUDA_VISIBLE_DEVICES hides them)"
+                "libcuda could not be loaded: no NVIDIA driver is visible, so no GPU can be used. cuDNN loads \
+                 libcuda.so.1 even to plan deviceless, so only the CPU reference engine is available until a \
+                 driver, or a stand-in for deviceless planning (.ci/setup-cudnn.sh builds one), is on the \
+                 loader's path"
                     .into(),
             );
+        } else if self.cuda.stand_in.is_some() {
+            w.push(
+                "the libcuda loaded is a stand-in, not an NVIDIA driver: deviceless planning works, executing \
+                 on a GPU does not"
+                    .into(),
+            );
+        } else if self.gpus.is_empty() {
+            w.push("the CUDA driver loaded but reports no GPU (CUDA_VISIBLE_DEVICES may hide them)".into());
         }
         w
     }
@@ -271,10 +295,11 @@ impl EnvReport {
         );
         for lib in [&self.cudnn, &self.cuda] {
             s += &format!("\nlib{}:\n", lib.name);
-            match (&lib.version, &lib.error) {
-                (Some(v), _) => s += &format!("  version   {v}\n"),
-                (None, Some(e)) => s += &format!("  not loaded: {e}\n"),
-                (None, None) => s += "  not loaded\n",
+            match (&lib.version, &lib.error, &lib.stand_in) {
+                (Some(v), _, _) => s += &format!("  version   {v}\n"),
+                (None, _, Some(why)) => s += &format!("  stand-in: {why}\n"),
+                (None, Some(e), None) => s += &format!("  not loaded: {e}\n"),
+                (None, None, None) => s += "  not loaded\n",
             }
             for l in &lib.loaded {
                 s += &format!("  loaded    {l}\n");
@@ -338,8 +363,7 @@ fn probe(cudnn: &mut LibraryReport, cuda: &mut LibraryReport, driver: &mut Optio
         let missing: Vec<&str> =
             NEEDED.into_iter().filter(|n| cu::culib().get::<*const std::ffi::c_void>(n.as_bytes()).is_err()).collect();
         if !missing.is_empty() {
-            cuda.error =
-                Some(format!("the libcuda found is not a CUDA driver (lacks {}): a stand-in?", missing.join(", ")));
+            cuda.stand_in = Some(format!("loaded, but not a CUDA driver (it lacks {})", missing.join(", ")));
             return;
         }
         let mut v = 0;
@@ -432,5 +456,33 @@ mod tests {
         let text = r.to_text();
         assert!(text.contains("libcudnn:"));
         assert!(serde_json::to_string(&r).unwrap().contains("\"warnings\""));
+    }
+
+    #[test]
+    fn libcuda_states_say_one_thing_each() {
+        let mut r = EnvReport::collect();
+        r.backend_compiled = true;
+        r.gpus.clear();
+        r.cuda.version = None;
+
+        r.cuda.error = Some("no libcuda.so / libcuda.so.1 on the loader's path".into());
+        r.cuda.stand_in = None;
+        let w = r.diagnose().join("\n");
+        assert!(w.contains("libcuda could not be loaded") && w.contains("only the CPU reference engine"), "{w}");
+        assert!(!w.contains("deviceless planning works"), "{w}");
+        assert!(r.to_text().contains("  not loaded: no libcuda.so"));
+
+        r.cuda.error = None;
+        r.cuda.stand_in = Some("loaded, but not a CUDA driver (it lacks cuDeviceGetName)".into());
+        let w = r.diagnose().join("\n");
+        assert!(w.contains("is a stand-in") && w.contains("deviceless planning works"), "{w}");
+        assert!(!w.contains("could not be loaded: no NVIDIA"), "{w}");
+        let text = r.to_text();
+        assert!(text.contains("  stand-in: loaded, but not a CUDA driver"), "{text}");
+        assert!(!text.contains("not loaded: the libcuda"), "{text}");
+
+        r.cuda.stand_in = None;
+        let w = r.diagnose().join("\n");
+        assert!(w.contains("reports no GPU") && !w.contains("stand-in"), "{w}");
     }
 }

@@ -32,9 +32,11 @@
 //!
 //! The same graphs can be built at run time, without the macro, through [`GraphBuilder`].
 
+#![warn(missing_docs)]
+
 pub use cudnn_macros::graph;
 pub use cudnn_runtime::{
-    dim, ops, reference, serialize, ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph,
+    dim, ops, reference, rng, serialize, ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph,
     GraphBuilder, GraphError, Operand, Tensor, TensorId,
 };
 

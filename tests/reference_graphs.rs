@@ -214,3 +214,24 @@ fn tuple_assignment_of_outputs() {
     let graph = NormTuple::new(5).graph().unwrap();
     assert_eq!(graph.nodes.len(), 1, "no identity copies: the op writes the outputs");
 }
+
+graph! {
+    /// A pooled, clipped convolution: attributes and layouts the printed graph must show.
+    pub PrintedConv(x: f16[2, 4, 8, 8] channels_last, w: f16[8, 4, 3, 3] channels_last)
+        -> (y: f16[2, 8, 4, 4] channels_last) {
+        let c = conv_fprop(x, w, padding = [1, 1]);
+        let r = relu(c, upper_clip = 6.0);
+        y = resample(r, mode = maxpool, window = [2, 2]);
+    }
+}
+
+#[test]
+fn the_printed_graph_shows_attributes_and_layouts() {
+    let text = PrintedConv::new().graph().unwrap().to_string();
+    assert!(text.starts_with("graph PrintedConv\n"), "{text}");
+    assert!(text.contains("x: f16[2, 4, 8, 8] channels-last"), "{text}");
+    assert!(text.contains("padding = [1, 1]"), "{text}");
+    assert!(text.contains("upper_clip = 6.0"), "{text}");
+    assert!(text.contains("mode = maxpool, window = [2, 2]"), "{text}");
+    assert!(text.contains("y: f16[2, 8, 4, 4] channels-last = resample(r: "), "{text}");
+}

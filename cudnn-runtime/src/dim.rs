@@ -6,9 +6,9 @@
 //!   (const generics, runtime symbols). `K` meets `K` and `64` meets `64` are decided at
 //!   expansion; two different names never unify; a literal meeting a name is *deferred*: the macro
 //!   turns it into a const assertion (const generics) or leaves it to run-time validation (runtime
-//!   symbols). Rules that compute dims (convolution's output size) give [`SymDim::Expr`]: an
-//!   `i64` Rust expression over the parameters, compared by text now and asserted at
-//!   instantiation otherwise.
+//!   symbols). Rules that compute dims (convolution's output size) give [`SymDim::Expr`] in a
+//!   canonical form ([`SymExpr`]): equal when their difference is 0, certainly different when
+//!   it is a non-zero constant, asserted at instantiation otherwise.
 
 use std::fmt;
 
@@ -151,39 +151,49 @@ pub enum SymDim {
     Lit(i64),
     /// `K` (a const generic) or `batch` (a runtime symbol).
     Param(String),
-    /// A computed extent: an `i64` Rust expression in which each parameter `P` appears as
-    /// `(P as i64)`, e.g. `(1 + ((H as i64) + 2 - 3) / 1)`.
-    Expr(String),
+    /// A computed extent that is neither a literal nor a lone parameter, in canonical form
+    /// (`(H - 1) / 2 + 1`): see [`SymExpr`].
+    Expr(SymExpr),
 }
 
 impl SymDim {
-    /// This dim as an `i64` Rust expression.
+    /// This dim as an `i64` Rust expression, each parameter `P` written `(P as i64)`.
     pub fn to_expr(&self) -> String {
         match self {
             SymDim::Lit(n) => n.to_string(),
             SymDim::Param(p) => format!("({p} as i64)"),
-            SymDim::Expr(e) => format!("({e})"),
+            SymDim::Expr(e) => format!("({})", e.0.render(Syntax::Rust)),
         }
     }
 
-    /// The parameters this dim depends on.
+    /// The parameters this dim depends on, each once.
     pub fn params(&self) -> Vec<String> {
+        let mut out = Vec::new();
         match self {
-            SymDim::Lit(_) => Vec::new(),
-            SymDim::Param(p) => vec![p.clone()],
-            SymDim::Expr(e) => {
-                let mut out: Vec<String> = Vec::new();
-                for word in e.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-                    let is_param = word.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
-                        && word != "as"
-                        && word != "i64";
-                    if is_param && !out.iter().any(|o| o == word) {
-                        out.push(word.to_string());
-                    }
-                }
-                out
-            }
+            SymDim::Lit(_) => {}
+            SymDim::Param(p) => out.push(p.clone()),
+            SymDim::Expr(e) => e.0.collect_params(&mut out),
         }
+        out
+    }
+
+    fn poly(&self) -> Poly {
+        match self {
+            SymDim::Lit(n) => Poly::constant(*n),
+            SymDim::Param(p) => Poly::atom(Atom::Param(p.clone())),
+            SymDim::Expr(e) => e.0.clone(),
+        }
+    }
+
+    /// The simplest `SymDim` for `poly`: a literal, a lone parameter, or an expression.
+    fn from_poly(poly: Poly) -> SymDim {
+        if let Some(n) = poly.as_constant() {
+            return SymDim::Lit(n);
+        }
+        if let Some(p) = poly.as_param() {
+            return SymDim::Param(p.to_string());
+        }
+        SymDim::Expr(SymExpr(poly))
     }
 }
 
@@ -192,7 +202,202 @@ impl fmt::Display for SymDim {
         match self {
             SymDim::Lit(n) => write!(f, "{n}"),
             SymDim::Param(p) => f.write_str(p),
-            SymDim::Expr(e) => write!(f, "({})", e.replace(" as i64", "")),
+            SymDim::Expr(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+/// A computed extent in canonical form: an integer polynomial over the parameters and over
+/// floor quotients of such polynomials by constants. Equal extents have equal forms whichever
+/// rule computed them (`1 + (H + 2 - 3) / 1` is `H`; `1 + (H + 1 + 1 - 2 - 1) / 2` is
+/// `(H + 1) / 2`), so the macro decides more equalities at expansion and prints extents as a
+/// person would write them. Division is floor division (`div_euclid` in the Rust form).
+///
+/// ```
+/// use cudnn_runtime::dim::{Dim, SymDim};
+/// let h = SymDim::Param("H".into());
+/// // A 3×3 window with padding 1 and stride 1 keeps H: the rule's result is H itself.
+/// assert_eq!(SymDim::window_output(&h, &SymDim::Lit(3), 1, 1, 1, 1), Some(h.clone()));
+/// let half = SymDim::window_output(&h, &SymDim::Lit(3), 1, 1, 2, 1).unwrap();
+/// assert_eq!(half.to_string(), "(H + 1) / 2"); // 1 + (H - 1) / 2, with floor division
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SymExpr(Poly);
+
+impl fmt::Display for SymExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.render(Syntax::Human))
+    }
+}
+
+/// A factor of a monomial.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Atom {
+    /// A named parameter.
+    Param(String),
+    /// `floor(poly / divisor)`, `divisor >= 2`, the polynomial not a multiple of it.
+    Quot(Box<Poly>, i64),
+}
+
+/// `Σ coefficient · monomial`: each monomial a sorted list of atoms (the empty one is the
+/// constant term); no zero coefficients.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Poly(std::collections::BTreeMap<Vec<Atom>, i64>);
+
+#[derive(Clone, Copy)]
+enum Syntax {
+    /// `(H as i64)` and `.div_euclid(c)`: an `i64` Rust expression with the same floor semantics.
+    Rust,
+    /// `H` and `/ c`.
+    Human,
+}
+
+impl Poly {
+    fn constant(n: i64) -> Poly {
+        let mut p = Poly::default();
+        if n != 0 {
+            p.0.insert(Vec::new(), n);
+        }
+        p
+    }
+
+    fn atom(a: Atom) -> Poly {
+        let mut p = Poly::default();
+        p.0.insert(vec![a], 1);
+        p
+    }
+
+    fn as_constant(&self) -> Option<i64> {
+        match self.0.len() {
+            0 => Some(0),
+            1 => self.0.get(&Vec::new()).copied(),
+            _ => None,
+        }
+    }
+
+    fn as_param(&self) -> Option<&str> {
+        match self.as_atom()? {
+            Atom::Param(p) => Some(p),
+            Atom::Quot(..) => None,
+        }
+    }
+
+    /// The polynomial as a single atom with coefficient 1, if it is one.
+    fn as_atom(&self) -> Option<&Atom> {
+        match self.0.iter().next() {
+            Some((mono, 1)) if self.0.len() == 1 && mono.len() == 1 => Some(&mono[0]),
+            _ => None,
+        }
+    }
+
+    fn add_term(&mut self, mono: Vec<Atom>, coefficient: i64) -> Option<()> {
+        let sum = self.0.get(&mono).copied().unwrap_or(0).checked_add(coefficient)?;
+        if sum == 0 {
+            self.0.remove(&mono);
+        } else {
+            self.0.insert(mono, sum);
+        }
+        Some(())
+    }
+
+    fn plus(&self, other: &Poly) -> Option<Poly> {
+        let mut out = self.clone();
+        for (mono, c) in &other.0 {
+            out.add_term(mono.clone(), *c)?;
+        }
+        Some(out)
+    }
+
+    fn scaled(&self, k: i64) -> Option<Poly> {
+        let mut out = Poly::default();
+        for (mono, c) in &self.0 {
+            out.add_term(mono.clone(), c.checked_mul(k)?)?;
+        }
+        Some(out)
+    }
+
+    fn times(&self, other: &Poly) -> Option<Poly> {
+        let mut out = Poly::default();
+        for (m1, c1) in &self.0 {
+            for (m2, c2) in &other.0 {
+                let mut mono: Vec<Atom> = m1.iter().chain(m2).cloned().collect();
+                mono.sort();
+                out.add_term(mono, c1.checked_mul(*c2)?)?;
+            }
+        }
+        Some(out)
+    }
+
+    /// `floor(self / divisor)` for `divisor >= 1`: `floor((d·A + B) / d) = A + floor(B / d)` for
+    /// integer `A`, so every coefficient's multiple of `d` comes out of the quotient and only
+    /// the remainders (each in `0..d`) stay inside it.
+    fn floor_div(&self, divisor: i64) -> Option<Poly> {
+        if divisor < 1 {
+            return None;
+        }
+        let (mut quotient, mut rest) = (Poly::default(), Poly::default());
+        for (mono, c) in &self.0 {
+            quotient.add_term(mono.clone(), c.div_euclid(divisor))?;
+            rest.add_term(mono.clone(), c.rem_euclid(divisor))?;
+        }
+        match rest.as_constant() {
+            // A constant in 0..divisor: its floor quotient is 0.
+            Some(_) => Some(quotient),
+            None => {
+                quotient.add_term(vec![Atom::Quot(Box::new(rest), divisor)], 1)?;
+                Some(quotient)
+            }
+        }
+    }
+
+    fn collect_params(&self, out: &mut Vec<String>) {
+        for mono in self.0.keys() {
+            for atom in mono {
+                match atom {
+                    Atom::Param(p) if !out.contains(p) => out.push(p.clone()),
+                    Atom::Param(_) => {}
+                    Atom::Quot(q, _) => q.collect_params(out),
+                }
+            }
+        }
+    }
+
+    /// The terms, the constant last, joined with ` + ` and ` - `.
+    fn render(&self, syntax: Syntax) -> String {
+        let terms = self.0.iter().filter(|(m, _)| !m.is_empty()).chain(self.0.iter().filter(|(m, _)| m.is_empty()));
+        let mut out = String::new();
+        for (mono, &c) in terms {
+            let magnitude = c.unsigned_abs();
+            let factors: Vec<String> = mono.iter().map(|a| a.render(syntax)).collect();
+            let term = match (magnitude, factors.is_empty()) {
+                (_, true) => magnitude.to_string(),
+                (1, false) => factors.join(" * "),
+                (_, false) => format!("{magnitude} * {}", factors.join(" * ")),
+            };
+            match (out.is_empty(), c < 0) {
+                (true, false) => out = term,
+                (true, true) => out = format!("-{term}"),
+                (false, false) => out = format!("{out} + {term}"),
+                (false, true) => out = format!("{out} - {term}"),
+            }
+        }
+        if out.is_empty() {
+            out.push('0');
+        }
+        out
+    }
+}
+
+impl Atom {
+    fn render(&self, syntax: Syntax) -> String {
+        match (self, syntax) {
+            (Atom::Param(p), Syntax::Rust) => format!("({p} as i64)"),
+            (Atom::Param(p), Syntax::Human) => p.clone(),
+            (Atom::Quot(q, d), Syntax::Rust) => format!("({}).div_euclid({d})", q.render(syntax)),
+            (Atom::Quot(q, d), Syntax::Human) => match q.as_atom() {
+                Some(a) => format!("{} / {d}", a.render(syntax)),
+                None => format!("({}) / {d}", q.render(syntax)),
+            },
         }
     }
 }
@@ -208,38 +413,38 @@ impl Dim for SymDim {
         }
     }
     fn window_output(x: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64) -> Option<Self> {
-        Some(match (x.as_lit(), w.as_lit()) {
-            (Some(x), Some(w)) => SymDim::Lit(<i64 as Dim>::window_output(&x, &w, pre, post, stride, dilation)?),
-            _ => SymDim::Expr(format!(
-                "1 + ({} + {pre} + {post} - {dilation} * ({} - 1) - 1) / {stride}",
-                x.to_expr(),
-                w.to_expr()
-            )),
-        })
+        if let (Some(x), Some(w)) = (x.as_lit(), w.as_lit()) {
+            return Some(SymDim::Lit(<i64 as Dim>::window_output(&x, &w, pre, post, stride, dilation)?));
+        }
+        // 1 + (x + pre + post - dilation * (w - 1) - 1) / stride
+        let constant = pre.checked_add(post)?.checked_add(dilation)?.checked_sub(1)?;
+        let numerator = x.poly().plus(&w.poly().scaled(dilation.checked_neg()?)?)?.plus(&Poly::constant(constant))?;
+        let out = numerator.floor_div(stride)?.plus(&Poly::constant(1))?;
+        Some(SymDim::from_poly(out))
     }
     fn window_input(y: &Self, w: &Self, pre: i64, post: i64, stride: i64, dilation: i64, extra: i64) -> Option<Self> {
-        Some(match (y.as_lit(), w.as_lit()) {
-            (Some(y), Some(w)) => SymDim::Lit(<i64 as Dim>::window_input(&y, &w, pre, post, stride, dilation, extra)?),
-            _ => SymDim::Expr(format!(
-                "({} - 1) * {stride} - {pre} - {post} + {dilation} * ({} - 1) + 1 + {extra}",
-                y.to_expr(),
-                w.to_expr()
-            )),
-        })
+        if let (Some(y), Some(w)) = (y.as_lit(), w.as_lit()) {
+            return Some(SymDim::Lit(<i64 as Dim>::window_input(&y, &w, pre, post, stride, dilation, extra)?));
+        }
+        // (y - 1) * stride - pre - post + dilation * (w - 1) + 1 + extra
+        let constant =
+            1i64.checked_sub(stride)?.checked_sub(pre)?.checked_sub(post)?.checked_sub(dilation)?.checked_add(extra)?;
+        let out = y.poly().scaled(stride)?.plus(&w.poly().scaled(dilation)?)?.plus(&Poly::constant(constant))?;
+        Some(SymDim::from_poly(out))
     }
     fn sum(terms: &[Self]) -> Option<Self> {
-        Some(match terms.iter().map(Dim::as_lit).collect::<Option<Vec<i64>>>() {
-            Some(lits) => SymDim::Lit(<i64 as Dim>::sum(&lits)?),
-            None if terms.len() == 1 => terms[0].clone(),
-            None => SymDim::Expr(terms.iter().map(SymDim::to_expr).collect::<Vec<_>>().join(" + ")),
-        })
+        if let Some(lits) = terms.iter().map(Dim::as_lit).collect::<Option<Vec<i64>>>() {
+            return Some(SymDim::Lit(<i64 as Dim>::sum(&lits)?));
+        }
+        let total = terms.iter().try_fold(Poly::default(), |acc, t| acc.plus(&t.poly()))?;
+        Some(SymDim::from_poly(total))
     }
     fn product(factors: &[Self]) -> Option<Self> {
-        Some(match factors.iter().map(Dim::as_lit).collect::<Option<Vec<i64>>>() {
-            Some(lits) => SymDim::Lit(<i64 as Dim>::product(&lits)?),
-            None if factors.len() == 1 => factors[0].clone(),
-            None => SymDim::Expr(factors.iter().map(SymDim::to_expr).collect::<Vec<_>>().join(" * ")),
-        })
+        if let Some(lits) = factors.iter().map(Dim::as_lit).collect::<Option<Vec<i64>>>() {
+            return Some(SymDim::Lit(<i64 as Dim>::product(&lits)?));
+        }
+        let total = factors.iter().try_fold(Poly::constant(1), |acc, f| acc.times(&f.poly()))?;
+        Some(SymDim::from_poly(total))
     }
 }
 
@@ -270,10 +475,16 @@ pub struct Symbolic {
 
 impl DimCx<SymDim> for Symbolic {
     fn require_eq(&mut self, a: &SymDim, b: &SymDim) -> bool {
-        match (a, b) {
-            (SymDim::Lit(x), SymDim::Lit(y)) => x == y,
-            (SymDim::Param(x), SymDim::Param(y)) => x == y,
-            (SymDim::Expr(x), SymDim::Expr(y)) if x == y => true,
+        if let (SymDim::Param(x), SymDim::Param(y)) = (a, b) {
+            // Two parameters of a graph are two different things, even where an instantiation
+            // would give them one value.
+            return x == y;
+        }
+        // Canonical forms: a difference of 0 is equality, a non-zero constant a certain
+        // mismatch (`H` against `H - 2`); anything else waits for the parameters' values.
+        match b.poly().scaled(-1).and_then(|minus_b| a.poly().plus(&minus_b)).map(|d| d.as_constant()) {
+            Some(Some(0)) => true,
+            Some(Some(_)) => false,
             _ => {
                 self.deferred.push((a.clone(), b.clone()));
                 true
@@ -358,7 +569,8 @@ mod tests {
         assert_eq!(window_output_extent(7, 3, 0, 0, 1, 4), None);
         let h = SymDim::Param("H".into());
         let out = SymDim::window_output(&h, &SymDim::Lit(3), 1, 1, 2, 1).unwrap();
-        assert_eq!(out.to_string(), "(1 + ((H) + 1 + 1 - 1 * (3 - 1) - 1) / 2)");
+        assert_eq!(out.to_string(), "(H + 1) / 2", "1 + floor((H - 1) / 2), remainders kept in 0..2");
+        assert_eq!(out.to_expr(), "(((H as i64) + 1).div_euclid(2))");
         assert_eq!(out.params(), vec!["H".to_string()]);
         assert_eq!(SymDim::window_output(&SymDim::Lit(32), &SymDim::Lit(3), 1, 1, 1, 1), Some(SymDim::Lit(32)));
         assert_eq!(SymDim::window_output(&SymDim::Lit(7), &SymDim::Lit(3), 0, 0, 1, 4), Some(SymDim::Lit(0)));
@@ -376,14 +588,16 @@ mod tests {
         assert_eq!(window_input_extent(1, 3, 5, 5, 1, 1, 0), None);
         let h = SymDim::Param("H".into());
         let x = SymDim::window_input(&h, &SymDim::Lit(3), 1, 1, 1, 1, 0).unwrap();
-        assert_eq!(x.to_string(), "(((H) - 1) * 1 - 1 - 1 + 1 * (3 - 1) + 1 + 0)");
+        assert_eq!(x, h, "padding 1 around a 3-wide window at stride 1 gives H back");
+        let x = SymDim::window_input(&h, &SymDim::Lit(3), 1, 1, 2, 1, 1).unwrap();
+        assert_eq!(x.to_string(), "2 * H");
     }
 
     #[test]
     fn sums_and_products() {
         let h = SymDim::Param("H".into());
         assert_eq!(SymDim::sum(&[SymDim::Lit(2), SymDim::Lit(3)]), Some(SymDim::Lit(5)));
-        assert_eq!(SymDim::sum(&[h.clone(), SymDim::Lit(3)]).unwrap().to_string(), "((H) + 3)");
+        assert_eq!(SymDim::sum(&[h.clone(), SymDim::Lit(3)]).unwrap().to_string(), "H + 3");
         assert_eq!(SymDim::sum(std::slice::from_ref(&h)), Some(h.clone()));
         assert_eq!(SymDim::product(&[SymDim::Lit(2), SymDim::Lit(3)]), Some(SymDim::Lit(6)));
         assert_eq!(SymDim::product(&[h.clone(), SymDim::Lit(3)]).unwrap().params(), vec!["H".to_string()]);
@@ -423,5 +637,77 @@ mod tests {
         assert_eq!(storage_len(&[2, 3], &[1, 2]), Some(6));
         assert_eq!(storage_len(&[2, 0], &[1, 2]), Some(0));
         assert_eq!(shape_string(&[SymDim::Lit(1), SymDim::Param("M".into())]), "[1, M]");
+    }
+
+    #[test]
+    fn computed_extents_are_canonical() {
+        let (h, w, n) = (SymDim::Param("H".into()), SymDim::Param("W".into()), SymDim::Param("N".into()));
+        let three = SymDim::Lit(3);
+        // The rule's arithmetic folds: same padding keeps the extent, a stride halves it.
+        assert_eq!(SymDim::window_output(&h, &three, 1, 1, 1, 1), Some(h.clone()));
+        assert_eq!(SymDim::window_output(&h, &three, 0, 0, 1, 1).unwrap().to_string(), "H - 2");
+        assert_eq!(SymDim::window_output(&h, &SymDim::Lit(2), 0, 0, 2, 1).unwrap().to_string(), "H / 2");
+        // A 1x1 window at stride 2 with H = 2k + 1 gives k + 1: floor semantics, not truncation.
+        let out = SymDim::window_output(&h, &SymDim::Lit(1), 0, 0, 2, 1).unwrap();
+        assert_eq!(out.to_string(), "(H + 1) / 2");
+        // Two routes to one extent give one form: sums reorder, products commute.
+        let a = SymDim::sum(&[h.clone(), w.clone(), SymDim::Lit(2)]).unwrap();
+        let b = SymDim::sum(&[SymDim::Lit(1), w.clone(), h.clone(), SymDim::Lit(1)]).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.to_string(), "H + W + 2");
+        let p = SymDim::product(&[n.clone(), h.clone(), SymDim::Lit(4)]).unwrap();
+        assert_eq!(p, SymDim::product(&[SymDim::Lit(2), h.clone(), SymDim::Lit(2), n.clone()]).unwrap());
+        assert_eq!(p.to_string(), "4 * H * N");
+        assert_eq!(p.params(), vec!["H".to_string(), "N".to_string()]);
+        // A sum that cancels is a literal or the parameter itself.
+        let window = SymDim::window_output(&SymDim::sum(&[h.clone(), SymDim::Lit(2)]).unwrap(), &three, 0, 0, 1, 1);
+        assert_eq!(window, Some(h.clone()));
+    }
+
+    #[test]
+    fn canonical_forms_decide_equalities() {
+        let mut cx = Symbolic::default();
+        let h = SymDim::Param("H".into());
+        let same = SymDim::window_output(&h, &SymDim::Lit(5), 2, 2, 1, 1).unwrap();
+        assert!(cx.require_eq(&h, &same));
+        let two_less = SymDim::window_output(&h, &SymDim::Lit(3), 0, 0, 1, 1).unwrap();
+        assert!(!cx.require_eq(&h, &two_less), "H and H - 2 differ for every H");
+        let half = SymDim::window_output(&h, &SymDim::Lit(2), 0, 0, 2, 1).unwrap();
+        assert!(cx.require_eq(&half, &SymDim::Lit(16)), "H / 2 = 16 waits for H");
+        assert_eq!(cx.deferred, vec![(half.clone(), SymDim::Lit(16))]);
+        assert!(cx.require_eq(&half, &half.clone()));
+        assert_eq!(cx.deferred.len(), 1);
+    }
+
+    #[test]
+    fn rust_form_evaluates_like_the_concrete_rule() {
+        // The Rust form's arithmetic, done here by hand for a few H: floor division and the
+        // concrete rule agree wherever the window fits.
+        let h = SymDim::Param("H".into());
+        for (w, pre, post, stride, dilation) in [(3, 1, 1, 2, 1), (5, 0, 3, 3, 2), (2, 0, 0, 2, 1), (1, 0, 0, 4, 1)] {
+            let sym = SymDim::window_output(&h, &SymDim::Lit(w), pre, post, stride, dilation).unwrap();
+            for x in 9..40 {
+                let want = window_output_extent(x, w, pre, post, stride, dilation).unwrap();
+                assert_eq!(eval(&sym, x), want, "{sym} at H = {x}");
+            }
+        }
+    }
+
+    /// Evaluates a one-parameter canonical form at `H = x` through its polynomial.
+    fn eval(d: &SymDim, x: i64) -> i64 {
+        fn poly(p: &Poly, x: i64) -> i64 {
+            p.0.iter()
+                .map(|(mono, c)| {
+                    c * mono
+                        .iter()
+                        .map(|a| match a {
+                            Atom::Param(_) => x,
+                            Atom::Quot(q, d) => poly(q, x).div_euclid(*d),
+                        })
+                        .product::<i64>()
+                })
+                .sum()
+        }
+        poly(&d.poly(), x)
     }
 }

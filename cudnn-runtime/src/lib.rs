@@ -15,6 +15,7 @@ pub mod error;
 pub mod ir;
 pub mod ops;
 pub mod reference;
+pub mod rng;
 pub mod serialize;
 
 #[cfg(feature = "cudnn")]

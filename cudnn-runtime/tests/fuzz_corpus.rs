@@ -6,6 +6,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use cudnn_runtime::rng::SplitMix64;
+
 const CORPORA: [&str; 2] = [
     concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/structure"),
     concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/payload"),
@@ -19,22 +21,7 @@ fn read_both(data: &[u8]) {
     let _ = cudnn_runtime::serialize::plan::parse_payload(data);
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
-fn mutate(rng: &mut Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
+fn mutate(rng: &mut SplitMix64, seeds: &[Vec<u8>]) -> Vec<u8> {
     let mut data = seeds[rng.below(seeds.len())].clone();
     for _ in 0..1 + rng.below(4) {
         let at = rng.below(data.len() + 1);
@@ -73,7 +60,7 @@ fn corpus_and_mutations_never_panic() {
         assert!(catch_unwind(AssertUnwindSafe(|| read_both(data))).is_ok(), "panic on corpus file {name}");
     }
     let seeds: Vec<Vec<u8>> = seeds.into_iter().map(|(_, d)| d).collect();
-    let mut rng = Rng(0x00c0_ffee);
+    let mut rng = SplitMix64::new(0x00c0_ffee);
     for i in 0..20_000 {
         let data = mutate(&mut rng, &seeds);
         if catch_unwind(AssertUnwindSafe(|| read_both(&data))).is_err() {

@@ -14,6 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr}
 use cudnn_runtime::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::reference::{self, HostSlice};
+use cudnn_runtime::rng::SplitMix64;
 use cudnn_runtime::{ArgError, Bits, DataType, Element, Error, Graph, GraphBuilder};
 use half::{bf16, f16};
 
@@ -46,31 +47,9 @@ fn gpu() -> Option<(Arc<CudaStream>, Cudnn)> {
     }
 }
 
-/// splitmix64: a fixed-seed stream of values in ±[1/16, 1] (never zero).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn value(&mut self) -> f64 {
-        let bits = self.next_u64();
-        let magnitude = 0.0625 + 0.9375 * ((bits >> 11) as f64 / (1u64 << 53) as f64);
-        if bits & 1 == 0 {
-            magnitude
-        } else {
-            -magnitude
-        }
-    }
-
-    fn fill<T: Element>(&mut self, n: usize) -> Vec<T> {
-        (0..n).map(|_| T::from_f64_value(self.value())).collect()
-    }
+/// Fixed-seed elements in ±[1/16, 1) (never zero).
+fn fill<T: Element>(rng: &mut SplitMix64, n: usize) -> Vec<T> {
+    (0..n).map(|_| T::from_f64_value(rng.nonzero(0.0625, 1.0))).collect()
 }
 
 /// ‖got − want‖ / ‖want‖ and max |got − want|, in f64; NaN anywhere makes both NaN.
@@ -121,13 +100,13 @@ where
     T: Element + DeviceRepr,
     for<'a> HostSlice<'a>: From<&'a [T]>,
 {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let hosts: Vec<(String, Vec<T>)> = graph
         .inputs()
         .into_iter()
         .map(|id| {
             let t = graph.tensor(id);
-            (t.name.clone(), rng.fill::<T>(t.storage_len()))
+            (t.name.clone(), fill::<T>(&mut rng, t.storage_len()))
         })
         .collect();
     let named: Vec<(&str, HostSlice<'_>)> = hosts.iter().map(|(n, v)| (n.as_str(), v.as_slice().into())).collect();

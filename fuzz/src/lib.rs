@@ -6,6 +6,7 @@
 pub mod program;
 
 use cudnn_runtime::reference::{self, HostSlice};
+use cudnn_runtime::rng::SplitMix64;
 use cudnn_runtime::serialize::{structure_from_json, structure_to_json};
 use cudnn_runtime::{DataType, Element, Fp8E4M3, Fp8E5M2, Graph};
 
@@ -61,22 +62,10 @@ fn storage(dims: &[i64], strides: &[i64]) -> Option<u64> {
     last.checked_add(1)
 }
 
-/// splitmix64 values in ±[0.25, 2): fixed seed, never zero.
+/// Fixed-seed values in ±[0.25, 2), never zero.
 fn values(seed: u64, n: usize) -> impl Iterator<Item = f64> {
-    let mut state = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
-    (0..n).map(move |_| {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let magnitude = 0.25 + 1.75 * ((z >> 11) as f64 / (1u64 << 53) as f64);
-        if z & 1 == 1 {
-            -magnitude
-        } else {
-            magnitude
-        }
-    })
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(move |_| rng.nonzero(0.25, 2.0))
 }
 
 /// A host buffer of any element type, owned.

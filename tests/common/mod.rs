@@ -2,21 +2,13 @@
 
 #![allow(dead_code)]
 
+use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::Element;
 
-/// splitmix64 values in [-1, 1) as elements of `T`: fixed seed, never all zeros.
+/// Fixed-seed values in [-1, 1) as elements of `T`, never all zeros.
 pub fn random<T: Element>(seed: u64, n: usize) -> Vec<T> {
-    let mut state = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            T::from_f64_value((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| T::from_f64_value(rng.uniform(-1.0, 1.0))).collect()
 }
 
 /// ‖got − want‖ / ‖want‖ in f64; infinite if any value is NaN (NaN never passes).

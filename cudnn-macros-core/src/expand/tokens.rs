@@ -55,7 +55,9 @@ pub(super) fn dims_tokens(dims: &[SymDim], runtime: &[String]) -> TokenStream {
             quote!(::cudnn_graph::__private::dim_value(#p, #value)?)
         }
         // Declared dims are literals or parameters; computed extents never reach a declaration.
-        SymDim::Expr(e) => syn::parse_str::<syn::Expr>(e).map_or_else(|e| e.to_compile_error(), |e| quote!(#e)),
+        SymDim::Expr(_) => {
+            syn::parse_str::<syn::Expr>(&d.to_expr()).map_or_else(|e| e.to_compile_error(), |e| quote!(#e))
+        }
     });
     quote!([#(#items),*])
 }

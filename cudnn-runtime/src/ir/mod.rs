@@ -391,6 +391,20 @@ impl Graph {
     }
 }
 
+/// An attribute value as the DSL writes it: `6`, `0.5`, `[1, 1]`, `true`, `maxpool`.
+fn attr_string(value: &crate::ops::AttrValue) -> String {
+    use crate::ops::AttrValue;
+    match value {
+        // `{:?}` prints the shortest text that reads back as the same f64, with a `.0` on
+        // integral values so a float stays a float.
+        AttrValue::Float(v) => format!("{v:?}"),
+        AttrValue::Int(v) => v.to_string(),
+        AttrValue::IntList(v) => format!("{v:?}"),
+        AttrValue::Bool(v) => v.to_string(),
+        AttrValue::Name(v) => v.clone(),
+    }
+}
+
 impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "graph {}", self.name)?;
@@ -399,9 +413,10 @@ impl fmt::Display for Graph {
                 let t = self.tensor(*i);
                 format!("{}: {}", t.name, t.type_string())
             };
-            let ins: Vec<String> = n.inputs.iter().map(name).collect();
+            let mut args: Vec<String> = n.inputs.iter().map(name).collect();
+            args.extend(n.op.call_attrs().iter().map(|(attr, value)| format!("{attr} = {}", attr_string(value))));
             let outs: Vec<String> = n.outputs.iter().map(name).collect();
-            writeln!(f, "  {} = {}({})", outs.join(", "), n.op.call_name(), ins.join(", "))?;
+            writeln!(f, "  {} = {}({})", outs.join(", "), n.op.call_name(), args.join(", "))?;
         }
         Ok(())
     }

@@ -6,24 +6,16 @@
 
 pub mod pointwise;
 
+use cudnn_runtime::rng::SplitMix64;
+
 #[cfg(feature = "cudnn")]
 use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
 #[cfg(feature = "cudnn")]
 use cudnn_runtime::{Error, Graph};
 
-/// splitmix64 values in `[lo, hi)`: fixed seed, never all zeros.
+/// Fixed-seed values in `[lo, hi)`, never all zeros.
 pub fn random(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            lo + (hi - lo) * ((z >> 11) as f64 / (1u64 << 53) as f64)
-        })
-        .collect()
+    SplitMix64::new(seed).uniform_vec(n, lo, hi)
 }
 
 /// The H200's device properties.

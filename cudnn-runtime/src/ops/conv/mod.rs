@@ -731,8 +731,20 @@ mod tests {
             .unwrap();
         assert_eq!(out[0].dims[0], p("N"));
         assert_eq!(out[0].dims[1], SymDim::Lit(8));
-        assert!(matches!(out[0].dims[2], SymDim::Expr(_)));
+        assert_eq!(out[0].dims[2], p("H"), "padding 1 around a 3-wide filter keeps H");
         assert_eq!(cx.deferred, vec![(p("C"), SymDim::Lit(4))]);
+        let strided = op("conv_fprop", &[("padding", vec![1].into()), ("stride", vec![2].into())]);
+        let out = strided
+            .infer(
+                &[
+                    meta(vec![p("N"), SymDim::Lit(4), p("H")]),
+                    meta(vec![SymDim::Lit(8), SymDim::Lit(4), SymDim::Lit(3)]),
+                ],
+                &mut cx,
+            )
+            .unwrap();
+        assert!(matches!(out[0].dims[2], SymDim::Expr(_)));
+        assert_eq!(out[0].dims[2].to_string(), "(H + 1) / 2");
     }
 
     #[test]

@@ -651,7 +651,7 @@ mod tests {
         let (m, n) = (SymDim::Param("M".into()), SymDim::Param("N".into()));
         let ins = [meta(vec![m.clone(), SymDim::Lit(4)]), meta(vec![n, SymDim::Lit(4)])];
         let y = concat(2, 0, None).infer(&ins, &mut cx).unwrap();
-        assert_eq!(y[0].dims[0].to_string(), "((M) + (N))");
+        assert_eq!(y[0].dims[0].to_string(), "M + N");
         // Input counts: from 1 to MAX_CONCAT_INPUTS.
         let axis = [("axis".to_string(), AttrValue::Int(0))];
         for bad in [0, MAX_CONCAT_INPUTS + 1] {
