@@ -21,6 +21,7 @@ use syn::{bracketed, parenthesized, token, Attribute, Ident, LitFloat, LitInt, T
 
 /// Every graph of one `graph!` invocation.
 pub struct Input {
+    /// The graphs, in order.
     pub graphs: Vec<GraphDef>,
 }
 
@@ -30,17 +31,25 @@ pub struct GraphDef {
     pub docs: Vec<Attribute>,
     /// `#[compute(f32)]`, `#[intermediate(f32)]`.
     pub settings: Vec<(Ident, Ident)>,
+    /// The type's visibility.
     pub vis: Visibility,
+    /// The graph's (and the generated type's) name.
     pub name: Ident,
+    /// Its dim parameters, in order.
     pub params: Vec<DimParam>,
+    /// Its input ports.
     pub inputs: Vec<PortDecl>,
+    /// Its output ports.
     pub outputs: Vec<PortDecl>,
+    /// The statements of its body.
     pub body: Vec<Stmt>,
 }
 
 /// `const M: usize` (checked at compile time) or `dyn B` (bound at run time).
 pub struct DimParam {
+    /// The parameter's name.
     pub name: Ident,
+    /// `dyn B`: bound at run time.
     pub runtime: bool,
     /// The type written after `const M:`, which must be `usize`.
     pub ty: Option<syn::Type>,
@@ -51,10 +60,15 @@ pub struct DimParam {
 /// BSHD storage of a logical BHSD tensor) or `x: f16[N, C, H, W] channels_last` (NHWC storage,
 /// `order [0, 2, 3, 1]`).
 pub struct PortDecl {
+    /// The port's name.
     pub name: Ident,
+    /// The dtype token (`bf16`).
     pub dtype: Ident,
+    /// The dims, as written.
     pub dims: Vec<DimTok>,
+    /// The span of the dims' brackets.
     pub bracket: Span,
+    /// The declared layout, if any.
     pub layout: Option<LayoutDecl>,
 }
 
@@ -68,45 +82,81 @@ pub enum LayoutDecl {
 
 /// A dim as written.
 pub enum DimTok {
+    /// A literal extent, `64`.
     Lit(LitInt),
+    /// A dim parameter, `M`.
     Param(Ident),
 }
 
 /// A statement of the body.
 pub enum Stmt {
     /// `let c = expr;` or `let (a, b) = expr;`
-    Let { names: Vec<Ident>, expr: Expr },
+    Let {
+        /// The bound names (one, or a tuple's).
+        names: Vec<Ident>,
+        /// The value.
+        expr: Expr,
+    },
     /// `y = expr;` (an output)
-    Assign { target: Ident, expr: Expr },
+    Assign {
+        /// The output.
+        target: Ident,
+        /// Its value.
+        expr: Expr,
+    },
     /// `(o, stats) = sdpa(...);` (outputs of a multi-output op)
-    AssignTuple { targets: Vec<Ident>, expr: Expr },
+    AssignTuple {
+        /// The outputs.
+        targets: Vec<Ident>,
+        /// The multi-output call.
+        expr: Expr,
+    },
 }
 
 /// An expression.
 pub enum Expr {
     /// `op(args, attr = value)`
-    Call { func: Ident, args: Vec<Arg>, attrs: Vec<(Ident, AttrLit)> },
+    Call {
+        /// The op's name.
+        func: Ident,
+        /// Positional arguments.
+        args: Vec<Arg>,
+        /// `name = value` attributes, in order.
+        attrs: Vec<(Ident, AttrLit)>,
+    },
     /// A tensor name.
     Name(Ident),
     /// A numeric literal (a by-value scalar).
-    Number { value: f64, span: Span },
+    Number {
+        /// Its value (negated for a leading `-`).
+        value: f64,
+        /// Where it was written.
+        span: Span,
+    },
 }
 
 /// A positional argument.
 pub struct Arg {
+    /// The argument.
     pub expr: Expr,
 }
 
 /// An attribute value.
 pub enum AttrLit {
+    /// `0.5`
     Float(f64, Span),
+    /// `3`
     Int(i64, Span),
+    /// `[0, 2]`
     List(Vec<i64>, Span),
+    /// `true`
     Bool(bool, Span),
+    /// `cross_correlation`
     Name(Ident),
 }
 
 impl AttrLit {
+    /// Where the value was written.
     pub fn span(&self) -> Span {
         match self {
             AttrLit::Float(_, s) | AttrLit::Int(_, s) | AttrLit::List(_, s) | AttrLit::Bool(_, s) => *s,
@@ -116,6 +166,7 @@ impl AttrLit {
 }
 
 impl Expr {
+    /// The expression's head token: the op name, the tensor name or the number.
     pub fn span(&self) -> Span {
         match self {
             Expr::Call { func, .. } => func.span(),

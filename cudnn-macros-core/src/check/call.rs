@@ -1,0 +1,349 @@
+//! Expressions: names, numbers and op calls. A call is checked against the op's signature (name,
+//! attributes, ports, outputs) and its shape rule, both from `cudnn_runtime::ops`; nested calls
+//! become nodes of their own.
+
+use cudnn_runtime::dim::{SymDim, Symbolic};
+use cudnn_runtime::ops::{self, AttrError, AttrKind, AttrValue, Op, OpSignature, TensorMeta};
+use proc_macro2::Span;
+use syn::Ident;
+
+use super::{Checker, ConstCheck, Kind, Node, Operand, Value};
+use crate::parse::{Arg, AttrLit, Expr};
+
+/// An operand as checked: what the generated code passes, and the value's metadata when it is a
+/// tensor.
+type CheckedOperand = (Operand, Option<Value>);
+
+impl Checker<'_> {
+    /// Evaluates an expression to one value.
+    pub(super) fn expr(&mut self, expr: &Expr, node_name: Option<&str>) -> Option<Value> {
+        self.expr_multi(expr, node_name, 1).into_iter().next().flatten()
+    }
+
+    /// Evaluates an expression to `want` values (tuple bindings want several).
+    pub(super) fn expr_multi(&mut self, expr: &Expr, node_name: Option<&str>, want: usize) -> Vec<Option<Value>> {
+        match expr {
+            Expr::Name(id) => {
+                if want != 1 {
+                    self.cx.error(id, format!("`{id}` is one tensor; it cannot be bound to {want} names"));
+                }
+                vec![self.name(id)]
+            }
+            Expr::Number { span, .. } => {
+                self.cx.error_span(
+                    *span,
+                    "a number is not a tensor of its own: it can only be an operand of an op, as in `op(x, 0.5)`",
+                );
+                vec![None]
+            }
+            Expr::Call { func, args, attrs } => self.call(func, args, attrs, node_name, want),
+        }
+    }
+
+    /// A name read as an operand or bound to a new name: marks it used.
+    fn name(&mut self, id: &Ident) -> Option<Value> {
+        let key = id.to_string();
+        if self.poisoned.contains(&key) {
+            return None;
+        }
+        if let Some(v) = self.env.get_mut(&key) {
+            v.used = true;
+            return Some(Value {
+                tensor: v.tensor.clone(),
+                dims: v.dims.clone(),
+                dtype: v.dtype,
+                forced: v.forced,
+                span: id.span(),
+                kind: v.kind,
+                used: true,
+            });
+        }
+        if self.def.outputs.iter().any(|o| o.name == key) {
+            self.cx.error(
+                id,
+                format!("output `{key}` is read before it is assigned; assign it with `{key} = ...;` first"),
+            );
+        } else {
+            let hint = ops::closest(&key, self.env.keys().map(String::as_str))
+                .map(|s| format!("; did you mean `{s}`?"))
+                .unwrap_or_default();
+            self.cx.error(id, format!("undefined tensor `{key}` in graph `{}`{hint}", self.def.name));
+        }
+        None
+    }
+
+    /// `op(args, attr = value)`: `want` values, one per output of the op (all `None` after an
+    /// error, which is reported).
+    fn call(
+        &mut self,
+        func: &Ident,
+        args: &[Arg],
+        attrs: &[(Ident, AttrLit)],
+        node_name: Option<&str>,
+        want: usize,
+    ) -> Vec<Option<Value>> {
+        let none = || (0..want).map(|_| None).collect::<Vec<_>>();
+        let name = func.to_string();
+        let Some(sig) = ops::lookup(&name) else {
+            self.unknown_op(func, args);
+            return none();
+        };
+        // Operands first (nested calls become their own nodes), then the op itself.
+        let operands = self.operands(&sig, func, args);
+        let attr_values = attr_values(attrs);
+        let Some(op) = self.op(func, attrs, &attr_values, args.len()) else {
+            return none();
+        };
+        if !self.arity(&op, &sig, func, args.len())
+            || !self.output_count(&op, &sig, func, &attr_values, args.len(), want)
+        {
+            return none();
+        }
+        let Some(operands) = operands.into_iter().collect::<Option<Vec<CheckedOperand>>>() else {
+            return none();
+        };
+        self.infer(&op, &sig, func, args, operands, node_name).unwrap_or_else(none)
+    }
+
+    /// An unknown op: reported with the closest known name; its operands are still checked (so
+    /// their names count as used).
+    fn unknown_op(&mut self, func: &Ident, args: &[Arg]) {
+        let name = func.to_string();
+        let hint = ops::suggest(&name).map(|s| format!("; did you mean `{s}`?")).unwrap_or_default();
+        self.cx.error(func, format!("unknown op `{name}`{hint}"));
+        for a in args {
+            if !matches!(a.expr, Expr::Number { .. }) {
+                let _ = self.expr(&a.expr, None);
+            }
+        }
+    }
+
+    /// The positional operands of a call: `None` for one that failed (already reported).
+    fn operands(&mut self, sig: &OpSignature, func: &Ident, args: &[Arg]) -> Vec<Option<CheckedOperand>> {
+        let mut operands = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            match &a.expr {
+                Expr::Number { value, span } => {
+                    if sig.input(i).is_some_and(|p| p.scalar_ok) {
+                        operands.push(Some((Operand::Scalar(*value), None)));
+                    } else {
+                        let port = sig.input(i).map_or("?", |p| p.name);
+                        self.cx.error_span(*span, format!("`{func}` port {port} takes a tensor, not a number"));
+                        operands.push(None);
+                    }
+                }
+                e => {
+                    let v = self.expr(e, None);
+                    operands.push(v.map(|v| (Operand::Tensor(v.tensor.clone()), Some(v))));
+                }
+            }
+        }
+        operands
+    }
+
+    /// The op a call builds from its name and attributes; attribute errors go on the attribute
+    /// (its name, or its value for a type error).
+    fn op(
+        &self,
+        func: &Ident,
+        attrs: &[(Ident, AttrLit)],
+        values: &[(String, AttrValue)],
+        inputs: usize,
+    ) -> Option<Op> {
+        match Op::from_call_with_inputs(&func.to_string(), values, inputs) {
+            Ok(op) => Some(op),
+            Err(e) => {
+                let span = match &e {
+                    AttrError::Unknown { attr, .. } | AttrError::Duplicate { attr, .. } => {
+                        attrs.iter().rev().find(|(k, _)| k == attr).map(|(k, _)| k.span())
+                    }
+                    AttrError::Type { attr, .. } => attrs.iter().find(|(k, _)| k == attr).map(|(_, v)| v.span()),
+                    _ => None,
+                };
+                self.cx.error_span(span.unwrap_or_else(|| func.span()), e.to_string());
+                None
+            }
+        }
+    }
+
+    /// The call passes as many operands as the op instance has ports (an op whose attributes add
+    /// ports, such as attention's bias or sequence lengths, takes more than its first few).
+    fn arity(&self, op: &Op, sig: &OpSignature, func: &Ident, found: usize) -> bool {
+        let ports: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();
+        if found == ports.len() {
+            return true;
+        }
+        let narrowed = ports.len() != sig.inputs.len();
+        self.cx.error(
+            func,
+            format!(
+                "`{func}` takes {} input{}{} ({}), found {found}",
+                ports.len(),
+                if ports.len() == 1 { "" } else { "s" },
+                if narrowed { " with these attributes" } else { "" },
+                ports.join(", "),
+            ),
+        );
+        false
+    }
+
+    /// As many names are bound as the op instance produces outputs.
+    fn output_count(
+        &self,
+        op: &Op,
+        sig: &OpSignature,
+        func: &Ident,
+        attrs: &[(String, AttrValue)],
+        inputs: usize,
+        want: usize,
+    ) -> bool {
+        let produced = op.outputs();
+        if want == produced.len() {
+            return true;
+        }
+        let hint = if want > produced.len() { adding_outputs(sig, attrs, inputs, &produced, want) } else { None };
+        self.cx.error(
+            func,
+            format!(
+                "`{func}` produces {} output{} ({}) here, but {want} name{} {} bound{}",
+                produced.len(),
+                if produced.len() == 1 { "" } else { "s" },
+                produced.join(", "),
+                if want == 1 { "" } else { "s" },
+                if want == 1 { "is" } else { "are" },
+                hint.map(|h| format!("; {h}")).unwrap_or_default(),
+            ),
+        );
+        false
+    }
+
+    /// Runs the op's shape rule and adds its node: one value per output, carrying the dtype the op
+    /// forces on it. `None` after a shape error (reported on the operand at fault).
+    fn infer(
+        &mut self,
+        op: &Op,
+        sig: &OpSignature,
+        func: &Ident,
+        args: &[Arg],
+        operands: Vec<CheckedOperand>,
+        node_name: Option<&str>,
+    ) -> Option<Vec<Option<Value>>> {
+        let name = func.to_string();
+        let rank = operands.iter().find_map(|(_, v)| v.as_ref().map(|v| v.dims.len())).unwrap_or(1);
+        let metas: Vec<TensorMeta<SymDim>> = operands
+            .iter()
+            .map(|(_, v)| match v {
+                Some(v) => TensorMeta { dims: v.dims.clone(), dtype: v.dtype },
+                None => TensorMeta { dims: vec![SymDim::Lit(1); rank], dtype: self.compute },
+            })
+            .collect();
+        let mut sym = Symbolic::default();
+        let outs = match op.infer(&metas, &mut sym) {
+            Ok(outs) => outs,
+            Err(e) => {
+                let span = e.arg.and_then(|i| args.get(i)).map_or_else(|| func.span(), |a| a.expr.span());
+                self.cx.error_span(span, format!("graph `{}`: {e}", self.def.name));
+                return None;
+            }
+        };
+        let node = self.fresh(node_name.unwrap_or(&name), node_name.is_none());
+        self.defer(sym, func.span(), &format!("`{name}` (node `{node}`) needs it"));
+        let out_names: Vec<String> = if outs.len() == 1 {
+            vec![node.clone()]
+        } else {
+            op.outputs().iter().map(|o| format!("{node}_{o}")).collect()
+        };
+        self.nodes.push(Node {
+            name: node,
+            op: sig.name,
+            attrs: op.call_attrs(),
+            inputs: operands.into_iter().map(|(o, _)| o).collect(),
+            outputs: out_names.clone(),
+        });
+        let values = outs.into_iter().zip(out_names).map(|(o, tensor)| {
+            Some(Value {
+                tensor,
+                dims: o.dims,
+                dtype: o.dtype.unwrap_or(self.intermediate),
+                forced: o.dtype,
+                span: func.span(),
+                kind: Kind::Intermediate,
+                used: false,
+            })
+        });
+        Some(values.collect())
+    }
+
+    /// A node name not taken by any user name or other node.
+    fn fresh(&self, base: &str, anonymous: bool) -> String {
+        let taken =
+            |n: &str| self.nodes.iter().any(|x| x.name == n) || (anonymous && self.reserved.iter().any(|r| r == n));
+        if !taken(base) && !anonymous {
+            return base.to_string();
+        }
+        (0..).map(|i| format!("{base}_{i}")).find(|n| !taken(n)).unwrap_or_default()
+    }
+
+    /// Deferred equalities: const assertions when they involve const parameters only; run-time
+    /// validation covers those with `dyn` ones.
+    pub(super) fn defer(&mut self, sym: Symbolic, span: Span, why: &str) {
+        for (a, b) in sym.deferred {
+            let params: Vec<String> = a.params().into_iter().chain(b.params()).collect();
+            if params.iter().all(|p| self.params.get(p) == Some(&false)) {
+                let message = format!("graph `{}`: {a} must equal {b}: {why}", self.def.name);
+                self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message });
+            }
+        }
+    }
+}
+
+/// The attributes of a call as the runtime takes them.
+fn attr_values(attrs: &[(Ident, AttrLit)]) -> Vec<(String, AttrValue)> {
+    attrs
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                AttrLit::Float(f, _) => AttrValue::Float(*f),
+                AttrLit::Int(i, _) => AttrValue::Int(*i),
+                AttrLit::List(l, _) => AttrValue::IntList(l.clone()),
+                AttrLit::Bool(b, _) => AttrValue::Bool(*b),
+                AttrLit::Name(n) => AttrValue::Name(n.to_string()),
+            };
+            (k.to_string(), value)
+        })
+        .collect()
+}
+
+/// Which attribute setting would make the op produce more outputs than `produced`, as a hint
+/// (`` `phase = training` adds MEAN, INV_VARIANCE ``): asks the op itself, by rebuilding it with
+/// each `true` flag and each named choice of its signature; a setting that gives exactly `want`
+/// outputs is preferred.
+fn adding_outputs(
+    sig: &OpSignature,
+    attrs: &[(String, AttrValue)],
+    inputs: usize,
+    produced: &[&str],
+    want: usize,
+) -> Option<String> {
+    let settings = sig.attrs.iter().flat_map(|a| {
+        let values: Vec<(AttrValue, String)> = match a.kind {
+            AttrKind::Bool => vec![(AttrValue::Bool(true), "true".to_string())],
+            AttrKind::OneOf(names) => names.iter().map(|n| (AttrValue::Name(n.to_string()), n.to_string())).collect(),
+            AttrKind::Float | AttrKind::Int | AttrKind::IntList => Vec::new(),
+        };
+        values.into_iter().map(move |(value, shown)| (a.name, value, shown))
+    });
+    let mut found: Vec<(usize, String)> = Vec::new();
+    for (attr, value, shown) in settings {
+        let mut with: Vec<(String, AttrValue)> = attrs.iter().filter(|(k, _)| k != attr).cloned().collect();
+        with.push((attr.to_string(), value));
+        let Ok(op) = Op::from_call_with_inputs(sig.name, &with, inputs) else { continue };
+        let outputs = op.outputs();
+        if outputs.len() > produced.len() {
+            let added: Vec<&str> = outputs.into_iter().filter(|o| !produced.contains(o)).collect();
+            found.push((added.len() + produced.len(), format!("`{attr} = {shown}` adds {}", added.join(", "))));
+        }
+    }
+    let exact = found.iter().position(|(n, _)| *n == want).unwrap_or(0);
+    (exact < found.len()).then(|| found.swap_remove(exact).1)
+}

@@ -1,0 +1,141 @@
+//! The declarations: dim parameters, the `#[compute]`/`#[intermediate]` settings, and the ports
+//! (dtype, dims, layout, unique names).
+
+use std::collections::HashMap;
+
+use cudnn_runtime::dim::SymDim;
+use cudnn_runtime::ir::channels_last_order;
+use cudnn_runtime::ops;
+use cudnn_runtime::DataType;
+use syn::Ident;
+
+use super::Port;
+use crate::parse::{DimTok, GraphDef, LayoutDecl, PortDecl};
+use crate::Ctxt;
+
+/// Dim parameters: `const X: usize` or `dyn X`, each once.
+pub(super) fn check_params(cx: &Ctxt, def: &GraphDef) -> HashMap<String, bool> {
+    let mut params = HashMap::new();
+    for p in &def.params {
+        if let Some(ty) = &p.ty {
+            let is_usize = matches!(ty, syn::Type::Path(tp) if tp.path.is_ident("usize"));
+            if !is_usize {
+                cx.error(ty, "dim parameters are `usize`: write `const M: usize`");
+            }
+        }
+        if params.insert(p.name.to_string(), p.runtime).is_some() {
+            cx.error(&p.name, format!("dim parameter `{}` is declared twice", p.name));
+        }
+    }
+    params
+}
+
+/// `#[compute(f32)]` and `#[intermediate(f32)]`.
+pub(super) fn check_settings(cx: &Ctxt, def: &GraphDef) -> (DataType, DataType) {
+    let (mut compute, mut intermediate) = (DataType::F32, DataType::F32);
+    for (key, value) in &def.settings {
+        match resolve_dtype(cx, value) {
+            Some(dt) if key == "compute" => compute = dt,
+            Some(dt) => intermediate = dt,
+            None => {}
+        }
+    }
+    (compute, intermediate)
+}
+
+/// A dtype token, reported with the closest known dtype when it names none.
+fn resolve_dtype(cx: &Ctxt, ident: &Ident) -> Option<DataType> {
+    let name = ident.to_string();
+    let dt = DataType::from_name(&name);
+    if dt.is_none() {
+        let hint = ops::closest(&name, DataType::ALL.iter().map(|d| d.name()))
+            .map(|s| format!("did you mean `{s}`?"))
+            .unwrap_or_else(|| {
+                let all: Vec<&str> = DataType::ALL.iter().map(|d| d.name()).collect();
+                format!("expected one of {}", all.join(", "))
+            });
+        cx.error(ident, format!("unknown dtype `{name}`; {hint}"));
+    }
+    dt
+}
+
+/// A port's dtype and dims.
+pub(super) fn check_port(cx: &Ctxt, p: &PortDecl, params: &HashMap<String, bool>) -> Port {
+    let dtype = resolve_dtype(cx, &p.dtype);
+    if p.dims.is_empty() {
+        cx.error_span(p.bracket, format!("tensor `{}` needs at least one dim", p.name));
+    }
+    let dims = p.dims.iter().map(|d| check_dim(cx, p, d, params)).collect();
+    let order = p.layout.as_ref().and_then(|layout| check_layout(cx, p, layout));
+    Port { name: p.name.clone(), dtype, dims, order }
+}
+
+/// One dim of a port: a positive literal or a declared parameter.
+fn check_dim(cx: &Ctxt, p: &PortDecl, d: &DimTok, params: &HashMap<String, bool>) -> SymDim {
+    match d {
+        DimTok::Lit(lit) => match lit.base10_parse::<i64>() {
+            Ok(v) if v > 0 => SymDim::Lit(v),
+            _ => {
+                cx.error(lit, format!("dims must be positive integers; `{}` has `{lit}`", p.name));
+                SymDim::Lit(1)
+            }
+        },
+        DimTok::Param(id) => {
+            let name = id.to_string();
+            if !params.contains_key(&name) {
+                cx.error(id, format!("unknown dim `{name}`; declare it as `const {name}: usize` (compile time) or `dyn {name}` (run time) in the graph's parameters"));
+            }
+            SymDim::Param(name)
+        }
+    }
+}
+
+/// A port's declared layout (`order [..]` or `channels_last`) as a memory order of its dims, if
+/// it fits the port's rank.
+fn check_layout(cx: &Ctxt, p: &PortDecl, layout: &LayoutDecl) -> Option<Vec<usize>> {
+    match layout {
+        LayoutDecl::Order(items, span) => {
+            let values: Vec<usize> = items.iter().filter_map(|i| i.base10_parse::<usize>().ok()).collect();
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            if values.len() == items.len() && sorted == (0..p.dims.len()).collect::<Vec<_>>() {
+                Some(values)
+            } else {
+                cx.error_span(
+                    *span,
+                    format!(
+                        "`order` of `{}` must list each of its {} dims once, outermost in memory first (e.g. [0, 2, 1, 3])",
+                        p.name,
+                        p.dims.len()
+                    ),
+                );
+                None
+            }
+        }
+        LayoutDecl::ChannelsLast(span) => {
+            let order = channels_last_order(p.dims.len());
+            if order.is_none() {
+                cx.error_span(
+                    *span,
+                    format!(
+                        "`channels_last` needs 3 to 5 dims ([N, C, W], [N, C, H, W] or [N, C, D, H, W]) but `{}` has {}; \
+                         give its memory order with `order [..]` instead",
+                        p.name,
+                        p.dims.len()
+                    ),
+                );
+            }
+            order
+        }
+    }
+}
+
+/// Port names are unique across inputs and outputs.
+pub(super) fn check_port_names(cx: &Ctxt, def: &GraphDef) {
+    let mut seen: HashMap<String, &Ident> = HashMap::new();
+    for p in def.inputs.iter().chain(&def.outputs) {
+        if seen.insert(p.name.to_string(), &p.name).is_some() {
+            cx.error(&p.name, format!("duplicate name `{}`: every input and output needs its own name", p.name));
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Stage 2: the checks. Builds the graph symbolically and runs each op's shape rule — the very
+//! functions the runtime uses (`cudnn_runtime::ops`) — over [`SymDim`]s, collecting every error of
+//! the graph in one pass, each on the tokens at fault.
+//!
+//! Rules, one function each in the submodules:
+//! - dim parameters are `const X: usize` or `dyn X`, each declared once (`decl`);
+//! - every port names a known dtype and dims that are positive literals or declared parameters,
+//!   and a layout (`order [..]`, `channels_last`) that fits its rank (`decl`);
+//! - names (ports, `let` bindings) are defined once; every name used is defined (`stmt`);
+//! - every call names a known op with its arity, attributes and the shape/dtype rule satisfied
+//!   (`call`);
+//! - every output is assigned exactly once, with the declared shape and the dtype its op forces,
+//!   if any (`stmt`);
+//! - every input and intermediate is used (`stmt`).
+//!
+//! The checker knows no op by name: ports, outputs, attributes and forced dtypes all come from
+//! the op's signature and shape rule.
+
+mod call;
+mod decl;
+mod fingerprint;
+mod stmt;
+
+use std::collections::HashMap;
+
+use cudnn_runtime::dim::SymDim;
+use cudnn_runtime::ops::AttrValue;
+use cudnn_runtime::DataType;
+use proc_macro2::Span;
+use syn::Ident;
+
+use crate::parse::{GraphDef, Stmt};
+use crate::Ctxt;
+
+/// A port with resolved type and dims.
+#[derive(Debug, Clone)]
+pub struct Port {
+    /// The port's name, as declared.
+    pub name: Ident,
+    /// `None` if the dtype was unknown (already reported).
+    pub dtype: Option<DataType>,
+    /// Its dims: literals and parameters.
+    pub dims: Vec<SymDim>,
+    /// The memory order of the dims, outermost first, when declared (`order [..]` or
+    /// `channels_last`); row-major otherwise.
+    pub order: Option<Vec<usize>>,
+}
+
+/// An operand of a node, as the generated code will pass it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operand {
+    /// A tensor of the generated graph, by name.
+    Tensor(String),
+    /// A numeric literal, passed by value.
+    Scalar(f64),
+}
+
+/// A node, ready for code generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// The node's name in the generated graph (the bound name, or a fresh one).
+    pub name: String,
+    /// The op's call name.
+    pub op: &'static str,
+    /// The attributes that rebuild the op, defaults omitted.
+    pub attrs: Vec<(String, AttrValue)>,
+    /// Its operands, in port order.
+    pub inputs: Vec<Operand>,
+    /// The tensors it produces, in output order.
+    pub outputs: Vec<String>,
+}
+
+/// An equality over const parameters that only instantiation decides: two `i64` expressions.
+#[derive(Debug, Clone)]
+pub struct ConstCheck {
+    /// The left side, as a Rust expression over the const parameters.
+    pub lhs: String,
+    /// The right side, likewise.
+    pub rhs: String,
+    /// Where the failed assertion points.
+    pub span: Span,
+    /// The assertion's message.
+    pub message: String,
+}
+
+/// The checked graph.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The compute data type (`#[compute(..)]`, `f32` by default).
+    pub compute: DataType,
+    /// The intermediate data type (`#[intermediate(..)]`, `f32` by default).
+    pub intermediate: DataType,
+    /// The input ports, in declaration order.
+    pub inputs: Vec<Port>,
+    /// The output ports, in declaration order.
+    pub outputs: Vec<Port>,
+    /// The nodes, in execution order (operands before their users).
+    pub nodes: Vec<Node>,
+    /// `(output port, the tensor assigned to it)`, in declaration order of the outputs.
+    pub bindings: Vec<(String, String)>,
+    /// Equalities over const parameters, asserted when the type is instantiated.
+    pub const_checks: Vec<ConstCheck>,
+    /// The structural fingerprint of the graph type.
+    pub fingerprint: u64,
+}
+
+/// A name in scope of the body: an input, a `let` binding or an assigned output.
+struct Value {
+    /// The tensor of the generated graph this value is.
+    tensor: String,
+    dims: Vec<SymDim>,
+    dtype: DataType,
+    /// The dtype the producing op forces on this tensor (`OutputMeta::dtype`), which a graph
+    /// output bound to it must declare.
+    forced: Option<DataType>,
+    span: Span,
+    kind: Kind,
+    used: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Input,
+    Intermediate,
+    /// An assigned graph output, readable by later statements (a non-virtual intermediate, as in
+    /// cudnn-frontend when an op's output is marked as a graph output and also consumed).
+    Output,
+}
+
+/// The state of one pass over a graph's body.
+struct Checker<'a> {
+    cx: &'a Ctxt,
+    def: &'a GraphDef,
+    /// The checked output ports, in declaration order (parallel to `def.outputs`).
+    outputs: &'a [Port],
+    /// Dim parameters: name → whether it is bound at run time (`dyn`).
+    params: HashMap<String, bool>,
+    compute: DataType,
+    intermediate: DataType,
+    env: HashMap<String, Value>,
+    nodes: Vec<Node>,
+    const_checks: Vec<ConstCheck>,
+    /// Output port → the tensor assigned to it.
+    assigned: HashMap<String, String>,
+    /// Every user name (ports and `let` bindings), which generated node names avoid.
+    reserved: Vec<String>,
+    /// Names whose definition failed (already reported).
+    poisoned: Vec<String>,
+}
+
+/// Checks a graph; errors go to `cx`. Returns what code generation needs (with placeholders where
+/// something was wrong, so the fallback expansion keeps the user's crate type-checking).
+pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
+    let params = decl::check_params(cx, def);
+    let (compute, intermediate) = decl::check_settings(cx, def);
+    let inputs: Vec<Port> = def.inputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    let outputs: Vec<Port> = def.outputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    decl::check_port_names(cx, def);
+    if def.inputs.is_empty() {
+        cx.error(&def.name, format!("graph `{}` needs at least one input", def.name));
+    }
+    let mut ck = Checker {
+        cx,
+        def,
+        outputs: &outputs,
+        params,
+        compute,
+        intermediate,
+        env: HashMap::new(),
+        nodes: Vec::new(),
+        const_checks: Vec::new(),
+        assigned: HashMap::new(),
+        reserved: reserved_names(def),
+        poisoned: Vec::new(),
+    };
+    ck.bind_inputs(&inputs);
+    let bindings = ck.body();
+    if !cx.has_errors() {
+        // After another error, an unused name is usually its consequence.
+        ck.unused();
+    }
+    let Checker { nodes, const_checks, .. } = ck;
+    let fingerprint = fingerprint::fingerprint(def, &inputs, &outputs, &nodes, &bindings, compute, intermediate);
+    Checked { compute, intermediate, inputs, outputs, nodes, bindings, const_checks, fingerprint }
+}
+
+/// Every name the user gives: ports and `let` bindings.
+fn reserved_names(def: &GraphDef) -> Vec<String> {
+    let ports = def.inputs.iter().chain(&def.outputs).map(|p| p.name.to_string());
+    let lets = def.body.iter().flat_map(|stmt| match stmt {
+        Stmt::Let { names, .. } => names.iter().map(ToString::to_string).collect(),
+        _ => Vec::new(),
+    });
+    ports.chain(lets).collect()
+}
+
+#[cfg(test)]
+mod tests;

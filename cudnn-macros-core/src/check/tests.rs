@@ -1,0 +1,361 @@
+//! Unit tests of the graph-level rules: a `graph!` body parsed from a string, checked, and the
+//! errors and what the checker inferred asserted on (trybuild covers the spans and the expansion).
+
+use cudnn_runtime::dim::SymDim;
+use cudnn_runtime::ops::AttrValue;
+use cudnn_runtime::DataType;
+
+use super::{check, Checked, Operand};
+use crate::parse::GraphDef;
+use crate::Ctxt;
+
+/// Checks one graph: what the checker returned, and every error message in order.
+fn run(src: &str) -> (Checked, Vec<String>) {
+    let def: GraphDef = syn::parse_str(src).expect("the test's graph parses");
+    let cx = Ctxt::new();
+    let checked = check(&cx, &def);
+    let errors = match cx.check() {
+        Ok(()) => Vec::new(),
+        Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
+    };
+    (checked, errors)
+}
+
+/// A graph that must check cleanly.
+fn ok(src: &str) -> Checked {
+    let (checked, errors) = run(src);
+    assert_eq!(errors, Vec::<String>::new(), "unexpected errors for {src}");
+    checked
+}
+
+/// The errors of a graph that must fail.
+fn errors(src: &str) -> Vec<String> {
+    let (_, errors) = run(src);
+    assert!(!errors.is_empty(), "expected errors for {src}");
+    errors
+}
+
+/// The only error of a graph.
+fn error(src: &str) -> String {
+    let errors = errors(src);
+    assert_eq!(errors.len(), 1, "expected one error, got {errors:?}");
+    errors.into_iter().next().unwrap_or_default()
+}
+
+fn param(name: &str) -> SymDim {
+    SymDim::Param(name.to_string())
+}
+
+// Names and ports.
+
+#[test]
+fn duplicate_port_names_are_reported() {
+    let e = error("G(x: f32[4], x: f32[4]) -> (y: f32[4]) { y = relu(x); }");
+    assert_eq!(e, "duplicate name `x`: every input and output needs its own name");
+}
+
+#[test]
+fn duplicate_let_names_are_reported() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { let c = relu(x); let c = relu(c); y = c; }");
+    assert_eq!(e, "duplicate name `c`: it is already defined in graph `G`");
+}
+
+#[test]
+fn a_let_cannot_shadow_an_input() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { let x = relu(x); y = x; }");
+    assert_eq!(e, "duplicate name `x`: it is already defined in graph `G`");
+}
+
+#[test]
+fn an_unassigned_output_is_reported() {
+    let e = error("G(x: f32[4]) -> (y: f32[4], z: f32[4]) { y = relu(x); }");
+    assert_eq!(e, "output `z` is never assigned; add `z = ...;` to the body of `G`");
+}
+
+#[test]
+fn an_output_assigned_twice_is_reported() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { y = relu(x); y = relu(x); }");
+    assert_eq!(e, "output `y` is assigned twice");
+}
+
+#[test]
+fn unused_inputs_and_intermediates_are_reported_in_name_order() {
+    let e = errors("G(x: f32[4], w: f32[4]) -> (y: f32[4]) { let t = relu(x); y = relu(x); }");
+    assert_eq!(e, ["tensor `t` is never used in graph `G`", "input `w` is never used in graph `G`"]);
+}
+
+#[test]
+fn unused_names_are_not_reported_after_another_error() {
+    // `w` is unused only because the call that would read it is wrong: one error, not two.
+    let e = error("G(x: f32[4], w: f32[4]) -> (y: f32[4]) { y = ad(x, w); }");
+    assert_eq!(e, "unknown op `ad`; did you mean `add`?");
+}
+
+#[test]
+fn an_undefined_tensor_is_reported_with_the_closest_name() {
+    let e = error("G(input: f32[4]) -> (y: f32[4]) { y = relu(inptu); }");
+    assert_eq!(e, "undefined tensor `inptu` in graph `G`; did you mean `input`?");
+}
+
+#[test]
+fn an_output_read_before_it_is_assigned_is_reported() {
+    let e = error("G(x: f32[4]) -> (y: f32[4], z: f32[4]) { z = relu(y); y = relu(x); }");
+    assert_eq!(e, "output `y` is read before it is assigned; assign it with `y = ...;` first");
+}
+
+#[test]
+fn assigning_an_intermediate_says_to_use_let() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { let c = relu(x); c = relu(x); y = c; }");
+    assert_eq!(e, "`c` is not an output; bind intermediates with `let c = ...`");
+}
+
+#[test]
+fn an_assigned_output_is_readable_by_later_statements() {
+    let ck = ok("G(x: f32[4]) -> (y: f32[4], z: f32[4]) { y = relu(x); z = exp(y); }");
+    assert_eq!(ck.bindings, [("y".to_string(), "y".to_string()), ("z".to_string(), "z".to_string())]);
+    assert_eq!(ck.nodes[1].inputs, [Operand::Tensor("y".to_string())]);
+}
+
+// Declarations.
+
+#[test]
+fn unknown_dtypes_suggest_the_closest() {
+    let e = error("G(x: bf61[4]) -> (y: bf16[4]) { y = relu(x); }");
+    assert_eq!(e, "unknown dtype `bf61`; did you mean `bf16`?");
+}
+
+#[test]
+fn dim_parameters_must_be_declared_once_and_usize() {
+    let e = errors("G<const M: u32, dyn M>(x: f32[M]) -> (y: f32[M]) { y = relu(x); }");
+    assert_eq!(e, ["dim parameters are `usize`: write `const M: usize`", "dim parameter `M` is declared twice"]);
+}
+
+#[test]
+fn undeclared_and_non_positive_dims_are_reported() {
+    let e = errors("G(x: f32[0, N]) -> (y: f32[0, N]) { y = relu(x); }");
+    assert_eq!(e.len(), 4);
+    assert_eq!(e[0], "dims must be positive integers; `x` has `0`");
+    assert!(e[1].starts_with("unknown dim `N`; declare it as `const N: usize`"), "{}", e[1]);
+}
+
+#[test]
+fn channels_last_needs_three_to_five_dims() {
+    let e = error("G(x: f32[4, 4] channels_last) -> (y: f32[4, 4]) { y = relu(x); }");
+    assert!(e.starts_with("`channels_last` needs 3 to 5 dims"), "{e}");
+    assert!(e.contains("but `x` has 2"), "{e}");
+}
+
+#[test]
+fn layouts_and_settings_are_resolved() {
+    let ck = ok("#[compute(f32)] #[intermediate(f16)]
+        G(x: f16[2, 3, 4, 5] channels_last) -> (y: f16[2, 3, 4, 5] order [0, 2, 3, 1]) { y = relu(x); }");
+    assert_eq!(ck.inputs[0].order.as_deref(), Some(&[0, 2, 3, 1][..]));
+    assert_eq!(ck.outputs[0].order, ck.inputs[0].order);
+    assert_eq!((ck.compute, ck.intermediate), (DataType::F32, DataType::F16));
+}
+
+// Calls: names, attributes, ports.
+
+#[test]
+fn unknown_ops_suggest_the_closest() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { y = rleu(x); }");
+    assert_eq!(e, "unknown op `rleu`; did you mean `relu`?");
+}
+
+#[test]
+fn attribute_errors_name_the_attribute() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { y = relu(x, uper_clip = 6.0); }");
+    assert_eq!(e, "`relu` has no attribute `uper_clip`; did you mean `upper_clip`?");
+    let e = error("G(x: f32[4, 8]) -> (y: f32[4, 1]) { y = reduce_sum(x, dims = 1); }");
+    assert_eq!(e, "attribute `dims` of `reduce_sum` must be a list of integers");
+}
+
+#[test]
+fn a_bare_number_is_not_a_tensor() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { let c = 0.5; y = mul(x, c); }");
+    assert_eq!(e, "a number is not a tensor of its own: it can only be an operand of an op, as in `op(x, 0.5)`");
+}
+
+#[test]
+fn arity_lists_the_ports() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { y = add(x); }");
+    assert_eq!(e, "`add` takes 2 inputs (IN_0, IN_1), found 1");
+}
+
+#[test]
+fn numbers_feed_only_scalar_ports() {
+    let e = error("G(a: f32[4, 4]) -> (y: f32[4, 4]) { y = matmul(a, 2.0); }");
+    assert_eq!(e, "`matmul` port B takes a tensor, not a number");
+    let ck = ok("G(x: f32[4]) -> (y: f32[4]) { y = mul(x, 0.5); }");
+    assert_eq!(ck.nodes[0].inputs, [Operand::Tensor("x".to_string()), Operand::Scalar(0.5)]);
+}
+
+#[test]
+fn the_output_count_hint_comes_from_the_op() {
+    let e = error(
+        "G(x: f32[8, 32], s: f32[1, 32], b: f32[1, 32]) -> (y: f32[8, 32]) {
+            let (o, m) = layernorm(x, s, b, 1e-5);
+            y = o;
+        }",
+    );
+    assert_eq!(
+        e,
+        "`layernorm` produces 1 output (Y) here, but 2 names are bound; `phase = training` adds MEAN, INV_VARIANCE"
+    );
+    let e = error(
+        "G(x: f16[1, 4, 8, 8]) -> (y: f16[1, 4, 4, 4]) {
+            let (p, i) = resample(x, mode = maxpool, window = [2, 2]);
+            y = p;
+        }",
+    );
+    assert!(e.ends_with("; `index = true` adds Index"), "{e}");
+}
+
+#[test]
+fn nested_calls_become_fresh_nodes_that_avoid_user_names() {
+    let ck = ok("G(x: f32[4]) -> (relu_0: f32[4]) { relu_0 = exp(relu(x)); }");
+    let names: Vec<&str> = ck.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["relu_1", "relu_0"]);
+    assert_eq!(ck.nodes[0].op, "relu");
+    assert_eq!(ck.nodes[1].inputs, [Operand::Tensor("relu_1".to_string())]);
+}
+
+#[test]
+fn attributes_reach_the_node_without_defaults() {
+    let ck = ok("G(x: f32[4]) -> (y: f32[4]) { y = relu(x, upper_clip = 6); }");
+    assert_eq!(ck.nodes[0].attrs, [("upper_clip".to_string(), AttrValue::Float(6.0))]);
+}
+
+// Shapes: literals, const and dyn parameters.
+
+#[test]
+fn literal_dims_that_differ_are_errors() {
+    let e = error("G(a: f32[2, 4], b: f32[5, 3]) -> (y: f32[2, 3]) { y = matmul(a, b); }");
+    assert_eq!(
+        e,
+        "graph `G`: matmul contraction dims differ: A is [2, 4] and B is [5, 3], so A[-1] = 4 must equal B[-2] = 5"
+    );
+}
+
+#[test]
+fn distinct_parameters_that_must_be_equal_are_errors() {
+    let e =
+        error("G<const K: usize, const J: usize>(a: f32[2, K], b: f32[J, 3]) -> (y: f32[2, 3]) { y = matmul(a, b); }");
+    assert!(e.ends_with("so A[-1] = K must equal B[-2] = J"), "{e}");
+}
+
+#[test]
+fn a_const_parameter_against_a_literal_defers_to_a_const_assertion() {
+    let ck = ok("G<const K: usize>(a: f32[2, K], b: f32[64, 3]) -> (y: f32[2, 3]) { y = matmul(a, b); }");
+    assert_eq!(ck.const_checks.len(), 1);
+    let c = &ck.const_checks[0];
+    assert_eq!((c.lhs.as_str(), c.rhs.as_str()), ("(K as i64)", "64"));
+    assert_eq!(c.message, "graph `G`: K must equal 64: `matmul` (node `y`) needs it");
+}
+
+#[test]
+fn a_dyn_parameter_defers_to_run_time_validation() {
+    let ck = ok("G<dyn K>(a: f32[2, K], b: f32[64, 3]) -> (y: f32[2, 3]) { y = matmul(a, b); }");
+    assert!(ck.const_checks.is_empty());
+}
+
+#[test]
+fn parameters_flow_through_the_shape_rules() {
+    let ck = ok("G<const M: usize, dyn B>(a: f32[B, M, 8], b: f32[B, 8, 16]) -> (y: f32[B, M, 16]) {
+        y = matmul(a, b);
+    }");
+    assert_eq!(ck.outputs[0].dims, [param("B"), param("M"), SymDim::Lit(16)]);
+    assert!(ck.const_checks.is_empty());
+}
+
+#[test]
+fn a_wrong_declared_output_shape_is_reported() {
+    let e = error("G(a: f32[2, 4], b: f32[4, 3]) -> (y: f32[2, 4]) { y = matmul(a, b); }");
+    assert_eq!(e, "output `y` is declared [2, 4] but is assigned a tensor of shape [2, 3]");
+}
+
+// Forced dtypes: from the op's shape rule, for every output, through names too.
+
+#[test]
+fn a_comparison_forces_bool() {
+    let e = error("G(a: f32[8], b: f32[8]) -> (y: f16[8]) { y = cmp_lt(a, b); }");
+    assert_eq!(e, "output `y` is declared f16 but its op produces bool");
+    let ck = ok("G(a: f32[8], b: f32[8]) -> (y: bool[8]) { y = cmp_lt(a, b); }");
+    assert_eq!(ck.outputs[0].dtype, Some(DataType::Bool));
+}
+
+#[test]
+fn the_pooling_index_forces_i8() {
+    let src = |index: &str| {
+        format!(
+            "G(x: f16[1, 4, 8, 8]) -> (y: f16[1, 4, 4, 4], idx: {index}[1, 4, 4, 4]) {{
+                (y, idx) = resample(x, mode = maxpool, window = [2, 2], index = true);
+            }}"
+        )
+    };
+    assert_eq!(error(&src("f32")), "output `idx` is declared f32 but its op produces i8");
+    let ck = ok(&src("i8"));
+    assert_eq!(ck.nodes[0].outputs, ["y", "idx"]);
+}
+
+#[test]
+fn the_attention_stats_force_f32_through_a_let() {
+    let src = |stats: &str| {
+        format!(
+            "G(q: bf16[2, 8, 128, 64], k: bf16[2, 8, 128, 64], v: bf16[2, 8, 128, 64])
+                -> (o: bf16[2, 8, 128, 64], stats: {stats}[2, 8, 128, 1]) {{
+                let (out, lse) = sdpa(q, k, v, training = true);
+                o = out;
+                stats = lse;
+            }}"
+        )
+    };
+    assert_eq!(error(&src("bf16")), "output `stats` is declared bf16 but its op produces f32");
+    ok(&src("f32"));
+}
+
+#[test]
+fn an_op_that_forces_nothing_takes_the_declared_dtype() {
+    let ck = ok("G(a: bf16[4], b: bf16[4]) -> (y: f32[4]) { y = add(a, b); }");
+    assert_eq!(ck.outputs[0].dtype, Some(DataType::F32));
+}
+
+// The pass as a whole.
+
+#[test]
+fn every_error_of_a_graph_is_reported_in_one_pass() {
+    let e = errors(
+        "Broken<const M: usize>(a: bf16[1, M, 4], b: bf16[1, 5, 16], bias: bf61[1, 1, 16]) -> (y: bf16[1, M, 16]) {
+            let c = matmul(a, b);
+            let d = ad(c, bias);
+            y = relu(dd);
+        }",
+    );
+    assert_eq!(e.len(), 4, "{e:?}");
+    assert_eq!(e[0], "unknown dtype `bf61`; did you mean `bf16`?");
+    assert!(e[1].starts_with("graph `Broken`: matmul contraction dims differ"), "{}", e[1]);
+    assert_eq!(e[2], "unknown op `ad`; did you mean `add`?");
+    assert_eq!(e[3], "undefined tensor `dd` in graph `Broken`");
+}
+
+#[test]
+fn the_fingerprint_is_stable_and_structural() {
+    let base = "G(x: f32[4]) -> (y: f32[4]) { y = relu(x, upper_clip = 6.0); }";
+    let fp = |src: &str| ok(src).fingerprint;
+    assert_eq!(fp(base), fp(base));
+    // Docs and formatting are not structure; an explicit row-major order is the default.
+    assert_eq!(fp(base), fp("/// docs\nG(x: f32[4] order [0]) -> (y: f32[4]) {\n  y = relu(x, upper_clip = 6.0);\n}"));
+    assert_ne!(fp(base), fp("G(x: f32[4]) -> (y: f32[4]) { y = relu(x, upper_clip = 5.0); }"));
+    assert_ne!(fp(base), fp("G(x: f16[4]) -> (y: f16[4]) { y = relu(x, upper_clip = 6.0); }"));
+    assert_ne!(fp(base), fp("H(x: f32[4]) -> (y: f32[4]) { y = relu(x, upper_clip = 6.0); }"));
+    assert_ne!(
+        fp("G(x: f32[2, 3, 4, 5]) -> (y: f32[2, 3, 4, 5]) { y = relu(x); }"),
+        fp("G(x: f32[2, 3, 4, 5] channels_last) -> (y: f32[2, 3, 4, 5]) { y = relu(x); }")
+    );
+}
+
+#[test]
+fn a_graph_needs_an_input() {
+    let e = errors("G() -> (y: f32[4]) { }");
+    assert_eq!(e[0], "graph `G` needs at least one input");
+}

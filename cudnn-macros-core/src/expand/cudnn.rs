@@ -1,0 +1,235 @@
+//! The items behind the facade's `cudnn` feature (inside `if_cudnn!`): the device argument
+//! structs, the plan type, and the methods that build, cache, load, serialize and execute plans.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::tokens::{device_type, port_doc};
+use super::{bodies, Gen};
+
+impl Gen<'_> {
+    /// Every cuDNN item, inside the facade's `if_cudnn!`.
+    pub(super) fn cudnn_items(&self) -> TokenStream {
+        let p = &self.p;
+        let items = [
+            self.device_args_struct(),
+            self.plan_struct(),
+            self.raw_args_struct(),
+            self.plan_builders(),
+            self.plan_impl(),
+        ];
+        quote! {
+            #p::if_cudnn! {
+                #(#items)*
+            }
+        }
+    }
+
+    /// The device buffers of `execute`: inputs borrowed, outputs borrowed mutably.
+    fn device_args_struct(&self) -> TokenStream {
+        let Gen { p, def, name_str, args_ty, .. } = self;
+        let vis = &def.vis;
+        let device_input_fields = self.inputs.iter().map(|port| {
+            let (n, t) = (&port.name, device_type(port.dtype));
+            let doc = port_doc(port);
+            quote!(#[doc = #doc] pub #n: &'a dyn #p::InputBuffer<#t>)
+        });
+        let device_output_fields = self.outputs.iter().map(|port| {
+            let (n, t) = (&port.name, device_type(port.dtype));
+            let doc = port_doc(port);
+            quote!(#[doc = #doc] pub #n: &'a mut dyn #p::OutputBuffer<#t>)
+        });
+        quote! {
+            #[doc = ::core::concat!("Device buffers of [`", #name_str, "`], one field per port: inputs borrowed, outputs borrowed mutably.")]
+            #vis struct #args_ty<'a> {
+                #(#device_input_fields,)*
+                #(#device_output_fields,)*
+            }
+        }
+    }
+
+    /// The plan type: the graph value, the shared plan, its origin and the ports' I/O order.
+    fn plan_struct(&self) -> TokenStream {
+        let Gen { p, def, name, name_str, plan_ty, generics_decl, generics_use, .. } = self;
+        let vis = &def.vis;
+        let n_ports = self.port_idents().len();
+        quote! {
+            #[doc = ::core::concat!("A built cuDNN plan of [`", #name_str, "`].")]
+            #vis struct #plan_ty #generics_decl {
+                /// The graph (and runtime dims) it was built for.
+                pub graph: #name #generics_use,
+                plan: ::std::sync::Arc<#p::ExecutionPlan>,
+                origin: #p::PlanOrigin,
+                /// Position in the graph's I/O order (inputs, then outputs, as the plan's
+                /// `execute_raw` takes them) of each declared port, inputs then outputs.
+                io_order: [usize; #n_ports],
+            }
+        }
+    }
+
+    /// The raw device pointers of `execute_raw`, one per port.
+    fn raw_args_struct(&self) -> TokenStream {
+        let Gen { def, name_str, raw_ty, .. } = self;
+        let vis = &def.vis;
+        let port_idents = self.port_idents();
+        let raw_docs: Vec<String> = self.inputs.iter().chain(&self.outputs).map(|p| port_doc(p)).collect();
+        quote! {
+            #[doc = ::core::concat!("Raw device pointers (`CUdeviceptr`) of [`", #name_str, "`]'s ports, for frameworks with their own allocators.")]
+            #[derive(Debug, Clone, Copy)]
+            #vis struct #raw_ty {
+                #(#[doc = #raw_docs] pub #port_idents: u64,)*
+            }
+        }
+    }
+
+    /// The graph type's plan methods: `build`, `build_cached`, `expectation`, `deserialize`,
+    /// `deserialize_signed`.
+    fn plan_builders(&self) -> TokenStream {
+        let Gen { p, name, name_str, plan_ty, generics_decl, generics_use, runtime, runtime_strs, .. } = self;
+        let port_strs: Vec<String> = self.port_idents().iter().map(ToString::to_string).collect();
+        quote! {
+            #[allow(non_snake_case)]
+            impl #generics_decl #name #generics_use {
+                /// Lowers the graph, asks cuDNN's heuristics and builds a plan.
+                pub fn build(&self, cudnn: &#p::Cudnn, options: &#p::BuildOptions) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    let graph = self.graph()?;
+                    let plan = #p::ExecutionPlan::build(cudnn, &graph, options)?;
+                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    let plan = ::std::sync::Arc::new(plan);
+                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order })
+                }
+
+                /// [`Self::build`] through a plan cache: a hit (in memory or on disk, for this
+                /// graph type, binding, SM and cuDNN version) skips heuristics and compilation; from
+                /// memory, the plan is the one the cache shares with every caller on this CUDA
+                /// context. The second value says where the plan came from and what the cache had
+                /// to ignore.
+                pub fn build_cached(
+                    &self,
+                    cache: &#p::PlanCache,
+                    cudnn: &#p::Cudnn,
+                    options: &#p::BuildOptions,
+                ) -> ::core::result::Result<(#plan_ty #generics_use, #p::CacheOutcome), #p::Error> {
+                    let graph = self.graph()?;
+                    let cached = cache.get_or_build(cudnn, &graph, &self.expectation(), options)?;
+                    let io_order = #p::io_order(cached.plan.graph(), [#(#port_strs),*])?;
+                    let outcome = #p::CacheOutcome { source: cached.source, warnings: cached.warnings, elapsed: cached.elapsed };
+                    ::core::result::Result::Ok((
+                        #plan_ty { graph: *self, plan: cached.plan, origin: #p::PlanOrigin::of(cudnn), io_order },
+                        outcome,
+                    ))
+                }
+
+                /// What this graph type records in its payloads and requires of those it loads
+                /// (for the untyped payload and cache functions).
+                pub fn expectation(&self) -> #p::Expect {
+                    #p::Expect {
+                        type_fingerprint: ::core::option::Option::Some(Self::FINGERPRINT),
+                        type_name: ::core::option::Option::Some(::std::string::String::from(#name_str)),
+                        binding: ::core::option::Option::Some(self.binding()),
+                        // `graph()` succeeded before any plan of this value exists, so every
+                        // runtime dim is within `i64` and the casts are exact.
+                        runtime_dims: ::std::vec![#((::std::string::String::from(#runtime_strs), self.#runtime as i64)),*],
+                    }
+                }
+
+                /// Loads a plan payload written by [`Self::serialize`] of this graph type, with or
+                /// without structure: the runtime dims come from the payload; the graph type,
+                /// shape binding, cuDNN version and SM must match (a typed error names what differs).
+                pub fn deserialize(cudnn: &#p::Cudnn, bytes: &[u8]) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    Self::__load(cudnn, #p::parse_payload(bytes)?)
+                }
+
+                /// [`Self::deserialize`] of a payload that must carry a signature made with
+                /// `key` (by `serialize_signed` of its plan): for payloads from
+                /// outside the application's trust boundary (a payload carries GPU code).
+                pub fn deserialize_signed(
+                    cudnn: &#p::Cudnn,
+                    bytes: &[u8],
+                    key: &#p::PayloadKey,
+                ) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    Self::__load(cudnn, #p::parse_signed_payload(bytes, key)?)
+                }
+
+                fn __load(cudnn: &#p::Cudnn, payload: #p::Payload) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    let this = Self::new(#(payload.runtime_dim(#runtime_strs)?),*);
+                    let graph = this.graph()?;
+                    let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &this.expectation())?;
+                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    let plan = ::std::sync::Arc::new(plan);
+                    ::core::result::Result::Ok(#plan_ty { graph: this, plan, origin: payload.origin(), io_order })
+                }
+            }
+        }
+    }
+
+    /// The plan type's methods: `plan`, `serialize`, `serialize_signed`, `workspace_size`,
+    /// `execute_raw` and `execute`.
+    fn plan_impl(&self) -> TokenStream {
+        let Gen { p, plan_ty, raw_ty, args_ty, generics_decl, generics_use, .. } = self;
+        let port_idents = self.port_idents();
+        let n_ports = port_idents.len();
+        let execute_body = self.stub_or(|| bodies::execute_body(self.ck));
+        quote! {
+            #[allow(non_snake_case)]
+            impl #generics_decl #plan_ty #generics_use {
+                /// The underlying plan (engine, workspace, JSON).
+                pub fn plan(&self) -> &#p::ExecutionPlan {
+                    &self.plan
+                }
+
+                /// Writes the plan as a payload: structure and plan (`structure: true`, the
+                /// default) or plan only. Read it back with `deserialize` of the graph type.
+                pub fn serialize(&self, options: #p::SerializeOptions) -> ::core::result::Result<::std::vec::Vec<u8>, #p::Error> {
+                    ::core::result::Result::Ok(#p::write_payload(&self.plan, &self.origin, options, &self.graph.expectation())?)
+                }
+
+                /// [`Self::serialize`], signed with `key` (HMAC-SHA256): read it back with
+                /// `deserialize_signed` of the graph type and the same key.
+                pub fn serialize_signed(
+                    &self,
+                    options: #p::SerializeOptions,
+                    key: &#p::PayloadKey,
+                ) -> ::core::result::Result<::std::vec::Vec<u8>, #p::Error> {
+                    ::core::result::Result::Ok(#p::write_signed_payload(&self.plan, &self.origin, options, &self.graph.expectation(), key)?)
+                }
+
+                /// Bytes of device workspace [`Self::execute`] needs.
+                pub fn workspace_size(&self) -> usize {
+                    self.plan.workspace_size()
+                }
+
+                /// Executes with raw device pointers on `cudnn`'s stream (no length or type checks).
+                ///
+                /// # Safety
+                /// Each pointer must address device memory of the port's type, large enough for its
+                /// tensor (see `plan().graph()`), valid on `cudnn`'s device until the stream has run
+                /// the work; `workspace` likewise for [`Self::workspace_size`] bytes (0 if none).
+                pub unsafe fn execute_raw(
+                    &self,
+                    cudnn: &#p::Cudnn,
+                    args: #raw_ty,
+                    workspace: u64,
+                ) -> ::core::result::Result<(), #p::Error> {
+                    let declared = [#(args.#port_idents),*];
+                    let mut io = [0u64; #n_ports];
+                    for (i, &position) in self.io_order.iter().enumerate() {
+                        io[position] = declared[i];
+                    }
+                    // SAFETY: the caller's contract, as documented above.
+                    unsafe { self.plan.execute_raw(cudnn, &io, workspace) }.map_err(#p::Error::from)
+                }
+
+                /// Executes on `cudnn`'s stream.
+                pub fn execute(
+                    &self,
+                    cudnn: &#p::Cudnn,
+                    args: #args_ty<'_>,
+                    workspace: ::core::option::Option<&mut #p::cudarc::driver::CudaSlice<u8>>,
+                ) -> ::core::result::Result<(), #p::Error> {
+                    #execute_body
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The parser, checker and code generator behind cudnn-graph's `graph!` macro, as a normal
+//! library (the proc-macro crate `cudnn-macros` is a thin shim over [`expand_graphs`], as
+//! sqlx-macros is over sqlx-macros-core), so every stage can be unit-tested on token streams
+//! parsed from strings.
+//!
+//! The stages:
+//! - [`parse`]: tokens → a syntax tree of the DSL ([`parse::Input`], [`parse::GraphDef`]);
+//! - [`check`]: the graph-level rules, running the shape rules of `cudnn_runtime::ops` over
+//!   symbolic dims and collecting every error in a [`Ctxt`];
+//! - [`expand`]: the generated items (the graph type, its argument structs and methods).
+//!
+//! The macro is hermetic: no GPU, no libcudnn, no files and no network at expansion.
+
+#![warn(missing_docs)]
+
+pub mod check;
+mod ctxt;
+pub mod expand;
+pub mod parse;
+
+pub use ctxt::Ctxt;
+
+use proc_macro2::TokenStream;
+
+/// Expands the body of one `graph!` invocation: every graph it declares, or the errors of each
+/// graph followed by its fallback expansion (so uses of a broken graph's type do not cascade).
+pub fn expand_graphs(input: TokenStream) -> TokenStream {
+    let parsed = match syn::parse2::<parse::Input>(input) {
+        Ok(p) => p,
+        Err(e) => return e.to_compile_error(),
+    };
+    let mut out = TokenStream::new();
+    for def in &parsed.graphs {
+        let cx = Ctxt::new();
+        let checked = check::check(&cx, def);
+        match cx.check() {
+            Ok(()) => out.extend(expand::expand(def, &checked, true)),
+            Err(e) => {
+                out.extend(e.to_compile_error());
+                out.extend(expand::expand(def, &checked, false));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_graphs;
+
+    fn expand(src: &str) -> String {
+        expand_graphs(src.parse().expect("the test's tokens lex")).to_string()
+    }
+
+    #[test]
+    fn a_valid_graph_expands_to_its_builder_calls() {
+        let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x); }");
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(out.contains("pub struct G"), "{out}");
+        assert!(out.contains("op_named (\"y\" , \"relu\""), "{out}");
+    }
+
+    #[test]
+    fn a_graph_with_errors_expands_to_them_and_to_stubs() {
+        let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = rleu(x); }");
+        assert!(out.contains("compile_error ! { \"unknown op `rleu`; did you mean `relu`?\" }"), "{out}");
+        // The type still exists (uses of it type-check) but its bodies never run.
+        assert!(out.contains("pub struct G"), "{out}");
+        assert!(out.contains("unreachable"), "{out}");
+        assert!(!out.contains("op_named"), "{out}");
+    }
+
+    #[test]
+    fn each_graph_of_an_invocation_is_checked_on_its_own() {
+        let out = expand(
+            "pub A(x: f32[4]) -> (y: f32[4]) { y = relu(x); }
+             pub B(x: f32[4]) -> (y: f32[4]) { y = nope(x); }",
+        );
+        assert_eq!(out.matches("compile_error").count(), 1, "{out}");
+        assert!(out.contains("pub struct A") && out.contains("pub struct B"), "{out}");
+    }
+
+    #[test]
+    fn a_parse_error_is_reported_alone() {
+        let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x) }");
+        assert!(out.starts_with(":: core :: compile_error !"), "{out}");
+        assert!(!out.contains("struct"), "{out}");
+    }
+}
