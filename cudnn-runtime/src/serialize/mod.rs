@@ -57,6 +57,7 @@ mod layout;
 pub mod plan;
 mod read;
 mod sdpa;
+pub mod ubjson;
 mod window;
 mod write;
 
