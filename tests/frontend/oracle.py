@@ -7,9 +7,11 @@ build_plans run against real cuDNN with the libcuda stand-in (.ci/setup-cudnn.sh
 and SDPA's validate query the device and fail. Needs only the standard library and `cudnn`
 (.ci/setup-frontend.sh installs it and prints PYTHONPATH and LD_LIBRARY_PATH).
 
-  oracle.py reprint FILE       deserialize a structural JSON, lower and plan it; print one JSON
-                               line: {"ok": true, "json": <cudnn-frontend's re-print>} or
-                               {"ok": false, "stage": <step>, "error": <its exact message>}
+  oracle.py reprint FILE...    deserialize each structural JSON, lower and plan it; print one JSON
+                               line per file: {"ok": true, "json": <cudnn-frontend's re-print>}
+                               or {"ok": false, "stage": <step>, "error": <its exact message>}
+  oracle.py load FILE...       deserialize each plan payload (bytes) into a graph; print one JSON
+                               line per file: {"ok": true} or {"ok": false, "stage", "error"}
   oracle.py fixtures DIR       build a graph of each family with cudnn-frontend's API and write
                                DIR/<family>.json (its structural JSON), DIR/<family>.ubjson (its
                                plan payload, where it plans deviceless) and DIR/manifest.json (what
@@ -77,6 +79,17 @@ def reprint(path, devprop):
     if stage is not None:
         return {"ok": False, "stage": stage, "error": error}
     return {"ok": True, "json": json.loads(repr(g))}
+
+
+def load(path, devprop):
+    with open(path, "rb") as f:
+        data = f.read()
+    g = M.backend_graph(device_property=devprop)
+    try:
+        g.deserialize(data)
+    except Exception as e:
+        return {"ok": False, "stage": "deserialize", "error": str(e)}
+    return {"ok": True}
 
 
 # ---- one graph per family, with cudnn-frontend's API -------------------------------------------
@@ -364,12 +377,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--devprop", default=DEFAULT_DEVPROP)
     sub = parser.add_subparsers(dest="mode", required=True)
-    sub.add_parser("reprint").add_argument("file")
+    sub.add_parser("reprint").add_argument("files", nargs="+")
+    sub.add_parser("load").add_argument("files", nargs="+")
     sub.add_parser("fixtures").add_argument("dir")
     args = parser.parse_args()
     devprop = device_properties(args.devprop)
-    if args.mode == "reprint":
-        print(json.dumps(reprint(args.file, devprop), sort_keys=True))
+    if args.mode in ("reprint", "load"):
+        run = reprint if args.mode == "reprint" else load
+        for path in args.files:
+            print(json.dumps(run(path, devprop), sort_keys=True), flush=True)
     else:
         doc = fixtures(args.dir, devprop)
         for family, entry in doc["families"].items():
