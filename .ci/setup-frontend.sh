@@ -12,7 +12,10 @@
 # are installed (--no-deps): the Python engines' dependencies (CUTLASS DSL, TVM FFI) are not needed
 # for the C++ backend graph the oracle drives.
 #
-#   eval "$(bash .ci/setup-frontend.sh "$HOME/.cache/cudnn-frontend-ci" | sed 's/^/export /')"
+# tests/frontend_oracle.rs hands them to the oracle's Python process when exported as
+# CUDNN_GRAPH_FRONTEND_PYTHONPATH and CUDNN_GRAPH_FRONTEND_LD_LIBRARY_PATH (.ci/run does):
+#
+#   eval "$(bash .ci/setup-frontend.sh "$HOME/.cache/cudnn-frontend-ci" | sed 's/^/export CUDNN_GRAPH_FRONTEND_/')"
 set -euo pipefail
 
 readonly FRONTEND_PACKAGE=nvidia-cudnn-frontend

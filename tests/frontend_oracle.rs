@@ -18,9 +18,11 @@
 //!
 //! A cell is [`Expect::RoundTrips`] or [`Expect::Fails`] with the exact reason measured; a cell
 //! whose outcome changes fails the test, so a fix flips its cell. The directions through
-//! cudnn-frontend need it installed (`.ci/setup-frontend.sh` prints PYTHONPATH and
-//! LD_LIBRARY_PATH; cuDNN 9.19 and the libcuda stand-in of `.ci/setup-cudnn.sh` too): without it
-//! they skip with the reason, unless `CUDNN_GRAPH_REQUIRE_FRONTEND=1`. With
+//! cudnn-frontend need it installed (`.ci/setup-frontend.sh` prints the PYTHONPATH and
+//! LD_LIBRARY_PATH it needs, which its Python process gets from `CUDNN_GRAPH_FRONTEND_PYTHONPATH`
+//! and `CUDNN_GRAPH_FRONTEND_LD_LIBRARY_PATH`, in front of the inherited ones; cuDNN 9.19 and the
+//! libcuda stand-in of `.ci/setup-cudnn.sh` on LD_LIBRARY_PATH too): without it they skip with the
+//! reason, unless `CUDNN_GRAPH_REQUIRE_FRONTEND=1`. With
 //! `CUDNN_GRAPH_ORACLE_PRINT=1` each test prints its measured table as Rust, to paste after a fix.
 //! `docs/serialization.md` ("cudnn-frontend interop") is this file's matrix in prose.
 
@@ -227,7 +229,17 @@ fn oracle(mode: &str, paths: &[PathBuf]) -> Option<Vec<Value>> {
         eprintln!("skipped: cudnn-frontend is not available ({why}); .ci/setup-frontend.sh installs it");
         None
     };
-    let output = match Command::new(&python).arg(&script).arg(mode).args(paths).output() {
+    let mut command = Command::new(&python);
+    for var in ["PYTHONPATH", "LD_LIBRARY_PATH"] {
+        if let Ok(extra) = std::env::var(format!("CUDNN_GRAPH_FRONTEND_{var}")) {
+            let joined = match std::env::var(var) {
+                Ok(old) if !old.is_empty() => format!("{extra}:{old}"),
+                _ => extra,
+            };
+            command.env(var, joined);
+        }
+    }
+    let output = match command.arg(&script).arg(mode).args(paths).output() {
         Ok(output) => output,
         Err(e) => return skip(format!("{python}: {e}")),
     };
