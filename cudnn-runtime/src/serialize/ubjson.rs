@@ -28,8 +28,9 @@ pub const MAX_BYTES: usize = 64 << 20;
 #[cfg(feature = "cudnn")]
 const _: () = assert!(MAX_BYTES == super::plan::MAX_PAYLOAD_BYTES);
 
-/// The deepest nesting of arrays and objects read or written (serde_json's default limit too).
-pub const MAX_DEPTH: usize = 128;
+/// The deepest nesting of arrays and objects read or written: the deepest serde_json reads, so
+/// that whatever is read converts to JSON text and back.
+pub const MAX_DEPTH: usize = 127;
 
 /// Why UBJSON bytes (or JSON text to convert) could not be read, or a value not written.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -571,5 +572,9 @@ mod tests {
         assert_eq!(ubjson_to_json(b"[Si\x01x{}]").as_deref(), Ok("[\n  \"x\",\n  {}\n]"));
         assert_eq!(json_to_ubjson("[1.0, 300]").as_deref(), Ok(&b"[D\x3f\xf0\x00\x00\x00\x00\x00\x00I\x01\x2c]"[..]));
         assert!(matches!(json_to_ubjson("[1,"), Err(UbjsonError::Json(_))));
+        // The deepest UBJSON read converts to text and back (serde_json's nesting limit is ours).
+        let mut deep = vec![b'['; MAX_DEPTH];
+        deep.extend(vec![b']'; MAX_DEPTH]);
+        assert_eq!(json_to_ubjson(&ubjson_to_json(&deep).unwrap()), Ok(deep));
     }
 }
