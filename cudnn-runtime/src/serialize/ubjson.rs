@@ -16,8 +16,9 @@
 //! so the input's length alone does not bound the tree). Every failure is an [`UbjsonError`]
 //! naming the byte offset; nothing panics.
 //!
-//! [`ubjson_to_json`] and [`json_to_ubjson`] convert between UBJSON bytes and JSON text, for
-//! tools (and the fuzz target) outside the crate.
+//! For tools (and the fuzz target) outside the crate: [`canonical_ubjson`] rewrites UBJSON as
+//! nlohmann writes it (exactly), [`ubjson_to_json`] and [`json_to_ubjson`] convert between UBJSON
+//! bytes and JSON text.
 
 use super::json::{self, Json};
 
@@ -142,6 +143,23 @@ pub(crate) fn to_ubjson(value: &Json) -> Result<Vec<u8>, UbjsonError> {
     Ok(out)
 }
 
+/// Reads UBJSON and writes it back as nlohmann's `to_ubjson` would: the bytes cudnn-frontend
+/// itself writes for the same value, so its own payloads come back unchanged. Exact: every
+/// integer, float bit pattern and string survives.
+///
+/// # Errors
+///
+/// An [`UbjsonError`] with the byte offset at fault.
+///
+/// ```
+/// use cudnn_runtime::serialize::ubjson::canonical_ubjson;
+/// // A counted array of int16 ones, rewritten with the smallest markers and no count.
+/// assert_eq!(canonical_ubjson(b"[#i\x02I\x00\x01I\x00\x01").unwrap(), b"[i\x01i\x01]");
+/// ```
+pub fn canonical_ubjson(bytes: &[u8]) -> Result<Vec<u8>, UbjsonError> {
+    to_ubjson(&from_ubjson(bytes)?)
+}
+
 /// Converts UBJSON bytes (a cudnn-frontend plan payload, say) to JSON text, pretty-printed as
 /// [`super::structure_to_json`] prints (a float that is not finite becomes `null`, as nlohmann
 /// prints it).
@@ -161,19 +179,21 @@ pub fn ubjson_to_json(bytes: &[u8]) -> Result<String, UbjsonError> {
 /// Converts JSON text to UBJSON bytes, as nlohmann's `to_ubjson(json::parse(text))` would
 /// (members in the text's order; nlohmann's own objects are sorted by key).
 ///
+/// Floats are parsed by serde_json, which (built without its `float_roundtrip` feature) may
+/// land one unit in the last place away from the nearest double for some long decimals (the
+/// `ubjson` fuzz target found `1.6852366222828969e+22`); [`canonical_ubjson`] is the exact path
+/// from UBJSON to UBJSON.
+///
 /// # Errors
 ///
 /// [`UbjsonError::Json`] for text that is not JSON or holds more than
-/// [`super::MAX_JSON_VALUES`] values; [`UbjsonError::TooLarge`] for text over [`MAX_BYTES`].
+/// [`super::MAX_JSON_VALUES`] values (which bounds the memory it takes, whatever its length).
 ///
 /// ```
 /// use cudnn_runtime::serialize::ubjson::json_to_ubjson;
 /// assert_eq!(json_to_ubjson(r#"{"a": [true, null, -2]}"#).unwrap(), b"{i\x01a[TZi\xfe]}");
 /// ```
 pub fn json_to_ubjson(text: &str) -> Result<Vec<u8>, UbjsonError> {
-    if text.len() > MAX_BYTES {
-        return Err(UbjsonError::TooLarge { len: text.len(), max: MAX_BYTES });
-    }
     match json::parse(text, super::MAX_JSON_VALUES) {
         Ok(Some(value)) => to_ubjson(&value),
         Ok(None) => Err(UbjsonError::Json(format!("more than {} values", super::MAX_JSON_VALUES))),
@@ -565,6 +585,14 @@ mod tests {
         assert!(matches!(read(nulls), Err(UbjsonError::TooManyValues { .. })));
         let huge = vec![0; MAX_BYTES + 1];
         assert_eq!(read(&huge), Err(UbjsonError::TooLarge { len: MAX_BYTES + 1, max: MAX_BYTES }));
+    }
+
+    #[test]
+    fn canonical_form_is_exact() {
+        let mut bytes = b"[D".to_vec();
+        bytes.extend_from_slice(&1.685_236_622_282_896_9e22_f64.to_bits().wrapping_add(1).to_be_bytes());
+        bytes.extend_from_slice(b"D\x7f\xf8\x00\x00\x00\x00\x00\x01]");
+        assert_eq!(canonical_ubjson(&bytes), Ok(bytes));
     }
 
     #[test]
