@@ -2,10 +2,10 @@
 //! (`Graph::serialize` to bytes) are nlohmann::json's `to_ubjson` of a JSON object, and it reads
 //! them back with `from_ubjson`.
 //!
-//! [`from_ubjson`] reads every form `from_ubjson` accepts (strict: one value, then the end of
+//! The reader (`from_ubjson`, crate-internal) reads every form nlohmann's `from_ubjson` accepts (strict: one value, then the end of
 //! the input) into the crate's JSON tree: the markers `Z T F i U I l L d D H C S [ {`, the no-op
 //! `N` before a value or a container's end, and the optimized containers (`#` count, `$` type and
-//! count). [`to_ubjson`] writes what `to_ubjson(j)` writes with its defaults (no counts or types):
+//! count). The writer (`to_ubjson`) writes what nlohmann's `to_ubjson(j)` writes with its defaults (no counts or types):
 //! each integer with the smallest of `i U I l L` that holds it (nlohmann's order), an integer above
 //! `i64::MAX` as a high-precision `H` number, every float as `D`, strings as `S`, object keys as
 //! bare length-prefixed strings. Reading cudnn-frontend's bytes and writing them back gives the
@@ -22,7 +22,7 @@
 
 use super::json::{self, Json};
 
-/// The longest input [`from_ubjson`] reads: 64 MiB, a plan payload's limit
+/// The longest UBJSON input read ([`canonical_ubjson`], [`ubjson_to_json`]): 64 MiB, a plan payload's limit
 /// (`serialize::plan::MAX_PAYLOAD_BYTES`).
 pub const MAX_BYTES: usize = 64 << 20;
 
