@@ -131,10 +131,14 @@ def fam_matmul(g):
     out(g.matmul(a, b, name="mm"), M.data_type.HALF, "c")
 
 
-def fam_pointwise_add(g):
+def pointwise_binary(g, op, name):
     a = t(g, "a", [1, 8, 16], M.data_type.FLOAT)
     b = t(g, "b", [1, 8, 16], M.data_type.FLOAT)
-    out(g.add(a, b, name="add"), M.data_type.FLOAT, "y")
+    out(getattr(g, op)(a, b, name=name), M.data_type.FLOAT, "y")
+
+
+def fam_pointwise_add(g):
+    pointwise_binary(g, "add", "add")
 
 
 def fam_pointwise_relu(g):
@@ -154,9 +158,7 @@ def fam_pointwise_mul_by_value(g):
 
 
 def fam_pointwise_cmp_gt(g):
-    a = t(g, "a", [1, 8, 16], M.data_type.FLOAT)
-    b = t(g, "b", [1, 8, 16], M.data_type.FLOAT)
-    out(g.cmp_gt(a, b, name="gt"), M.data_type.FLOAT, "y")
+    pointwise_binary(g, "cmp_gt", "gt")
 
 
 def fam_reduction(g):
