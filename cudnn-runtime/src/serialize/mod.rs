@@ -54,6 +54,7 @@ mod layout;
 #[cfg(feature = "cudnn")]
 pub mod plan;
 mod read;
+pub mod ubjson;
 mod write;
 
 pub use crate::codec::float;

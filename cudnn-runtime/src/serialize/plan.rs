@@ -63,6 +63,9 @@ pub const PAYLOAD_FORMAT: u32 = 2;
 /// bytes and the plan JSON read from them; measured: a 60 MB payload within 120 MB).
 pub const MAX_PAYLOAD_BYTES: usize = 64 << 20;
 
+// cudnn-frontend's plan payloads are UBJSON: the UBJSON reader takes as much as a payload holds.
+const _: () = assert!(MAX_PAYLOAD_BYTES == super::ubjson::MAX_BYTES);
+
 /// The shortest [`PayloadKey`]: 16 bytes.
 pub const MIN_KEY_BYTES: usize = 16;
 
