@@ -1,8 +1,9 @@
 //! The op reference pages hold the single definition's vocabulary: every op name and every
-//! attribute of `cudnn_runtime::ops` appears in `docs/dsl.md` and `docs/ops.md`, so adding an op
-//! or an attribute without documenting it fails here.
+//! attribute of `cudnn_runtime::ops` appears in `docs/dsl.md` and `docs/ops.md`, and every
+//! cudnn-frontend tag in `docs/serialization.md`, so adding an op, an attribute or a tag without
+//! documenting it fails here.
 
-use cudnn_graph::ops::{all_names, lookup};
+use cudnn_graph::ops::{all_names, frontend_tags, lookup};
 
 fn doc(name: &str) -> String {
     let path = format!("{}/docs/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -55,6 +56,15 @@ fn every_attribute_is_documented() {
     }
     assert!(attrs.len() > 20, "only {} attributes", attrs.len());
     let gaps = missing(&["dsl.md", "ops.md"], &attrs);
+    assert!(gaps.is_empty(), "{}", gaps.join("\n"));
+}
+
+#[test]
+fn every_frontend_tag_is_documented() {
+    let tags: Vec<(String, String)> =
+        frontend_tags().map(|t| (t.to_string(), "cudnn-frontend tag".to_string())).collect();
+    assert!(tags.len() > 15, "only {} tags", tags.len());
+    let gaps = missing(&["serialization.md"], &tags);
     assert!(gaps.is_empty(), "{}", gaps.join("\n"));
 }
 

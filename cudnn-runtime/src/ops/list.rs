@@ -52,8 +52,9 @@ macro_rules! families {
                 $(.chain(<$name as OpFamily>::KINDS.iter().map(|&k| <$name as OpFamily>::signature_of(k).name)))*
         }
 
-        /// Every cudnn-frontend tag the structural JSON reads, family by family.
-        pub(crate) fn frontend_tags() -> impl Iterator<Item = &'static str> {
+        /// Every cudnn-frontend node tag (`MATMUL`, `CONV_FPROP`, ...) the structural JSON reads
+        /// and writes, family by family.
+        pub fn frontend_tags() -> impl Iterator<Item = &'static str> {
             std::iter::empty() $(.chain(<$name as OpFamily>::TAGS.iter().copied()))*
         }
 
