@@ -4,6 +4,7 @@
 //! driver call by name) → these types.
 //!
 //! - `library`: loading checks (a missing libcudnn or libcuda is an error, never cudarc's panic);
+//! - `probe`: what the loaded libraries and the driver report, for environment reports;
 //! - `descriptor`: one RAII descriptor type with a typed setter and getter per attribute type;
 //! - `context`: [`Cudnn`], a handle on a stream or a deviceless device description;
 //! - `calls`: typed wrappers of the calls on a finalized plan that are not about one
@@ -28,6 +29,8 @@ mod library;
 #[cfg(feature = "cudnn")]
 mod node;
 mod port;
+#[cfg(feature = "cudnn")]
+mod probe;
 
 #[cfg(feature = "cudnn")]
 pub(crate) use calls::execute;
@@ -48,3 +51,5 @@ pub use library::libraries_present;
 #[cfg(feature = "cudnn")]
 pub(crate) use node::{padded_layout, rank_padding, Internals, LoweredOp, NodeCx, ALIGNMENT, MAX_RANK, MIN_RANK};
 pub(crate) use port::Port;
+#[cfg(feature = "cudnn")]
+pub use probe::{probe_libraries, DriverProbe, GpuProbe, LibraryProbe};
