@@ -335,72 +335,31 @@ impl EnvReport {
 
 #[cfg(feature = "cudnn")]
 fn probe(cudnn: &mut LibraryReport, cuda: &mut LibraryReport, driver: &mut Option<String>, gpus: &mut Vec<GpuReport>) {
-    use cudnn_runtime::backend::cudarc::{cudnn::sys as dnn, driver::sys as cu};
-    // cudarc panics when a library is missing: ask first.
-    // SAFETY: these probe the dynamic loader and call version/query functions with valid
-    // out-pointers; nothing is retained.
-    unsafe {
-        if dnn::is_culib_present() {
-            let v = dnn::cudnnGetVersion();
-            cudnn.version = Some(format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100));
-        } else {
-            cudnn.error = Some("no libcudnn.so / libcudnn.so.9 on the loader's path".into());
+    use cudnn_runtime::backend::{probe_libraries, DriverProbe};
+    let probe = probe_libraries();
+    match probe.cudnn_version {
+        Some(v) => cudnn.version = Some(format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)),
+        None => cudnn.error = Some("no libcudnn.so / libcudnn.so.9 on the loader's path".into()),
+    }
+    match probe.driver {
+        DriverProbe::Missing => cuda.error = Some("no libcuda.so / libcuda.so.1 on the loader's path".into()),
+        DriverProbe::StandIn { lacks } => {
+            cuda.stand_in = Some(format!("loaded, but not a CUDA driver (it lacks {})", lacks.join(", ")));
         }
-        if !cu::is_culib_present() {
-            cuda.error = Some("no libcuda.so / libcuda.so.1 on the loader's path".into());
-            return;
-        }
-        // cudarc panics on a missing symbol: a stand-in libcuda (as in CI) lacks most of them.
-        const NEEDED: [&str; 7] = [
-            "cuDriverGetVersion",
-            "cuInit",
-            "cuDeviceGetCount",
-            "cuDeviceGet",
-            "cuDeviceGetName",
-            "cuDeviceGetAttribute",
-            "cuDeviceTotalMem_v2",
-        ];
-        let missing: Vec<&str> =
-            NEEDED.into_iter().filter(|n| cu::culib().get::<*const std::ffi::c_void>(n.as_bytes()).is_err()).collect();
-        if !missing.is_empty() {
-            cuda.stand_in = Some(format!("loaded, but not a CUDA driver (it lacks {})", missing.join(", ")));
-            return;
-        }
-        let mut v = 0;
-        if cu::cuDriverGetVersion(&mut v) == cu::CUresult::CUDA_SUCCESS {
-            *driver = Some(format!("{}.{}", v / 1000, (v % 1000) / 10));
-            cuda.version = driver.clone();
-        }
-        if cu::cuInit(0) != cu::CUresult::CUDA_SUCCESS {
-            cuda.error = Some("cuInit failed: no usable GPU".into());
-            return;
-        }
-        let mut count = 0;
-        if cu::cuDeviceGetCount(&mut count) != cu::CUresult::CUDA_SUCCESS {
-            return;
-        }
-        for index in 0..count {
-            let mut dev = 0;
-            if cu::cuDeviceGet(&mut dev, index) != cu::CUresult::CUDA_SUCCESS {
-                continue;
+        DriverProbe::Driver { cuda_version, initialized, gpus: found } => {
+            if let Some(v) = cuda_version {
+                *driver = Some(format!("{}.{}", v / 1000, (v % 1000) / 10));
+                cuda.version = driver.clone();
             }
-            let mut name = [0 as std::ffi::c_char; 256];
-            let _ = cu::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev);
-            let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().to_string();
-            let (mut major, mut minor) = (0, 0);
-            let _ = cu::cuDeviceGetAttribute(
-                &mut major,
-                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                dev,
-            );
-            let _ = cu::cuDeviceGetAttribute(
-                &mut minor,
-                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                dev,
-            );
-            let mut bytes = 0usize;
-            let _ = cu::cuDeviceTotalMem_v2(&mut bytes, dev);
-            gpus.push(GpuReport { index, name, sm: format!("{major}.{minor}"), memory_bytes: bytes as u64 });
+            if !initialized {
+                cuda.error = Some("cuInit failed: no usable GPU".into());
+            }
+            gpus.extend(found.into_iter().map(|g| GpuReport {
+                index: g.ordinal,
+                name: g.name,
+                sm: format!("{}.{}", g.compute_capability.0, g.compute_capability.1),
+                memory_bytes: g.memory_bytes,
+            }));
         }
     }
 }

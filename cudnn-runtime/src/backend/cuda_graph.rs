@@ -2,14 +2,10 @@
 //! the plan supports it, stream-captured otherwise) as a [`PlanGraph`], which
 //! [`PlanGraph::update`] points at other buffers and [`PlanGraph::launch`] replays.
 
-use std::ptr;
-use std::sync::Arc;
-
-use cudarc::driver::{CudaContext, CudaStream};
-
 use super::candidate::BehaviorNote;
 use super::plan::ExecutionPlan;
 use super::{BackendError, Cudnn};
+use crate::cudnn::NativeCudaGraph;
 
 /// How [`ExecutionPlan::cuda_graph`] records an execute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,29 +55,15 @@ impl ExecutionPlan {
             GraphMode::Capture => false,
         };
         let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "recording a CUDA graph" })?.clone();
-        let driver = |call: &'static str, r: cudarc::driver::sys::CUresult| {
-            if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-                Ok(())
-            } else {
-                Err(BackendError::Driver { call, message: format!("{r:?}") })
-            }
-        };
         if native {
             let pack = self.variant_pack(io, workspace)?;
             let held = self.descriptors();
             let plan = held.plan(self.selected_index());
-            let mut graph = ptr::null_mut();
-            // SAFETY: a valid out-pointer; the stream's context is current (`target`).
-            driver("cuGraphCreate", unsafe { cudarc::driver::sys::cuGraphCreate(&mut graph, 0) })?;
-            let mut handles = NativeGraph { graph, exec: ptr::null_mut(), context: stream.context().clone() };
-            // SAFETY: a live handle, plan and pack; `graph` is an empty graph of this context
-            // (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
-            unsafe { crate::cudnn::populate_cuda_graph(handle, plan, &pack, graph.cast()) }?;
-            // SAFETY: a valid out-pointer and a populated graph.
-            driver("cuGraphInstantiateWithFlags", unsafe {
-                cudarc::driver::sys::cuGraphInstantiateWithFlags(&mut handles.exec, handles.graph, 0)
-            })?;
-            return Ok(PlanGraph { kind: GraphKind::Native(handles), stream, plan: self });
+            // SAFETY: a live handle bound to `stream` (`target` made its context current), a
+            // finalized plan and pack, and pointers valid for every launch, as this function's
+            // caller vouches.
+            let graph = unsafe { NativeCudaGraph::populate(handle, plan, &pack, stream) }?;
+            return Ok(PlanGraph { kind: GraphKind::Native(graph), plan: self });
         }
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         stream
@@ -92,7 +74,7 @@ impl ExecutionPlan {
         let captured = stream.end_capture(CUgraphInstantiate_flags(0));
         launched?;
         match captured {
-            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), stream, plan: self }),
+            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), plan: self }),
             Ok(None) => {
                 Err(BackendError::Driver { call: "cuStreamEndCapture", message: "nothing was captured".into() })
             }
@@ -105,35 +87,14 @@ impl ExecutionPlan {
 /// kernels it launches. Not `Send`: CUDA graphs are not internally synchronized.
 pub struct PlanGraph<'p> {
     kind: GraphKind,
-    stream: Arc<CudaStream>,
     plan: &'p ExecutionPlan,
 }
 
 enum GraphKind {
     /// Populated by cuDNN.
-    Native(NativeGraph),
-    /// Stream-captured.
+    Native(NativeCudaGraph),
+    /// Stream-captured (cudarc's graph, which holds the stream too).
     Captured(cudarc::driver::CudaGraph),
-}
-
-struct NativeGraph {
-    graph: cudarc::driver::sys::CUgraph,
-    exec: cudarc::driver::sys::CUgraphExec,
-    context: Arc<CudaContext>,
-}
-
-impl Drop for NativeGraph {
-    fn drop(&mut self) {
-        // Nothing useful can be done with failures here.
-        let _ = self.context.bind_to_thread();
-        // SAFETY: created by cuGraphInstantiateWithFlags / cuGraphCreate, destroyed once each.
-        unsafe {
-            if !self.exec.is_null() {
-                let _ = cudarc::driver::sys::cuGraphExecDestroy(self.exec);
-            }
-            let _ = cudarc::driver::sys::cuGraphDestroy(self.graph);
-        }
-    }
 }
 
 impl std::fmt::Debug for PlanGraph<'_> {
@@ -174,38 +135,19 @@ impl PlanGraph<'_> {
         let pack = plan.variant_pack(io, workspace)?;
         let held = plan.descriptors();
         let descriptor = held.plan(plan.selected_index());
-        // SAFETY: a live handle, plan and pack; `native.graph` was populated by cuDNN for this
-        // plan (cuDNN's `cudaGraph_t` and the driver's `CUgraph` are the same type).
-        unsafe { crate::cudnn::update_cuda_graph(handle, descriptor, &pack, native.graph.cast()) }?;
-        // SAFETY: a plain C struct of an enum and two pointers, for which all zeros is valid.
-        let mut info: cudarc::driver::sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
-        // SAFETY: an instantiated graph and the graph it was instantiated from, topology unchanged
-        // (cuDNN only rewrites node parameters); `info` is a valid out-pointer.
-        let r = unsafe { cudarc::driver::sys::cuGraphExecUpdate_v2(native.exec, native.graph, &mut info) };
-        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-            return Err(BackendError::Driver {
-                call: "cuGraphExecUpdate",
-                message: format!("{r:?} ({:?})", info.result),
-            });
-        }
-        Ok(())
+        // SAFETY: a live handle of the graph's context (`target` checked it is the plan's and made
+        // it current), the plan and selection `native` was populated for, a finalized pack, and
+        // pointers valid for every later launch, as this function's caller vouches.
+        Ok(unsafe { native.update(handle, descriptor, &pack) }?)
     }
 
     /// Replays the execute on the stream it was recorded for.
     pub fn launch(&self) -> Result<(), BackendError> {
-        let failed = |e: String| BackendError::Driver { call: "cuGraphLaunch", message: e };
         match &self.kind {
-            GraphKind::Native(native) => {
-                native.context.bind_to_thread().map_err(|e| failed(e.to_string()))?;
-                // SAFETY: an instantiated graph of this context, launched on a live stream.
-                let r = unsafe { cudarc::driver::sys::cuGraphLaunch(native.exec, self.stream.cu_stream()) };
-                if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-                    Ok(())
-                } else {
-                    Err(failed(format!("{r:?}")))
-                }
+            GraphKind::Native(native) => Ok(native.launch()?),
+            GraphKind::Captured(graph) => {
+                graph.launch().map_err(|e| BackendError::Driver { call: "cuGraphLaunch", message: e.to_string() })
             }
-            GraphKind::Captured(graph) => graph.launch().map_err(|e| failed(e.to_string())),
         }
     }
 }

@@ -51,7 +51,9 @@ mod variant;
 /// version.
 pub use cudarc;
 
-pub use crate::cudnn::{cuda_context, libraries_present, Cudnn, CudnnError, Status};
+pub use crate::cudnn::{
+    cuda_context, libraries_present, probe_libraries, Cudnn, CudnnError, DriverProbe, GpuProbe, LibraryProbe, Status,
+};
 pub use candidate::{
     BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
 };

@@ -1,10 +1,10 @@
 //! The cuDNN calls on a finalized execution plan that are not about one descriptor's attributes:
-//! execute it, or populate or update a CUDA graph with it. Each turns a failing status into a
-//! [`CudnnError::Cudnn`] carrying `cudnnGetLastErrorString`.
-
-use std::ffi::c_void;
+//! execute it, or populate or update a CUDA graph with it (for [`super::cuda_graph`], which owns
+//! the graph). Each turns a failing status into a [`CudnnError::Cudnn`] carrying
+//! `cudnnGetLastErrorString`.
 
 use cudarc::cudnn::sys;
+use cudarc::driver::sys::CUgraph;
 
 use super::descriptor::{status_error, Descriptor};
 use super::CudnnError;
@@ -38,11 +38,11 @@ pub(crate) unsafe fn execute(
 ///
 /// # Safety
 /// As [`execute`], and `graph` must be an empty graph of the handle's CUDA context.
-pub(crate) unsafe fn populate_cuda_graph(
+pub(super) unsafe fn populate_cuda_graph(
     handle: sys::cudnnHandle_t,
     plan: &Descriptor,
     pack: &Descriptor,
-    graph: *mut c_void,
+    graph: CUgraph,
 ) -> Result<(), CudnnError> {
     // SAFETY: as the caller vouches.
     let status = unsafe { sys::cudnnBackendPopulateCudaGraph(handle, plan.as_raw(), pack.as_raw(), graph.cast()) };
@@ -54,11 +54,11 @@ pub(crate) unsafe fn populate_cuda_graph(
 ///
 /// # Safety
 /// As [`execute`], and `graph` must have been populated by cuDNN for `plan`.
-pub(crate) unsafe fn update_cuda_graph(
+pub(super) unsafe fn update_cuda_graph(
     handle: sys::cudnnHandle_t,
     plan: &Descriptor,
     pack: &Descriptor,
-    graph: *mut c_void,
+    graph: CUgraph,
 ) -> Result<(), CudnnError> {
     // SAFETY: as the caller vouches.
     let status = unsafe { sys::cudnnBackendUpdateCudaGraph(handle, plan.as_raw(), pack.as_raw(), graph.cast()) };

@@ -21,14 +21,7 @@ const CUDA_HINT: &str = "install the NVIDIA driver; on a machine without a GPU, 
 /// Checks that libcudnn can be opened and is new enough; returns `cudnnGetVersion()`. Both are
 /// looked up once per process.
 pub(crate) fn require_cudnn() -> Result<usize, CudnnError> {
-    static VERSION: OnceLock<Option<usize>> = OnceLock::new();
-    let version = *VERSION.get_or_init(|| {
-        // SAFETY: `is_culib_present` only tries to dlopen the candidate names (running the
-        // library's initialisers, which loading cuDNN requires anyway) and closes them again;
-        // once it is present, cudarc's loader finds it and `cudnnGetVersion` takes no arguments.
-        unsafe { sys::is_culib_present().then(|| sys::cudnnGetVersion()) }
-    });
-    match version {
+    match cudnn_version() {
         None => Err(CudnnError::LibraryMissing { library: "libcudnn.so.9", hint: CUDNN_HINT }),
         Some(found) if found < MIN_CUDNN_VERSION => {
             Err(CudnnError::UnsupportedVersion { found, required: MIN_CUDNN_VERSION })
@@ -37,13 +30,29 @@ pub(crate) fn require_cudnn() -> Result<usize, CudnnError> {
     }
 }
 
+/// `cudnnGetVersion()` of the libcudnn this process loads (whatever its version), or `None` when
+/// none can be opened. Looked up once per process.
+pub(super) fn cudnn_version() -> Option<usize> {
+    static VERSION: OnceLock<Option<usize>> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        // SAFETY: `is_culib_present` only tries to dlopen the candidate names (running the
+        // library's initialisers, which loading cuDNN requires anyway) and closes them again;
+        // once it is present, cudarc's loader finds it and `cudnnGetVersion` takes no arguments.
+        unsafe { sys::is_culib_present().then(|| sys::cudnnGetVersion()) }
+    })
+}
+
+/// Whether libcuda (the driver, or the CI stand-in) can be opened. Looked up once per process.
+pub(super) fn driver_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: as in `cudnn_version`.
+    *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
+}
+
 /// Checks that libcuda (the driver, or the CI stand-in) can be opened. cuDNN opens it itself, even
 /// for deviceless planning.
 pub(crate) fn require_driver() -> Result<(), CudnnError> {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: as in `require_cudnn`.
-    let present = *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() });
-    if present {
+    if driver_present() {
         Ok(())
     } else {
         Err(CudnnError::LibraryMissing { library: "libcuda.so.1", hint: CUDA_HINT })

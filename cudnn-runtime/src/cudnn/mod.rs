@@ -1,12 +1,15 @@
-//! The cuDNN layer: every raw `cudarc::cudnn::sys` call of the crate, below the op families'
-//! lowerings and the backend, in cudarc's layering: `sys` → [`CudnnError`] (every failing status
-//! with `cudnnGetLastErrorString`) → these types.
+//! The cuDNN layer: every raw FFI call of the crate (`cudarc::cudnn::sys` and the CUDA driver's
+//! `cudarc::driver::sys`), below the op families' lowerings and the backend, in cudarc's layering:
+//! `sys` → [`CudnnError`] (every failing status with `cudnnGetLastErrorString`, every failing
+//! driver call by name) → these types.
 //!
 //! - `library`: loading checks (a missing libcudnn or libcuda is an error, never cudarc's panic);
+//! - `probe`: what the loaded libraries and the driver report, for environment reports;
 //! - `descriptor`: one RAII descriptor type with a typed setter and getter per attribute type;
 //! - `context`: [`Cudnn`], a handle on a stream or a deviceless device description;
 //! - `calls`: typed wrappers of the calls on a finalized plan that are not about one
 //!   descriptor's attributes (execute, CUDA-graph populate and update);
+//! - `cuda_graph`: an RAII CUDA graph populated by cuDNN (create, instantiate, launch, update);
 //! - `node` and `port`: the node-lowering context the op families' `lower.rs` get ([`NodeCx`]).
 //!
 //! Public items are re-exported by [`crate::backend`]; the module itself is private.
@@ -16,6 +19,8 @@ mod calls;
 #[cfg(feature = "cudnn")]
 mod context;
 #[cfg(feature = "cudnn")]
+mod cuda_graph;
+#[cfg(feature = "cudnn")]
 mod descriptor;
 #[cfg(feature = "cudnn")]
 mod error;
@@ -24,13 +29,17 @@ mod library;
 #[cfg(feature = "cudnn")]
 mod node;
 mod port;
+#[cfg(feature = "cudnn")]
+mod probe;
 
 #[cfg(feature = "cudnn")]
-pub(crate) use calls::{execute, populate_cuda_graph, update_cuda_graph};
+pub(crate) use calls::execute;
 #[cfg(feature = "cudnn")]
 pub use context::{cuda_context, Cudnn};
 #[cfg(feature = "cudnn")]
 pub(crate) use context::{Anchor, Binding};
+#[cfg(feature = "cudnn")]
+pub(crate) use cuda_graph::NativeCudaGraph;
 #[cfg(feature = "cudnn")]
 pub(crate) use descriptor::{Descriptor, Label, Record};
 #[cfg(feature = "cudnn")]
@@ -42,3 +51,5 @@ pub use library::libraries_present;
 #[cfg(feature = "cudnn")]
 pub(crate) use node::{padded_layout, rank_padding, Internals, LoweredOp, NodeCx, ALIGNMENT, MAX_RANK, MIN_RANK};
 pub(crate) use port::Port;
+#[cfg(feature = "cudnn")]
+pub use probe::{probe_libraries, DriverProbe, GpuProbe, LibraryProbe};
