@@ -175,6 +175,8 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), tags.len(), "{tags:?}");
-        assert_eq!(tags.len(), 23);
+        for (family, tags) in tags_by_family() {
+            assert!(!tags.is_empty(), "family {family} has no cudnn-frontend tag");
+        }
     }
 }
