@@ -46,6 +46,8 @@ list::families! {
     Reduction(ReductionMode) => reduction,
     /// A normalization (layer, RMS, batch, instance norm, their backward ops, genstats).
     Norm(NormKind) => norm,
+    /// Batch norm's statistics finalized from per-channel sums (`genstats`'s).
+    BnFinalize => bn_finalize,
     /// Scaled dot-product attention, forward or backward.
     Sdpa(SdpaPass) => sdpa,
     /// A convolution: forward, data gradient or filter gradient.
