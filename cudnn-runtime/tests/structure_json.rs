@@ -789,6 +789,7 @@ fn error_unknown_tag() {
                 "RMS_NORM_BPROP",
                 "DBN",
                 "INSTANCE_NORM_BPROP",
+                "BN_FINALIZE",
                 "SDPA",
                 "SDPA_BWD",
                 "CONV_FPROP",
@@ -1048,8 +1049,8 @@ fn errors_read_well() {
         e.to_string(),
         "node `matmul_0` has tag \"PAGED_CACHE_LOAD\"; supported tags are MATMUL, POINTWISE, REDUCTION, LAYER_NORM, \
          RMS_NORM, BATCHNORM, BATCHNORM_INFERENCE, INSTANCE_NORM, GENSTATS, LAYER_NORM_BPROP, RMS_NORM_BPROP, DBN, \
-         INSTANCE_NORM_BPROP, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE, RESHAPE, TRANSPOSE, SLICE, \
-         CONCATENATE"
+         INSTANCE_NORM_BPROP, BN_FINALIZE, SDPA, SDPA_BWD, CONV_FPROP, CONV_DGRAD, CONV_WGRAD, RESAMPLE, RESHAPE, \
+         TRANSPOSE, SLICE, CONCATENATE"
     );
     let e = read_mutated(|v| set(v, "/tensors/2/data_type", json!("INT4"))).unwrap_err();
     assert_eq!(

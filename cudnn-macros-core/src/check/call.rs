@@ -230,11 +230,18 @@ impl Checker<'_> {
     ) -> Option<Vec<Option<Value>>> {
         let name = func.to_string();
         let rank = operands.iter().find_map(|(_, v)| v.as_ref().map(|v| v.dims.len())).unwrap_or(1);
+        let ports = op.inputs();
         let metas: Vec<TensorMeta<SymDim>> = operands
             .iter()
-            .map(|(_, v)| match v {
+            .enumerate()
+            .map(|(i, (_, v))| match v {
                 Some(v) => TensorMeta { dims: v.dims.clone(), dtype: v.dtype },
-                None => TensorMeta { dims: vec![SymDim::Lit(1); rank], dtype: self.compute },
+                // A number: a by-value scalar of its port's type (the compute type unless the
+                // port says otherwise), as the builder makes it.
+                None => TensorMeta {
+                    dims: vec![SymDim::Lit(1); rank],
+                    dtype: ports.get(i).map_or(self.compute, |p| p.scalar_data_type(self.compute)),
+                },
             })
             .collect();
         let mut sym = Symbolic::default();

@@ -243,14 +243,14 @@ impl GraphBuilder {
                     ids.push(t);
                 }
                 Operand::Scalar(v) => {
-                    if !ports.get(i).is_some_and(|p| p.scalar_ok) {
+                    let Some(port) = ports.get(i).filter(|p| p.scalar_ok) else {
                         return Err(GraphError::ScalarNotAllowed {
                             node: node.to_string(),
                             op: sig.name,
                             port: ports.get(i).map_or("?", |p| p.name),
                         });
-                    }
-                    let dt = self.context.compute_data_type;
+                    };
+                    let dt = port.scalar_data_type(self.context.compute_data_type);
                     let name = self.fresh_name(&format!("{node}_scalar{i}"));
                     ids.push(self.push(Pending {
                         name,

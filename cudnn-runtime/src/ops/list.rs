@@ -58,6 +58,12 @@ macro_rules! families {
             std::iter::empty() $(.chain(<$name as OpFamily>::TAGS.iter().copied()))*
         }
 
+        /// Each family's name and cudnn-frontend tags, for the test that every family has some.
+        #[cfg(test)]
+        fn tags_by_family() -> Vec<(&'static str, &'static [&'static str])> {
+            vec![$((stringify!($name), <$name as OpFamily>::TAGS)),*]
+        }
+
         /// Reads a node from its cudnn-frontend fields; `None` for a tag no family has.
         pub(crate) fn read_frontend(
             node: &crate::codec::json::Obj<'_>,

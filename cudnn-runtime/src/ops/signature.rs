@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::Family;
+use crate::DataType;
 
 /// How a port is fed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +15,17 @@ pub struct PortSpec {
     pub name: &'static str,
     /// Whether a numeric literal may feed it (becoming a by-value scalar tensor).
     pub scalar_ok: bool,
+    /// The data type of the by-value scalar a number fed to it becomes; `None`: the node's
+    /// compute type (epsilon, a pointwise operand). A port that takes a count says `I64`.
+    pub scalar_type: Option<DataType>,
+}
+
+impl PortSpec {
+    /// The type of the by-value scalar a number fed to this port becomes, for a node whose
+    /// compute type is `compute`.
+    pub fn scalar_data_type(&self, compute: DataType) -> DataType {
+        self.scalar_type.unwrap_or(compute)
+    }
 }
 
 /// The type of an attribute's value.

@@ -50,7 +50,7 @@ use crate::array::Array;
 use crate::DataType;
 
 const fn port(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: false }
+    PortSpec { name, scalar_ok: false, scalar_type: None }
 }
 const fn list(name: &'static str) -> AttrSpec {
     AttrSpec { name, kind: AttrKind::IntList, required: false }

@@ -24,7 +24,7 @@ use crate::DataType;
 /// The call name.
 pub const NAME: &str = "matmul";
 
-const INPUTS: &[PortSpec] = &[PortSpec { name: "A", scalar_ok: false }, PortSpec { name: "B", scalar_ok: false }];
+const INPUTS: &[PortSpec] = &[PortSpec { name: "A", scalar_ok: false, scalar_type: None }, PortSpec { name: "B", scalar_ok: false, scalar_type: None }];
 const OUTPUTS: &[&str] = &["C"];
 const ATTRS: &[AttrSpec] = &[];
 

@@ -54,12 +54,12 @@ use crate::array::Array;
 use crate::DataType;
 
 const fn port(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: false }
+    PortSpec { name, scalar_ok: false, scalar_type: None }
 }
 
 /// A port that also takes a number (epsilon, momentum).
 const fn scalar(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: true }
+    PortSpec { name, scalar_ok: true, scalar_type: None }
 }
 
 const LAYER_IN: &[PortSpec] = &[port("X"), port("SCALE"), port("BIAS"), scalar("EPSILON")];

@@ -26,12 +26,12 @@ use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
-const UNARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: false }];
-const BINARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: true }, PortSpec { name: "IN_1", scalar_ok: true }];
+const UNARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: false, scalar_type: None }];
+const BINARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: true, scalar_type: None }, PortSpec { name: "IN_1", scalar_ok: true, scalar_type: None }];
 const TERNARY: &[PortSpec] = &[
-    PortSpec { name: "IN_0", scalar_ok: true },
-    PortSpec { name: "IN_1", scalar_ok: true },
-    PortSpec { name: "IN_2", scalar_ok: false },
+    PortSpec { name: "IN_0", scalar_ok: true, scalar_type: None },
+    PortSpec { name: "IN_1", scalar_ok: true, scalar_type: None },
+    PortSpec { name: "IN_2", scalar_ok: false, scalar_type: None },
 ];
 const OUT: &[&str] = &["OUT_0"];
 

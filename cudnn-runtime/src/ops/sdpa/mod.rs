@@ -60,7 +60,7 @@ pub const FORWARD: &str = "sdpa";
 pub const BACKWARD: &str = "sdpa_backward";
 
 const fn port(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: false }
+    PortSpec { name, scalar_ok: false, scalar_type: None }
 }
 
 const FORWARD_INPUTS: &[PortSpec] = &[
