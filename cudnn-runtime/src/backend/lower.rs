@@ -87,6 +87,7 @@ fn node_cx<'a>(graph: &'a Graph, node: &'a Node, tensors: &'a [Option<Descriptor
             strides: t.strides.clone(),
             data_type: t.data_type,
             is_virtual: t.is_virtual,
+            by_value: t.pass_by_value.is_some(),
             producer: graph.nodes.iter().find(|n| n.outputs.contains(id)).map(|n| n.op.call_name()),
             readers: graph.nodes.iter().filter(|n| n.inputs.contains(id)).count(),
         }

@@ -18,6 +18,8 @@ pub(crate) struct Port<'a> {
     pub(crate) data_type: DataType,
     /// Whether it is virtual (computed and read inside the graph, never in memory).
     pub(crate) is_virtual: bool,
+    /// Whether it is a by-value scalar (its value in the variant pack, not in device memory).
+    pub(crate) by_value: bool,
     /// The call name of the op of the node that computes it; `None` for a graph input.
     pub(crate) producer: Option<&'static str>,
     /// How many nodes read it.

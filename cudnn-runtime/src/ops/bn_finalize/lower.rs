@@ -16,6 +16,9 @@ use crate::DataType;
 /// `CUDNN_BN_FINALIZE_STATISTICS_TRAINING`.
 const TRAINING: u32 = 0;
 
+/// The scalar ports cuDNN takes only as by-value scalars.
+const BY_VALUE_ONLY: [&str; 3] = ["EPSILON", "MOMENTUM", "ACCUM_COUNT"];
+
 /// The descriptor's attribute for a port.
 fn attr(port: &str) -> Option<A> {
     Some(match port {
@@ -47,10 +50,25 @@ pub(crate) fn lower(cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
              1s; give the per-channel tensors rank {MIN_RANK} or more ([1, C, 1] for [1, C])"
         )));
     }
+    let sig = signature();
+    // cuDNN 9.19 takes these only by value: a device tensor fails the operation's finalize with a
+    // bare CUDNN_STATUS_BAD_PARAM (`finalize_internal()`), which names neither port nor cause.
+    for (spec, port) in sig.inputs.iter().zip(&cx.inputs) {
+        if BY_VALUE_ONLY.contains(&spec.name) && !port.by_value {
+            return Err(cx.support_rule(
+                "bn_finalize.by_value_scalars",
+                format!(
+                    "{} (tensor `{}`) is a device tensor, but cuDNN takes bn_finalize's EPSILON, MOMENTUM and \
+                     ACCUM_COUNT only by value (a device tensor fails the operation with CUDNN_STATUS_BAD_PARAM); \
+                     pass a number",
+                    spec.name, port.name
+                ),
+            ));
+        }
+    }
     let mut operation = cx.descriptor(K::CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR)?;
     operation.set_enum(A::CUDNN_ATTR_OPERATION_BN_FINALIZE_STATS_MODE, T::CUDNN_TYPE_BN_FINALIZE_STATS_MODE, TRAINING)?;
     operation.set_data_type(A::CUDNN_ATTR_OPERATION_BN_FINALIZE_MATH_PREC, DataType::F32)?;
-    let sig = signature();
     let wire =
         |port: &str| attr(port).ok_or_else(|| cx.unsupported(format!("cuDNN has no attribute for port {port}")));
     for (i, spec) in sig.inputs.iter().enumerate() {

@@ -540,6 +540,7 @@ fn tensor(name: &'static str, uid: i64, a: &Array, dtype: DataType) -> Port<'sta
         strides: crate::dim::packed_strides(&a.dims),
         data_type: dtype,
         is_virtual: false,
+        by_value: false,
         producer: None,
         readers: 0,
     }
