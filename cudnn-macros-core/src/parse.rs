@@ -153,6 +153,8 @@ pub enum AttrLit {
     Bool(bool, Span),
     /// `cross_correlation`
     Name(Ident),
+    /// `"1"`: never a valid attribute value, kept so the checker can say what to write instead.
+    Str(String, Span),
 }
 
 impl AttrLit {
@@ -161,6 +163,7 @@ impl AttrLit {
         match self {
             AttrLit::Float(_, s) | AttrLit::Int(_, s) | AttrLit::List(_, s) | AttrLit::Bool(_, s) => *s,
             AttrLit::Name(n) => n.span(),
+            AttrLit::Str(_, s) => *s,
         }
     }
 }
@@ -371,6 +374,10 @@ impl Parse for AttrLit {
         }
         if input.peek(Ident::peek_any) {
             return Ok(AttrLit::Name(Ident::parse_any(input)?));
+        }
+        if input.peek(syn::LitStr) {
+            let s: syn::LitStr = input.parse()?;
+            return Ok(AttrLit::Str(s.value(), s.span()));
         }
         if input.peek(token::Bracket) {
             let content;

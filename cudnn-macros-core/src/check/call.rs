@@ -90,6 +90,9 @@ impl Checker<'_> {
         };
         // Operands first (nested calls become their own nodes), then the op itself.
         let operands = self.operands(&sig, func, args);
+        if !self.strings_as_attrs(&sig, func, attrs) {
+            return none();
+        }
         let attr_values = attr_values(attrs);
         let Some(op) = self.op(func, attrs, &attr_values, args.len()) else {
             return none();
@@ -164,6 +167,27 @@ impl Checker<'_> {
                 None
             }
         }
+    }
+
+    /// No attribute of the op is written as a string (`axis = "1"`): each is an error naming the
+    /// attribute, the type it takes and, where the string holds one, the value to write.
+    fn strings_as_attrs(&self, sig: &OpSignature, func: &Ident, attrs: &[(Ident, AttrLit)]) -> bool {
+        let mut ok = true;
+        for (key, value) in attrs {
+            let AttrLit::Str(s, span) = value else { continue };
+            let Some(spec) = sig.attrs.iter().find(|a| key == a.name) else { continue };
+            let unquoted = match &spec.kind {
+                AttrKind::Int => s.trim().parse::<i64>().is_ok(),
+                AttrKind::Float => s.trim().parse::<f64>().is_ok(),
+                AttrKind::Bool => matches!(s.trim(), "true" | "false"),
+                AttrKind::OneOf(names) => names.contains(&s.trim()),
+                AttrKind::IntList => false,
+            };
+            let hint = if unquoted { format!(": write `{key} = {}`", s.trim()) } else { String::new() };
+            self.cx.error_span(*span, format!("attribute `{key}` of `{func}` takes {}, not a string{hint}", spec.kind));
+            ok = false;
+        }
+        ok
     }
 
     /// The call passes as many operands as the op instance has ports (an op whose attributes add
@@ -315,6 +339,9 @@ fn attr_values(attrs: &[(Ident, AttrLit)]) -> Vec<(String, AttrValue)> {
                 AttrLit::List(l, _) => AttrValue::IntList(l.clone()),
                 AttrLit::Bool(b, _) => AttrValue::Bool(*b),
                 AttrLit::Name(n) => AttrValue::Name(n.to_string()),
+                // Reported by `strings_as_attrs` where the op has the attribute; otherwise the
+                // op reports the unknown attribute.
+                AttrLit::Str(s, _) => AttrValue::Name(s.clone()),
             };
             (k.to_string(), value)
         })

@@ -51,12 +51,24 @@ impl Checker<'_> {
         }
         for (name, value) in names.iter().zip(produced) {
             let key = name.to_string();
+            if self.def.outputs.iter().any(|o| o.name == key) {
+                // One error, not a duplicate name plus a never-assigned output: count it assigned.
+                self.cx.error(
+                    name,
+                    format!(
+                        "`{key}` is an output of graph `{}`: assign it without `let` (`{key} = ...;`)",
+                        self.def.name
+                    ),
+                );
+                self.assigned.entry(key.clone()).or_insert(key);
+                continue;
+            }
             let Some(mut value) = value else {
                 // Already reported: later uses of this name must not cascade.
                 self.poisoned.push(key);
                 continue;
             };
-            if self.env.contains_key(&key) || self.def.outputs.iter().any(|o| o.name == key) {
+            if self.env.contains_key(&key) {
                 self.cx
                     .error(name, format!("duplicate name `{key}`: it is already defined in graph `{}`", self.def.name));
                 continue;

@@ -67,6 +67,27 @@ fn a_let_cannot_shadow_an_input() {
 }
 
 #[test]
+fn a_let_of_a_declared_output_is_one_error_saying_drop_the_let() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { let y = relu(x); }");
+    assert_eq!(e, "`y` is an output of graph `G`: assign it without `let` (`y = ...;`)");
+    // Also when the op itself fails: no "never assigned" follows.
+    let errors = errors("G(x: f32[4]) -> (y: f32[1, 4], z: f32[4]) { let (y, s) = genstats(x); z = relu(x); }");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].contains("genstats") && errors[1].starts_with("`y` is an output of graph `G`"), "{errors:?}");
+}
+
+#[test]
+fn a_string_attribute_names_the_type_and_what_to_write() {
+    let e = error("G(x: f32[4, 8]) -> (y: f32[4, 8]) { y = gen_index(x, axis = \"1\"); }");
+    assert_eq!(e, "attribute `axis` of `gen_index` takes an integer, not a string: write `axis = 1`");
+    let e = error("G(x: f32[4, 8]) -> (y: f32[4, 8]) { y = gen_index(x, axis = \"one\"); }");
+    assert_eq!(e, "attribute `axis` of `gen_index` takes an integer, not a string");
+    // An attribute the op does not have is reported as unknown, string or not.
+    let e = error("G(x: f32[4, 8]) -> (y: f32[4, 8]) { y = relu(x, axes = \"1\"); }");
+    assert!(e.contains("axes"), "{e}");
+}
+
+#[test]
 fn an_unassigned_output_is_reported() {
     let e = error("G(x: f32[4]) -> (y: f32[4], z: f32[4]) { y = relu(x); }");
     assert_eq!(e, "output `z` is never assigned; add `z = ...;` to the body of `G`");
