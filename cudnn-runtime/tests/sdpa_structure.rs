@@ -123,3 +123,20 @@ fn unsupported_frontend_features_are_named() {
     let e = structure_from_json(&doc.to_string()).unwrap_err();
     assert!(e.to_string().contains("right bounds other than 0"), "{e}");
 }
+
+#[test]
+fn the_backward_node_writes_its_compute_type_only_where_the_context_does_not_give_it() {
+    // cudnn-frontend's `SDPA_BWD` has no `compute_data_type` (it computes in the context's type).
+    let mut g = graph(true, &[("causal", true.into())]);
+    let doc: serde_json::Value = serde_json::from_str(&structure_to_json(&g)).unwrap();
+    assert!(doc["nodes"][0].get("compute_data_type").is_none(), "{}", doc["nodes"][0]);
+    // A node computing in another type than the context's says so (for our reader).
+    g.context.compute_data_type = DataType::F16;
+    let text = structure_to_json(&g);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["nodes"][0]["compute_data_type"], "FLOAT");
+    assert_eq!(structure_from_json(&text), Ok(g));
+    // The forward node has the field, as cudnn-frontend's.
+    let doc: serde_json::Value = serde_json::from_str(&structure_to_json(&graph(false, &[]))).unwrap();
+    assert_eq!(doc["nodes"][0]["compute_data_type"], "FLOAT");
+}

@@ -89,7 +89,8 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
             ("tag", Json::str(TAG_BACKWARD)),
         ]),
     }
-    FrontendFields::plain(members)
+    // `SDPA_backward_attributes` serializes no `compute_data_type`.
+    FrontendFields { compute_data_type: a.pass == SdpaPass::Forward, ..FrontendFields::plain(members) }
 }
 
 /// The implementation cudnn-frontend's spelling names.
