@@ -1356,3 +1356,15 @@ fn concatenation_round_trips_with_a_list_of_inputs() {
         "node `concatenate_0` port `X[1]` refers to tensor 99, which `tensors` does not have"
     );
 }
+
+#[test]
+fn a_by_value_scalar_without_a_value_is_refused_naming_the_field() {
+    // cudnn-frontend's layernorm epsilon: `is_pass_by_value` with no value, supplied at execute.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/frontend/layernorm.json");
+    let text = std::fs::read_to_string(path).unwrap();
+    let e = structure_from_json(&text);
+    assert!(
+        matches!(&e, Err(SerializeError::Unsupported { path, feature }) if path == "tensors[\"4\"].pass_by_value" && feature.contains("supplied at execution")),
+        "{e:?}"
+    );
+}
