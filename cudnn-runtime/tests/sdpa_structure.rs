@@ -3,7 +3,7 @@
 //! graph.
 
 use cudnn_runtime::ops::AttrValue;
-use cudnn_runtime::serialize::{structure_from_json, structure_to_json};
+use cudnn_runtime::serialize::{structure_from_json, structure_to_json, SerializeError};
 use cudnn_runtime::{reference, DataType, Graph, GraphBuilder, Operand};
 
 fn attrs(list: &[(&str, AttrValue)]) -> Vec<(String, AttrValue)> {
@@ -122,4 +122,77 @@ fn unsupported_frontend_features_are_named() {
     doc["nodes"][0]["right_bound"] = serde_json::json!(4);
     let e = structure_from_json(&doc.to_string()).unwrap_err();
     assert!(e.to_string().contains("right bounds other than 0"), "{e}");
+}
+
+#[test]
+fn the_backward_node_writes_its_compute_type_only_where_the_context_does_not_give_it() {
+    // cudnn-frontend's `SDPA_BWD` has no `compute_data_type` (it computes in the context's type).
+    let mut g = graph(true, &[("causal", true.into())]);
+    let doc: serde_json::Value = serde_json::from_str(&structure_to_json(&g)).unwrap();
+    assert!(doc["nodes"][0].get("compute_data_type").is_none(), "{}", doc["nodes"][0]);
+    // A node computing in another type than the context's says so (for our reader).
+    g.context.compute_data_type = DataType::F16;
+    let text = structure_to_json(&g);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["nodes"][0]["compute_data_type"], "FLOAT");
+    assert_eq!(structure_from_json(&text), Ok(g));
+    // The forward node has the field, as cudnn-frontend's.
+    let doc: serde_json::Value = serde_json::from_str(&structure_to_json(&graph(false, &[]))).unwrap();
+    assert_eq!(doc["nodes"][0]["compute_data_type"], "FLOAT");
+}
+
+#[test]
+fn cudnn_frontend_1_32_forward_fields_are_written_and_read_by_what_they_mean() {
+    let g = graph(false, &[("causal", true.into())]);
+    let text = frontend_only(&structure_to_json(&g));
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let node = &doc["nodes"][0];
+    // Every field cudnn-frontend 1.32's reader requires, and `AUTO` resolved (it refuses `AUTO`).
+    for (field, value) in [
+        ("stats_use_log2", serde_json::json!(false)),
+        ("is_mxfp8", serde_json::json!(false)),
+        ("unfuse_fma", serde_json::json!(false)),
+        ("max_total_seq_len_q", serde_json::Value::Null),
+        ("max_total_seq_len_kv", serde_json::Value::Null),
+        ("implementation", serde_json::json!("COMPOSITE")),
+    ] {
+        assert_eq!(node.get(field), Some(&value), "{field}: {node}");
+    }
+    // Values other than the ones our IR means are refused, naming the field.
+    for (field, value, feature) in [
+        ("stats_use_log2", serde_json::json!(true), "softmax stats in base 2"),
+        ("is_mxfp8", serde_json::json!(true), "MXFP8"),
+        ("max_total_seq_len_q", serde_json::json!(256), "paged or ragged attention"),
+        ("max_total_seq_len_kv", serde_json::json!(256), "paged or ragged attention"),
+    ] {
+        let mut doc = doc.clone();
+        doc["nodes"][0][field] = value;
+        let e = structure_from_json(&doc.to_string()).unwrap_err();
+        assert!(
+            matches!(&e, SerializeError::Unsupported { path, feature: f } if path == &format!("nodes[0].{field}") && f.contains(feature)),
+            "{field}: {e:?}"
+        );
+    }
+    let mut doc = doc.clone();
+    doc["nodes"][0]["stats_use_log2"] = serde_json::json!("no");
+    let e = structure_from_json(&doc.to_string()).unwrap_err();
+    assert!(matches!(&e, SerializeError::WrongType { path, .. } if path == "nodes[0].stats_use_log2"), "{e:?}");
+}
+
+#[test]
+fn a_k_transposed_by_cudnn_frontend_lowering_is_refused_naming_the_port() {
+    // cudnn-frontend's composite forward swaps K's last two dims and strides in place when it
+    // lowers; a document printed after that has KT, which its own reader takes as K too.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/frontend/sdpa_forward.json");
+    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let k = doc["tensors"].as_array_mut().unwrap().iter_mut().find(|t| t["name"] == "k").unwrap();
+    assert_eq!(k["dim"], serde_json::json!([1, 2, 128, 64]));
+    k["dim"] = serde_json::json!([1, 2, 64, 128]);
+    k["stride"] = serde_json::json!([16384, 8192, 1, 64]);
+    let e = structure_from_json(&doc.to_string()).unwrap_err();
+    let SerializeError::Graph(graph_error) = &e else { panic!("{e:?}") };
+    assert!(
+        matches!(&**graph_error, cudnn_runtime::GraphError::Shape { node, port: Some("K"), .. } if node == "sdpa"),
+        "{e:?}"
+    );
 }

@@ -118,6 +118,8 @@ fn sample_round_trips_in_cudnn_frontend_layout() {
     assert_eq!(v["cudnn_graph"]["format"], 1);
     assert_eq!(v["cudnn_graph"]["fingerprint"], format!("0x{:016x}", g.fingerprint()));
     assert!(v["cudnn_graph"].get("tensor_order").is_none(), "uids follow creation order");
+    // cudnn-frontend's instance number, which it requires: ours is the fingerprint's low 63 bits.
+    assert_eq!(v["gid"], json!((g.fingerprint() & i64::MAX as u64).max(1)));
     assert_eq!(
         v["context"],
         json!({"compute_data_type": "FLOAT", "intermediate_data_type": "FLOAT", "io_data_type": null,
@@ -613,6 +615,28 @@ fn error_unknown_field() {
         set(v, "/cudnn_frontend_version", json!(12300));
     });
     assert_eq!(g, Ok(sample()));
+}
+
+#[test]
+fn gid_is_type_checked_and_not_kept() {
+    // cudnn-frontend's `gid` numbers its graph instances: any uint64 reads to the same graph.
+    for gid in [json!(0), json!(16), json!(u64::MAX)] {
+        assert_eq!(read_mutated(|v| set(v, "/gid", gid.clone())), Ok(sample()), "{gid}");
+    }
+    assert_eq!(read_mutated(|v| remove(v, "/gid")), Ok(sample()));
+    let e = read_mutated(|v| set(v, "/gid", json!(-1)));
+    assert!(matches!(e, Err(SerializeError::OutOfRange { ref path, .. }) if path == "gid"), "{e:?}");
+    let e = read_mutated(|v| set(v, "/gid", json!("1")));
+    assert!(matches!(e, Err(SerializeError::WrongType { ref path, .. }) if path == "gid"), "{e:?}");
+}
+
+#[test]
+fn an_unnamed_graph_writes_no_context_name() {
+    let mut g = sample();
+    g.name.clear();
+    let v: Value = serde_json::from_str(&structure_to_json(&g)).unwrap();
+    assert!(v["context"].get("name").is_none(), "{}", v["context"]);
+    assert_eq!(structure_from_json(&structure_to_json(&g)), Ok(g));
 }
 
 #[test]
@@ -1307,5 +1331,17 @@ fn concatenation_round_trips_with_a_list_of_inputs() {
     assert_eq!(
         structure_from_json(&bad.to_string()).unwrap_err().to_string(),
         "node `concatenate_0` port `X[1]` refers to tensor 99, which `tensors` does not have"
+    );
+}
+
+#[test]
+fn a_by_value_scalar_without_a_value_is_refused_naming_the_field() {
+    // cudnn-frontend's layernorm epsilon: `is_pass_by_value` with no value, supplied at execute.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/frontend/layernorm.json");
+    let text = std::fs::read_to_string(path).unwrap();
+    let e = structure_from_json(&text);
+    assert!(
+        matches!(&e, Err(SerializeError::Unsupported { path, feature }) if path == "tensors[\"4\"].pass_by_value" && feature.contains("supplied at execution")),
+        "{e:?}"
     );
 }

@@ -176,12 +176,16 @@ pub(crate) struct FrontendFields {
     /// Whether our exact attributes are written even when there are none (cudnn-frontend's
     /// fields spell out defaults that the op leaves unset).
     pub(crate) always_exact: bool,
+    /// Whether cudnn-frontend's node has a `compute_data_type` field. Without one (`SDPA_BWD`) it
+    /// computes in the context's type, and the node's is written only where it differs from that
+    /// (for our reader; cudnn-frontend reads past it).
+    pub(crate) compute_data_type: bool,
 }
 
 impl FrontendFields {
     /// Fields with ports as a map and exact attributes only when there are some.
     pub(crate) fn plain(fields: Vec<(&'static str, Json)>) -> FrontendFields {
-        FrontendFields { fields, listed_inputs: false, always_exact: false }
+        FrontendFields { fields, listed_inputs: false, always_exact: false, compute_data_type: true }
     }
 }
 

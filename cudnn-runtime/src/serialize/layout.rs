@@ -12,6 +12,18 @@ pub const JSON_VERSION: &str = "2.0";
 /// by uid or name) and `"2.0"`.
 pub const JSON_VERSIONS: [&str; 2] = ["1.0", "2.0"];
 
+/// The top-level `gid` we write for a graph of this fingerprint.
+///
+/// cudnn-frontend's `gid` (`Graph::gid`, a `uint64_t`) numbers graph instances: a process-wide
+/// counter from 1, which it logs ("Executing gid …") and leaves out of its own graph key
+/// (`Graph::key` erases it); its reader reads it unchecked, so a document without one is undefined
+/// behaviour there. Ours is the fingerprint's low 63 bits (never 0): the same for the same
+/// structure, and an `int64` for readers without unsigned integers. The reader type-checks a
+/// `gid` and keeps nothing of it.
+pub(crate) fn frontend_gid(fingerprint: u64) -> i64 {
+    (fingerprint & i64::MAX as u64).max(1) as i64
+}
+
 /// The version of our `cudnn_graph` extension.
 pub const FORMAT: u64 = 1;
 

@@ -5,7 +5,7 @@
 //! never fails and never panics, even on a graph that does not validate: it writes what is there,
 //! so that the reader rejects it.
 
-use super::layout::{ScalarKind, EXT, FORMAT, JSON_VERSION};
+use super::layout::{frontend_gid, ScalarKind, EXT, FORMAT, JSON_VERSION};
 use crate::codec::float::{f32_to_hex, f64_to_hex};
 use crate::codec::ints;
 use crate::codec::json::Json;
@@ -38,22 +38,26 @@ pub(crate) fn graph_to_json(g: &Graph) -> Json {
         ext.push(("tensor_order", Json::Arr(g.tensors.iter().map(|t| Json::Int(t.uid)).collect())));
     }
 
-    let context = sorted(vec![
+    let mut context = vec![
         ("compute_data_type", Json::str(data_type_name(g.context.compute_data_type))),
         ("intermediate_data_type", Json::str(data_type_name(g.context.intermediate_data_type))),
         // Every tensor's type is explicit, so there is no I/O default to give.
         ("io_data_type", Json::Null),
         ("is_dynamic_shape_enabled", Json::Bool(false)),
         ("is_override_shape_enabled", Json::Bool(false)),
-        ("name", Json::str(&g.name)),
         ("sm_count", Json::Int(-1)),
-    ]);
+    ];
+    // As cudnn-frontend: no name, no member (the reader's default is the empty name).
+    if !g.name.is_empty() {
+        context.push(("name", Json::str(&g.name)));
+    }
 
     let tensors = by_uid.iter().map(|&i| tensor_json(&g.tensors[i])).collect();
 
     sorted(vec![
-        ("context", context),
+        ("context", sorted(context)),
         (EXT, sorted(ext)),
+        ("gid", Json::Int(frontend_gid(g.fingerprint()))),
         ("json_version", Json::str(JSON_VERSION)),
         ("nodes", Json::Arr(g.nodes.iter().map(|n| node_json(g, n)).collect())),
         ("tensors", Json::Arr(tensors)),
@@ -135,12 +139,11 @@ fn node_json(g: &Graph, n: &Node) -> Json {
     let input_names: Vec<&'static str> = n.op.inputs().iter().map(|p| p.name).collect();
     let output_names = n.op.outputs();
     let inputs = if frontend.listed_inputs { listed(g, &n.inputs) } else { ports(g, &input_names, &n.inputs) };
-    let mut members = vec![
-        ("compute_data_type", Json::str(data_type_name(n.compute_data_type))),
-        ("inputs", inputs),
-        ("name", Json::str(&n.name)),
-        ("outputs", ports(g, &output_names, &n.outputs)),
-    ];
+    let mut members =
+        vec![("inputs", inputs), ("name", Json::str(&n.name)), ("outputs", ports(g, &output_names, &n.outputs))];
+    if frontend.compute_data_type || n.compute_data_type != g.context.compute_data_type {
+        members.push(("compute_data_type", Json::str(data_type_name(n.compute_data_type))));
+    }
     members.extend(frontend.fields);
     // The call's attributes exactly: floats as f64 bits (cudnn-frontend keeps f32), and what it
     // has no field for (a reduction's dims, as written).

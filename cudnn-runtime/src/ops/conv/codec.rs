@@ -96,7 +96,7 @@ pub(crate) fn write(c: &Conv, cx: &WriteCx<'_>) -> FrontendFields {
     // Written even when there are none: cudnn-frontend's fields spell out the defaults
     // (`pre_padding: [0, 0]`) that the op leaves unset, and read alone they would give another
     // op, with another fingerprint (found by the structure fuzz target).
-    FrontendFields { fields, listed_inputs: false, always_exact: true }
+    FrontendFields { always_exact: true, ..FrontendFields::plain(fields) }
 }
 
 /// What cudnn-frontend has no field for, told from the tensors: a filter gradient's filter

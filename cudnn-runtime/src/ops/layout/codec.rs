@@ -158,5 +158,5 @@ pub(crate) fn write(op: &Layout, cx: &WriteCx<'_>) -> FrontendFields {
         }
     };
     fields.push(("tag", Json::str(op.kind().frontend_tag())));
-    FrontendFields { fields, listed_inputs: matches!(op, Layout::Concatenate { .. }), always_exact: false }
+    FrontendFields { listed_inputs: matches!(op, Layout::Concatenate { .. }), ..FrontendFields::plain(fields) }
 }

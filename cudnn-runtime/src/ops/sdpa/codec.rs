@@ -7,8 +7,10 @@
 //! `alignment`, `dropout_probability` to `dropout`, `generate_stats` to `training`,
 //! `is_deterministic_algorithm` to `deterministic`, `implementation` (`UNIFIED` is our `fused`),
 //! and the presence of the `Attn_scale`, `Bias`, `SEQ_LEN_*`, `Seed`/`Offset` and `dBias` ports to
-//! the flags that add them. Alibi masks, paged caches, ragged offsets, right bounds other than 0
-//! and custom dropout masks are not supported.
+//! the flags that add them. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
+//! and the packed totals `max_total_seq_len_q`/`_kv` and `max_seq_len_kv` when null. Alibi masks,
+//! paged caches, ragged offsets, base-2 stats, MXFP8, right bounds other than 0 and custom
+//! dropout masks are not supported: each is an `Unsupported` error naming the field.
 
 use super::{Alignment, Implementation, Sdpa, SdpaPass};
 use crate::codec::json::{Json, Obj};
@@ -27,19 +29,23 @@ const TAG_BACKWARD: &str = "SDPA_BWD";
 /// The node tags.
 pub(crate) const TAGS: &[&str] = &[TAG_FORWARD, TAG_BACKWARD];
 
-/// `SDPA_attributes`'s own fields.
-const FORWARD_FIELDS: [&str; 12] = [
+/// `SDPA_attributes`'s own fields, and the two its node adds (`is_mxfp8`, `unfuse_fma`).
+const FORWARD_FIELDS: [&str; 16] = [
     "alibi_mask",
     "attn_scale_value",
     "diagonal_alignment",
     "dropout_probability",
     "generate_stats",
     "implementation",
+    "is_mxfp8",
     "left_bound",
     "max_seq_len_kv",
+    "max_total_seq_len_kv",
+    "max_total_seq_len_q",
     "mma_core_mode",
     "padding_mask",
     "right_bound",
+    "stats_use_log2",
     "unfuse_fma",
 ];
 
@@ -62,6 +68,18 @@ fn head_dim(cx: &WriteCx<'_>) -> i64 {
     cx.input_dims.first().copied().flatten().and_then(|d| d.get(3).copied()).unwrap_or(1)
 }
 
+/// The implementation written for `i`. cudnn-frontend resolves `AUTO` when the node is built and
+/// refuses it in a document ("Implementation cannot be AUTO in serialized form"); the choice
+/// depends on the device, which a structure does not name, so `auto` is written as `COMPOSITE`,
+/// the lowering every device has (our `cudnn_graph.attrs` keep `auto`; the reader still reads
+/// `AUTO`, as documents logged before resolution have it).
+fn written_implementation(i: Implementation) -> Implementation {
+    match i {
+        Implementation::Auto => Implementation::Composite,
+        other => other,
+    }
+}
+
 /// The fields of an attention node.
 pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
     let scale = a.literal_scale(head_dim(cx));
@@ -75,12 +93,19 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
         ("right_bound", if a.causal { Json::Int(0) } else { Json::Null }),
     ];
     match a.pass {
+        // cudnn-frontend 1.32's reader requires every `SDPA_attributes` field (`stats_use_log2`
+        // and the packed totals included); `is_mxfp8` and `unfuse_fma` are what its node adds.
         SdpaPass::Forward => members.extend([
             ("generate_stats", Json::Bool(a.training)),
-            ("implementation", Json::str(a.implementation.cudnn_name())),
+            ("implementation", Json::str(written_implementation(a.implementation).cudnn_name())),
+            ("is_mxfp8", Json::Bool(false)),
             ("max_seq_len_kv", Json::Null),
+            ("max_total_seq_len_kv", Json::Null),
+            ("max_total_seq_len_q", Json::Null),
             ("mma_core_mode", Json::str("HALF")),
+            ("stats_use_log2", Json::Bool(false)),
             ("tag", Json::str(TAG_FORWARD)),
+            ("unfuse_fma", Json::Bool(false)),
         ]),
         SdpaPass::Backward => members.extend([
             ("is_deterministic_algorithm", Json::Bool(a.deterministic)),
@@ -89,7 +114,13 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
             ("tag", Json::str(TAG_BACKWARD)),
         ]),
     }
-    FrontendFields::plain(members)
+    FrontendFields {
+        // `SDPA_backward_attributes` serializes no `compute_data_type`.
+        compute_data_type: a.pass == SdpaPass::Forward,
+        // `auto` is written `COMPOSITE`: our exact attributes say it is `auto`, even when empty.
+        always_exact: written_implementation(a.implementation) != a.implementation,
+        ..FrontendFields::plain(members)
+    }
 }
 
 /// The implementation cudnn-frontend's spelling names.
@@ -123,6 +154,14 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
     }
     if n.bool_or("unfuse_fma", false)? {
         return Err(unsupported("unfuse_fma", "unfused FMA softmax"));
+    }
+    // Our stats are the natural log of the softmax's sum (cudnn-frontend's default).
+    if n.bool_or("stats_use_log2", false)? {
+        return Err(unsupported("stats_use_log2", "softmax stats in base 2"));
+    }
+    // cudnn-frontend tells it from the `Descale_Q` port (E8M0, F8_128x4 reordering).
+    if n.bool_or("is_mxfp8", false)? {
+        return Err(unsupported("is_mxfp8", "MXFP8 (block-scaled fp8) attention"));
     }
     if let Some(mode) = n.get("mma_core_mode").filter(|v| !matches!(v, Json::Null)) {
         if !matches!(mode, Json::Str(s) if s == "HALF") {

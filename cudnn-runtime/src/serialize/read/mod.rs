@@ -8,8 +8,9 @@
 //! cudnn-frontend's `validate()` would infer, for graphs logged before it ran) → uids, tensor order
 //! and strides → [`Graph::validate`] → fingerprint. Every failure is a [`SerializeError`] naming
 //! what is at fault; nothing is skipped silently: a field that is neither cudnn-frontend's nor ours
-//! is an error. cudnn-frontend's fields that do not bear on the structure (`cudnn_backend_version`,
-//! `sm_count`, the plan payload's fields) are type-checked or read past, as cudnn-frontend does.
+//! is an error. cudnn-frontend's fields that do not bear on the structure (`gid`,
+//! `cudnn_backend_version`, `sm_count`, the plan payload's fields) are type-checked or read past,
+//! as cudnn-frontend does.
 
 mod assemble;
 mod nodes;
@@ -35,6 +36,19 @@ pub(crate) fn graph_from_json(doc: &Json) -> Result<Graph> {
         Json::Str(v) if JSON_VERSIONS.contains(&v.as_str()) => {}
         Json::Str(v) => return Err(SerializeError::UnsupportedVersion { found: v.clone(), supported: "1.0 or 2.0" }),
         other => return Err(wrong_type("json_version", "a string", other)),
+    }
+    // cudnn-frontend's instance number (`layout::frontend_gid`): type-checked, not structure.
+    match top.get("gid") {
+        None | Some(Json::UInt(_)) => {}
+        Some(Json::Int(v)) if *v >= 0 => {}
+        Some(Json::Int(v)) => {
+            return Err(SerializeError::OutOfRange {
+                path: "gid".into(),
+                value: v.to_string(),
+                range: "the 64-bit unsigned integers",
+            })
+        }
+        Some(other) => return Err(wrong_type("gid", "an integer", other)),
     }
     let ext = Extension::read(&top)?;
     let cx = RawContext::read(&top)?;
