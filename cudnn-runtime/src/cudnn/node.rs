@@ -6,6 +6,7 @@
 //! given `3 - r` leading dims of extent 1 whose stride is `dims[0] * strides[0]` (the span of the
 //! whole tensor), the same padding for every tensor, so the tensors of one node keep equal ranks.
 
+use cudarc::cudnn::sys::cudnnBackendAttributeName_t as A;
 use cudarc::cudnn::sys::cudnnBackendDescriptorType_t as K;
 
 use super::descriptor::{Descriptor, Label};
@@ -103,6 +104,29 @@ impl NodeCx<'_> {
             .then(|| self.descriptors.get(index).copied().flatten())
             .flatten()
             .ok_or_else(|| self.unsupported(format!("it has no {what} #{port}")))
+    }
+
+    /// Sets on `operation` the descriptor of each input and output, in port order, under the
+    /// attribute `attr_of` names for the port (`inputs` and `outputs` are the node's port names):
+    /// how the operations with one attribute per named port (norms, `bn_finalize`) are wired, so
+    /// no port can reach the wrong attribute by position.
+    pub(crate) fn wire_ports_by_name(
+        &self,
+        operation: &mut Descriptor,
+        inputs: &[&str],
+        outputs: &[&str],
+        attr_of: impl Fn(&str) -> Option<A>,
+    ) -> Result<(), CudnnError> {
+        let wire = |port: &str| {
+            attr_of(port).ok_or_else(|| self.unsupported(format!("cuDNN has no attribute for port {port}")))
+        };
+        for (i, port) in inputs.iter().enumerate() {
+            operation.set_descriptors(wire(port)?, &[self.input(i)?])?;
+        }
+        for (i, port) in outputs.iter().enumerate() {
+            operation.set_descriptors(wire(port)?, &[self.output(i)?])?;
+        }
+        Ok(())
     }
 
     /// The rank input `port` has in the graph (before padding to [`MIN_RANK`]).

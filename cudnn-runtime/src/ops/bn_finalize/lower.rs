@@ -69,14 +69,8 @@ pub(crate) fn lower(cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
     let mut operation = cx.descriptor(K::CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR)?;
     operation.set_enum(A::CUDNN_ATTR_OPERATION_BN_FINALIZE_STATS_MODE, T::CUDNN_TYPE_BN_FINALIZE_STATS_MODE, TRAINING)?;
     operation.set_data_type(A::CUDNN_ATTR_OPERATION_BN_FINALIZE_MATH_PREC, DataType::F32)?;
-    let wire =
-        |port: &str| attr(port).ok_or_else(|| cx.unsupported(format!("cuDNN has no attribute for port {port}")));
-    for (i, spec) in sig.inputs.iter().enumerate() {
-        operation.set_descriptors(wire(spec.name)?, &[cx.input(i)?])?;
-    }
-    for (i, name) in sig.outputs.iter().enumerate() {
-        operation.set_descriptors(wire(name)?, &[cx.output(i)?])?;
-    }
+    let inputs: Vec<&str> = sig.inputs.iter().map(|p| p.name).collect();
+    cx.wire_ports_by_name(&mut operation, &inputs, sig.outputs, attr)?;
     operation.finalize()?;
     Ok(LoweredOp { operation, parts: Vec::new() })
 }

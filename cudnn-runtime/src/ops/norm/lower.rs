@@ -101,14 +101,8 @@ pub(crate) fn lower(op: &Norm, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError>
             operation.set_enum(A::CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, T::CUDNN_TYPE_NORM_FWD_PHASE, phase)?;
         }
     }
-    let wire =
-        |port: &str| attr_of(port).ok_or_else(|| cx.unsupported(format!("cuDNN has no attribute for port {port}")));
-    for (i, spec) in op.kind.signature().inputs.iter().enumerate() {
-        operation.set_descriptors(wire(spec.name)?, &[cx.input(i)?])?;
-    }
-    for (i, name) in op.outputs().iter().enumerate() {
-        operation.set_descriptors(wire(name)?, &[cx.output(i)?])?;
-    }
+    let inputs: Vec<&str> = op.kind.signature().inputs.iter().map(|p| p.name).collect();
+    cx.wire_ports_by_name(&mut operation, &inputs, op.outputs(), attr_of)?;
     operation.finalize()?;
     Ok(LoweredOp { operation, parts: Vec::new() })
 }
