@@ -3,7 +3,7 @@
 //! become nodes of their own.
 
 use cudnn_runtime::dim::{SymDim, Symbolic};
-use cudnn_runtime::ops::{self, AttrError, AttrKind, AttrValue, Op, OpSignature, TensorMeta};
+use cudnn_runtime::ops::{self, AttrError, AttrKind, AttrValue, Op, OpSignature, ShapeErrorKind, TensorMeta};
 use proc_macro2::Span;
 use syn::Ident;
 
@@ -62,6 +62,14 @@ impl Checker<'_> {
             self.cx.error(
                 id,
                 format!("output `{key}` is read before it is assigned; assign it with `{key} = ...;` first"),
+            );
+        } else if self.reserved.contains(&key) {
+            self.cx.error(
+                id,
+                format!(
+                    "tensor `{key}` is used before its `let` in graph `{}`; move `let {key} = ...;` above this use",
+                    self.def.name
+                ),
             );
         } else {
             let hint = ops::closest(&key, self.env.keys().map(String::as_str))
@@ -169,6 +177,23 @@ impl Checker<'_> {
         }
     }
 
+    /// For a port refusing the type of an intermediate that has the graph's intermediate type (an
+    /// op's output whose type no rule forced): that the type comes from `#[intermediate(..)]`,
+    /// and which setting the port would take.
+    fn intermediate_type_hint(&self, kind: &ShapeErrorKind, operand: Option<&Value>) -> String {
+        let ShapeErrorKind::DType { found, expected, .. } = kind else { return String::new() };
+        let Some(v) = operand else { return String::new() };
+        if v.kind != Kind::Intermediate || v.forced.is_some() || *found != self.intermediate {
+            return String::new();
+        }
+        let suggested = ["bf16", "f16", "f32"].into_iter().find(|t| expected.split([' ', ',']).any(|w| w == *t));
+        let setting = suggested.map_or_else(|| "#[intermediate(..)]".to_string(), |t| format!("#[intermediate({t})]"));
+        format!(
+            "; this operand is an intermediate, of the graph's intermediate type {found}: put `{setting}` on graph `{}`",
+            self.def.name
+        )
+    }
+
     /// No attribute of the op is written as a string (`axis = "1"`): each is an error naming the
     /// attribute, the type it takes and, where the string holds one, the value to write.
     fn strings_as_attrs(&self, sig: &OpSignature, func: &Ident, attrs: &[(Ident, AttrLit)]) -> bool {
@@ -273,7 +298,9 @@ impl Checker<'_> {
             Ok(outs) => outs,
             Err(e) => {
                 let span = e.arg.and_then(|i| args.get(i)).map_or_else(|| func.span(), |a| a.expr.span());
-                self.cx.error_span(span, format!("graph `{}`: {e}", self.def.name));
+                let operand = e.arg.and_then(|i| operands.get(i)).and_then(|(_, v)| v.as_ref());
+                let hint = self.intermediate_type_hint(&e.kind, operand);
+                self.cx.error_span(span, format!("graph `{}`: {e}{hint}", self.def.name));
                 return None;
             }
         };

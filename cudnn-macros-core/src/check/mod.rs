@@ -159,6 +159,12 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
     if def.inputs.is_empty() {
         cx.error(&def.name, format!("graph `{}` needs at least one input", def.name));
     }
+    if def.outputs.is_empty() {
+        cx.error(
+            &def.name,
+            format!("graph `{}` declares no outputs; list at least one after `->`: `-> (y: f32[..])`", def.name),
+        );
+    }
     let mut ck = Checker {
         cx,
         def,

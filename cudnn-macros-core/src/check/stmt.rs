@@ -194,10 +194,24 @@ impl Checker<'_> {
         let same_rank = value.dims.len() == port.dims.len();
         let mismatch = !same_rank || value.dims.iter().zip(&port.dims).any(|(a, b)| !DimCx::require_eq(&mut sym, a, b));
         if mismatch {
+            let detail = if same_rank {
+                let mut probe = Symbolic::default();
+                let differ: Vec<String> = port
+                    .dims
+                    .iter()
+                    .zip(&value.dims)
+                    .enumerate()
+                    .filter(|(_, (declared, assigned))| !DimCx::require_eq(&mut probe, *assigned, *declared))
+                    .map(|(i, (declared, assigned))| format!("dim {i} is {declared} declared, {assigned} assigned"))
+                    .collect();
+                differ.join("; ")
+            } else {
+                format!("rank {} declared, rank {} assigned", port.dims.len(), value.dims.len())
+            };
             self.cx.error(
                 &decl.name,
                 format!(
-                    "output `{}` is declared {} but is assigned a tensor of shape {}",
+                    "output `{}` is declared {} but is assigned a tensor of shape {}: {detail}",
                     decl.name,
                     shape_string(&port.dims),
                     shape_string(&value.dims)

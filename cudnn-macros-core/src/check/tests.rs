@@ -292,7 +292,10 @@ fn parameters_flow_through_the_shape_rules() {
 #[test]
 fn a_wrong_declared_output_shape_is_reported() {
     let e = error("G(a: f32[2, 4], b: f32[4, 3]) -> (y: f32[2, 4]) { y = matmul(a, b); }");
-    assert_eq!(e, "output `y` is declared [2, 4] but is assigned a tensor of shape [2, 3]");
+    assert_eq!(
+        e,
+        "output `y` is declared [2, 4] but is assigned a tensor of shape [2, 3]: dim 1 is 4 declared, 3 assigned"
+    );
 }
 
 // Forced dtypes: from the op's shape rule, for every output, through names too.
@@ -379,4 +382,60 @@ fn the_fingerprint_is_stable_and_structural() {
 fn a_graph_needs_an_input() {
     let e = errors("G() -> (y: f32[4]) { }");
     assert_eq!(e[0], "graph `G` needs at least one input");
+}
+
+// Hints a new user needed (issue 17).
+
+#[test]
+fn a_lower_rank_operand_of_a_pointwise_op_is_told_the_shape_that_broadcasts() {
+    let e = error(
+        "G(x: bf16[2, 64, 32], w: bf16[1, 32, 128], b: bf16[128]) -> (y: bf16[2, 64, 128]) { y = add(matmul(x, w), b); }",
+    );
+    assert_eq!(
+        e,
+        "graph `G`: `add` port IN_1 needs rank 3 (the rank of port IN_0; declare it [1, 1, 128] to broadcast along \
+         the leading dims), found rank 1 ([128])"
+    );
+}
+
+#[test]
+fn a_name_used_before_its_let_says_to_move_the_let() {
+    let e = error("G(x: f32[4]) -> (y: f32[4]) { let a = relu(c); let c = relu(x); y = a; }");
+    assert_eq!(e, "tensor `c` is used before its `let` in graph `G`; move `let c = ...;` above this use");
+}
+
+#[test]
+fn a_graph_without_outputs_is_told_at_its_signature() {
+    let e = error("G(x: f32[4]) -> () { let a = relu(x); }");
+    assert_eq!(e, "graph `G` declares no outputs; list at least one after `->`: `-> (y: f32[..])`");
+}
+
+#[test]
+fn a_port_refusing_the_intermediate_type_suggests_the_setting() {
+    let e = error(
+        "G(q: bf16[1, 2, 64, 64], k: bf16[1, 2, 64, 64], v: bf16[1, 2, 64, 64]) -> (o: bf16[1, 2, 64, 64]) \
+         { o = sdpa(mul(q, 0.5), k, v); }",
+    );
+    assert_eq!(
+        e,
+        "graph `G`: `sdpa` port Q does not take f32; it takes f16 or bf16; this operand is an intermediate, of the \
+         graph's intermediate type f32: put `#[intermediate(bf16)]` on graph `G`"
+    );
+    // A graph input of the wrong type gets no such hint: the setting would not change it.
+    let e = error(
+        "G(q: f32[1, 2, 64, 64], k: bf16[1, 2, 64, 64], v: bf16[1, 2, 64, 64]) -> (o: bf16[1, 2, 64, 64]) \
+         { o = sdpa(q, k, v); }",
+    );
+    assert_eq!(e, "graph `G`: `sdpa` port Q does not take f32; it takes f16 or bf16");
+}
+
+#[test]
+fn an_output_of_the_wrong_shape_names_the_dims_that_differ() {
+    let e = error("G(x: f32[4, 8, 16]) -> (y: f32[4, 9, 16]) { y = relu(x); }");
+    assert_eq!(
+        e,
+        "output `y` is declared [4, 9, 16] but is assigned a tensor of shape [4, 8, 16]: dim 1 is 9 declared, 8 assigned"
+    );
+    let e = error("G(x: f32[4, 8]) -> (y: f32[4, 8, 1]) { y = relu(x); }");
+    assert!(e.ends_with(": rank 3 declared, rank 2 assigned"), "{e}");
 }

@@ -355,12 +355,23 @@ impl Pointwise {
         let mut dims = inputs[0].dims.clone();
         for (i, t) in inputs.iter().enumerate().skip(1) {
             if t.dims.len() != rank {
+                // Broadcasting aligns equal ranks only: say the shape that broadcasts (leading 1s).
+                let expected = if t.dims.len() < rank {
+                    let mut padded = vec![D::lit(1); rank - t.dims.len()];
+                    padded.extend(t.dims.iter().cloned());
+                    format!(
+                        "rank {rank} (the rank of port IN_0; declare it {} to broadcast along the leading dims)",
+                        shape_string(&padded)
+                    )
+                } else {
+                    format!("the rank of port IN_0 ({rank})")
+                };
                 return Err(ShapeError::at(
                     i,
                     ShapeErrorKind::Rank {
                         op,
                         port: self.mode.ports()[i].name,
-                        expected: format!("the rank of port IN_0 ({rank})"),
+                        expected,
                         found: t.dims.len(),
                         shape: shape_string(&t.dims),
                     },
