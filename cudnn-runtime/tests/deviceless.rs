@@ -255,6 +255,16 @@ fn bad_device_properties_are_typed_errors() {
     }
 }
 
+/// A deviceless context gives back the device properties it was made from (what
+/// `cudnn-graph devprop` writes on a GPU machine).
+#[test]
+fn deviceless_context_gives_back_its_device_properties() {
+    let Some(cudnn) = deviceless() else { return };
+    let json = std::fs::read_to_string(DEVPROP).unwrap();
+    assert_eq!(cudnn.device_properties_json().unwrap(), json);
+    assert_eq!(cudnn.device_properties(), Some(json.as_str()));
+}
+
 #[test]
 fn deviceless_plans_refuse_to_execute() {
     let Some(cudnn) = deviceless() else { return };

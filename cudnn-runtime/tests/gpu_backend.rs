@@ -200,6 +200,28 @@ fn gpu_deviceless_plan_loaded_from_json_executes() {
     println!("aot vs online: max abs difference {max:.3e}");
 }
 
+/// The GPU's own device properties (what `cudnn-graph devprop` writes) make a deviceless context
+/// whose plan loads and executes here, like the checked-in fixture's; and they describe the same
+/// device as the fixture read off an H200.
+#[test]
+fn gpu_device_properties_read_here_plan_deviceless() {
+    let Some((stream, cudnn)) = gpu() else { return };
+    let json = cudnn.device_properties_json().unwrap();
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    println!("device properties: {} bytes, deviceVer {}", json.len(), value["deviceVer"]);
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(DEVPROP).unwrap()).unwrap();
+    if cudnn.sm() == Some(90) {
+        assert_eq!(value["deviceVer"], fixture["deviceVer"], "{json}");
+    }
+    let offline = Cudnn::deviceless(&json).unwrap();
+    assert_eq!(offline.device_properties_json().unwrap(), json);
+    let graph = matmul_graph("devprop", DataType::BF16, [2, 64, 128], [2, 128, 32], true, PointwiseMode::Relu);
+    let compiled = ExecutionPlan::build(&offline, &graph, &BuildOptions::default()).unwrap();
+    let loaded = ExecutionPlan::from_json(&cudnn, graph.clone(), &compiled.json().unwrap()).unwrap();
+    let case = prepare::<bf16>(&stream, &graph, 78);
+    check("plan from this GPU's device properties", &run(&stream, &cudnn, &loaded, &case), &case.expected);
+}
+
 #[test]
 fn gpu_pointwise_scalar_and_reduction_graphs() {
     let Some((stream, cudnn)) = gpu() else { return };

@@ -6,6 +6,9 @@
 //! cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
 //!     compile a plan ahead of time, without a GPU, for the device the properties describe;
 //!     GRAPH.json is a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
+//! cudnn-graph devprop [--device N] [--out DEVPROP.json]
+//!     on a GPU machine: the device properties cuDNN plans with, for `aot` and
+//!     `Cudnn::deviceless` on machines without that GPU (stdout without --out)
 //! cudnn-graph picture GRAPH.json [--mermaid]
 //!     the graph as Graphviz DOT (render with `dot -Tsvg`) or a Mermaid flowchart
 //! ```
@@ -15,6 +18,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   cudnn-graph env [--json]
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
+  cudnn-graph devprop [--device N] [--out DEVPROP.json]
   cudnn-graph picture GRAPH.json [--mermaid]";
 
 fn main() -> ExitCode {
@@ -22,6 +26,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("env") => env(&args[1..]),
         Some("aot") => aot(&args[1..]),
+        Some("devprop") => devprop(&args[1..]),
         Some("picture") => picture(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
@@ -63,6 +68,41 @@ fn picture(args: &[String]) -> Result<(), String> {
 fn value<'a>(args: &'a [String], name: &str) -> Result<&'a str, String> {
     let i = args.iter().position(|a| a == name).ok_or_else(|| format!("missing {name}\n{USAGE}"))?;
     args.get(i + 1).map(String::as_str).ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+}
+
+/// The value after `--name`, if given.
+fn optional<'a>(args: &'a [String], name: &str) -> Result<Option<&'a str>, String> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(None),
+        Some(i) => args.get(i + 1).map(|v| Some(v.as_str())).ok_or_else(|| format!("{name} needs a value\n{USAGE}")),
+    }
+}
+
+#[cfg(feature = "cudnn")]
+fn devprop(args: &[String]) -> Result<(), String> {
+    use cudnn_graph::backend::{cuda_context, Cudnn};
+    let ordinal = match optional(args, "--device")? {
+        None => 0,
+        Some(n) => n.parse::<usize>().map_err(|_| format!("--device takes a GPU ordinal (0, 1, ...), found `{n}`"))?,
+    };
+    let context = cuda_context(ordinal).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+    let cudnn = Cudnn::new(context.default_stream()).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+    let json = cudnn.device_properties_json().map_err(|e| format!("GPU {ordinal}: {e}"))?;
+    // What a deviceless context needs of it must hold before it is written.
+    Cudnn::deviceless(&json).map_err(|e| format!("GPU {ordinal}: its device properties do not load back: {e}"))?;
+    match optional(args, "--out")? {
+        None => println!("{json}"),
+        Some(path) => {
+            std::fs::write(path, &json).map_err(|e| format!("{path}: {e}"))?;
+            eprintln!("cudnn-graph: GPU {ordinal}'s device properties written to {path} ({} bytes)", json.len());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cudnn"))]
+fn devprop(_: &[String]) -> Result<(), String> {
+    Err("this build has no cuDNN backend (built without the `cudnn` feature)".into())
 }
 
 #[cfg(feature = "cudnn")]

@@ -205,6 +205,25 @@ impl Cudnn {
         }
     }
 
+    /// The device-properties JSON of this context's target, the input of [`Cudnn::deviceless`]:
+    /// read off the GPU through cuDNN (`CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR` finalized with the
+    /// handle, then `CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION`) for an online context; the JSON
+    /// it was made from for a deviceless one. `cudnn-graph devprop` writes it to a file, so a
+    /// machine without that GPU can plan for it.
+    pub fn device_properties_json(&self) -> Result<String, CudnnError> {
+        use sys::cudnnBackendAttributeName_t as A;
+        match &self.target {
+            Target::Deviceless(properties) => Ok(properties.json.clone()),
+            Target::Online(handle) => {
+                let mut properties =
+                    Descriptor::new(sys::cudnnBackendDescriptorType_t::CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR)?;
+                properties.set_handle(A::CUDNN_ATTR_DEVICEPROP_HANDLE, handle.raw)?;
+                properties.finalize()?;
+                properties.get_chars(A::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION)
+            }
+        }
+    }
+
     /// Whether this context has a GPU (plans made with it can execute).
     pub fn is_online(&self) -> bool {
         matches!(self.target, Target::Online(_))
