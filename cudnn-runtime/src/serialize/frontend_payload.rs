@@ -347,7 +347,9 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
                         Json::Str(s) => BehaviorNote::from_name(s)
                             .filter(|n| !matches!(n, BehaviorNote::Other(_)))
                             .ok_or_else(|| key_error("behavior_notes", format!("{s:?} is not a behavior note"))),
-                        other => Err(key_error("behavior_notes", format!("a note must be a string, found {}", other.kind()))),
+                        other => {
+                            Err(key_error("behavior_notes", format!("a note must be a string, found {}", other.kind())))
+                        }
                     })
                     .collect::<Result<Vec<_>, _>>(),
                 other => Err(key_error("behavior_notes", format!("must be a list of lists, found {}", other.kind()))),
@@ -396,7 +398,12 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
     match int("fe_workspace_size", req("fe_workspace_size")?)? {
         0 => {}
         n if n < 0 => return Err(key_error("fe_workspace_size", format!("{n} is negative"))),
-        n => return Err(unsupported("fe_workspace_size", format!("asks for {n} bytes of cudnn-frontend's own workspace, which cudnn-graph does not keep"))),
+        n => {
+            return Err(unsupported(
+                "fe_workspace_size",
+                format!("asks for {n} bytes of cudnn-frontend's own workspace, which cudnn-graph does not keep"),
+            ))
+        }
     }
     if let Some(dump) = get("tensors_to_dump") {
         require_empty("tensors_to_dump", dump, "tensor(s) to dump after execute")?;
@@ -451,7 +458,8 @@ pub fn load_frontend_payload(
         (None, Some(own)) => own.clone(),
         (None, None) => return Err(PayloadError::NeedsGraph { graph: "(a cudnn-frontend plan-only payload)".into() }),
     };
-    let plan = ExecutionPlan::from_json(cudnn, graph, &payload.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
+    let plan =
+        ExecutionPlan::from_json(cudnn, graph, &payload.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
     let layout = plan.layout();
 
     // cudnn-frontend binds `variant_pack_uids` and fills `pass_by_values` in: together they are
@@ -475,8 +483,7 @@ pub fn load_frontend_payload(
     }
     // The notes describe the selected engine: they must be the loaded plan's.
     let loaded: BTreeSet<String> = plan.selected().behavior_notes.iter().map(ToString::to_string).collect();
-    let recorded: BTreeSet<String> =
-        payload.behavior_notes.iter().flatten().map(ToString::to_string).collect();
+    let recorded: BTreeSet<String> = payload.behavior_notes.iter().flatten().map(ToString::to_string).collect();
     if payload.behavior_notes.len() != 1 || loaded != recorded {
         return Err(key_error(
             "behavior_notes",
@@ -540,7 +547,10 @@ pub fn write_frontend_payload(
     let mut pass_by_values = Vec::with_capacity(layout.scalars().len());
     for s in layout.scalars() {
         let scalar = FrontendScalar::of(s.data_type, s.value()).ok_or_else(|| {
-            unsupported("pass_by_values", format!("uid {}: cudnn-frontend has no by-value scalar of type {}", s.uid, s.data_type))
+            unsupported(
+                "pass_by_values",
+                format!("uid {}: cudnn-frontend has no by-value scalar of type {}", s.uid, s.data_type),
+            )
         })?;
         pass_by_values.push((s.uid.to_string(), scalar.to_json()));
     }
@@ -549,7 +559,9 @@ pub fn write_frontend_payload(
         .behavior_notes
         .iter()
         .map(|n| match n {
-            BehaviorNote::Other(v) => Err(unsupported("behavior_notes", format!("cudnn-frontend does not name behavior note {v}"))),
+            BehaviorNote::Other(v) => {
+                Err(unsupported("behavior_notes", format!("cudnn-frontend does not name behavior note {v}")))
+            }
             named => Ok(Json::str(named.to_string())),
         })
         .collect::<Result<Vec<_>, _>>()?;
