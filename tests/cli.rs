@@ -1,5 +1,6 @@
 //! The `cudnn-graph` command: `env` never fails, `aot` compiles a structural JSON graph into a
-//! payload deviceless (when libcudnn loads) and reports bad input plainly.
+//! payload deviceless (when libcudnn loads), `convert` turns cudnn-frontend's payloads into ours
+//! and back, and each reports bad input plainly.
 
 use std::process::Command;
 
@@ -25,6 +26,9 @@ fn usage_and_bad_input() {
     let out = cli().args(["aot", "--graph"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing --device-properties"));
+    let out = cli().args(["devprop", "--device", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--device takes a GPU ordinal (0, 1, ...), found `x`"));
 }
 
 #[cfg(feature = "cudnn")]
@@ -58,5 +62,53 @@ fn aot_compiles_a_structural_graph() {
     let payload = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(dir.join("p.json")).unwrap()).unwrap();
     assert_eq!(payload.structure.as_ref(), Some(&graph));
     assert_eq!(payload.plan.sm, Some(90));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
+fn convert_between_frontend_and_our_payloads() {
+    let out = cli().args(["convert", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--to frontend|ours"));
+    let out = cli().args(["convert", "--to", "ours"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing --in"), "{out:?}");
+
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-convert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let devprop = format!("{root}/tests/fixtures/h200-devprop.json");
+    let convert = |to: &str, input: &std::path::Path, output: &std::path::Path| {
+        cli()
+            .args(["convert", "--to", to, "--device-properties", &devprop, "--in"])
+            .arg(input)
+            .arg("--out")
+            .arg(output)
+            .output()
+            .unwrap()
+    };
+    let theirs = std::path::PathBuf::from(format!("{root}/tests/fixtures/frontend/matmul.ubjson"));
+    let out = convert("ours", &theirs, &dir.join("ours.json"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("could not be loaded") {
+        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
+        println!("skipped: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let ours = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(dir.join("ours.json")).unwrap()).unwrap();
+    let out = convert("frontend", &dir.join("ours.json"), &dir.join("back.ubjson"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let back = cudnn_graph::serialize::frontend_payload::parse_frontend_payload(
+        &std::fs::read(dir.join("back.ubjson")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(back.structure.as_ref(), ours.structure.as_ref());
+    // A cudnn-frontend payload is not ours, and the reverse: typed errors, exit status 1.
+    let out = convert("frontend", &theirs, &dir.join("x"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a cudnn-graph plan payload"));
+    let out = convert("ours", &dir.join("ours.json"), &dir.join("x"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a cudnn-frontend plan payload"), "{out:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -11,6 +11,11 @@
 //!     `Cudnn::deviceless` on machines without that GPU (stdout without --out)
 //! cudnn-graph picture GRAPH.json [--mermaid]
 //!     the graph as Graphviz DOT (render with `dot -Tsvg`) or a Mermaid flowchart
+//! cudnn-graph convert --to frontend|ours --device-properties DEVPROP.json --in IN --out OUT [--plan-only]
+//!     convert a plan payload between ours (JSON, digest) and cudnn-frontend 1.32's (UBJSON):
+//!     the plan is loaded, checked against its graph, into a deviceless cuDNN context for the
+//!     device the properties describe, and written in the other format (`--device 0` loads it on
+//!     the GPU instead); see docs/serialization.md
 //! ```
 
 use std::process::ExitCode;
@@ -19,7 +24,25 @@ const USAGE: &str = "usage:
   cudnn-graph env [--json]
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
   cudnn-graph devprop [--device N] [--out DEVPROP.json]
-  cudnn-graph picture GRAPH.json [--mermaid]";
+  cudnn-graph picture GRAPH.json [--mermaid]
+  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--plan-only]";
+
+const CONVERT_HELP: &str = "cudnn-graph convert: a plan payload from our format to cudnn-frontend 1.32's, or back
+
+usage:
+  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--plan-only]
+
+  --to frontend       IN is our payload (JSON); OUT is cudnn-frontend's (UBJSON, graph.deserialize reads it)
+  --to ours           IN is cudnn-frontend's payload (graph.serialize()); OUT is ours
+  --device-properties the device-properties JSON of a deviceless cuDNN context (as `aot` takes);
+                      the plan is loaded there, without a GPU
+  --device N          load the plan on GPU N instead
+  --plan-only         write the plan without the graph's structure
+
+The plan is loaded, not copied: the graph is read from the payload's structure, cuDNN's plan JSON
+is checked against the graph's lowering and loaded by cuDNN, and every key of cudnn-frontend's
+payload is checked; what cudnn-graph cannot honour (workspace modifications, pointer replacements,
+tensors to dump, a front-end workspace) is refused naming the key.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,6 +51,11 @@ fn main() -> ExitCode {
         Some("aot") => aot(&args[1..]),
         Some("devprop") => devprop(&args[1..]),
         Some("picture") => picture(&args[1..]),
+        Some("convert") if args.iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{CONVERT_HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Some("convert") => convert(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -65,12 +93,14 @@ fn picture(args: &[String]) -> Result<(), String> {
 }
 
 /// The value after `--name`, required.
+#[cfg(feature = "cudnn")]
 fn value<'a>(args: &'a [String], name: &str) -> Result<&'a str, String> {
     let i = args.iter().position(|a| a == name).ok_or_else(|| format!("missing {name}\n{USAGE}"))?;
     args.get(i + 1).map(String::as_str).ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
 }
 
 /// The value after `--name`, if given.
+#[cfg(feature = "cudnn")]
 fn optional<'a>(args: &'a [String], name: &str) -> Result<Option<&'a str>, String> {
     match args.iter().position(|a| a == name) {
         None => Ok(None),
@@ -78,15 +108,26 @@ fn optional<'a>(args: &'a [String], name: &str) -> Result<Option<&'a str>, Strin
     }
 }
 
+/// The GPU ordinal after `--device`, if given.
+#[cfg(feature = "cudnn")]
+fn device_ordinal(args: &[String]) -> Result<Option<usize>, String> {
+    optional(args, "--device")?
+        .map(|n| n.parse::<usize>().map_err(|_| format!("--device takes a GPU ordinal (0, 1, ...), found `{n}`")))
+        .transpose()
+}
+
+/// An online cuDNN context on GPU `ordinal`.
+#[cfg(feature = "cudnn")]
+fn online(ordinal: usize) -> Result<cudnn_graph::backend::Cudnn, String> {
+    let context = cudnn_graph::backend::cuda_context(ordinal).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+    cudnn_graph::backend::Cudnn::new(context.default_stream()).map_err(|e| format!("GPU {ordinal}: {e}"))
+}
+
 #[cfg(feature = "cudnn")]
 fn devprop(args: &[String]) -> Result<(), String> {
-    use cudnn_graph::backend::{cuda_context, Cudnn};
-    let ordinal = match optional(args, "--device")? {
-        None => 0,
-        Some(n) => n.parse::<usize>().map_err(|_| format!("--device takes a GPU ordinal (0, 1, ...), found `{n}`"))?,
-    };
-    let context = cuda_context(ordinal).map_err(|e| format!("GPU {ordinal}: {e}"))?;
-    let cudnn = Cudnn::new(context.default_stream()).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+    use cudnn_graph::backend::Cudnn;
+    let ordinal = device_ordinal(args)?.unwrap_or(0);
+    let cudnn = online(ordinal)?;
     let json = cudnn.device_properties_json().map_err(|e| format!("GPU {ordinal}: {e}"))?;
     // What a deviceless context needs of it must hold before it is written.
     Cudnn::deviceless(&json).map_err(|e| format!("GPU {ordinal}: its device properties do not load back: {e}"))?;
@@ -135,5 +176,51 @@ fn aot(args: &[String]) -> Result<(), String> {
 
 #[cfg(not(feature = "cudnn"))]
 fn aot(_: &[String]) -> Result<(), String> {
+    Err("this build has no cuDNN backend (built without the `cudnn` feature)".into())
+}
+
+#[cfg(feature = "cudnn")]
+fn convert(args: &[String]) -> Result<(), String> {
+    use cudnn_graph::backend::Cudnn;
+    use cudnn_graph::serialize::frontend_payload::{read_frontend_payload, write_frontend_payload};
+    use cudnn_graph::serialize::plan::{
+        load_payload, parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions,
+    };
+    let to = value(args, "--to")?;
+    let input = value(args, "--in")?;
+    let out = value(args, "--out")?;
+    let options = SerializeOptions { structure: !args.iter().any(|a| a == "--plan-only") };
+    let cudnn = if let Some(ordinal) = device_ordinal(args)? {
+        online(ordinal)?
+    } else {
+        let path = value(args, "--device-properties")?;
+        let devprop = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        Cudnn::deviceless(&devprop).map_err(|e| format!("{path}: {e}"))?
+    };
+    let bytes = std::fs::read(input).map_err(|e| format!("{input}: {e}"))?;
+    let (converted, graph) = match to {
+        "frontend" => {
+            let payload = parse_payload(&bytes).map_err(|e| format!("{input}: {e}"))?;
+            let plan = load_payload(&cudnn, &payload, None, &Expect::default()).map_err(|e| format!("{input}: {e}"))?;
+            let converted =
+                write_frontend_payload(&plan, &payload.origin(), options).map_err(|e| format!("{input}: {e}"))?;
+            (converted, plan.graph().name.clone())
+        }
+        "ours" => {
+            let plan = read_frontend_payload(&cudnn, &bytes, None).map_err(|e| format!("{input}: {e}"))?;
+            let converted = write_payload(&plan, &PlanOrigin::of(&cudnn), options, &Expect::default())
+                .map_err(|e| format!("{input}: {e}"))?;
+            (converted, plan.graph().name.clone())
+        }
+        other => return Err(format!("--to takes `frontend` or `ours`, not `{other}`\n{USAGE}")),
+    };
+    let tmp = format!("{out}.tmp");
+    std::fs::write(&tmp, &converted).and_then(|()| std::fs::rename(&tmp, out)).map_err(|e| format!("{out}: {e}"))?;
+    println!("{graph}: {} B -> {} B ({to}) -> {out}", bytes.len(), converted.len());
+    Ok(())
+}
+
+#[cfg(not(feature = "cudnn"))]
+fn convert(_: &[String]) -> Result<(), String> {
     Err("this build has no cuDNN backend (built without the `cudnn` feature)".into())
 }

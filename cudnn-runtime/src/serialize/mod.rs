@@ -50,6 +50,8 @@
 //! ```
 
 mod error;
+#[cfg(feature = "cudnn")]
+pub mod frontend_payload;
 mod layout;
 #[cfg(feature = "cudnn")]
 pub mod plan;

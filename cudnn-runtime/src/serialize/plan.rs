@@ -370,6 +370,28 @@ pub enum PayloadError {
         /// The graph's.
         graph: Vec<(i64, DataType, String)>,
     },
+    /// cudnn-frontend's payload bytes are not UBJSON (or nest too deep, or hold too many
+    /// values).
+    #[error("not a cudnn-frontend plan payload: {0}")]
+    Ubjson(super::ubjson::UbjsonError),
+    /// A key of a cudnn-frontend payload that is missing, unknown, repeated or of the wrong
+    /// shape ([`super::frontend_payload`]).
+    #[error("cudnn-frontend payload: `{key}` {reason}")]
+    FrontendKey {
+        /// The top-level key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A key of a cudnn-frontend payload whose value asks for something cudnn-graph does not do
+    /// (initialise workspace, derive pointers, dump tensors, ...), on reading or writing.
+    #[error("cudnn-frontend payload: `{key}`: {reason}")]
+    FrontendUnsupported {
+        /// The top-level key.
+        key: String,
+        /// What it holds.
+        reason: String,
+    },
     /// The structure inside the payload is invalid.
     #[error("the payload's structure: {0}")]
     Structure(#[from] SerializeError),

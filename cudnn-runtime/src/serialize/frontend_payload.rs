@@ -1,0 +1,607 @@
+//! cudnn-frontend 1.32's plan payload (`Graph::serialize(std::vector<uint8_t>&)`, Python
+//! `graph.serialize()`), read into an [`ExecutionPlan`] and written from one: an explicit import
+//! and export beside our own payload format ([`super::plan`]), which stays as it is.
+//!
+//! The payload is UBJSON ([`super::ubjson`]) of one object holding the graph's structure (the
+//! structural JSON's top-level keys, absent from a plan-only payload) and the plan's keys:
+//!
+//! ```text
+//! {
+//!   "context": {...}, "gid": 1, "json_version": "2.0", "nodes": [...], "tensors": [...],  ← structure
+//!   "cudnn_backend_version": "9.19.0", "cudnn_frontend_version": 13200,                  ← stamps
+//!   "cudnn_backend_data": "…cuDNN's execution-plan JSON…",
+//!   "variant_pack_uids": [3, 2, 1],          the plan's tensors bound at execute (a set)
+//!   "behavior_notes": [["RUNTIME_COMPILATION"]],   the selected engine's behavior notes
+//!   "pass_by_values": {"4": {"index": 3, "value": "3DCCCCCD"}},   by-value scalars it fills in
+//!   "workspace_modifications": {},           workspace regions it initialises before execute
+//!   "aligned_operands": {},                  pointer alignments it checks at execute
+//!   "variant_pack_replacements": [],         pointers it derives from others (ptr + offset)
+//!   "fe_workspace_size": 0,                  workspace bytes it keeps in front of cuDNN's
+//!   "tensors_to_dump": []                    tensors it logs after execute
+//! }
+//! ```
+//!
+//! Reading ([`parse_frontend_payload`], then [`load_frontend_payload`]) checks every key. The
+//! structure is read with the structural reader (so a feature it refuses is refused here too, as
+//! [`PayloadError::Structure`]); `cudnn_backend_data` goes through [`ExecutionPlan::from_json`],
+//! which checks it against the graph's lowering before cuDNN sees it; the variant pack, the
+//! by-value scalars and the behavior notes must be the loaded plan's. What cudnn-graph cannot
+//! honour — a workspace region to initialise, a derived pointer, an alignment requirement of its
+//! own, a front-end workspace, a tensor to dump — is a [`PayloadError::FrontendUnsupported`]
+//! naming the key, never dropped; a key missing, unknown or of the wrong shape is a
+//! [`PayloadError::FrontendKey`] naming it. Reading is bounded by the UBJSON reader's limits
+//! ([`super::ubjson::MAX_BYTES`], [`super::ubjson::MAX_DEPTH`], [`super::MAX_JSON_VALUES`]) and
+//! never panics.
+//!
+//! Writing ([`write_frontend_payload`]) gives the bytes cudnn-frontend 1.32 itself writes for the
+//! same plan (keys sorted, as nlohmann keeps them). Our structure's `cudnn_graph` extension object
+//! rides along (cudnn-frontend ignores it), so reading the payload back gives the same graph,
+//! fingerprint included.
+//!
+//! Unlike our payload, cudnn-frontend's has no digest and no signature: it carries executable GPU
+//! code (the kernel in `cudnn_backend_data`) with nothing to detect a change. Load it only from
+//! where you would load a shared library.
+
+use std::collections::BTreeSet;
+
+use super::plan::{PayloadError, PlanOrigin, SerializeOptions, MAX_PAYLOAD_BYTES};
+use super::read::graph_from_json;
+use super::ubjson::{from_ubjson, to_ubjson, UbjsonError};
+use super::write::graph_to_json;
+use crate::backend::{BehaviorNote, ByValueScalar, Cudnn, ExecutionPlan};
+use crate::codec::float::{f32_to_hex, hex_to_f32};
+use crate::codec::json::Json;
+use crate::{DataType, Graph};
+
+/// The cudnn-frontend version whose payload layout this module reads and writes, as it stamps
+/// `cudnn_frontend_version` (1.32.0).
+pub const FRONTEND_VERSION: i64 = 13200;
+
+/// The structural keys of a payload (read by the structural reader).
+const STRUCTURE_KEYS: [&str; 8] = [
+    "context",
+    "gid",
+    "cudnn_graph",
+    "json_version",
+    "nodes",
+    "tensors",
+    "cudnn_backend_version",
+    "cudnn_frontend_version",
+];
+
+/// The plan keys of a payload.
+const PLAN_KEYS: [&str; 9] = [
+    "cudnn_backend_data",
+    "variant_pack_uids",
+    "behavior_notes",
+    "pass_by_values",
+    "workspace_modifications",
+    "aligned_operands",
+    "variant_pack_replacements",
+    "fe_workspace_size",
+    "tensors_to_dump",
+];
+
+/// A by-value scalar as cudnn-frontend records it (`std::variant<int64_t, int32_t, half, float,
+/// double, nv_bfloat16>`, by its index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontendScalar {
+    /// Index 0.
+    I64(i64),
+    /// Index 1.
+    I32(i32),
+    /// Index 2: the half's bits (written as the float it widens to).
+    F16(u16),
+    /// Index 3: the float's bits (written as 8 hex digits).
+    F32(u32),
+    /// Index 4: the double's bits (written as a number).
+    F64(u64),
+    /// Index 5: the bfloat16's bits (written as the float it widens to).
+    BF16(u16),
+}
+
+impl FrontendScalar {
+    /// The scalar of `data_type` holding `value`, as a plan stores it; `None` for a type
+    /// cudnn-frontend's variant has no member for.
+    fn of(data_type: DataType, value: f64) -> Option<Self> {
+        Some(match data_type {
+            DataType::I64 => FrontendScalar::I64(DataType::I64.round(value) as i64),
+            DataType::I32 => FrontendScalar::I32(DataType::I32.round(value) as i32),
+            DataType::F16 => FrontendScalar::F16(half::f16::from_f64(value).to_bits()),
+            DataType::F32 => FrontendScalar::F32((value as f32).to_bits()),
+            DataType::F64 => FrontendScalar::F64(value.to_bits()),
+            DataType::BF16 => FrontendScalar::BF16(half::bf16::from_f64(value).to_bits()),
+            _ => return None,
+        })
+    }
+
+    /// The data type it has.
+    pub fn data_type(self) -> DataType {
+        match self {
+            FrontendScalar::I64(_) => DataType::I64,
+            FrontendScalar::I32(_) => DataType::I32,
+            FrontendScalar::F16(_) => DataType::F16,
+            FrontendScalar::F32(_) => DataType::F32,
+            FrontendScalar::F64(_) => DataType::F64,
+            FrontendScalar::BF16(_) => DataType::BF16,
+        }
+    }
+
+    /// The value as an `f64` (exact: every member widens without loss, but for `i64`s above 2^53).
+    pub fn value(self) -> f64 {
+        match self {
+            FrontendScalar::I64(v) => v as f64,
+            FrontendScalar::I32(v) => f64::from(v),
+            FrontendScalar::F16(b) => half::f16::from_bits(b).to_f64(),
+            FrontendScalar::F32(b) => f64::from(f32::from_bits(b)),
+            FrontendScalar::F64(b) => f64::from_bits(b),
+            FrontendScalar::BF16(b) => half::bf16::from_bits(b).to_f64(),
+        }
+    }
+
+    fn to_json(self) -> Json {
+        let (index, value) = match self {
+            FrontendScalar::I64(v) => (0, Json::Int(v)),
+            FrontendScalar::I32(v) => (1, Json::Int(i64::from(v))),
+            FrontendScalar::F16(b) => (2, Json::Float(half::f16::from_bits(b).to_f64())),
+            FrontendScalar::F32(b) => (3, Json::str(f32_to_hex(f32::from_bits(b)))),
+            FrontendScalar::F64(b) => (4, Json::Float(f64::from_bits(b))),
+            FrontendScalar::BF16(b) => (5, Json::Float(half::bf16::from_bits(b).to_f64())),
+        };
+        Json::obj([("index", Json::Int(index)), ("value", value)])
+    }
+
+    fn from_json(v: &Json) -> Option<Self> {
+        let Json::Obj(members) = v else { return None };
+        if members.len() != 2 {
+            return None;
+        }
+        let get = |k: &str| members.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+        let number = |v: &Json| match v {
+            Json::Float(f) => Some(*f),
+            Json::Int(i) => Some(*i as f64),
+            _ => None,
+        };
+        let value = get("value")?;
+        Some(match get("index")? {
+            Json::Int(0) => match value {
+                Json::Int(i) => FrontendScalar::I64(*i),
+                _ => return None,
+            },
+            Json::Int(1) => match value {
+                Json::Int(i) => FrontendScalar::I32(i32::try_from(*i).ok()?),
+                _ => return None,
+            },
+            // A half or bfloat16 is written as the float it widens to: it must be exactly one.
+            Json::Int(2) => {
+                let f = number(value)?;
+                let h = half::f16::from_f64(f);
+                (h.to_f64() == f || f.is_nan()).then_some(FrontendScalar::F16(h.to_bits()))?
+            }
+            Json::Int(3) => match value {
+                Json::Str(s) => FrontendScalar::F32(hex_to_f32(s)?.to_bits()),
+                _ => return None,
+            },
+            Json::Int(4) => FrontendScalar::F64(number(value)?.to_bits()),
+            Json::Int(5) => {
+                let f = number(value)?;
+                let h = half::bf16::from_f64(f);
+                (h.to_f64() == f || f.is_nan()).then_some(FrontendScalar::BF16(h.to_bits()))?
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// A cudnn-frontend payload parsed and checked as far as it can be without cuDNN.
+#[derive(Debug, Clone)]
+pub struct FrontendPayload {
+    /// The graph from the payload's structure; `None` for a plan-only payload.
+    pub structure: Option<Graph>,
+    /// `cudnn_backend_version` as `cudnnGetVersion()` numbers it (`91900`), when stamped.
+    pub cudnn_version: Option<usize>,
+    /// `cudnn_frontend_version` (`13200`), when stamped.
+    pub frontend_version: Option<i64>,
+    /// `cudnn_backend_data`: cuDNN's execution-plan JSON.
+    pub plan_json: String,
+    /// `variant_pack_uids`, ascending.
+    pub variant_pack_uids: Vec<i64>,
+    /// `behavior_notes`: one list per plan (cudnn-frontend writes the selected plan's).
+    pub behavior_notes: Vec<Vec<BehaviorNote>>,
+    /// `pass_by_values` by uid, ascending.
+    pub pass_by_values: Vec<(i64, FrontendScalar)>,
+}
+
+fn key_error(key: &str, reason: impl Into<String>) -> PayloadError {
+    PayloadError::FrontendKey { key: key.to_string(), reason: reason.into() }
+}
+
+fn unsupported(key: &str, reason: impl Into<String>) -> PayloadError {
+    PayloadError::FrontendUnsupported { key: key.to_string(), reason: reason.into() }
+}
+
+/// Parses `9.19.0` as `cudnnGetVersion()` numbers it (`91900`).
+fn parse_backend_version(text: &str) -> Option<usize> {
+    let mut parts = text.split('.').map(|p| p.parse::<usize>().ok());
+    let (major, minor, patch) = (parts.next()??, parts.next()??, parts.next()??);
+    if parts.next().is_some() || minor > 99 || patch > 99 {
+        return None;
+    }
+    major.checked_mul(10_000)?.checked_add(minor * 100 + patch)
+}
+
+/// `91900` as cudnn-frontend stamps it: `9.19.0`.
+fn backend_version_string(version: usize) -> String {
+    format!("{}.{}.{}", version / 10_000, version / 100 % 100, version % 100)
+}
+
+/// An integer key's value (a `UInt`, above `i64::MAX`, is no uid, size or version).
+fn int(key: &str, v: &Json) -> Result<i64, PayloadError> {
+    match v {
+        Json::Int(i) => Ok(*i),
+        other => Err(key_error(key, format!("must be an integer, found {}", other.kind()))),
+    }
+}
+
+/// A key's value must be an empty object or array; otherwise cudnn-graph cannot honour it.
+fn require_empty(key: &str, v: &Json, what: &str) -> Result<(), PayloadError> {
+    match v {
+        Json::Obj(m) if m.is_empty() => Ok(()),
+        Json::Arr(a) if a.is_empty() => Ok(()),
+        Json::Obj(m) => Err(unsupported(key, format!("holds {} {what}, which cudnn-graph does not do", m.len()))),
+        Json::Arr(a) => Err(unsupported(key, format!("holds {} {what}, which cudnn-graph does not do", a.len()))),
+        other => Err(key_error(key, format!("must be an object or a list, found {}", other.kind()))),
+    }
+}
+
+/// Parses a cudnn-frontend plan payload (no cuDNN needed): UBJSON, every key, the structure.
+///
+/// # Errors
+///
+/// [`PayloadError::TooLarge`] over [`MAX_PAYLOAD_BYTES`]; [`PayloadError::Ubjson`] for bytes that
+/// are not UBJSON; [`PayloadError::FrontendKey`] for a key missing, unknown or of the wrong shape;
+/// [`PayloadError::FrontendUnsupported`] for a key whose value cudnn-graph cannot honour;
+/// [`PayloadError::Structure`] for a structure the structural reader refuses.
+///
+/// ```
+/// use cudnn_runtime::serialize::frontend_payload::parse_frontend_payload;
+/// use cudnn_runtime::serialize::plan::PayloadError;
+/// // `{"json_version": "2.0"}`: no plan.
+/// let e = parse_frontend_payload(b"{i\x0cjson_versionSi\x032.0}").unwrap_err();
+/// assert!(matches!(e, PayloadError::FrontendKey { ref key, .. } if key == "cudnn_backend_data"));
+/// ```
+pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadError> {
+    if bytes.len() > MAX_PAYLOAD_BYTES {
+        return Err(PayloadError::TooLarge(bytes.len() as u64));
+    }
+    let doc = from_ubjson(bytes)?;
+    let Json::Obj(members) = &doc else {
+        return Err(key_error("(payload)", format!("must be an object, found {}", doc.kind())));
+    };
+    let mut seen = BTreeSet::new();
+    for (key, _) in members {
+        if !seen.insert(key.as_str()) {
+            return Err(key_error(key, "appears twice"));
+        }
+        if !STRUCTURE_KEYS.contains(&key.as_str()) && !PLAN_KEYS.contains(&key.as_str()) {
+            return Err(key_error(key, "is not a key of cudnn-frontend 1.32's plan payload"));
+        }
+    }
+    let get = |key: &str| members.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    let req = |key: &str| get(key).ok_or_else(|| key_error(key, "is missing"));
+
+    match req("json_version")? {
+        Json::Str(v) if v == "2.0" => {}
+        Json::Str(v) => return Err(key_error("json_version", format!("is {v:?}; cudnn-frontend 1.32 writes \"2.0\""))),
+        other => return Err(key_error("json_version", format!("must be a string, found {}", other.kind()))),
+    }
+    let cudnn_version = match get("cudnn_backend_version") {
+        None => None,
+        Some(Json::Str(s)) => Some(parse_backend_version(s).ok_or_else(|| {
+            key_error("cudnn_backend_version", format!("{s:?} is not a cuDNN version (major.minor.patch)"))
+        })?),
+        Some(other) => {
+            return Err(key_error("cudnn_backend_version", format!("must be a string, found {}", other.kind())))
+        }
+    };
+    let frontend_version = get("cudnn_frontend_version").map(|v| int("cudnn_frontend_version", v)).transpose()?;
+
+    // The structure: present when it has nodes or tensors (as cudnn-frontend decides).
+    let structure = if get("nodes").is_some() || get("tensors").is_some() {
+        let structural: Vec<(String, Json)> =
+            members.iter().filter(|(k, _)| STRUCTURE_KEYS.contains(&k.as_str())).cloned().collect();
+        Some(graph_from_json(&Json::Obj(structural))?)
+    } else {
+        if let Some(key) = ["context", "gid", "cudnn_graph"].into_iter().find(|k| get(k).is_some()) {
+            return Err(key_error(key, "is given without the structure's `nodes` and `tensors`"));
+        }
+        None
+    };
+
+    let plan_json = match req("cudnn_backend_data")? {
+        Json::Str(s) => s.clone(),
+        other => return Err(key_error("cudnn_backend_data", format!("must be a string, found {}", other.kind()))),
+    };
+
+    let variant_pack_uids = match req("variant_pack_uids")? {
+        Json::Arr(items) => {
+            let mut uids = BTreeSet::new();
+            for item in items {
+                let uid = int("variant_pack_uids", item)?;
+                if !uids.insert(uid) {
+                    return Err(key_error("variant_pack_uids", format!("lists uid {uid} twice")));
+                }
+            }
+            uids.into_iter().collect()
+        }
+        other => return Err(key_error("variant_pack_uids", format!("must be a list, found {}", other.kind()))),
+    };
+
+    let behavior_notes = match req("behavior_notes")? {
+        Json::Arr(lists) => lists
+            .iter()
+            .map(|list| match list {
+                Json::Arr(names) => names
+                    .iter()
+                    .map(|n| match n {
+                        Json::Str(s) => BehaviorNote::from_name(s)
+                            .filter(|n| !matches!(n, BehaviorNote::Other(_)))
+                            .ok_or_else(|| key_error("behavior_notes", format!("{s:?} is not a behavior note"))),
+                        other => {
+                            Err(key_error("behavior_notes", format!("a note must be a string, found {}", other.kind())))
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>(),
+                other => Err(key_error("behavior_notes", format!("must be a list of lists, found {}", other.kind()))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        other => return Err(key_error("behavior_notes", format!("must be a list of lists, found {}", other.kind()))),
+    };
+
+    let pass_by_values = match req("pass_by_values")? {
+        Json::Obj(entries) => {
+            let mut out = Vec::with_capacity(entries.len());
+            for (uid, value) in entries {
+                let parsed = uid.parse::<i64>().ok().filter(|u| u.to_string() == *uid);
+                let uid = parsed.ok_or_else(|| key_error("pass_by_values", format!("{uid:?} is not a uid")))?;
+                let scalar = FrontendScalar::from_json(value).ok_or_else(|| {
+                    key_error(
+                        "pass_by_values",
+                        format!("uid {uid}: not an {{\"index\": 0..5, \"value\": …}} scalar of that type"),
+                    )
+                })?;
+                out.push((uid, scalar));
+            }
+            out.sort_by_key(|(uid, _)| *uid);
+            if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(key_error("pass_by_values", format!("lists uid {} twice", w[0].0)));
+            }
+            out
+        }
+        other => return Err(key_error("pass_by_values", format!("must be an object, found {}", other.kind()))),
+    };
+
+    // What cudnn-frontend does around cuDNN's execute that cudnn-graph does not.
+    require_empty(
+        "workspace_modifications",
+        req("workspace_modifications")?,
+        "workspace region(s) to set up before execute",
+    )?;
+    if let Some(aligned) = get("aligned_operands") {
+        require_empty("aligned_operands", aligned, "pointer alignment check(s) of cudnn-frontend's own at execute")?;
+    }
+    require_empty(
+        "variant_pack_replacements",
+        req("variant_pack_replacements")?,
+        "pointer(s) derived from other pointers at execute",
+    )?;
+    match int("fe_workspace_size", req("fe_workspace_size")?)? {
+        0 => {}
+        n if n < 0 => return Err(key_error("fe_workspace_size", format!("{n} is negative"))),
+        n => {
+            return Err(unsupported(
+                "fe_workspace_size",
+                format!("asks for {n} bytes of cudnn-frontend's own workspace, which cudnn-graph does not keep"),
+            ))
+        }
+    }
+    if let Some(dump) = get("tensors_to_dump") {
+        require_empty("tensors_to_dump", dump, "tensor(s) to dump after execute")?;
+    }
+
+    Ok(FrontendPayload {
+        structure,
+        cudnn_version,
+        frontend_version,
+        plan_json,
+        variant_pack_uids,
+        behavior_notes,
+        pass_by_values,
+    })
+}
+
+/// The by-value scalars of `scalars` as (uid, type, value bits) records, for error messages.
+fn records(scalars: impl Iterator<Item = (i64, DataType, f64)>) -> Vec<(i64, DataType, String)> {
+    scalars.map(|(uid, dt, v)| (uid, dt, format!("{:#018x}", v.to_bits()))).collect()
+}
+
+/// Loads a parsed cudnn-frontend payload into a plan for `cudnn`. The graph comes from the
+/// payload's structure or from `graph` (needed for a plan-only payload; when both are there,
+/// they must be the same graph).
+///
+/// # Errors
+///
+/// [`PayloadError::CudnnVersion`] for a plan of another cuDNN, [`PayloadError::NeedsGraph`],
+/// [`PayloadError::GraphFingerprint`], [`PayloadError::Load`] when the plan JSON is not the
+/// graph's lowering or cuDNN refuses it, [`PayloadError::VariantPack`] and
+/// [`PayloadError::Scalars`] when the payload's variant pack or by-value scalars are not the
+/// loaded plan's, [`PayloadError::FrontendKey`] naming `behavior_notes` when those are not.
+pub fn load_frontend_payload(
+    cudnn: &Cudnn,
+    payload: &FrontendPayload,
+    graph: Option<Graph>,
+) -> Result<ExecutionPlan, PayloadError> {
+    if let Some(version) = payload.cudnn_version {
+        if version != cudnn.version() {
+            return Err(PayloadError::CudnnVersion { payload: version, runtime: cudnn.version() });
+        }
+    }
+    let graph = match (graph, &payload.structure) {
+        (Some(given), Some(own)) if given.fingerprint() != own.fingerprint() => {
+            return Err(PayloadError::GraphFingerprint {
+                payload_graph: own.name.clone(),
+                payload: format!("{:#018x}", own.fingerprint()),
+                given: format!("{:#018x}", given.fingerprint()),
+            })
+        }
+        (Some(given), _) => given,
+        (None, Some(own)) => own.clone(),
+        (None, None) => return Err(PayloadError::NeedsGraph { graph: "(a cudnn-frontend plan-only payload)".into() }),
+    };
+    let plan =
+        ExecutionPlan::from_json(cudnn, graph, &payload.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
+    let layout = plan.layout();
+
+    // cudnn-frontend binds `variant_pack_uids` and fills `pass_by_values` in: together they are
+    // the plan's variant pack.
+    let mut bound: BTreeSet<i64> = payload.variant_pack_uids.iter().copied().collect();
+    bound.extend(payload.pass_by_values.iter().map(|(uid, _)| *uid));
+    if !bound.iter().copied().eq(layout.uids().iter().copied()) {
+        return Err(PayloadError::VariantPack { payload: bound.into_iter().collect(), graph: layout.uids().to_vec() });
+    }
+    // Each of the plan's by-value scalars must be filled in with its value, in its type, and
+    // nothing else.
+    let ours: Vec<(i64, Option<FrontendScalar>)> =
+        layout.scalars().iter().map(|s: &ByValueScalar| (s.uid, FrontendScalar::of(s.data_type, s.value()))).collect();
+    let theirs: Vec<(i64, Option<FrontendScalar>)> =
+        payload.pass_by_values.iter().map(|&(uid, s)| (uid, Some(s))).collect();
+    if ours != theirs {
+        return Err(PayloadError::Scalars {
+            payload: records(payload.pass_by_values.iter().map(|(uid, s)| (*uid, s.data_type(), s.value()))),
+            graph: records(layout.scalars().iter().map(|s| (s.uid, s.data_type, s.value()))),
+        });
+    }
+    // The notes describe the selected engine: they must be the loaded plan's.
+    let loaded: BTreeSet<String> = plan.selected().behavior_notes.iter().map(ToString::to_string).collect();
+    let recorded: BTreeSet<String> = payload.behavior_notes.iter().flatten().map(ToString::to_string).collect();
+    if payload.behavior_notes.len() != 1 || loaded != recorded {
+        return Err(key_error(
+            "behavior_notes",
+            format!("{:?} are not the loaded plan's [{:?}]", payload.behavior_notes, loaded),
+        ));
+    }
+    Ok(plan)
+}
+
+/// Reads cudnn-frontend's plan payload bytes into a plan for `cudnn`:
+/// [`parse_frontend_payload`], then [`load_frontend_payload`].
+///
+/// # Errors
+///
+/// Those of the two steps.
+pub fn read_frontend_payload(cudnn: &Cudnn, bytes: &[u8], graph: Option<Graph>) -> Result<ExecutionPlan, PayloadError> {
+    let payload = parse_frontend_payload(bytes)?;
+    let result = load_frontend_payload(cudnn, &payload, graph);
+    match &result {
+        Ok(plan) => tracing::debug!(graph = %plan.graph().name, bytes = bytes.len(), "cudnn-frontend payload loaded"),
+        Err(e) => tracing::debug!(error = %e, "cudnn-frontend payload refused"),
+    }
+    result
+}
+
+/// Writes `plan` (made by the cuDNN `origin` names) as cudnn-frontend 1.32's plan payload, with
+/// the graph's structure or (`options.structure == false`) plan-only.
+///
+/// # Errors
+///
+/// [`PayloadError::FrontendUnsupported`] naming the key for what cudnn-frontend's payload would
+/// need and this writer does not produce: a plan whose lowering binds a slice by pointer offset
+/// (`variant_pack_replacements`) or places tensors in the workspace (`workspace_modifications`),
+/// a by-value scalar of a type cudnn-frontend's variant has no member for (`pass_by_values`), a
+/// behavior note cudnn-frontend does not name (`behavior_notes`); [`PayloadError::Save`] when
+/// cuDNN cannot give the plan's JSON.
+pub fn write_frontend_payload(
+    plan: &ExecutionPlan,
+    origin: &PlanOrigin,
+    options: SerializeOptions,
+) -> Result<Vec<u8>, PayloadError> {
+    let layout = plan.layout();
+    if !layout.views().is_empty() {
+        return Err(unsupported(
+            "variant_pack_replacements",
+            format!(
+                "the plan binds {} slice(s) by pointer offset, which this writer does not express as replacements",
+                layout.views().len()
+            ),
+        ));
+    }
+    if !layout.workspace_tensors().is_empty() {
+        return Err(unsupported(
+            "workspace_modifications",
+            format!(
+                "the plan places {} tensor(s) in the workspace, which this writer does not express as modifications",
+                layout.workspace_tensors().len()
+            ),
+        ));
+    }
+    let mut pass_by_values = Vec::with_capacity(layout.scalars().len());
+    for s in layout.scalars() {
+        let scalar = FrontendScalar::of(s.data_type, s.value()).ok_or_else(|| {
+            unsupported(
+                "pass_by_values",
+                format!("uid {}: cudnn-frontend has no by-value scalar of type {}", s.uid, s.data_type),
+            )
+        })?;
+        pass_by_values.push((s.uid.to_string(), scalar.to_json()));
+    }
+    let notes = plan
+        .selected()
+        .behavior_notes
+        .iter()
+        .map(|n| match n {
+            BehaviorNote::Other(v) => {
+                Err(unsupported("behavior_notes", format!("cudnn-frontend does not name behavior note {v}")))
+            }
+            named => Ok(Json::str(named.to_string())),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut members: Vec<(String, Json)> = Vec::new();
+    if options.structure {
+        match graph_to_json(plan.graph()) {
+            Json::Obj(structure) => members.extend(structure),
+            other => members.push(("structure".into(), other)),
+        }
+    }
+    let set = |members: &mut Vec<(String, Json)>, key: &str, value: Json| {
+        members.retain(|(k, _)| k != key);
+        members.push((key.to_string(), value));
+    };
+    set(&mut members, "json_version", Json::str("2.0"));
+    set(&mut members, "cudnn_backend_version", Json::str(backend_version_string(origin.cudnn_version)));
+    set(&mut members, "cudnn_frontend_version", Json::Int(FRONTEND_VERSION));
+    let plan_json = plan.json().map_err(|e| PayloadError::Save(Box::new(e)))?;
+    set(&mut members, "cudnn_backend_data", Json::Str(plan_json));
+    set(&mut members, "variant_pack_uids", Json::Arr(layout.uids().iter().map(|&u| Json::Int(u)).collect()));
+    set(&mut members, "behavior_notes", Json::Arr(vec![Json::Arr(notes)]));
+    set(&mut members, "pass_by_values", Json::Obj(pass_by_values));
+    set(&mut members, "workspace_modifications", Json::Obj(Vec::new()));
+    set(&mut members, "aligned_operands", Json::Obj(Vec::new()));
+    set(&mut members, "variant_pack_replacements", Json::Arr(Vec::new()));
+    set(&mut members, "fe_workspace_size", Json::Int(0));
+    set(&mut members, "tensors_to_dump", Json::Arr(Vec::new()));
+    // nlohmann keeps an object's keys sorted; so does cudnn-frontend's payload.
+    members.sort_by(|a, b| a.0.cmp(&b.0));
+    let bytes = to_ubjson(&Json::Obj(members))?;
+    tracing::debug!(graph = %plan.graph().name, bytes = bytes.len(), structure = options.structure, "cudnn-frontend payload written");
+    Ok(bytes)
+}
+
+impl From<UbjsonError> for PayloadError {
+    fn from(e: UbjsonError) -> Self {
+        match e {
+            UbjsonError::TooLarge { len, .. } => PayloadError::TooLarge(len as u64),
+            other => PayloadError::Ubjson(other),
+        }
+    }
+}
