@@ -44,6 +44,7 @@
 
 use std::collections::BTreeSet;
 
+use super::layout::{PLAN_FIELDS, STRUCTURE_FIELDS};
 use super::plan::{PayloadError, PlanOrigin, SerializeOptions, MAX_PAYLOAD_BYTES};
 use super::read::graph_from_json;
 use super::ubjson::{from_ubjson, to_ubjson, UbjsonError};
@@ -56,31 +57,6 @@ use crate::{DataType, Graph};
 /// The cudnn-frontend version whose payload layout this module reads and writes, as it stamps
 /// `cudnn_frontend_version` (1.32.0).
 pub const FRONTEND_VERSION: i64 = 13200;
-
-/// The structural keys of a payload (read by the structural reader).
-const STRUCTURE_KEYS: [&str; 8] = [
-    "context",
-    "gid",
-    "cudnn_graph",
-    "json_version",
-    "nodes",
-    "tensors",
-    "cudnn_backend_version",
-    "cudnn_frontend_version",
-];
-
-/// The plan keys of a payload.
-const PLAN_KEYS: [&str; 9] = [
-    "cudnn_backend_data",
-    "variant_pack_uids",
-    "behavior_notes",
-    "pass_by_values",
-    "workspace_modifications",
-    "aligned_operands",
-    "variant_pack_replacements",
-    "fe_workspace_size",
-    "tensors_to_dump",
-];
 
 /// A by-value scalar as cudnn-frontend records it (`std::variant<int64_t, int32_t, half, float,
 /// double, nv_bfloat16>`, by its index).
@@ -283,7 +259,7 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
         if !seen.insert(key.as_str()) {
             return Err(key_error(key, "appears twice"));
         }
-        if !STRUCTURE_KEYS.contains(&key.as_str()) && !PLAN_KEYS.contains(&key.as_str()) {
+        if !STRUCTURE_FIELDS.contains(&key.as_str()) && !PLAN_FIELDS.contains(&key.as_str()) {
             return Err(key_error(key, "is not a key of cudnn-frontend 1.32's plan payload"));
         }
     }
@@ -309,7 +285,7 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
     // The structure: present when it has nodes or tensors (as cudnn-frontend decides).
     let structure = if get("nodes").is_some() || get("tensors").is_some() {
         let structural: Vec<(String, Json)> =
-            members.iter().filter(|(k, _)| STRUCTURE_KEYS.contains(&k.as_str())).cloned().collect();
+            members.iter().filter(|(k, _)| STRUCTURE_FIELDS.contains(&k.as_str())).cloned().collect();
         Some(graph_from_json(&Json::Obj(structural))?)
     } else {
         if let Some(key) = ["context", "gid", "cudnn_graph"].into_iter().find(|k| get(k).is_some()) {

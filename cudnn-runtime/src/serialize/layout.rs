@@ -29,10 +29,9 @@ pub const FORMAT: u64 = 1;
 
 pub(crate) use crate::codec::names::EXT;
 
-/// The top-level fields: the structure, cudnn-frontend's version stamps, our extension, and the
-/// plan payload's fields (cudnn-frontend's `serialize(std::vector<uint8_t>&)` adds those to the same
-/// object; the structural reader leaves them to the plan reader).
-pub(crate) const TOP_FIELDS: [&str; 16] = [
+/// The top-level fields of a structural document: the structure, cudnn-frontend's version stamps
+/// and our extension.
+pub(crate) const STRUCTURE_FIELDS: [&str; 8] = [
     "context",
     "gid",
     "cudnn_graph",
@@ -41,15 +40,33 @@ pub(crate) const TOP_FIELDS: [&str; 16] = [
     "tensors",
     "cudnn_backend_version",
     "cudnn_frontend_version",
+];
+
+/// The fields cudnn-frontend's plan payload adds to the same object (its
+/// `serialize(std::vector<uint8_t>&)`); the structural reader leaves them to the payload reader
+/// (`serialize::frontend_payload`).
+pub(crate) const PLAN_FIELDS: [&str; 9] = [
     "cudnn_backend_data",
     "variant_pack_uids",
     "behavior_notes",
     "pass_by_values",
     "workspace_modifications",
+    "aligned_operands",
     "variant_pack_replacements",
     "fe_workspace_size",
     "tensors_to_dump",
 ];
+
+/// Every top-level field the structural reader accepts: [`STRUCTURE_FIELDS`] then [`PLAN_FIELDS`].
+pub(crate) const TOP_FIELDS: [&str; STRUCTURE_FIELDS.len() + PLAN_FIELDS.len()] = {
+    let mut all = [""; STRUCTURE_FIELDS.len() + PLAN_FIELDS.len()];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = if i < STRUCTURE_FIELDS.len() { STRUCTURE_FIELDS[i] } else { PLAN_FIELDS[i - STRUCTURE_FIELDS.len()] };
+        i += 1;
+    }
+    all
+};
 
 /// `context` fields (`Graph::serialize`).
 pub(crate) const CONTEXT_FIELDS: [&str; 7] = [
