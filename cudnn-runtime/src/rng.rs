@@ -15,6 +15,14 @@
 //! assert!((0.25..2.0).contains(&y.abs()));
 //! ```
 
+/// splitmix64's finalizer: a bijective 64-bit hash (each output bit depends on every input bit),
+/// for deterministic per-position randomness without a stream (attention dropout's keep mask).
+pub const fn mix(z: u64) -> u64 {
+    let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// splitmix64 (Steele, Lea and Flood 2014): a 64-bit state advanced by the golden-ratio gamma
 /// and hashed, so consecutive seeds give unrelated streams.
 #[derive(Debug, Clone)]
@@ -31,10 +39,7 @@ impl SplitMix64 {
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        mix(self.state)
     }
 
     /// A value in `[0, 1)` with 53 random bits.

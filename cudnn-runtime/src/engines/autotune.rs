@@ -26,6 +26,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::rng::SplitMix64;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -252,26 +253,20 @@ impl Scratch {
 /// `bytes` of elements of `data_type`: a pattern of a prime number of elements, repeated.
 fn host_data(data_type: DataType, bytes: usize, fill: Fill, stream_id: u64) -> Vec<u8> {
     const PATTERN: usize = 4093;
-    let mut state = match fill {
+    let mut rng = SplitMix64::new(match fill {
         Fill::Random { seed } => seed ^ stream_id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
         Fill::Constant(_) => 0,
-    };
+    });
     let mut pattern = Vec::with_capacity(PATTERN * data_type.size_bytes());
     for _ in 0..PATTERN {
         let value = match fill {
             Fill::Constant(v) => v,
             Fill::Random { .. } => {
-                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                z ^= z >> 31;
-                let magnitude = 0.0625 + 0.9375 * ((z >> 11) as f64 / (1u64 << 53) as f64);
-                let v = if z & 1 == 0 { magnitude } else { -magnitude };
+                let v = rng.nonzero(0.0625, 1.0);
                 // Integer and boolean tensors get small non-zero integers instead.
                 match data_type {
                     DataType::I8 | DataType::I32 | DataType::I64 => (v * 8.0).round().clamp(-8.0, 8.0).max(1.0),
-                    DataType::U8 | DataType::Bool => 1.0 + (z % 3) as f64,
+                    DataType::U8 | DataType::Bool => 1.0 + rng.below(3) as f64,
                     _ => v,
                 }
             }

@@ -30,13 +30,12 @@ fn at(dims: [usize; 4], idx: [usize; 4]) -> usize {
 /// Whether dropout keeps score `(b, h, i, j)`: a splitmix64 hash of the seed, the offset and the
 /// position in the `[B, H_q, S_q, S_kv]` score tensor, compared with `p`.
 pub fn dropout_keep(seed: i64, offset: i64, flat: u64, p: f64) -> bool {
-    let mut z = (seed as u64)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add((offset as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9))
-        .wrapping_add(flat);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
+    let z = crate::rng::mix(
+        (seed as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add((offset as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9))
+            .wrapping_add(flat),
+    );
     let u = (z >> 11) as f64 / (1u64 << 53) as f64;
     u >= p
 }
