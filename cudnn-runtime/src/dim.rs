@@ -214,7 +214,8 @@ impl fmt::Display for SymDim {
 /// person would write them. Division is floor division (`div_euclid` in the Rust form).
 ///
 /// ```
-/// use cudnn_runtime::dim::{Dim, SymDim};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::dim::{Dim, SymDim};
 /// let h = SymDim::Param("H".into());
 /// // A 3×3 window with padding 1 and stride 1 keeps H: the rule's result is H itself.
 /// assert_eq!(SymDim::window_output(&h, &SymDim::Lit(3), 1, 1, 1, 1), Some(h.clone()));
@@ -516,7 +517,8 @@ pub fn packed_strides(dims: &[i64]) -> Vec<i64> {
 /// as [`packed_strides`]).
 ///
 /// ```
-/// assert_eq!(cudnn_runtime::dim::channels_last_strides(&[2, 3, 4, 5]), vec![60, 1, 15, 3]);
+/// # use cudnn_runtime as cudnn_graph;
+/// assert_eq!(cudnn_graph::dim::channels_last_strides(&[2, 3, 4, 5]), vec![60, 1, 15, 3]);
 /// ```
 pub fn channels_last_strides(dims: &[i64]) -> Vec<i64> {
     let mut strides = vec![0; dims.len()];

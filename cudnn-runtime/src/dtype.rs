@@ -152,7 +152,8 @@ impl fmt::Display for DataType {
 /// A Rust type that stores elements of one [`DataType`].
 ///
 /// ```
-/// use cudnn_runtime::{DataType, Element};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::{DataType, Element};
 /// assert_eq!(<half::bf16 as Element>::DTYPE, DataType::BF16);
 /// assert_eq!(half::bf16::from_f64_value(1.5).to_f64_value(), 1.5);
 /// ```
@@ -214,7 +215,8 @@ impl Element for bool {
 /// per element, and [`Bits::pack`] and [`Bits::unpack`] convert.
 ///
 /// ```
-/// use cudnn_runtime::Bits;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::Bits;
 /// let mask = [true, false, true, true, false, false, false, false, true];
 /// let bits = Bits::pack(&mask);
 /// assert_eq!(bits, [Bits(0b0000_1101), Bits(0b0000_0001)]);

@@ -3,7 +3,8 @@
 //! version, with no dependency. Not for cryptography.
 //!
 //! ```
-//! use cudnn_runtime::rng::SplitMix64;
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::rng::SplitMix64;
 //!
 //! let mut rng = SplitMix64::new(7);
 //! let x: Vec<f64> = (0..4).map(|_| rng.uniform(-1.0, 1.0)).collect();

@@ -17,7 +17,8 @@ use super::candidate::{BehaviorNote, Candidate, Filter, HeuristicMode, Knob, Num
 /// used.
 ///
 /// ```
-/// use cudnn_runtime::backend::{BehaviorNote, BuildOptions, HeuristicMode, NumericalNote};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::{BehaviorNote, BuildOptions, HeuristicMode, NumericalNote};
 /// // Deterministic, no runtime compilation, tensor cores, at most 1 MiB of workspace; every
 /// // candidate that passes is built (for autotuning).
 /// let options = BuildOptions::default()

@@ -76,8 +76,9 @@ impl Descriptors {
 /// the lock costs one atomic compare-and-swap.
 ///
 /// ```no_run
-/// use cudnn_runtime::backend::{BuildOptions, Cudnn, ExecutionPlan};
-/// use cudnn_runtime::{DataType, GraphBuilder};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
+/// use cudnn_graph::{DataType, GraphBuilder};
 /// let mut g = GraphBuilder::new("mm");
 /// let a = g.input("a", DataType::F16, &[1, 64, 32])?;
 /// let b = g.input("b", DataType::F16, &[1, 32, 16])?;

@@ -11,7 +11,8 @@
 //! Readers also take plain JSON numbers, for hand-written files.
 //!
 //! ```
-//! use cudnn_runtime::serialize::float;
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::serialize::float;
 //! assert_eq!(float::f32_to_hex(0.1), "3DCCCCCD");
 //! assert_eq!(float::hex_to_f32("0x3dcccccd"), Some(0.1));
 //! assert_eq!(float::f64_to_hex(0.5), "0x3fe0000000000000");

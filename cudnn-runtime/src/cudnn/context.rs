@@ -21,9 +21,10 @@ use super::{library, CudnnError};
 /// GPU, no GPU at all) [`CudnnError::Driver`].
 ///
 /// ```no_run
-/// use cudnn_runtime::backend::{cuda_context, Cudnn};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::{cuda_context, Cudnn};
 /// let cudnn = Cudnn::new(cuda_context(0)?.default_stream())?;
-/// # Ok::<(), cudnn_runtime::backend::CudnnError>(())
+/// # Ok::<(), cudnn_graph::backend::CudnnError>(())
 /// ```
 pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, CudnnError> {
     library::require_driver()?;
@@ -111,13 +112,14 @@ impl Anchor {
 /// A cuDNN context: a handle on a CUDA stream, or a described device.
 ///
 /// ```no_run
-/// use cudnn_runtime::backend::Cudnn;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::Cudnn;
 /// // Deviceless: plan for an H200 on any machine with libcudnn (and a libcuda, real or stand-in).
 /// let json = std::fs::read_to_string("tests/fixtures/h200-devprop.json")?;
 /// let cudnn = Cudnn::deviceless(&json)?;
 /// assert!(!cudnn.is_online());
 /// // Online: plans that execute on the stream.
-/// let stream = cudnn_runtime::backend::cuda_context(0)?.default_stream();
+/// let stream = cudnn_graph::backend::cuda_context(0)?.default_stream();
 /// let cudnn = Cudnn::new(stream)?;
 /// println!("cuDNN {}", cudnn.version());
 /// # Ok::<(), Box<dyn std::error::Error>>(())

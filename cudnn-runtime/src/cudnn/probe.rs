@@ -72,7 +72,8 @@ pub struct GpuProbe {
 /// libcuda is the driver or a stand-in, and the GPUs the driver reports.
 ///
 /// ```
-/// use cudnn_runtime::backend::{probe_libraries, DriverProbe};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::{probe_libraries, DriverProbe};
 /// let probe = probe_libraries();
 /// if let DriverProbe::Driver { gpus, .. } = &probe.driver {
 ///     for gpu in gpus {

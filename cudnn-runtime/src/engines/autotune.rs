@@ -11,10 +11,11 @@
 //! whole table comes back as data ([`AutotuneReport`]).
 //!
 //! ```no_run
-//! use cudnn_runtime::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
-//! use cudnn_runtime::engines::{autotune, AutotuneOptions};
-//! # fn graph() -> cudnn_runtime::Graph { unimplemented!() }
-//! let stream = cudnn_runtime::backend::cuda_context(0)?.default_stream();
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
+//! use cudnn_graph::engines::{autotune, AutotuneOptions};
+//! # fn graph() -> cudnn_graph::Graph { unimplemented!() }
+//! let stream = cudnn_graph::backend::cuda_context(0)?.default_stream();
 //! let cudnn = Cudnn::new(stream)?;
 //! let options = BuildOptions::default().modes(&[HeuristicMode::A, HeuristicMode::B]).all_plans();
 //! let mut plan = ExecutionPlan::build(&cudnn, &graph(), &options)?;

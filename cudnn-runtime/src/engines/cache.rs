@@ -39,12 +39,13 @@
 //! ([`PlanCache::with_key`]) so that it signs what it writes and loads only what it signed.
 //!
 //! ```no_run
-//! use cudnn_runtime::backend::{BuildOptions, Cudnn};
-//! use cudnn_runtime::engines::{CacheSource, PlanCache};
-//! use cudnn_runtime::serialize::plan::Expect;
-//! # fn graph() -> cudnn_runtime::Graph { unimplemented!() }
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::backend::{BuildOptions, Cudnn};
+//! use cudnn_graph::engines::{CacheSource, PlanCache};
+//! use cudnn_graph::serialize::plan::Expect;
+//! # fn graph() -> cudnn_graph::Graph { unimplemented!() }
 //! let cache = PlanCache::with_dir("/tmp/cudnn-graph-plans")?;
-//! let cudnn = Cudnn::new(cudnn_runtime::backend::cuda_context(0)?.default_stream())?;
+//! let cudnn = Cudnn::new(cudnn_graph::backend::cuda_context(0)?.default_stream())?;
 //! let first = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
 //! let again = cache.get_or_build(&cudnn, &graph(), &Expect::default(), &BuildOptions::default())?;
 //! assert_eq!(again.source, CacheSource::Memory);
@@ -108,7 +109,8 @@ impl PlanKey {
     /// The entry's file name in a cache directory.
     ///
     /// ```
-    /// use cudnn_runtime::engines::PlanKey;
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::PlanKey;
     /// let key = PlanKey { graph_fingerprint: 0xab, binding: None, sm: Some(90), cudnn_version: 91900 };
     /// assert!(key.file_name().starts_with("00000000000000ab-"));
     /// assert!(key.file_name().ends_with("-sm90-cudnn91900.plan.json"));

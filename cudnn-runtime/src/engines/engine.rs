@@ -15,9 +15,10 @@
 //! the reference engine, and the candidate list says why.
 //!
 //! ```
-//! use cudnn_runtime::engines::engine::{EngineId, RoutedTarget, Router};
-//! use cudnn_runtime::backend::BuildOptions;
-//! use cudnn_runtime::{DataType, GraphBuilder};
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::engines::engine::{EngineId, RoutedTarget, Router};
+//! use cudnn_graph::backend::BuildOptions;
+//! use cudnn_graph::{DataType, GraphBuilder};
 //! let mut g = GraphBuilder::new("twice");
 //! let x = g.input("x", DataType::F64, &[3])?;
 //! let y = g.op("add", &[x.into(), x.into()], &[])?[0];

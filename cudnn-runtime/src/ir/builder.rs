@@ -33,7 +33,8 @@ impl From<f64> for Operand {
 /// error naming the node, op and port.
 ///
 /// ```
-/// use cudnn_runtime::{DataType, GraphBuilder};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::{DataType, GraphBuilder};
 /// let mut g = GraphBuilder::new("scaled_relu");
 /// let x = g.input("x", DataType::BF16, &[4, 16]).unwrap();
 /// let y = g.op("mul", &[x.into(), 0.5.into()], &[]).unwrap()[0];
@@ -136,7 +137,8 @@ impl GraphBuilder {
     /// `[B, H, S, D]` tensor stored BSHD is `order = [0, 2, 1, 3]`.
     ///
     /// ```
-    /// use cudnn_runtime::{DataType, GraphBuilder};
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::{DataType, GraphBuilder};
     /// let mut g = GraphBuilder::new("g");
     /// let q = g.input("q", DataType::F16, &[2, 4, 8, 16]).unwrap();
     /// g.set_dim_order(q, &[0, 2, 1, 3]).unwrap();
@@ -162,7 +164,8 @@ impl GraphBuilder {
     /// spatial dims: [`GraphError::ChannelsLastRank`].
     ///
     /// ```
-    /// use cudnn_runtime::{DataType, GraphBuilder};
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::{DataType, GraphBuilder};
     /// let mut g = GraphBuilder::new("g");
     /// let x = g.input("x", DataType::F16, &[2, 8, 4, 4]).unwrap();
     /// g.set_channels_last(x).unwrap();

@@ -14,7 +14,8 @@ impl Graph {
     /// bias) counts as channels-last.
     ///
     /// ```
-    /// use cudnn_runtime::{DataType, GraphBuilder};
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::{DataType, GraphBuilder};
     /// let mut g = GraphBuilder::new("g");
     /// let x = g.input("x", DataType::F16, &[2, 8, 6, 6]).unwrap();
     /// let w = g.input("w", DataType::F16, &[4, 8, 3, 3]).unwrap();

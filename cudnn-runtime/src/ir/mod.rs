@@ -135,7 +135,8 @@ pub struct Node {
 /// A validated, concrete compute graph.
 ///
 /// ```
-/// use cudnn_runtime::{DataType, GraphBuilder};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::{DataType, GraphBuilder};
 /// let mut g = GraphBuilder::new("mm");
 /// let a = g.input("a", DataType::F16, &[1, 8, 4]).unwrap();
 /// let b = g.input("b", DataType::F16, &[1, 4, 2]).unwrap();

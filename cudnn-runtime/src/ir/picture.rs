@@ -38,7 +38,8 @@ impl Graph {
     /// The graph in Graphviz DOT (`dot -Tsvg`).
     ///
     /// ```
-    /// use cudnn_runtime::{DataType, GraphBuilder};
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::{DataType, GraphBuilder};
     /// let mut g = GraphBuilder::new("g");
     /// let x = g.input("x", DataType::F16, &[2, 3]).unwrap();
     /// let y = g.op("relu", &[x.into()], &[]).unwrap()[0];

@@ -84,7 +84,8 @@ macro_rules! families {
             /// shape rule reports a wrong count.
             ///
             /// ```
-            /// use cudnn_runtime::ops::{Op, AttrValue};
+            /// # use cudnn_runtime as cudnn_graph;
+            /// use cudnn_graph::ops::{Op, AttrValue};
             /// let op = Op::from_call_with_inputs("concatenate", &[("axis".into(), AttrValue::Int(1))], 3).unwrap();
             /// let ports: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();
             /// assert_eq!(ports, ["X[0]", "X[1]", "X[2]"]);

@@ -72,7 +72,8 @@ impl Op {
     /// Builds an op from a call: its name and its attributes, checked against the signature.
     ///
     /// ```
-    /// use cudnn_runtime::ops::{Op, AttrValue};
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::ops::{Op, AttrValue};
     /// let op = Op::from_call("relu", &[("upper_clip".into(), AttrValue::Float(6.0))]).unwrap();
     /// assert_eq!(op.call_name(), "relu");
     /// assert!(Op::from_call("rleu", &[]).unwrap_err().to_string().contains("did you mean `relu`?"));

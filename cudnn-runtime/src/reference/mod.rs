@@ -56,7 +56,8 @@ pub fn scatter<T: Element>(tensor: &Tensor, array: &Array) -> Vec<T> {
 /// dense array of values already rounded to the output's type.
 ///
 /// ```
-/// use cudnn_runtime::{reference, DataType, GraphBuilder};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::{reference, DataType, GraphBuilder};
 /// let mut g = GraphBuilder::new("axpy");
 /// let x = g.input("x", DataType::F32, &[3]).unwrap();
 /// let y = g.op("mul", &[x.into(), 2.0.into()], &[]).unwrap()[0];

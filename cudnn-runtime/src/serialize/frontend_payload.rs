@@ -240,8 +240,9 @@ fn require_empty(key: &str, v: &Json, what: &str) -> Result<(), PayloadError> {
 /// [`PayloadError::Structure`] for a structure the structural reader refuses.
 ///
 /// ```
-/// use cudnn_runtime::serialize::frontend_payload::parse_frontend_payload;
-/// use cudnn_runtime::serialize::plan::PayloadError;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::serialize::frontend_payload::parse_frontend_payload;
+/// use cudnn_graph::serialize::plan::PayloadError;
 /// // `{"json_version": "2.0"}`: no plan.
 /// let e = parse_frontend_payload(b"{i\x0cjson_versionSi\x032.0}").unwrap_err();
 /// assert!(matches!(e, PayloadError::FrontendKey { ref key, .. } if key == "cudnn_backend_data"));

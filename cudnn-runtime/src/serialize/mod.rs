@@ -33,8 +33,9 @@
 //! is a separate part.
 //!
 //! ```
-//! use cudnn_runtime::serialize::{structure_from_json, structure_to_json};
-//! use cudnn_runtime::{DataType, GraphBuilder};
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::serialize::{structure_from_json, structure_to_json};
+//! use cudnn_graph::{DataType, GraphBuilder};
 //!
 //! let mut g = GraphBuilder::new("scale");
 //! let x = g.input("x", DataType::F32, &[2, 3]).unwrap();
@@ -90,8 +91,9 @@ pub const MAX_RANK: usize = crate::dim::MAX_RANK;
 /// [`structure_from_json`] rejects too.
 ///
 /// ```
-/// use cudnn_runtime::serialize::structure_to_json;
-/// use cudnn_runtime::{DataType, GraphBuilder};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::serialize::structure_to_json;
+/// use cudnn_graph::{DataType, GraphBuilder};
 /// let mut g = GraphBuilder::new("mm");
 /// let a = g.input("a", DataType::F16, &[1, 8, 4]).unwrap();
 /// let b = g.input("b", DataType::F16, &[1, 4, 2]).unwrap();
@@ -118,7 +120,8 @@ pub fn structure_to_json(graph: &Graph) -> String {
 /// [`Graph::validate`] rejects.
 ///
 /// ```
-/// use cudnn_runtime::serialize::{structure_from_json, SerializeError};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::serialize::{structure_from_json, SerializeError};
 /// let e = structure_from_json(r#"{"json_version": "2.0", "nodes": [{"tag": "RNG"}]}"#);
 /// assert!(matches!(e, Err(SerializeError::UnknownTag { .. })));
 /// ```

@@ -149,7 +149,8 @@ pub(crate) fn to_ubjson(value: &Json) -> Result<Vec<u8>, UbjsonError> {
 /// An [`UbjsonError`] with the byte offset at fault.
 ///
 /// ```
-/// use cudnn_runtime::serialize::ubjson::canonical_ubjson;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::serialize::ubjson::canonical_ubjson;
 /// // A counted array of int16 ones, rewritten with the smallest markers and no count.
 /// assert_eq!(canonical_ubjson(b"[#i\x02I\x00\x01I\x00\x01").unwrap(), b"[i\x01i\x01]");
 /// ```
@@ -166,7 +167,8 @@ pub fn canonical_ubjson(bytes: &[u8]) -> Result<Vec<u8>, UbjsonError> {
 /// An [`UbjsonError`] with the byte offset at fault.
 ///
 /// ```
-/// use cudnn_runtime::serialize::ubjson::ubjson_to_json;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::serialize::ubjson::ubjson_to_json;
 /// assert_eq!(ubjson_to_json(b"{i\x01aU\xc8}").unwrap(), r#"{"a": 200}"#);
 /// ```
 pub fn ubjson_to_json(bytes: &[u8]) -> Result<String, UbjsonError> {
@@ -187,7 +189,8 @@ pub fn ubjson_to_json(bytes: &[u8]) -> Result<String, UbjsonError> {
 /// [`super::MAX_JSON_VALUES`] values (which bounds the memory it takes, whatever its length).
 ///
 /// ```
-/// use cudnn_runtime::serialize::ubjson::json_to_ubjson;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::serialize::ubjson::json_to_ubjson;
 /// assert_eq!(json_to_ubjson(r#"{"a": [true, null, -2]}"#).unwrap(), b"{i\x01a[TZi\xfe]}");
 /// ```
 pub fn json_to_ubjson(text: &str) -> Result<Vec<u8>, UbjsonError> {

@@ -87,7 +87,8 @@ pub fn signature() -> OpSignature {
 /// element count are ports.
 ///
 /// ```
-/// use cudnn_runtime::ops::Op;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::ops::Op;
 /// let op = Op::from_call("bn_finalize", &[]).unwrap();
 /// assert_eq!(op.outputs(), ["EQ_SCALE", "EQ_BIAS", "MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"]);
 /// assert_eq!(op.inputs()[8].name, "ACCUM_COUNT");

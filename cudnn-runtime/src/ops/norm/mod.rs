@@ -313,7 +313,8 @@ fn is_false(b: &bool) -> bool {
 /// A normalization op: its kind, its phase and whether an RMS-norm backward produces DBIAS.
 ///
 /// ```
-/// use cudnn_runtime::ops::{AttrValue, Op};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::ops::{AttrValue, Op};
 /// let op = Op::from_call("layernorm", &[("phase".into(), AttrValue::from("training"))]).unwrap();
 /// assert_eq!(op.outputs(), ["Y", "MEAN", "INV_VARIANCE"]);
 /// assert_eq!(Op::from_call("layernorm", &[]).unwrap().outputs(), ["Y"]);

@@ -244,7 +244,8 @@ impl fmt::Display for Implementation {
 /// One attention op, forward or backward, with its options.
 ///
 /// ```
-/// use cudnn_runtime::ops::{Op, AttrValue};
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::ops::{Op, AttrValue};
 /// let op = Op::from_call("sdpa", &[("causal".into(), true.into()), ("training".into(), true.into())]).unwrap();
 /// assert_eq!(op.outputs(), ["O", "Stats"]);
 /// let names: Vec<&str> = op.inputs().iter().map(|p| p.name).collect();

@@ -6,8 +6,9 @@
 //! ([`super::Sdpa`]), so the `graph!` macro reports them at compile time.
 //!
 //! ```
-//! use cudnn_runtime::ops::sdpa::support::{choose, Problem, Target};
-//! use cudnn_runtime::ops::{Implementation, Op};
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::ops::sdpa::support::{choose, Problem, Target};
+//! use cudnn_graph::ops::{Implementation, Op};
 //! let Op::Sdpa(op) = Op::from_call("sdpa", &[("causal".into(), true.into())]).unwrap() else { unreachable!() };
 //! let problem = Problem { b: 4, h_q: 16, h_k: 16, h_v: 16, s_q: 4096, s_kv: 4096, d_qk: 128, d_v: 128, compute_f32: true };
 //! // cuDNN 9.19's fused SDPA_FWD operation has no causal mask: the composite subgraph it is.
