@@ -103,7 +103,7 @@ const FRONTEND_TO_OURS: &[(&str, Expect)] = &[
     ("batchnorm", Expect::Fails("`tensors[\"4\"].pass_by_value`: a by-value scalar supplied at execution (is_pass_by_value without a value) is not supported by cudnn-graph")),
     ("batchnorm_backward", Expect::RoundTrips),
     ("batchnorm_inference", Expect::RoundTrips),
-    ("concatenate", Expect::Fails("`nodes[0].inputs` must be a list of tensors, found an object")),
+    ("concatenate", Expect::RoundTrips),
     ("conv_dgrad", Expect::RoundTrips),
     ("conv_fprop", Expect::RoundTrips),
     ("conv_wgrad", Expect::RoundTrips),

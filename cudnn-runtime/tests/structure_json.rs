@@ -1295,7 +1295,7 @@ fn layout_ops_round_trip_and_read_from_cudnn_frontend_fields() {
 }
 
 #[test]
-fn concatenation_round_trips_with_a_list_of_inputs() {
+fn concatenation_round_trips_with_inputs_by_position() {
     let mut g = GraphBuilder::new("concat");
     let a = g.input("a", DataType::F16, &[2, 3, 4]).unwrap();
     let b = g.input("b", DataType::F16, &[2, 5, 4]).unwrap();
@@ -1312,14 +1312,30 @@ fn concatenation_round_trips_with_a_list_of_inputs() {
     assert_eq!(node["axis"], 1);
     assert_eq!(node["in_place_index"], 2);
     let uids: Vec<i64> = g.nodes[0].inputs.iter().map(|id| g.tensor(*id).uid).collect();
-    assert_eq!(node["inputs"], json!(uids), "cudnn-frontend's `inputs` vector, in order");
-    // From cudnn-frontend's fields alone, the references as keys (strings).
+    // As cudnn-frontend 1.32 writes it (its oracle fixture `concatenate.json`): keyed by position,
+    // and no `compute_data_type`.
+    assert_eq!(node["inputs"], json!({"0": uids[0], "1": uids[1], "2": uids[2]}));
+    assert!(node.get("compute_data_type").is_none(), "{node}");
+    // From cudnn-frontend's fields alone; positions in any order.
     strip_extension(&mut v);
-    v["nodes"][0]["inputs"] = json!(uids.iter().map(|u| u.to_string()).collect::<Vec<_>>());
+    v["nodes"][0]["inputs"] = json!({"2": uids[2], "0": uids[0], "1": uids[1]});
     let back = structure_from_json(&v.to_string()).unwrap();
     assert_eq!(back.nodes[0].op, g.nodes[0].op);
     assert_eq!(back.nodes[0].inputs, g.nodes[0].inputs);
-    // Only a concatenation's inputs are a list; an empty list and a missing axis are refused.
+    // A position out of range, or not written as cudnn-frontend writes it, names the key.
+    for key in ["3", "01", "x"] {
+        let mut bad = v.clone();
+        bad["nodes"][0]["inputs"] = json!({"0": uids[0], "1": uids[1], key: uids[2]});
+        match structure_from_json(&bad.to_string()) {
+            Err(SerializeError::UnknownPort { port, .. }) => assert_eq!(port, key),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    // A list (what earlier versions of this crate wrote), references as keys (strings), reads too.
+    v["nodes"][0]["inputs"] = json!(uids.iter().map(|u| u.to_string()).collect::<Vec<_>>());
+    let back = structure_from_json(&v.to_string()).unwrap();
+    assert_eq!(back.nodes[0].inputs, g.nodes[0].inputs);
+    // Only a concatenation's inputs are by position; an empty list and a missing axis are refused.
     let mut bad = v.clone();
     bad["nodes"][0]["inputs"] = json!([]);
     assert!(matches!(structure_from_json(&bad.to_string()), Err(SerializeError::Attr { .. })), "empty list");

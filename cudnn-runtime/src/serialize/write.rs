@@ -124,8 +124,14 @@ fn ports(g: &Graph, names: &[&'static str], ids: &[TensorId]) -> Json {
 }
 
 /// A list of tensor uids, in input order (cudnn-frontend's `inputs` vector of a concatenation).
+/// Inputs by position, as cudnn-frontend writes a concatenation's: `{"0": uid, "1": uid, ...}`.
 fn listed(g: &Graph, ids: &[TensorId]) -> Json {
-    Json::Arr(ids.iter().map(|id| g.tensors.get(id.0).map_or(Json::Null, |t| Json::Int(t.uid))).collect())
+    Json::Obj(
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| (i.to_string(), g.tensors.get(id.0).map_or(Json::Null, |t| Json::Int(t.uid))))
+            .collect(),
+    )
 }
 
 fn node_json(g: &Graph, n: &Node) -> Json {

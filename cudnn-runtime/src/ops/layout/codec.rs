@@ -1,7 +1,7 @@
 //! Layout ops in cudnn-frontend's JSON: `RESHAPE` (`dim`, `stride`: Y's, and `reshape_mode`
 //! `VIEW_ONLY`; a node with an empty `dim` takes Y's dims), `TRANSPOSE` (`permutation`), `SLICE`
 //! (`slices`, one `[start, limit]` pair per dim, and `slice_strides`) and `CONCATENATE` (`axis`,
-//! `in_place_index`; its `inputs` are a list of tensors, not a map of ports).
+//! `in_place_index`; its `inputs` are keyed by position, `{"0": .., "1": ..}`, not by port name).
 
 use super::{Layout, LayoutKind, CONCAT_PORTS};
 use crate::codec::json::{wrong_type, Json, Obj};
@@ -93,7 +93,8 @@ fn read_slice(n: &Obj<'_>) -> Result<Vec<(&'static str, AttrValue)>, CodecError>
     Ok(attrs)
 }
 
-/// A `CONCATENATE` node: as many input ports as its `inputs` list has tensors.
+/// A `CONCATENATE` node: as many input ports as its `inputs` has tensors, a list (ours) or an
+/// object keyed by position, `{"0": .., "1": ..}` (cudnn-frontend's).
 fn read_concatenate(n: &Obj<'_>, label: &str) -> Result<FrontendNode, ReadError> {
     let axis = match n.get("axis") {
         None => return Err(CodecError::MissingField { path: n.field_path("axis") }.into()),
@@ -107,6 +108,7 @@ fn read_concatenate(n: &Obj<'_>, label: &str) -> Result<FrontendNode, ReadError>
     let call = LayoutKind::Concatenate.name();
     let count = match n.get("inputs") {
         Some(Json::Arr(items)) => items.len(),
+        Some(Json::Obj(members)) => members.len(),
         Some(other) => return Err(wrong_type(&n.field_path("inputs"), "a list of tensors", other).into()),
         None => return Err(CodecError::MissingField { path: n.field_path("inputs") }.into()),
     };
@@ -158,5 +160,7 @@ pub(crate) fn write(op: &Layout, cx: &WriteCx<'_>) -> FrontendFields {
         }
     };
     fields.push(("tag", Json::str(op.kind().frontend_tag())));
-    FrontendFields { listed_inputs: matches!(op, Layout::Concatenate { .. }), ..FrontendFields::plain(fields) }
+    let concatenate = matches!(op, Layout::Concatenate { .. });
+    // cudnn-frontend's `Concatenate_attributes` serializes no `compute_data_type`.
+    FrontendFields { listed_inputs: concatenate, compute_data_type: !concatenate, ..FrontendFields::plain(fields) }
 }

@@ -60,6 +60,45 @@ pub(super) fn read_nodes(top: &Obj<'_>, cx: &RawContext, tensors: &[RawTensor]) 
     Ok(nodes)
 }
 
+/// A concatenation's inputs by position: a list (ours), or an object keyed `"0"`, `"1"`, ...
+/// (cudnn-frontend's), each position once; `None` for another JSON type (the caller reports it).
+/// Each reference comes with its field path.
+fn positional<'j>(
+    value: &'j Json,
+    n: &Obj<'_>,
+    field: &str,
+    label: &str,
+    names: &[&'static str],
+) -> Result<Option<Vec<(String, &'j Json)>>> {
+    match value {
+        Json::Arr(items) => {
+            Ok(Some(items.iter().enumerate().map(|(i, r)| (format!("{}[{i}]", n.field_path(field)), r)).collect()))
+        }
+        Json::Obj(members) => {
+            let mut slots: Vec<Option<(String, &Json)>> = vec![None; members.len()];
+            for (key, reference) in members {
+                let unknown = || SerializeError::UnknownPort {
+                    node: label.to_string(),
+                    direction: "input",
+                    port: key.clone(),
+                    expected: names.iter().take(members.len()).copied().collect(),
+                };
+                // Positions only, written as cudnn-frontend does ("0", not "00" or "+0").
+                let i = key
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|i| *i < slots.len() && i.to_string() == *key)
+                    .ok_or_else(unknown)?;
+                slots[i] = Some((format!("{}.{key}", n.field_path(field)), reference));
+            }
+            // Keys are distinct (a duplicate key is refused when the document is parsed) and each
+            // below the count, so every position is filled.
+            Ok(Some(slots.into_iter().flatten().collect()))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Resolves a port map to tensor positions, in port order.
 fn read_ports(
     n: &Obj<'_>,
@@ -72,14 +111,14 @@ fn read_ports(
 ) -> Result<Vec<usize>> {
     let direction = if field == "inputs" { "input" } else { "output" };
     let listed = field == "inputs" && listed_inputs;
-    if let Some(Json::Arr(items)) = n.get(field).filter(|_| listed) {
-        // A concatenation's inputs: a list, one tensor per port (the family has as many).
-        return items
-            .iter()
+    if let Some(positional) =
+        n.get(field).filter(|_| listed).and_then(|v| positional(v, n, field, label, names).transpose())
+    {
+        // A concatenation's inputs: one tensor per port (the family has as many), by position.
+        return positional?
+            .into_iter()
             .zip(names)
-            .enumerate()
-            .map(|(i, (reference, port))| {
-                let path = format!("{}[{i}]", n.field_path(field));
+            .map(|((path, reference), port)| {
                 let key = match reference {
                     Json::Int(v) => v.to_string(),
                     Json::UInt(v) => v.to_string(),
