@@ -60,6 +60,6 @@ pub use candidate::{
 pub use error::BackendError;
 pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
 pub use mismatch::PlanMismatch;
-pub use options::{BuildOptions, BuildTimings, EngineConfig};
+pub use options::{BuildOptions, BuildTimings, EngineConfig, Fusion};
 pub use plan::ExecutionPlan;
 pub use variant::{ByValueScalar, VariantLayout};

@@ -67,6 +67,27 @@ pub struct BuildOptions {
     /// Build only the candidate at this index of the (concatenated) candidate list; the others
     /// stay [`CandidateState::Untried`](super::CandidateState::Untried). Filters still apply to it.
     pub candidate: Option<usize>,
+    /// Whether a graph that cuDNN cannot plan as one kernel may run as several
+    /// ([`Fusion::Auto`], the default) or must fail ([`Fusion::Single`]).
+    pub fusion: Fusion,
+}
+
+/// How many kernels a graph may become ([`BuildOptions::fusion`]).
+///
+/// cuDNN fuses one anchor op (a matmul, convolution, normalization, attention or reduction) with
+/// the pointwise ops around it, within rules that depend on the version and the GPU. With
+/// [`Fusion::Auto`] a graph it will not plan as one is split into parts that it will, which run in
+/// order on the stream with their intermediates in the workspace
+/// ([`ExecutionPlan::parts`](super::ExecutionPlan::parts) lists them and why each was cut).
+/// With [`Fusion::Single`] such a graph is an error naming the pair of ops that cannot share a
+/// kernel (`graph!`'s `#[fuse(single)]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Fusion {
+    /// One plan when cuDNN makes one; otherwise the fewest parts it plans.
+    #[default]
+    Auto,
+    /// One plan, or an error.
+    Single,
 }
 
 impl Default for BuildOptions {
@@ -84,6 +105,7 @@ impl Default for BuildOptions {
             max_shared_memory_bytes: None,
             engine: None,
             candidate: None,
+            fusion: Fusion::Auto,
         }
     }
 }
@@ -173,6 +195,12 @@ impl BuildOptions {
     /// Build only candidate `index` of the heuristics' list.
     pub fn candidate_index(mut self, index: usize) -> Self {
         self.candidate = Some(index);
+        self
+    }
+
+    /// One kernel or an error: never split the graph ([`Fusion::Single`]).
+    pub fn single_kernel(mut self) -> Self {
+        self.fusion = Fusion::Single;
         self
     }
 
