@@ -41,14 +41,20 @@ impl ExecutionPlan {
     ) -> Result<PlanGraph<'_>, BackendError> {
         let (handle, _) = self.target(cudnn)?;
         self.check_raw(io, workspace)?;
-        let native_api = self.selected().behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi);
+        let single = !self.is_partitioned();
+        let native_api = single && self.selected().behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi);
         let native = match mode {
             GraphMode::Auto => native_api,
             GraphMode::Native if !native_api => {
                 return Err(BackendError::WrongEngine {
                     graph: self.graph().name.clone(),
                     engine: format!("cuDNN ({})", self.selected().tag()),
-                    reason: "lacks SUPPORTS_CUDA_GRAPH_NATIVE_API: use GraphMode::Auto or GraphMode::Capture",
+                    reason: if single {
+                        "lacks SUPPORTS_CUDA_GRAPH_NATIVE_API: use GraphMode::Auto or GraphMode::Capture"
+                    } else {
+                        "is partitioned, and cuDNN populates a CUDA graph for one kernel: use GraphMode::Auto or \
+                         GraphMode::Capture, which records every part"
+                    },
                 });
             }
             GraphMode::Native => true,
@@ -56,9 +62,10 @@ impl ExecutionPlan {
         };
         let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "recording a CUDA graph" })?.clone();
         if native {
-            let pack = self.variant_pack(io, workspace)?;
-            let held = self.descriptors();
-            let plan = held.plan(self.selected_index());
+            let part = &self.parts()[0];
+            let pack = part.variant_pack(io, self.part_workspace(workspace, part))?;
+            let held = part.descriptors();
+            let plan = held.plan(part.selected_index());
             // SAFETY: a live handle bound to `stream` (`target` made its context current), a
             // finalized plan and pack, and pointers valid for every launch, as this function's
             // caller vouches.
@@ -132,9 +139,11 @@ impl PlanGraph<'_> {
         };
         let (handle, _) = plan.target(cudnn)?;
         plan.check_raw(io, workspace)?;
-        let pack = plan.variant_pack(io, workspace)?;
-        let held = plan.descriptors();
-        let descriptor = held.plan(plan.selected_index());
+        // A graph populated by cuDNN is of a plan of one part.
+        let part = &plan.parts()[0];
+        let pack = part.variant_pack(io, plan.part_workspace(workspace, part))?;
+        let held = part.descriptors();
+        let descriptor = held.plan(part.selected_index());
         // SAFETY: a live handle of the graph's context (`target` checked it is the plan's and made
         // it current), the plan and selection `native` was populated for, a finalized pack, and
         // pointers valid for every later launch, as this function's caller vouches.

@@ -4,6 +4,7 @@
 
 use super::candidate::{Candidate, HeuristicFailure};
 use super::mismatch::PlanMismatch;
+use super::partition::Cut;
 use crate::cudnn::{with_call_failures, CudnnError};
 use crate::ir::{GraphError, NotChannelsLast};
 use crate::reference::ArgError;
@@ -144,6 +145,35 @@ with_call_failures! {
             /// What it cannot do.
             reason: &'static str,
         },
+        /// A graph that cuDNN will not plan as one kernel, built with
+        /// [`Fusion::Single`](crate::backend::Fusion::Single) (`graph!`'s `#[fuse(single)]`).
+        #[error("{}", cannot_fuse_message(.graph, .cut))]
+        CannotFuse {
+            /// The graph.
+            graph: String,
+            /// The first boundary the partitioner would cut, naming the op pair and the rule
+            /// (`None` where cuDNN refused a graph the rules would fuse and no split helped).
+            cut: Option<Box<Cut>>,
+        },
+        /// Something asked of a partitioned plan that only a plan of one kernel has (its one
+        /// JSON, its one descriptor).
+        #[error("graph `{graph}` runs as {parts} kernels, so it has no single {what}: use `ExecutionPlan::parts()`")]
+        Partitioned {
+            /// The graph.
+            graph: String,
+            /// How many parts it has.
+            parts: usize,
+            /// What was asked (`json`).
+            what: &'static str,
+        },
+        /// [`crate::backend::ExecutionPlan::select_in`] of a part the plan does not have.
+        #[error("part #{index} was asked for, but the plan has {count} parts")]
+        PartIndex {
+            /// The part asked for.
+            index: usize,
+            /// Parts the plan has.
+            count: usize,
+        },
         /// The graph given to build or load a plan breaks a rule ([`crate::Graph::validate`]).
         /// Converted into [`crate::Error`], this is [`crate::Error::Graph`].
         #[error("{0}")]
@@ -183,6 +213,16 @@ impl From<CudnnError> for BackendError {
             }
             CudnnError::BadValue { what, value } => BackendError::BadValue { what, value },
         }
+    }
+}
+
+fn cannot_fuse_message(graph: &str, cut: &Option<Box<Cut>>) -> String {
+    match cut {
+        Some(cut) => format!(
+            "graph `{graph}` asks for one kernel (`#[fuse(single)]` / `Fusion::Single`), but cuDNN cannot fuse {cut}; \
+             drop the attribute to run it as several kernels, or split the graph there"
+        ),
+        None => format!("graph `{graph}`: cuDNN plans it as no set of kernels (every split was refused)"),
     }
 }
 

@@ -38,7 +38,8 @@ use super::buffer::Access;
 pub use super::buffer::{DeviceBuffer, InputBuffer, OutputBuffer};
 pub use super::cuda_graph::{GraphMode, PlanGraph};
 pub use super::pack::PACK_SLOTS;
-use super::plan::ExecutionPlan;
+use super::partition::Place;
+use super::plan::{ExecutionPlan, PlanPart};
 use super::{BackendError, Cudnn};
 use crate::cudnn::{Descriptor, ALIGNMENT};
 use crate::reference::ArgError;
@@ -269,14 +270,59 @@ impl ExecutionPlan {
         Ok(())
     }
 
-    /// Executes with the variant pack for these pointers, holding the plan's lock: one of the
-    /// plan's cached packs when the same pointers were used recently (no allocation, no
-    /// descriptor call), else a new pack, which then replaces the oldest cached one.
+    /// Runs every part in order: each with its I/O at its place in the plan's memory (an I/O
+    /// buffer, at an offset for a view, or the arena at the front of the workspace) and its own
+    /// workspace after the arena.
     ///
     /// # Safety
     /// As [`ExecutionPlan::execute_raw`]: `io` (in I/O order) and `workspace` must be valid for
     /// the plan on `handle`'s stream.
     pub(super) unsafe fn launch(
+        &self,
+        handle: sys::cudnnHandle_t,
+        io: &[u64],
+        workspace: u64,
+    ) -> Result<(), BackendError> {
+        for part in self.parts() {
+            let part_workspace = self.part_workspace(workspace, part);
+            let Some(sources) = part.sources() else {
+                // SAFETY: as this function's; the part's I/O is the plan's, in order.
+                unsafe { part.launch(handle, io, part_workspace) }?;
+                continue;
+            };
+            let n = sources.len();
+            let mut inline = [0u64; INLINE_IO];
+            let mut spill = Vec::new();
+            let addresses: &mut [u64] = if n <= INLINE_IO {
+                &mut inline[..n]
+            } else {
+                spill.resize(n, 0);
+                &mut spill
+            };
+            for (address, place) in addresses.iter_mut().zip(sources) {
+                *address = match *place {
+                    Place::Io { index, offset } => io[index] + offset,
+                    Place::Arena { offset } => workspace + offset,
+                };
+            }
+            // SAFETY: as this function's: every address is inside a buffer the caller vouches for
+            // (an I/O tensor, or a view of one) or inside the arena at the front of the workspace,
+            // which `workspace_size` counts.
+            unsafe { part.launch(handle, addresses, part_workspace) }?;
+        }
+        Ok(())
+    }
+}
+
+impl PlanPart {
+    /// Executes with the variant pack for these pointers, holding the plan's lock: one of the
+    /// plan's cached packs when the same pointers were used recently (no allocation, no
+    /// descriptor call), else a new pack, which then replaces the oldest cached one.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::execute_raw`]: `io` (in this part's I/O order) and `workspace` must be
+    /// valid for the part on `handle`'s stream.
+    unsafe fn launch(
         &self,
         handle: sys::cudnnHandle_t,
         io: &[u64],

@@ -8,6 +8,9 @@ pub enum PlanMismatch {
     /// Not a cuDNN execution-plan JSON of the layout cuDNN 9 writes.
     #[error("it is not a cuDNN execution-plan JSON: {0}")]
     Malformed(String),
+    /// A partitioned plan's parts that do not partition the graph.
+    #[error("its parts do not partition the graph: {0}")]
+    Partition(String),
     /// Made by another cuDNN.
     #[error("it was made by cuDNN {plan}, but this context runs cuDNN {runtime}")]
     CudnnVersion {

@@ -12,12 +12,14 @@ use std::time::Instant;
 use super::candidate::{Candidate, CandidateState, Rejection};
 use super::heuristics::{self, Config};
 use super::lower::{self, LoweredGraph};
-use super::options::{BuildOptions, BuildTimings};
+use super::mismatch::PlanMismatch;
+use super::options::{BuildOptions, BuildTimings, Fusion};
 use super::pack::PackSlots;
+use super::partition::{self, Cut, Place, Refusals};
 use super::variant::VariantLayout;
 use super::{binding, BackendError, Cudnn};
-use crate::cudnn::{Anchor, Binding, Descriptor};
-use crate::ir::Graph;
+use crate::cudnn::{Anchor, Binding, Descriptor, Internals};
+use crate::ir::{Graph, TensorId};
 
 /// One finalized plan: the candidate it was built from and the workspace it needs (its
 /// descriptors are in [`Descriptors::plans`], at the same index).
@@ -36,7 +38,7 @@ pub(crate) struct PlanDescriptor {
     _parts: Vec<Descriptor>,
 }
 
-/// Every cuDNN descriptor a plan owns, behind the plan's lock ([`ExecutionPlan::descriptors`]):
+/// Every cuDNN descriptor a plan part owns, behind its lock ([`PlanPart::descriptors`]):
 /// cuDNN is called on them only with the lock held, by one thread at a time (see
 /// [`crate::backend::execute`] for why). A `Mutex` of `Send` data is `Sync`, which is what makes
 /// [`ExecutionPlan`] `Sync` with no `unsafe impl`.
@@ -46,7 +48,7 @@ pub(crate) struct Descriptors {
     //
     // Variant packs of recent executes (a pack does not depend on the plan, only on pointers).
     packs: PackSlots,
-    /// One per entry of [`ExecutionPlan::built`], in the same order.
+    /// One per entry of [`PlanPart::built`], in the same order.
     plans: Vec<PlanDescriptor>,
     // The operation graph and its parts (`None` for a plan loaded from JSON, which carries its
     // own).
@@ -66,6 +68,12 @@ impl Descriptors {
 }
 
 /// A graph planned by cuDNN: ready to execute (online) or to serialize (either).
+///
+/// A plan is one cuDNN kernel where cuDNN fuses the whole graph, and otherwise (with the default
+/// [`Fusion::Auto`]) the fewest parts it plans ([`ExecutionPlan::parts`]): they run in order on the
+/// stream, the tensors they exchange in an arena at the front of the workspace, sized at build,
+/// so an execute allocates nothing. [`ExecutionPlan::execute`], [`ExecutionPlan::execute_raw`]
+/// and [`ExecutionPlan::cuda_graph`] take the graph's own inputs and outputs either way.
 ///
 /// `Send + Sync`: threads share one plan (behind an `Arc`, or borrowed in `std::thread::scope`)
 /// and execute it at the same time, each with its own [`Cudnn`] on its own stream of the plan's
@@ -94,16 +102,50 @@ impl Descriptors {
 #[derive(Debug)]
 pub struct ExecutionPlan {
     graph: Graph,
+    /// The graph's I/O layout (for a plan of one part, that part's layout).
+    layout: VariantLayout,
+    // Fields drop in order: the parts (their descriptors), then the handle or device properties
+    // they were made with.
+    parts: Vec<PlanPart>,
+    /// Bytes of workspace the tensors exchanged between parts take, before the parts' own.
+    arena_bytes: usize,
+    timings: BuildTimings,
+    // The handle (with its CUDA context) or device properties the plan was made with.
+    anchor: Anchor,
+}
+
+/// One kernel of an [`ExecutionPlan`]: the nodes it runs, the engine cuDNN chose for them, its
+/// workspace, and why it does not share the previous part's kernel.
+#[derive(Debug)]
+pub struct PlanPart {
+    graph: Graph,
+    nodes: Vec<String>,
+    cut: Option<Cut>,
     candidates: Vec<Candidate>,
     built: Vec<BuiltPlan>,
     selected: usize,
     layout: VariantLayout,
     timings: BuildTimings,
-    // Fields drop in order: the descriptors, then the handle or device properties they were made
-    // with.
+    /// Where each entry of `layout.io()` lives: an I/O buffer of the plan (at an offset, for a
+    /// view) or the arena.
+    sources: Vec<Place>,
+    /// Sources are the plan's I/O in order (a plan of one part): no remapping at execute.
+    identity: bool,
+    /// Bytes this part writes into the arena.
+    arena_writes: usize,
     descriptors: Mutex<Descriptors>,
-    // The handle (with its CUDA context) or device properties the plan was made with.
-    anchor: Anchor,
+}
+
+/// Whether `e` is cuDNN declining a pattern, which a smaller part may avoid (rather than a
+/// failure a split cannot help).
+fn is_refusal(e: &BackendError) -> bool {
+    matches!(e, BackendError::NoPlan { .. } | BackendError::Cudnn { .. } | BackendError::Unsupported { .. })
+}
+
+/// The first line of an error, for a cut's reason.
+fn summary(e: &BackendError) -> String {
+    let text = e.to_string();
+    text.lines().next().unwrap_or_default().to_string()
 }
 
 impl ExecutionPlan {
@@ -111,15 +153,397 @@ impl ExecutionPlan {
     /// filters the candidates and builds the first one cuDNN accepts (or every one, with
     /// `build_all`; or only [`BuildOptions::candidate`]). Fails with [`BackendError::NoPlan`],
     /// listing every candidate and why it was rejected, when none is built.
+    ///
+    /// A graph cuDNN will not plan as one kernel is split into parts ([`Fusion::Auto`]): by the
+    /// op families' [`FusionRule`](crate::ops::FusionRule)s first (two matmuls are two parts
+    /// without asking), then by cuDNN's answers (a part it refuses is split around its anchor op,
+    /// and the refusal is remembered for this cuDNN version and GPU). With [`Fusion::Single`] such
+    /// a graph is a [`BackendError::CannotFuse`] naming the op pair.
     pub fn build(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> Result<ExecutionPlan, BackendError> {
         let _span =
             tracing::debug_span!("build_plan", graph = %graph.name, online = cudnn.stream().is_some()).entered();
+        let start = Instant::now();
+        graph.validate()?;
+        let validate = start.elapsed();
+        let key = |g: &Graph| (cudnn.version(), cudnn.sm(), g.fingerprint());
+        let table = partition::group(graph, None);
+        let mut refused = None;
+        if table.len() <= 1 {
+            if let Some(why) = Refusals::global().get(key(graph)).filter(|_| options.fusion == Fusion::Auto) {
+                tracing::debug!(reason = %why, "cuDNN refused this graph as one kernel before: partitioning");
+                refused = Some(why);
+            } else {
+                let all = graph.nodes.iter().map(|n| n.name.clone()).collect();
+                match PlanPart::build(cudnn, graph.clone(), all, None, options) {
+                    Ok(mut part) => {
+                        part.sources = (0..part.layout.io().len()).map(|index| Place::Io { index, offset: 0 }).collect();
+                        part.identity = true;
+                        let mut timings = part.timings;
+                        timings.validate += validate;
+                        return Ok(ExecutionPlan {
+                            graph: graph.clone(),
+                            layout: part.layout.clone(),
+                            parts: vec![part],
+                            arena_bytes: 0,
+                            timings,
+                            anchor: cudnn.anchor(),
+                        });
+                    }
+                    Err(e) if options.fusion == Fusion::Auto && graph.nodes.len() > 1 && is_refusal(&e) => {
+                        let why = summary(&e);
+                        tracing::debug!(reason = %why, "cuDNN refused the graph as one kernel: partitioning");
+                        Refusals::global().insert(key(graph), why.clone());
+                        refused = Some(why);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        } else if options.fusion == Fusion::Single {
+            let cut = table.iter().find_map(|g| g.cut.clone());
+            return Err(BackendError::CannotFuse { graph: graph.name.clone(), cut: cut.map(Box::new) });
+        }
+        Self::build_parts(cudnn, graph, options, refused, validate)
+    }
+
+    /// Builds `graph` as several parts (see [`ExecutionPlan::build`]); `refused` is why cuDNN
+    /// would not take it whole, when it was asked.
+    fn build_parts(
+        cudnn: &Cudnn,
+        graph: &Graph,
+        options: &BuildOptions,
+        refused: Option<String>,
+        validate: std::time::Duration,
+    ) -> Result<ExecutionPlan, BackendError> {
+        let user_graph = graph;
+        let restrided = partition::restride(graph);
+        let graph = &restrided;
+        let alias = partition::aliases(graph);
+        let mut groups = partition::group(graph, Some(&alias));
+        if let (Some(why), [one]) = (&refused, groups.as_slice()) {
+            let Some(pieces) = partition::split(graph, one, why) else {
+                return Err(BackendError::CannotFuse { graph: graph.name.clone(), cut: None });
+            };
+            groups = pieces;
+        }
+        let mut built: Vec<(PlanPart, Vec<TensorId>)> = Vec::new();
+        while built.len() < groups.len() {
+            let k = built.len();
+            let part = partition::extract(graph, &groups, k, &alias);
+            let key = (cudnn.version(), cudnn.sm(), part.graph.fingerprint());
+            let remembered = if groups[k].nodes.len() > 1 { Refusals::global().get(key) } else { None };
+            let failure = match remembered {
+                Some(why) => {
+                    tracing::debug!(part = k, reason = %why, "cuDNN refused this part before: splitting it");
+                    Err((why, None))
+                }
+                None => {
+                    let nodes = groups[k].nodes.iter().map(|&n| graph.nodes[n].name.clone()).collect();
+                    PlanPart::build(cudnn, part.graph, nodes, groups[k].cut.clone(), options)
+                        .map_err(|e| (summary(&e), Some(e)))
+                }
+            };
+            match failure {
+                Ok(p) => {
+                    tracing::debug!(
+                        part = k,
+                        nodes = ?p.nodes,
+                        engine = %p.selected().tag(),
+                        cut = %p.cut.as_ref().map(ToString::to_string).unwrap_or_default(),
+                        "part built"
+                    );
+                    built.push((p, part.tensors));
+                }
+                Err((why, error)) => {
+                    let error = match error {
+                        Some(e) if !is_refusal(&e) => return Err(e),
+                        error => error,
+                    };
+                    let Some(pieces) = partition::split(graph, &groups[k], &why) else {
+                        return Err(error.unwrap_or(BackendError::CannotFuse { graph: graph.name.clone(), cut: None }));
+                    };
+                    Refusals::global().insert(key, why);
+                    groups.splice(k..=k, pieces);
+                }
+            }
+        }
+        let layout = VariantLayout::with_internals(graph, &Internals::default());
+        let memory = partition::Layout::new(graph, &groups, &alias, layout.io());
+        let mut parts = Vec::with_capacity(built.len());
+        let mut timings = BuildTimings { validate, ..BuildTimings::default() };
+        for (mut part, tensors) in built {
+            let mut sources = Vec::with_capacity(part.layout.io().len());
+            for (i, id) in part.layout.io().iter().enumerate() {
+                let whole = tensors[id.0];
+                let place = memory.place(whole).ok_or_else(|| BackendError::Unsupported {
+                    node: part.nodes.first().cloned().unwrap_or_default(),
+                    op: "partition",
+                    reason: format!("tensor `{}` crosses a part boundary but has no memory", graph.tensor(whole).name),
+                })?;
+                if let (Place::Arena { .. }, true) = (place, part.layout.is_output(i)) {
+                    let t = part.graph.tensor(*id);
+                    part.arena_writes += t.storage_len() * t.data_type.size_bytes();
+                }
+                sources.push(place);
+            }
+            part.sources = sources;
+            let t = part.timings;
+            timings.lower += t.lower;
+            timings.heuristics += t.heuristics;
+            timings.check_support += t.check_support;
+            timings.plan_build += t.plan_build;
+            parts.push(part);
+        }
+        tracing::debug!(
+            parts = parts.len(),
+            arena_bytes = memory.arena_bytes,
+            elapsed_us = crate::micros(timings.total()),
+            "partitioned plan ready"
+        );
+        Ok(ExecutionPlan {
+            graph: user_graph.clone(),
+            layout,
+            parts,
+            arena_bytes: memory.arena_bytes,
+            timings,
+            anchor: cudnn.anchor(),
+        })
+    }
+
+    /// Rebuilds a plan from cuDNN's JSON of it ([`ExecutionPlan::json`]) for `cudnn`, online or
+    /// deviceless. `graph` must be the graph the plan was made from: it gives the variant-pack
+    /// layout and the checks of [`ExecutionPlan::execute`]. Needs the cuDNN version that wrote
+    /// the JSON. A partitioned plan is rebuilt with [`ExecutionPlan::from_parts_json`].
+    pub fn from_json(cudnn: &Cudnn, graph: Graph, json: &str) -> Result<ExecutionPlan, BackendError> {
+        let _span = tracing::debug_span!("plan_from_json", graph = %graph.name, bytes = json.len()).entered();
+        let start = Instant::now();
+        graph.validate()?;
+        let validate = start.elapsed();
+        let nodes = graph.nodes.iter().map(|n| n.name.clone()).collect();
+        let mut part = PlanPart::from_json(cudnn, graph.clone(), nodes, None, json)?;
+        part.sources = (0..part.layout.io().len()).map(|index| Place::Io { index, offset: 0 }).collect();
+        part.identity = true;
+        let mut timings = part.timings;
+        timings.validate += validate;
+        Ok(ExecutionPlan {
+            graph,
+            layout: part.layout.clone(),
+            parts: vec![part],
+            arena_bytes: 0,
+            timings,
+            anchor: cudnn.anchor(),
+        })
+    }
+
+    /// Rebuilds a partitioned plan from each part's nodes (by name, as [`PlanPart::nodes`] lists
+    /// them) and cuDNN's JSON of its plan ([`PlanPart::json`]), in part order. The parts must
+    /// cover the graph's nodes exactly as the plan that wrote them did (a view between parts
+    /// belongs to none); each JSON is checked against its part before cuDNN sees it.
+    pub fn from_parts_json(
+        cudnn: &Cudnn,
+        graph: Graph,
+        parts: &[(Vec<String>, String)],
+    ) -> Result<ExecutionPlan, BackendError> {
+        let _span = tracing::debug_span!("plan_from_parts_json", graph = %graph.name, parts = parts.len()).entered();
+        if let [(nodes, json)] = parts {
+            if nodes.len() == graph.nodes.len() && nodes.iter().zip(&graph.nodes).all(|(a, n)| *a == n.name) {
+                return Self::from_json(cudnn, graph, json);
+            }
+        }
+        let start = Instant::now();
+        graph.validate()?;
+        let validate = start.elapsed();
+        let restrided = partition::restride(&graph);
+        let alias = partition::aliases(&restrided);
+        let groups = partition::from_names(&restrided, parts.iter().map(|(nodes, _)| nodes.as_slice()), &alias)
+            .map_err(|reason| BackendError::PlanMismatch {
+                graph: graph.name.clone(),
+                mismatch: Box::new(PlanMismatch::Partition(reason)),
+            })?;
+        let mut built = Vec::with_capacity(parts.len());
+        for (k, (nodes, json)) in parts.iter().enumerate() {
+            let part = partition::extract(&restrided, &groups, k, &alias);
+            let p = PlanPart::from_json(cudnn, part.graph, nodes.clone(), None, json)?;
+            built.push((p, part.tensors));
+        }
+        let layout = VariantLayout::with_internals(&graph, &Internals::default());
+        let memory = partition::Layout::new(&restrided, &groups, &alias, layout.io());
+        let mut timings = BuildTimings { validate, ..BuildTimings::default() };
+        let mut out = Vec::with_capacity(built.len());
+        for (mut part, tensors) in built {
+            part.sources = part
+                .layout
+                .io()
+                .iter()
+                .map(|id| {
+                    memory.place(tensors[id.0]).ok_or_else(|| BackendError::PlanMismatch {
+                        graph: graph.name.clone(),
+                        mismatch: Box::new(PlanMismatch::Partition(format!(
+                            "tensor `{}` crosses a part boundary but has no memory",
+                            part.graph.tensor(*id).name
+                        ))),
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            for (i, place) in part.sources.iter().enumerate() {
+                if let (Place::Arena { .. }, true) = (place, part.layout.is_output(i)) {
+                    let t = part.graph.tensor(part.layout.io()[i]);
+                    part.arena_writes += t.storage_len() * t.data_type.size_bytes();
+                }
+            }
+            timings.plan_build += part.timings.plan_build;
+            timings.lower += part.timings.lower;
+            out.push(part);
+        }
+        Ok(ExecutionPlan { graph, layout, parts: out, arena_bytes: memory.arena_bytes, timings, anchor: cudnn.anchor() })
+    }
+
+    /// cuDNN's JSON of the selected plan (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`): the
+    /// compiled kernel and everything needed to rebuild the plan with
+    /// [`ExecutionPlan::from_json`]. Not byte-identical run to run (it embeds pointers). A
+    /// partitioned plan has one per part ([`PlanPart::json`]); asking it for one is a
+    /// [`BackendError::Partitioned`].
+    pub fn json(&self) -> Result<String, BackendError> {
+        self.only("json")?.json()
+    }
+
+    /// The graph this plan computes.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The plan's kernels, in execution order: one unless the graph was partitioned.
+    pub fn parts(&self) -> &[PlanPart] {
+        &self.parts
+    }
+
+    /// Whether the graph runs as more than one kernel.
+    pub fn is_partitioned(&self) -> bool {
+        self.parts.len() > 1
+    }
+
+    /// Bytes at the front of the workspace that hold the tensors parts exchange (0 for a plan of
+    /// one part).
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// The one part of a plan that is not partitioned, or a [`BackendError::Partitioned`]
+    /// naming `what` was asked.
+    fn only(&self, what: &'static str) -> Result<&PlanPart, BackendError> {
+        match self.parts.as_slice() {
+            [part] => Ok(part),
+            parts => Err(BackendError::Partitioned { graph: self.graph.name.clone(), parts: parts.len(), what }),
+        }
+    }
+
+    /// Every candidate heuristics proposed, with its state (for a partitioned plan, the first
+    /// part's: see [`ExecutionPlan::parts`]).
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.parts[0].candidates
+    }
+
+    /// The candidate of the selected plan (for a partitioned plan, the first part's).
+    pub fn selected(&self) -> &Candidate {
+        self.parts[0].selected()
+    }
+
+    /// The candidates that were built into plans, in build order (for a partitioned plan, the
+    /// first part's).
+    pub fn built(&self) -> Vec<usize> {
+        self.parts[0].built()
+    }
+
+    /// Makes built candidate `index` the one that executes (for autotuning); for a partitioned
+    /// plan, of the first part ([`ExecutionPlan::select_in`] chooses for any part).
+    pub fn select(&mut self, index: usize) -> Result<(), BackendError> {
+        self.select_in(0, index)
+    }
+
+    /// Makes built candidate `index` of part `part` the one that executes.
+    pub fn select_in(&mut self, part: usize, index: usize) -> Result<(), BackendError> {
+        let count = self.parts.len();
+        let p = self.parts.get_mut(part).ok_or(BackendError::PartIndex { index: part, count })?;
+        match p.built.iter().position(|b| b.candidate == index) {
+            Some(i) => {
+                p.selected = i;
+                Ok(())
+            }
+            None => Err(BackendError::NotBuilt { index, built: p.built() }),
+        }
+    }
+
+    /// Where building (or loading) this plan spent its time, over every part.
+    pub fn timings(&self) -> &BuildTimings {
+        &self.timings
+    }
+
+    /// The raw `cudnnBackendDescriptor_t` of the selected execution plan (for a partitioned plan,
+    /// the first part's), for measuring against raw `cudnnBackendExecute` and for interop. It
+    /// stays valid while this plan lives and the selection does not change; never destroy or
+    /// modify it, and never call cuDNN with it while another thread may be executing this plan
+    /// (the plan's own calls take turns on a lock that raw calls bypass).
+    pub fn raw_descriptor(&self) -> sys::cudnnBackendDescriptor_t {
+        self.parts[0].raw_descriptor()
+    }
+
+    /// Workspace bytes enough for any [`ExecutionPlan::select`]: the arena, then the most any
+    /// part's largest built plan needs.
+    pub fn max_workspace_size(&self) -> usize {
+        self.arena_bytes + self.parts.iter().map(PlanPart::max_workspace_size).max().unwrap_or(0)
+    }
+
+    /// Workspace bytes the selected plans need at execute: the arena of exchanged tensors, then
+    /// the most any part needs (cuDNN's, after the tensors its lowering keeps at the front of the
+    /// workspace, [`VariantLayout::workspace_prefix`]).
+    pub fn workspace_size(&self) -> usize {
+        self.arena_bytes + self.parts.iter().map(PlanPart::workspace_size).max().unwrap_or(0)
+    }
+
+    /// Where each of `part`'s I/O tensors lives in the plan's memory (its own I/O in order, for a
+    /// plan of one part).
+    pub(crate) fn sources_of<'p>(&self, part: &'p PlanPart) -> &'p [Place] {
+        &part.sources
+    }
+
+    /// Where a part's workspace starts in the plan's.
+    pub(crate) fn part_workspace(&self, workspace: u64, part: &PlanPart) -> u64 {
+        if workspace == 0 || part.workspace_size() == 0 {
+            0
+        } else {
+            workspace + self.arena_bytes as u64
+        }
+    }
+
+    /// The variant-pack layout of the graph's I/O (for a plan of one part, its whole layout).
+    pub fn layout(&self) -> &VariantLayout {
+        &self.layout
+    }
+
+    /// Whether the plan was made by an online context (only those execute).
+    pub fn is_online(&self) -> bool {
+        self.anchor.context().is_some()
+    }
+
+    pub(crate) fn anchor(&self) -> &Anchor {
+        &self.anchor
+    }
+}
+
+impl PlanPart {
+    /// Lowers, plans and builds `graph` (validated by the caller) as one kernel.
+    fn build(
+        cudnn: &Cudnn,
+        graph: Graph,
+        nodes: Vec<String>,
+        cut: Option<Cut>,
+        options: &BuildOptions,
+    ) -> Result<PlanPart, BackendError> {
         let mut timings = BuildTimings::default();
         let start = Instant::now();
         graph.validate()?;
         timings.validate = start.elapsed();
         let start = Instant::now();
-        let lowered = lower::lower(graph, cudnn).inspect_err(|e| tracing::debug!(error = %e, "lowering failed"))?;
+        let lowered = lower::lower(&graph, cudnn).inspect_err(|e| tracing::debug!(error = %e, "lowering failed"))?;
         timings.lower = start.elapsed();
         tracing::debug!(elapsed_us = crate::micros(timings.lower), "lowered");
         let mut candidates = Vec::new();
@@ -199,25 +623,31 @@ impl ExecutionPlan {
             elapsed_us = crate::micros(timings.total()),
             "plan ready"
         );
-        let layout = VariantLayout::with_internals(graph, &lowered.internals);
-        Ok(ExecutionPlan {
+        let layout = VariantLayout::with_internals(&graph, &lowered.internals);
+        Ok(PlanPart {
             layout,
-            graph: graph.clone(),
+            graph,
+            nodes,
+            cut,
             candidates,
             built,
             selected: 0,
             timings,
+            sources: Vec::new(),
+            identity: false,
+            arena_writes: 0,
             descriptors: Mutex::new(Descriptors { packs: PackSlots::new(), plans, _lowered: Some(lowered) }),
-            anchor: cudnn.anchor(),
         })
     }
 
-    /// Rebuilds a plan from cuDNN's JSON of it ([`ExecutionPlan::json`]) for `cudnn`, online or
-    /// deviceless. `graph` must be the graph the plan was made from: it gives the variant-pack
-    /// layout and the checks of [`ExecutionPlan::execute`]. Needs the cuDNN version that wrote
-    /// the JSON.
-    pub fn from_json(cudnn: &Cudnn, graph: Graph, json: &str) -> Result<ExecutionPlan, BackendError> {
-        let _span = tracing::debug_span!("plan_from_json", graph = %graph.name, bytes = json.len()).entered();
+    /// Loads `graph`'s plan from cuDNN's JSON of it.
+    fn from_json(
+        cudnn: &Cudnn,
+        graph: Graph,
+        nodes: Vec<String>,
+        cut: Option<Cut>,
+        json: &str,
+    ) -> Result<PlanPart, BackendError> {
         let mut timings = BuildTimings::default();
         let start = Instant::now();
         graph.validate()?;
@@ -253,99 +683,97 @@ impl ExecutionPlan {
         tracing::debug!(tag = %candidate.tag(), workspace, elapsed_us = crate::micros(timings.plan_build), "plan loaded");
         let layout = VariantLayout::with_internals(&graph, &manifest.internals);
         let plans = vec![PlanDescriptor { plan, _config: config, _parts: Vec::new() }];
-        Ok(ExecutionPlan {
+        Ok(PlanPart {
             graph,
+            nodes,
+            cut,
             candidates: vec![candidate],
             built: vec![BuiltPlan { candidate: 0, workspace }],
             selected: 0,
             layout,
             timings,
+            sources: Vec::new(),
+            identity: false,
+            arena_writes: 0,
             descriptors: Mutex::new(Descriptors { packs: PackSlots::new(), plans, _lowered: None }),
-            anchor: cudnn.anchor(),
         })
     }
 
-    /// cuDNN's JSON of the selected plan (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`): the
-    /// compiled kernel and everything needed to rebuild the plan with
-    /// [`ExecutionPlan::from_json`]. Not byte-identical run to run (it embeds pointers).
-    pub fn json(&self) -> Result<String, BackendError> {
-        Ok(self.descriptors().plan(self.selected).get_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)?)
-    }
-
-    /// The graph this plan computes.
+    /// The graph this part plans: the nodes it runs, with the tensors it exchanges with other
+    /// parts as its inputs and outputs (named as in the plan's graph).
     pub fn graph(&self) -> &Graph {
         &self.graph
     }
 
-    /// Every candidate heuristics proposed, with its state.
+    /// The names of the plan graph's nodes it runs, in order.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// Why it does not share the previous part's kernel (`None` for the first part).
+    pub fn cut(&self) -> Option<&Cut> {
+        self.cut.as_ref()
+    }
+
+    /// Bytes of the arena this part writes (the intermediates later parts read).
+    pub fn intermediate_bytes(&self) -> usize {
+        self.arena_writes
+    }
+
+    /// Every candidate heuristics proposed for it, with its state.
     pub fn candidates(&self) -> &[Candidate] {
         &self.candidates
     }
 
-    /// The candidate of the selected plan.
+    /// The candidate of its selected plan.
     pub fn selected(&self) -> &Candidate {
-        let index = self.plan().candidate;
-        &self.candidates[index]
+        &self.candidates[self.plan().candidate]
     }
 
-    /// The candidates that were built into plans, in build order.
+    /// Its candidates that were built into plans, in build order.
     pub fn built(&self) -> Vec<usize> {
         self.built.iter().map(|b| b.candidate).collect()
     }
 
-    /// Makes built candidate `index` the one that executes (for autotuning).
-    pub fn select(&mut self, index: usize) -> Result<(), BackendError> {
-        match self.built.iter().position(|b| b.candidate == index) {
-            Some(i) => {
-                self.selected = i;
-                Ok(())
-            }
-            None => Err(BackendError::NotBuilt { index, built: self.built() }),
-        }
-    }
-
-    /// Where building (or loading) this plan spent its time.
+    /// Where building (or loading) it spent its time.
     pub fn timings(&self) -> &BuildTimings {
         &self.timings
     }
 
-    /// The raw `cudnnBackendDescriptor_t` of the selected execution plan, for measuring against
-    /// raw `cudnnBackendExecute` and for interop. It stays valid while this plan lives and the
-    /// selection does not change; never destroy or modify it, and never call cuDNN with it while
-    /// another thread may be executing this plan (the plan's own calls take turns on a lock that
-    /// raw calls bypass).
+    /// cuDNN's JSON of its selected plan (see [`ExecutionPlan::json`]).
+    pub fn json(&self) -> Result<String, BackendError> {
+        Ok(self.descriptors().plan(self.selected).get_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)?)
+    }
+
+    /// The raw descriptor of its selected plan (see [`ExecutionPlan::raw_descriptor`]).
     pub fn raw_descriptor(&self) -> sys::cudnnBackendDescriptor_t {
         self.descriptors().plan(self.selected).as_raw()
     }
 
-    /// Workspace bytes the largest built plan needs: enough for any [`ExecutionPlan::select`].
+    /// Workspace bytes its largest built plan needs.
     pub fn max_workspace_size(&self) -> usize {
         self.built.iter().map(|b| b.workspace).max().unwrap_or(0) + self.layout.workspace_prefix()
     }
 
-    /// Workspace bytes the selected plan needs at execute: cuDNN's, after the tensors the
-    /// lowering keeps at the front of the workspace ([`VariantLayout::workspace_prefix`]).
+    /// Workspace bytes its selected plan needs: cuDNN's, after the tensors the lowering keeps at
+    /// the front of the workspace ([`VariantLayout::workspace_prefix`]).
     pub fn workspace_size(&self) -> usize {
         self.plan().workspace + self.layout.workspace_prefix()
     }
 
-    /// The variant-pack layout.
+    /// Its variant-pack layout.
     pub fn layout(&self) -> &VariantLayout {
         &self.layout
     }
 
-    /// Whether the plan was made by an online context (only those execute).
-    pub fn is_online(&self) -> bool {
-        self.anchor.context().is_some()
-    }
-
-    pub(crate) fn anchor(&self) -> &Anchor {
-        &self.anchor
+    /// Where each of its I/O tensors lives in the plan's memory.
+    pub(crate) fn sources(&self) -> Option<&[Place]> {
+        (!self.identity).then_some(self.sources.as_slice())
     }
 
     pub(crate) fn plan(&self) -> &BuiltPlan {
-        // `built` is never empty (both constructors ensure it) and `select` keeps `selected` in
-        // range.
+        // `built` is never empty (both constructors ensure it) and `select_in` keeps `selected`
+        // in range.
         &self.built[self.selected]
     }
 
@@ -354,11 +782,30 @@ impl ExecutionPlan {
         self.selected
     }
 
-    /// The plan's cuDNN descriptors, locked: every cuDNN call on them goes through this.
+    /// Its cuDNN descriptors, locked: every cuDNN call on them goes through this.
     pub(crate) fn descriptors(&self) -> MutexGuard<'_, Descriptors> {
         // Nothing panics while the lock is held (cuDNN calls and one slot update), so a poisoned
         // lock still guards consistent descriptors.
         self.descriptors.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Display for PlanPart {
+    /// `matmul_0, add_1, gelu_2: engine 3 (knobs ..), workspace 0 B, writes 16384 B`, then the
+    /// cut on a second line where there is one.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}, workspace {} B, writes {} B",
+            self.nodes.join(", "),
+            self.selected().tag(),
+            self.workspace_size(),
+            self.arena_writes
+        )?;
+        if let Some(cut) = &self.cut {
+            write!(f, "\n  cut: {cut}")?;
+        }
+        Ok(())
     }
 }
 

@@ -66,6 +66,10 @@ pub(crate) trait OpFamily: Sized {
     /// How the builder lays out the virtual tensors around this op where their strides are unset.
     fn layout_policy(&self) -> LayoutPolicy<'_>;
 
+    /// How this op shares a cuDNN kernel with its neighbours (the partitioner's table of known
+    /// patterns).
+    fn fusion(&self) -> FusionRule;
+
     /// The cudnn-frontend tags its nodes have (`MATMUL`, `CONV_FPROP`, ...).
     const TAGS: &'static [&'static str];
 
@@ -78,6 +82,35 @@ pub(crate) trait OpFamily: Sized {
     /// The node's cuDNN operation descriptors.
     #[cfg(feature = "cudnn")]
     fn lower(&self, cx: &mut lowering::LowerCx<'_, '_>) -> LowerResult;
+}
+
+/// How an op shares one cuDNN kernel with the ops around it: the table of known patterns that
+/// the backend's partitioner starts from (`backend/partition.rs`), for cuDNN 9.19. cuDNN's
+/// answers refine it: a part built from it that cuDNN refuses is split further, and the refusal
+/// is remembered per cuDNN version and GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusionRule {
+    /// Elementwise (pointwise): fuses into the prologue or epilogue of an anchor that takes one,
+    /// and with other elementwise ops in a kernel of its own.
+    Elementwise,
+    /// A view of its input's memory (reshape, transpose, slice): between two kernels it costs
+    /// nothing, since the next kernel reads the memory the view describes.
+    View,
+    /// An anchor: at most one per kernel.
+    Anchor {
+        /// Elementwise ops computing its inputs may share its kernel.
+        prologue: bool,
+        /// Elementwise ops reading its output may share its kernel.
+        epilogue: bool,
+        /// It may end another anchor's epilogue (a reduction after a matmul, statistics after a
+        /// convolution).
+        follows: bool,
+    },
+}
+
+impl FusionRule {
+    /// An anchor that shares its kernel with nothing.
+    pub const ALONE: FusionRule = FusionRule::Anchor { prologue: false, epilogue: false, follows: false };
 }
 
 /// How the builder lays out the virtual tensors around an op whose strides are unset (graph

@@ -178,6 +178,13 @@ macro_rules! families {
                 }
             }
 
+            /// How this op shares a cuDNN kernel with its neighbours.
+            pub fn fusion(&self) -> FusionRule {
+                match self {
+                    $( Op::$name(op) => OpFamily::fusion(op), )*
+                }
+            }
+
             /// The node's cuDNN operation descriptors (the backend's graph lowering calls it per
             /// node).
             #[cfg(feature = "cudnn")]

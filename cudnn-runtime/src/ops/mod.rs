@@ -26,6 +26,7 @@ mod window;
 use crate::array::Array;
 use crate::dim::{Dim, DimCx};
 use family::{LayoutPolicy, OpFamily};
+pub use family::FusionRule;
 
 pub(crate) use attrs::Attrs;
 pub use attrs::{closest, AttrError};

@@ -39,7 +39,7 @@ mod reference;
 
 use super::attrs::{AttrError, Attrs};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, LayoutPolicy, OpFamily, OutputLayout};
+use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OpFamily, OutputLayout};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::signature::{AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::Family;
@@ -229,6 +229,10 @@ impl OpFamily for BnFinalize {
 
     /// Packed, or SUM's layout where it is set: cudnn-frontend lays its outputs out NHWC, which
     /// for `[1, C, 1, 1]` is the same memory as NCHW.
+    fn fusion(&self) -> FusionRule {
+        FusionRule::ALONE
+    }
+
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
     }

@@ -42,7 +42,7 @@ use super::window::{spatial_list, WindowAttrs};
 /// (Also at `ops::Window`.)
 pub use super::window::Window;
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -605,6 +605,15 @@ impl OpFamily for Conv {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         vec![Conv::reference(self, inputs[0], inputs[1])]
+    }
+
+    fn fusion(&self) -> FusionRule {
+        match self.kind {
+            // Elementwise epilogues (bias, activation, residual, a folded batch norm), ending in
+            // statistics or a reduction.
+            ConvKind::Fprop | ConvKind::Dgrad => FusionRule::Anchor { prologue: false, epilogue: true, follows: false },
+            ConvKind::Wgrad => FusionRule::ALONE,
+        }
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

@@ -39,7 +39,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -571,6 +571,15 @@ impl OpFamily for Layout {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         vec![Layout::reference(self, inputs)]
+    }
+
+    fn fusion(&self) -> FusionRule {
+        match self {
+            Layout::Reshape { .. } | Layout::Transpose { .. } | Layout::Slice { .. } => FusionRule::View,
+            // The one concatenation cuDNN 9.19 computes: a convolution's output written in place
+            // (`concat.fused_in_place`).
+            Layout::Concatenate { .. } => FusionRule::Anchor { prologue: false, epilogue: false, follows: true },
+        }
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

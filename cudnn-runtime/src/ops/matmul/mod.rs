@@ -14,7 +14,7 @@ use super::signature::{AttrValue, AttrSpec, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{LayoutPolicy, OpFamily};
+use super::family::{FusionRule, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -180,6 +180,12 @@ impl OpFamily for Matmul {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         vec![Matmul::reference(self, inputs[0], inputs[1])]
+    }
+
+    fn fusion(&self) -> FusionRule {
+        // cuDNN's runtime-fusion engines: elementwise ops on A and B, and after C (bias,
+        // activation, residual), with a reduction at the end.
+        FusionRule::Anchor { prologue: true, epilogue: true, follows: false }
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

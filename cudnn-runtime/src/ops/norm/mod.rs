@@ -46,7 +46,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -603,6 +603,17 @@ impl OpFamily for Norm {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         Norm::reference(self, inputs)
+    }
+
+    fn fusion(&self) -> FusionRule {
+        match self.kind {
+            // Per-channel sums of a convolution's output, in its epilogue (cuDNN's conv-genstats
+            // pattern).
+            NormKind::GenStats => FusionRule::Anchor { prologue: true, epilogue: false, follows: true },
+            // cuDNN 9.19's normalization engines take the norm alone: heuristics propose nothing
+            // for rmsnorm → matmul, layernorm → relu or batchnorm_inference → relu.
+            _ => FusionRule::ALONE,
+        }
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

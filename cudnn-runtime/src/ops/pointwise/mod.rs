@@ -19,7 +19,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -569,6 +569,10 @@ impl OpFamily for Pointwise {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         vec![Pointwise::reference(self, inputs)]
+    }
+
+    fn fusion(&self) -> FusionRule {
+        FusionRule::Elementwise
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

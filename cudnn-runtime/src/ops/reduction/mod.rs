@@ -15,7 +15,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{LayoutPolicy, OpFamily};
+use super::family::{FusionRule, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
 use crate::codec::json::Obj;
@@ -221,6 +221,11 @@ impl OpFamily for Reduction {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         vec![Reduction::reference(self, inputs[0])]
+    }
+
+    fn fusion(&self) -> FusionRule {
+        // Ends a matmul's or convolution's epilogue, or a chain of elementwise ops of its own.
+        FusionRule::Anchor { prologue: true, epilogue: false, follows: true }
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

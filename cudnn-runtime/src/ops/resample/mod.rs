@@ -30,7 +30,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -360,6 +360,10 @@ impl OpFamily for Resample {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         Resample::reference(self, inputs[0])
+    }
+
+    fn fusion(&self) -> FusionRule {
+        FusionRule::ALONE
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

@@ -47,7 +47,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{LayoutPolicy, OpFamily};
+use super::family::{FusionRule, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
 use crate::codec::json::Obj;
@@ -526,6 +526,12 @@ impl OpFamily for Sdpa {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         Sdpa::reference(self, inputs)
+    }
+
+    fn fusion(&self) -> FusionRule {
+        // The fused attention engines take the attention alone (its own pointwise subgraph is
+        // the lowering's).
+        FusionRule::ALONE
     }
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {

@@ -1,0 +1,669 @@
+//! Partitioning a graph that cuDNN will not plan as one kernel into parts that it will.
+//!
+//! cuDNN fuses one *anchor* op (a matmul, convolution, normalization, attention, reduction) with
+//! the elementwise ops around it, within rules that depend on the version and the GPU. Each op
+//! family states its part of those rules ([`FusionRule`]); [`group`] walks the nodes in order and
+//! puts each into the kernel (part) it can share, starting a new part where the table says it
+//! cannot, and records why ([`Cut`]). The backend builds each part; a part cuDNN refuses is split
+//! further ([`split`]) and the refusal is remembered per cuDNN version and GPU ([`Refusals`]), so
+//! the next build goes straight to the split.
+//!
+//! Between parts, tensors the graph keeps virtual are *materialized*: written by their part and
+//! read by later ones from one arena at the front of the workspace ([`Layout`]), slots reused
+//! when lifetimes do not overlap. A view (reshape, transpose, slice) whose output is read across
+//! a boundary is no kernel at all: its readers get the memory of its input described again
+//! ([`Alias`]).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+
+use crate::cudnn::ALIGNMENT;
+use crate::dim::packed_strides;
+use crate::ir::{Graph, Node, Tensor, TensorId};
+use crate::ops::{FusionRule, Op};
+
+/// Where a partitioned plan's arena slots start: every slot offset is a multiple of this, so a
+/// workspace allocation (256-byte aligned by CUDA) keeps every tensor aligned for any engine.
+pub(crate) const SLOT_ALIGNMENT: u64 = 256;
+
+/// Why a part does not share the previous part's kernel: the op pair and the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    /// The node before the boundary (whose output the next part reads, where one does), and its
+    /// op.
+    pub before: (String, &'static str),
+    /// The first node of the part, and its op.
+    pub after: (String, &'static str),
+    /// The rule.
+    pub reason: CutReason,
+}
+
+/// The rule behind a [`Cut`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CutReason {
+    /// Both are anchors: cuDNN fuses one per kernel.
+    SecondAnchor,
+    /// The op before takes no elementwise epilogue.
+    NoEpilogue,
+    /// The op after takes no elementwise prologue.
+    NoPrologue,
+    /// The op after reads the memory a view (reshape, transpose, slice) of an earlier part's
+    /// output describes, so it runs after that part.
+    AfterView,
+    /// Nothing connects the two: the op after reads only memory.
+    Independent,
+    /// cuDNN refused the fused part (at this build, or at an earlier one of the same part with
+    /// the same cuDNN version and GPU): the message says how.
+    Refused(String),
+}
+
+impl fmt::Display for Cut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ((a, a_op), (b, b_op)) = (&self.before, &self.after);
+        write!(f, "`{a}` ({a_op}) | `{b}` ({b_op}): ")?;
+        match &self.reason {
+            CutReason::SecondAnchor => {
+                write!(f, "both are anchor ops, and cuDNN fuses one (matmul, convolution, normalization, attention) per kernel")
+            }
+            CutReason::NoEpilogue => write!(f, "cuDNN fuses no elementwise op after a {a_op}"),
+            CutReason::NoPrologue => write!(f, "cuDNN fuses no elementwise op before a {b_op}"),
+            CutReason::AfterView => write!(f, "`{b}` reads a view of memory an earlier part writes"),
+            CutReason::Independent => write!(f, "`{b}` reads only memory, nothing computed in the kernel before"),
+            CutReason::Refused(why) => write!(f, "cuDNN refused them fused: {why}"),
+        }
+    }
+}
+
+/// A view node whose output is its input's memory described again: the base tensor (never
+/// itself an alias) and the byte offset into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Alias {
+    pub(crate) base: TensorId,
+    pub(crate) offset: u64,
+}
+
+/// The nodes of one part, in graph order, and why it starts a new kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Group {
+    pub(crate) nodes: Vec<usize>,
+    pub(crate) cut: Option<Cut>,
+    anchor: Option<FusionRule>,
+    /// The node of its anchor.
+    anchor_node: Option<usize>,
+    /// An anchor that ends an epilogue joined: nothing more fuses.
+    closed: bool,
+}
+
+/// The graph's views as aliases, where they can be: indexed by tensor, the alias of each
+/// view output. A view is an alias when its output is virtual (a graph output must be written
+/// by a kernel), its strides are exactly the view of its input's, a reshape's input is packed,
+/// and a slice starts at an aligned byte.
+pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
+    let mut alias: Vec<Option<Alias>> = vec![None; graph.tensors.len()];
+    for node in &graph.nodes {
+        let Op::Layout(layout) = &node.op else { continue };
+        if node.op.fusion() != FusionRule::View {
+            continue;
+        }
+        let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { continue };
+        let (xt, yt) = (graph.tensor(x), graph.tensor(y));
+        if !yt.is_virtual || xt.pass_by_value.is_some() || yt.strides != layout.output_strides(&xt.strides, &yt.dims) {
+            continue;
+        }
+        if matches!(layout, crate::ops::Layout::Reshape { .. }) && xt.strides != packed_strides(&xt.dims) {
+            continue;
+        }
+        let Ok(offset) = u64::try_from(layout.offset(&xt.strides)) else { continue };
+        let offset = offset * xt.data_type.size_bytes() as u64;
+        let within = alias[x.0].unwrap_or(Alias { base: x, offset: 0 });
+        let offset = within.offset + offset;
+        if offset % ALIGNMENT != 0 {
+            continue;
+        }
+        alias[y.0] = Some(Alias { base: within.base, offset });
+    }
+    alias
+}
+
+/// The graph with its materializable intermediates laid out so the views between parts are
+/// aliases: where `reshape(transpose(b))` would reshape an unpacked view, and `b` is a virtual
+/// tensor computed by an op and read only by the transpose, `b` is stored in the order that
+/// makes the transpose packed (attention's O stored BSHD, so `reshape(transpose(o))` back to
+/// `[1, T, H·D]` is the memory the next matmul reads). Only the strides of virtual tensors
+/// change, which the graph's I/O and results never see.
+pub(crate) fn restride(graph: &Graph) -> Graph {
+    let mut out = graph.clone();
+    let producer = producers(graph);
+    for node in &graph.nodes {
+        let Op::Layout(crate::ops::Layout::Reshape { .. }) = &node.op else { continue };
+        let Some(&t_out) = node.inputs.first() else { continue };
+        let packed = packed_strides(&out.tensor(t_out).dims);
+        if out.tensor(t_out).strides == packed {
+            continue;
+        }
+        let Some(t) = producer[t_out.0].map(|p| &graph.nodes[p]) else { continue };
+        let Op::Layout(layout @ crate::ops::Layout::Transpose { .. }) = &t.op else { continue };
+        let Some(&b) = t.inputs.first() else { continue };
+        let readers = graph.nodes.iter().filter(|n| n.inputs.contains(&b)).count();
+        let computed = producer[b.0].is_some_and(|p| graph.nodes[p].op.fusion() != FusionRule::View);
+        if !graph.tensor(b).is_virtual || readers != 1 || !computed || !graph.tensor(t_out).is_virtual {
+            continue;
+        }
+        // Transposing `b` with strides `s` gives strides `s[p[i]]`: setting `s[p[i]]` to the
+        // packed strides of the transpose's output makes it packed.
+        let rank = packed.len();
+        let mut strides = vec![0i64; rank];
+        let mut ok = true;
+        for (i, &stride) in packed.iter().enumerate() {
+            let unit = vec![0i64; rank];
+            // The axis `i` of the transpose's output reads: where a unit stride at `i` comes from.
+            let mut probe = unit.clone();
+            probe[i] = 1;
+            match (0..rank).find(|&a| {
+                let mut s = unit.clone();
+                s[a] = 1;
+                layout.output_strides(&s, &out.tensor(t_out).dims) == probe
+            }) {
+                Some(a) => strides[a] = stride,
+                None => ok = false,
+            }
+        }
+        if !ok {
+            continue;
+        }
+        out.tensors[b.0].strides = strides;
+        out.tensors[t_out.0].strides = packed;
+    }
+    out
+}
+
+/// The node producing each tensor.
+pub(crate) fn producers(graph: &Graph) -> Vec<Option<usize>> {
+    let mut producer = vec![None; graph.tensors.len()];
+    for (n, node) in graph.nodes.iter().enumerate() {
+        for o in &node.outputs {
+            producer[o.0].get_or_insert(n);
+        }
+    }
+    producer
+}
+
+fn node_ref(node: &Node) -> (String, &'static str) {
+    (node.name.clone(), node.op.call_name())
+}
+
+/// Groups the nodes by the table of known patterns. With `alias` given, views that are aliases
+/// belong to no group (their readers read memory); without, every view is a node that fuses as an
+/// elementwise op (the graph as one kernel sees it).
+pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group> {
+    let producer = producers(graph);
+    let is_alias = |t: TensorId| alias.and_then(|a| a[t.0]);
+    let mut group_of: Vec<Option<usize>> = vec![None; graph.nodes.len()];
+    let mut groups: Vec<Group> = Vec::new();
+    for (n, node) in graph.nodes.iter().enumerate() {
+        if node.outputs.iter().any(|y| is_alias(*y).is_some()) {
+            continue;
+        }
+        // The latest part computing an input in the kernel (a fusion link), and the earliest
+        // part this node may run in.
+        let (mut link, mut floor, mut after_view) = (None::<(usize, usize)>, 0usize, None::<usize>);
+        for &t in &node.inputs {
+            if let Some(a) = is_alias(t) {
+                if let Some(g) = producer[a.base.0].and_then(|p| group_of[p]) {
+                    if g + 1 > floor {
+                        floor = g + 1;
+                        after_view = producer[a.base.0];
+                    }
+                }
+                continue;
+            }
+            if let Some((p, g)) = producer[t.0].and_then(|p| group_of[p].map(|g| (p, g))) {
+                floor = floor.max(g);
+                if link.is_none_or(|(_, l)| g > l) {
+                    link = Some((p, g));
+                }
+            }
+        }
+        let link = link.filter(|&(_, g)| g >= floor);
+        let rule = match node.op.fusion() {
+            FusionRule::View => FusionRule::Elementwise,
+            rule => rule,
+        };
+        let joined = match (rule, link) {
+            (FusionRule::Elementwise, Some((_, g))) => {
+                let to = &groups[g];
+                (!to.closed && to.anchor.is_none_or(|a| matches!(a, FusionRule::Anchor { epilogue: true, .. })))
+                    .then_some(g)
+            }
+            (FusionRule::Elementwise, None) => {
+                // Elementwise ops on memory share the last elementwise-only kernel.
+                groups.len().checked_sub(1).filter(|&g| g >= floor && groups[g].anchor.is_none())
+            }
+            (FusionRule::Anchor { follows: true, .. }, Some((_, g)))
+                if !groups[g].closed && matches!(groups[g].anchor, Some(FusionRule::Anchor { epilogue: true, .. })) =>
+            {
+                Some(g)
+            }
+            (FusionRule::Anchor { prologue: true, .. }, Some((_, g))) if groups[g].anchor.is_none() => Some(g),
+            _ => None,
+        };
+        if let Some(g) = joined {
+            let to = &mut groups[g];
+            to.nodes.push(n);
+            if let FusionRule::Anchor { follows, .. } = rule {
+                if to.anchor.is_some() && follows {
+                    to.closed = true;
+                } else {
+                    to.anchor = Some(rule);
+                    to.anchor_node = Some(n);
+                }
+            }
+            group_of[n] = Some(g);
+            continue;
+        }
+        let cut = groups.last().map(|last| {
+            let reason_and_before = match (link, after_view) {
+                (Some((p, g)), _) => {
+                    // The pair: the anchor that takes no more, or the op this one cannot follow.
+                    let before = &groups[g];
+                    match (before.anchor, before.anchor_node, rule) {
+                        (Some(_), Some(a), FusionRule::Anchor { .. }) => (CutReason::SecondAnchor, a),
+                        (Some(_), Some(a), _) => (CutReason::NoEpilogue, a),
+                        _ => (CutReason::NoPrologue, p),
+                    }
+                }
+                (None, Some(p)) => (CutReason::AfterView, p),
+                (None, None) => match (last.anchor_node, rule) {
+                    (Some(a), FusionRule::Anchor { .. }) => (CutReason::SecondAnchor, a),
+                    _ => (CutReason::Independent, last.nodes.last().copied().unwrap_or(0)),
+                },
+            };
+            let (reason, before) = reason_and_before;
+            Cut { before: node_ref(&graph.nodes[before]), after: node_ref(node), reason }
+        });
+        let anchor = matches!(rule, FusionRule::Anchor { .. }).then_some(rule);
+        let closed = matches!(rule, FusionRule::Anchor { epilogue: false, follows: true, .. });
+        groups.push(Group { nodes: vec![n], cut, anchor, anchor_node: anchor.map(|_| n), closed });
+        group_of[n] = Some(groups.len() - 1);
+    }
+    groups
+}
+
+/// A refused group split around its anchor: the ops before it, the anchor, the ops after it
+/// (each non-empty one a group; the second and third cut as refused, with `why`). `None` for a
+/// group of one node, which cannot be split.
+pub(crate) fn split(graph: &Graph, group: &Group, why: &str) -> Option<Vec<Group>> {
+    if group.nodes.len() < 2 {
+        return None;
+    }
+    let anchor_at = group
+        .nodes
+        .iter()
+        .position(|&n| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. }))
+        // An elementwise-only group: each op alone.
+        .unwrap_or(0);
+    let mut pieces: Vec<Vec<usize>> = Vec::new();
+    if group.anchor.is_none() {
+        pieces.extend(group.nodes.iter().map(|&n| vec![n]));
+    } else {
+        let (before, rest) = group.nodes.split_at(anchor_at);
+        let (anchor, after) = rest.split_at(1);
+        pieces.extend([before.to_vec(), anchor.to_vec(), after.to_vec()].into_iter().filter(|p| !p.is_empty()));
+    }
+    let mut out: Vec<Group> = Vec::new();
+    for nodes in pieces {
+        let cut = match out.last() {
+            None => group.cut.clone(),
+            Some(prev) => Some(Cut {
+                before: node_ref(&graph.nodes[*prev.nodes.last()?]),
+                after: node_ref(&graph.nodes[nodes[0]]),
+                reason: CutReason::Refused(why.to_string()),
+            }),
+        };
+        let anchor_node = nodes.iter().copied().find(|&n| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. }));
+        let anchor = anchor_node.map(|n| graph.nodes[n].op.fusion());
+        out.push(Group { nodes, cut, anchor, anchor_node, closed: false });
+    }
+    Some(out)
+}
+
+/// The groups of a partition recorded by node names (a plan payload's parts): every node of
+/// the graph in exactly one part, except views that are aliases (in none), each part in graph
+/// order and reading only what earlier parts (or itself) compute. The error says what is wrong.
+pub(crate) fn from_names<'a>(
+    graph: &Graph,
+    parts: impl Iterator<Item = &'a [String]>,
+    alias: &[Option<Alias>],
+) -> Result<Vec<Group>, String> {
+    let mut group_of: Vec<Option<usize>> = vec![None; graph.nodes.len()];
+    let mut groups = Vec::new();
+    for (g, names) in parts.enumerate() {
+        let mut nodes = Vec::with_capacity(names.len());
+        for name in names {
+            let n = graph
+                .nodes
+                .iter()
+                .position(|node| node.name == *name)
+                .ok_or_else(|| format!("part {g} names node `{name}`, which the graph does not have"))?;
+            if let Some(other) = group_of[n] {
+                return Err(format!("node `{name}` is in parts {other} and {g}"));
+            }
+            if graph.nodes[n].outputs.iter().any(|y| alias[y.0].is_some()) {
+                return Err(format!("node `{name}` is a view between parts, which no part runs"));
+            }
+            group_of[n] = Some(g);
+            nodes.push(n);
+        }
+        if nodes.is_empty() {
+            return Err(format!("part {g} has no nodes"));
+        }
+        if nodes.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(format!("part {g} lists its nodes out of graph order"));
+        }
+        groups.push(Group { nodes, cut: None, anchor: None, anchor_node: None, closed: false });
+    }
+    let producer = producers(graph);
+    for (n, node) in graph.nodes.iter().enumerate() {
+        if node.outputs.iter().any(|y| alias[y.0].is_some()) {
+            continue;
+        }
+        let Some(g) = group_of[n] else {
+            return Err(format!("node `{}` is in no part", node.name));
+        };
+        for &t in &node.inputs {
+            let (base, strict) = alias[t.0].map_or((t, false), |a| (a.base, true));
+            if let Some(p) = producer[base.0].and_then(|p| group_of[p]) {
+                if p > g || (strict && p == g) {
+                    return Err(format!("node `{}` in part {g} reads `{}`, computed in part {p}", node.name, graph.tensor(t).name));
+                }
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// One part's own graph: its nodes, the tensors they touch (in the graph's order), and
+/// `is_virtual` cleared on every tensor that crosses its boundary. `tensors[i]` is the graph's
+/// id of the part's tensor `i`.
+#[derive(Debug, Clone)]
+pub(crate) struct Extracted {
+    pub(crate) graph: Graph,
+    pub(crate) tensors: Vec<TensorId>,
+}
+
+/// Extracts part `index` of `groups` (every node of the graph in some group, or an alias).
+pub(crate) fn extract(graph: &Graph, groups: &[Group], index: usize, alias: &[Option<Alias>]) -> Extracted {
+    let group_of = group_index(graph, groups);
+    let producer = producers(graph);
+    let here = |n: usize| group_of[n] == Some(index);
+    let mut used = vec![false; graph.tensors.len()];
+    for &n in &groups[index].nodes {
+        for t in graph.nodes[n].inputs.iter().chain(&graph.nodes[n].outputs) {
+            used[t.0] = true;
+        }
+    }
+    let tensors: Vec<TensorId> = (0..graph.tensors.len()).filter(|&i| used[i]).map(TensorId).collect();
+    let mut remap = vec![usize::MAX; graph.tensors.len()];
+    for (i, t) in tensors.iter().enumerate() {
+        remap[t.0] = i;
+    }
+    let materialized = materialized(graph, &group_of, alias);
+    let sub_tensors: Vec<Tensor> = tensors
+        .iter()
+        .map(|&t| {
+            let mut tensor = graph.tensor(t).clone();
+            let produced_here = producer[t.0].is_some_and(here);
+            if tensor.pass_by_value.is_none() && (!produced_here || materialized[t.0]) {
+                tensor.is_virtual = false;
+            }
+            tensor
+        })
+        .collect();
+    let nodes = groups[index]
+        .nodes
+        .iter()
+        .map(|&n| {
+            let node = &graph.nodes[n];
+            Node {
+                inputs: node.inputs.iter().map(|t| TensorId(remap[t.0])).collect(),
+                outputs: node.outputs.iter().map(|t| TensorId(remap[t.0])).collect(),
+                ..node.clone()
+            }
+        })
+        .collect();
+    let name = format!("{}.part{index}", graph.name);
+    Extracted { graph: Graph { name, context: graph.context, tensors: sub_tensors, nodes }, tensors }
+}
+
+fn group_index(graph: &Graph, groups: &[Group]) -> Vec<Option<usize>> {
+    let mut group_of = vec![None; graph.nodes.len()];
+    for (g, group) in groups.iter().enumerate() {
+        for &n in &group.nodes {
+            group_of[n] = Some(g);
+        }
+    }
+    group_of
+}
+
+/// Which virtual tensors must reach memory: those read by a node of another part, and the bases
+/// of aliases that are read.
+fn materialized(graph: &Graph, group_of: &[Option<usize>], alias: &[Option<Alias>]) -> Vec<bool> {
+    let producer = producers(graph);
+    let mut out = vec![false; graph.tensors.len()];
+    for (n, node) in graph.nodes.iter().enumerate() {
+        let Some(g) = group_of[n] else { continue };
+        for &t in &node.inputs {
+            if let Some(a) = alias[t.0] {
+                out[a.base.0] = true;
+            } else if producer[t.0].is_some_and(|p| group_of[p] != Some(g)) {
+                out[t.0] = true;
+            }
+        }
+    }
+    for (t, tensor) in graph.tensors.iter().enumerate() {
+        out[t] &= tensor.is_virtual;
+    }
+    out
+}
+
+/// Where a tensor a part reads or writes lives: one of the plan's I/O buffers (by its index in
+/// the plan's I/O order) or the arena, at a byte offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// I/O buffer `index`, `offset` bytes in.
+    Io { index: usize, offset: u64 },
+    /// `offset` bytes into the workspace.
+    Arena { offset: u64 },
+}
+
+/// The memory of a partitioned plan: where each materialized or aliased tensor lives, and the
+/// arena's size.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Layout {
+    places: Vec<Option<Place>>,
+    /// Bytes of the arena (a multiple of [`SLOT_ALIGNMENT`]).
+    pub(crate) arena_bytes: usize,
+}
+
+impl Layout {
+    /// Places every tensor the parts exchange: graph I/O in its buffer, materialized virtual
+    /// tensors in arena slots (first fit, a slot reused once its tensor's last reader has run),
+    /// aliases where their base is.
+    pub(crate) fn new(graph: &Graph, groups: &[Group], alias: &[Option<Alias>], io: &[TensorId]) -> Layout {
+        let group_of = group_index(graph, groups);
+        let producer = producers(graph);
+        let materialized = materialized(graph, &group_of, alias);
+        let mut places: Vec<Option<Place>> = vec![None; graph.tensors.len()];
+        for (index, t) in io.iter().enumerate() {
+            places[t.0] = Some(Place::Io { index, offset: 0 });
+        }
+        // Each materialized tensor's lifetime in parts: [written, last read].
+        let mut last_read = vec![0usize; graph.tensors.len()];
+        for (n, node) in graph.nodes.iter().enumerate() {
+            let Some(g) = group_of[n] else { continue };
+            for &t in &node.inputs {
+                let base = alias[t.0].map_or(t, |a| a.base);
+                last_read[base.0] = last_read[base.0].max(g);
+            }
+        }
+        let mut slots: Vec<(u64, u64, usize, usize)> = Vec::new(); // offset, bytes, first, last
+        let mut arena = 0u64;
+        for (t, tensor) in graph.tensors.iter().enumerate() {
+            if !materialized[t] {
+                continue;
+            }
+            let Some(first) = producer[t].and_then(|p| group_of[p]) else { continue };
+            let last = last_read[t].max(first);
+            let bytes = (tensor.storage_len() as u64 * tensor.data_type.size_bytes() as u64).div_ceil(SLOT_ALIGNMENT)
+                * SLOT_ALIGNMENT;
+            let mut live: Vec<(u64, u64)> = slots
+                .iter()
+                .filter(|s| s.2 <= last && first <= s.3)
+                .map(|s| (s.0, s.0 + s.1))
+                .collect();
+            live.sort_unstable();
+            let mut offset = 0u64;
+            for (start, end) in live {
+                if offset + bytes <= start {
+                    break;
+                }
+                offset = offset.max(end);
+            }
+            slots.push((offset, bytes, first, last));
+            arena = arena.max(offset + bytes);
+            places[t] = Some(Place::Arena { offset });
+        }
+        for (t, a) in alias.iter().enumerate() {
+            if let Some(a) = a {
+                places[t] = places[a.base.0].map(|p| match p {
+                    Place::Io { index, offset } => Place::Io { index, offset: offset + a.offset },
+                    Place::Arena { offset } => Place::Arena { offset: offset + a.offset },
+                });
+            }
+        }
+        Layout { places, arena_bytes: usize::try_from(arena).unwrap_or(usize::MAX) }
+    }
+
+    /// Where tensor `t` of the graph lives, if it is exchanged between parts or is graph I/O.
+    pub(crate) fn place(&self, t: TensorId) -> Option<Place> {
+        self.places.get(t.0).copied().flatten()
+    }
+}
+
+/// Parts cuDNN refused, by cuDNN version, GPU (compute capability) and the part's fingerprint:
+/// a build that meets one again splits it without asking.
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    refused: Mutex<HashMap<(usize, Option<u32>, u64), String>>,
+}
+
+impl Refusals {
+    /// The process's refusals.
+    pub(crate) fn global() -> &'static Refusals {
+        static REFUSALS: std::sync::OnceLock<Refusals> = std::sync::OnceLock::new();
+        REFUSALS.get_or_init(Refusals::default)
+    }
+
+    /// How cuDNN refused this part, if it did.
+    pub(crate) fn get(&self, key: (usize, Option<u32>, u64)) -> Option<String> {
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
+    }
+
+    /// Remembers that cuDNN refused this part, and how.
+    pub(crate) fn insert(&self, key: (usize, Option<u32>, u64), why: String) {
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).insert(key, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::GraphBuilder;
+    use crate::DataType;
+
+    fn names(graph: &Graph, groups: &[Group]) -> Vec<Vec<String>> {
+        groups.iter().map(|g| g.nodes.iter().map(|&n| graph.nodes[n].op.call_name().to_string()).collect()).collect()
+    }
+
+    /// y = gelu(x·W1 + b1)·W2 + b2 + x
+    fn mlp() -> Graph {
+        let mut g = GraphBuilder::new("mlp");
+        let x = g.input("x", DataType::BF16, &[1, 64, 32]).unwrap();
+        let w1 = g.input("w1", DataType::BF16, &[1, 32, 128]).unwrap();
+        let b1 = g.input("b1", DataType::BF16, &[1, 1, 128]).unwrap();
+        let w2 = g.input("w2", DataType::BF16, &[1, 128, 32]).unwrap();
+        let b2 = g.input("b2", DataType::BF16, &[1, 1, 32]).unwrap();
+        let h = g.matmul(x, w1).unwrap();
+        let h = g.op("add", &[h.into(), b1.into()], &[]).unwrap()[0];
+        let h = g.op("gelu", &[h.into()], &[]).unwrap()[0];
+        let y = g.matmul(h, w2).unwrap();
+        let y = g.op("add", &[y.into(), b2.into()], &[]).unwrap()[0];
+        let y = g.op("add", &[y.into(), x.into()], &[]).unwrap()[0];
+        g.output(y, "y", DataType::BF16).unwrap();
+        g.build().unwrap()
+    }
+
+    #[test]
+    fn two_matmuls_are_two_parts_with_their_epilogues() {
+        let graph = mlp();
+        let alias = aliases(&graph);
+        let groups = group(&graph, Some(&alias));
+        assert_eq!(names(&graph, &groups), [vec!["matmul", "add", "gelu"], vec!["matmul", "add", "add"]]);
+        let cut = groups[1].cut.as_ref().unwrap();
+        assert_eq!(cut.reason, CutReason::SecondAnchor);
+        assert_eq!(cut.after.1, "matmul");
+        assert_eq!(cut.before.1, "matmul");
+        // The gelu output crosses the boundary; it alone is in the arena.
+        let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let layout = Layout::new(&graph, &groups, &alias, &io);
+        let h = graph.nodes[2].outputs[0];
+        assert_eq!(layout.place(h), Some(Place::Arena { offset: 0 }));
+        let bytes = 64 * 128 * graph.tensor(h).data_type.size_bytes();
+        assert_eq!(layout.arena_bytes, bytes.div_ceil(256) * 256);
+        let part = extract(&graph, &groups, 1, &alias);
+        assert_eq!(part.graph.inputs().len(), 4, "h, w2, b2, x and nothing else");
+        assert!(part.graph.validate().is_ok());
+        let first = extract(&graph, &groups, 0, &alias);
+        assert_eq!(first.graph.outputs().len(), 1);
+        assert!(first.graph.validate().is_ok());
+    }
+
+    #[test]
+    fn split_cuts_around_the_anchor() {
+        let graph = mlp();
+        let groups = group(&graph, None);
+        let pieces = split(&graph, &groups[1], "no engine").unwrap();
+        assert_eq!(names(&graph, &pieces), [vec!["matmul"], vec!["add", "add"]]);
+        assert_eq!(pieces[1].cut.as_ref().unwrap().reason, CutReason::Refused("no engine".into()));
+        assert!(split(&graph, &pieces[0], "x").is_none());
+    }
+
+    #[test]
+    fn slots_are_reused_once_read() {
+        // Three matmuls in a chain: the first intermediate is dead when the third part writes.
+        let mut g = GraphBuilder::new("chain");
+        let x = g.input("x", DataType::F16, &[1, 64, 64]).unwrap();
+        let w = g.input("w", DataType::F16, &[1, 64, 64]).unwrap();
+        let a = g.matmul(x, w).unwrap();
+        let b = g.matmul(a, w).unwrap();
+        let c = g.matmul(b, w).unwrap();
+        let d = g.matmul(c, w).unwrap();
+        g.output(d, "d", DataType::F16).unwrap();
+        let graph = g.build().unwrap();
+        let alias = aliases(&graph);
+        let groups = group(&graph, Some(&alias));
+        assert_eq!(groups.len(), 4);
+        let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let layout = Layout::new(&graph, &groups, &alias, &io);
+        let slot = (64 * 64 * graph.tensor(graph.nodes[0].outputs[0]).data_type.size_bytes()) as u64;
+        let offsets: Vec<u64> = (0..3)
+            .map(|n| match layout.place(graph.nodes[n].outputs[0]) {
+                Some(Place::Arena { offset }) => offset,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(offsets, [0, slot, 0]);
+        assert_eq!(layout.arena_bytes as u64, 2 * slot);
+    }
+}

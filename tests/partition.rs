@@ -1,0 +1,182 @@
+//! Issue 16: graphs cuDNN 9.19 will not fuse into one kernel plan as parts, deviceless, and run on
+//! the CPU reference engine as one graph. Each test lists the parts it expects.
+
+mod common;
+
+use cudnn_graph::backend::{BackendError, BuildOptions, CutReason, ExecutionPlan};
+use cudnn_graph::reference::{self, Array};
+use cudnn_graph::rng::SplitMix64;
+use cudnn_graph::{graph, Graph};
+
+graph! {
+    /// A transformer MLP: y = gelu(x·W1 + b1)·W2 + b2 + x.
+    #[intermediate(bf16)]
+    pub Mlp<const E: usize, const F: usize, dyn T>(
+        x: bf16[1, T, E],
+        w1: bf16[1, E, F],
+        b1: bf16[1, 1, F],
+        w2: bf16[1, F, E],
+        b2: bf16[1, 1, E],
+    ) -> (y: bf16[1, T, E]) {
+        let h = gelu(add(matmul(x, w1), b1));
+        y = add(add(matmul(h, w2), b2), x);
+    }
+
+    /// rmsnorm → matmul.
+    #[intermediate(bf16)]
+    pub NormLinear<const E: usize, const F: usize, dyn T>(x: bf16[1, T, E], g: bf16[1, 1, E], w: bf16[1, E, F])
+        -> (y: bf16[1, T, F])
+    {
+        y = matmul(rmsnorm(x, g, 1e-5), w);
+    }
+
+    /// A ResNet basic block: conv → batchnorm_inference → relu → conv → residual add.
+    #[intermediate(f16)]
+    pub ResBlock(
+        x: f16[4, 32, 16, 16] channels_last,
+        w1: f16[32, 32, 3, 3] channels_last,
+        mean: f32[1, 32, 1, 1],
+        inv_var: f32[1, 32, 1, 1],
+        scale: f32[1, 32, 1, 1],
+        bias: f32[1, 32, 1, 1],
+        w2: f16[32, 32, 3, 3] channels_last,
+    ) -> (y: f16[4, 32, 16, 16] channels_last) {
+        let a = relu(batchnorm_inference(conv_fprop(x, w1, padding = [1, 1]), mean, inv_var, scale, bias));
+        y = add(conv_fprop(a, w2, padding = [1, 1]), x);
+    }
+
+    /// A pre-norm attention block: rmsnorm → Q/K/V projections → causal GQA attention → output
+    /// projection + residual (B = 2, S = 64, 4 query heads and 2 key/value heads of 32).
+    #[intermediate(bf16)]
+    pub AttentionBlock(
+        x: bf16[1, 128, 128],
+        g: bf16[1, 1, 128],
+        wq: bf16[1, 128, 128],
+        wk: bf16[1, 128, 64],
+        wv: bf16[1, 128, 64],
+        wo: bf16[1, 128, 128],
+    ) -> (y: bf16[1, 128, 128]) {
+        let h = rmsnorm(x, g, 1e-5);
+        let q = transpose(reshape(matmul(h, wq), shape = [2, 64, 4, 32]), permutation = [0, 2, 1, 3]);
+        let k = transpose(reshape(matmul(h, wk), shape = [2, 64, 2, 32]), permutation = [0, 2, 1, 3]);
+        let v = transpose(reshape(matmul(h, wv), shape = [2, 64, 2, 32]), permutation = [0, 2, 1, 3]);
+        let o = sdpa(q, k, v, causal = true);
+        let merged = reshape(transpose(o, permutation = [0, 2, 1, 3]), shape = [1, 128, 128]);
+        y = add(matmul(merged, wo), x);
+    }
+}
+
+/// The parts of a plan, each as its nodes' ops.
+fn parts(plan: &ExecutionPlan) -> Vec<Vec<&'static str>> {
+    plan.parts()
+        .iter()
+        .map(|p| {
+            p.nodes().iter().map(|n| plan.graph().nodes.iter().find(|m| m.name == *n).unwrap().op.call_name()).collect()
+        })
+        .collect()
+}
+
+fn show(plan: &ExecutionPlan) {
+    println!("{}: {} parts, arena {} B, workspace {} B", plan.graph().name, plan.parts().len(), plan.arena_bytes(), plan.workspace_size());
+    for (k, p) in plan.parts().iter().enumerate() {
+        println!("  part {k}: {p}");
+    }
+}
+
+/// Random inputs (never zeros) for every graph input, rounded to its type; the whole graph on
+/// the reference engine; the plan emulated part by part through its memory plan. Returns the
+/// largest difference relative to the output's largest magnitude.
+fn emulated_against_whole(plan: &ExecutionPlan, seed: u64) -> f64 {
+    let graph: &Graph = plan.graph();
+    let mut rng = SplitMix64::new(seed);
+    let inputs: Vec<Array> = graph
+        .inputs()
+        .iter()
+        .map(|id| {
+            let t = graph.tensor(*id);
+            let mut a = Array::from_fn(&t.dims, |_| {
+                let v = rng.uniform(0.25, 1.0);
+                if rng.uniform(0.0, 1.0) < 0.5 { -v } else { v }
+            });
+            // Statistics a batch norm divides by stay positive.
+            if t.name == "inv_var" {
+                a.data.iter_mut().for_each(|v| *v = v.abs());
+            }
+            a.round_to(t.data_type);
+            a
+        })
+        .collect();
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().iter().zip(&inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    let want = reference::run_arrays(graph, values).unwrap();
+    let got = plan.emulate(&inputs).unwrap();
+    let mut worst: f64 = 0.0;
+    for (g, w) in got.iter().zip(&want) {
+        let scale = w.data.iter().fold(0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0);
+        for (a, b) in g.data.iter().zip(&w.data) {
+            assert!(a.is_finite(), "{}: emulated output reads memory no part wrote", graph.name);
+            worst = worst.max((a - b).abs() / scale);
+        }
+    }
+    worst
+}
+
+#[test]
+fn mlp_plans_as_two_matmul_parts() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = Mlp::<256, 1024>::new(128).graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    show(&plan);
+    assert_eq!(parts(&plan), [vec!["matmul", "add", "gelu"], vec!["matmul", "add", "add"]]);
+    assert_eq!(plan.parts()[1].cut().unwrap().reason, CutReason::SecondAnchor);
+    // h (bf16 [1, 128, 1024]) is the one intermediate in the arena.
+    assert_eq!(plan.arena_bytes(), 128 * 1024 * 2);
+    assert_eq!(plan.parts()[0].intermediate_bytes(), 128 * 1024 * 2);
+    assert!(plan.workspace_size() >= plan.arena_bytes());
+    // The intermediate is materialized in its declared type, as the whole graph rounds it.
+    assert_eq!(emulated_against_whole(&plan, 1), 0.0);
+    // One kernel or an error naming the pair.
+    let single = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default().single_kernel()).unwrap_err();
+    let BackendError::CannotFuse { cut: Some(cut), .. } = &single else { panic!("{single}") };
+    assert_eq!((cut.before.1, cut.after.1), ("matmul", "matmul"));
+    println!("{single}");
+    assert!(single.to_string().contains("`matmul_0` (matmul) | `matmul_1` (matmul)"), "{single}");
+}
+
+#[test]
+fn norm_then_matmul_plans_as_two_parts() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = NormLinear::<256, 512>::new(64).graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    show(&plan);
+    assert_eq!(parts(&plan), [vec!["rmsnorm"], vec!["matmul"]]);
+    assert_eq!(plan.parts()[1].cut().unwrap().reason, CutReason::SecondAnchor);
+    assert_eq!(emulated_against_whole(&plan, 2), 0.0);
+}
+
+#[test]
+fn resnet_block_plans_as_two_conv_parts() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = ResBlock::new().graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    show(&plan);
+    assert_eq!(plan.parts().len(), 2);
+}
+
+#[test]
+fn attention_block_plans_in_parts() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = AttentionBlock::new().graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    show(&plan);
+    assert_eq!(
+        parts(&plan),
+        [vec!["rmsnorm"], vec!["matmul"], vec!["matmul"], vec!["matmul"], vec!["sdpa"], vec!["matmul", "add"]]
+    );
+    // Q/K/V reach the attention and O the output projection as views of the arena (no copies),
+    // O stored BSHD so that its [1, T, H·D] view is the memory the projection reads.
+    assert_eq!(emulated_against_whole(&plan, 3), 0.0);
+}
