@@ -1,4 +1,5 @@
-//! The graph IR: tensors, nodes, graph-level data types, and [`Graph::validate`].
+//! The graph IR: tensors, nodes, graph-level data types, [`Graph::validate`], and rewrites that
+//! keep what a graph computes ([`batchnorm_as_pointwise`]).
 //!
 //! A [`Graph`] is always concrete (every dim is a number) and always valid once built: the
 //! [`GraphBuilder`] infers shapes eagerly as ops are added and validates again at the end, and
@@ -10,10 +11,12 @@ mod channels_last;
 mod error;
 mod layout;
 mod picture;
+mod rewrite;
 
 pub use builder::{GraphBuilder, Operand};
 pub use error::{GraphError, NotChannelsLast};
 pub use layout::{channels_last_order, type_string, MemoryLayout};
+pub use rewrite::{batchnorm_as_pointwise, Rewrite, RewriteKind, Rewritten};
 
 use std::fmt;
 

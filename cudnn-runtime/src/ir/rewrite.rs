@@ -1,0 +1,318 @@
+//! Graph rewrites that keep what a graph computes and change how cuDNN can plan it: the graph
+//! that comes out has the same inputs and outputs (ids, uids, names, types, layouts) and computes
+//! the same function, with different nodes in between.
+//!
+//! One rewrite so far, [`batchnorm_as_pointwise`]: cuDNN 9.19 has no engine for
+//! `batchnorm_inference` on its own nor with a convolution before it (measured deviceless for the
+//! H200: `conv_fprop → batchnorm_inference → relu` gets no engine configuration), while the same
+//! formula written as four pointwise ops plans alone and fuses as a convolution's epilogue.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use super::{Graph, GraphError, Node, Tensor, TensorId};
+use crate::dim::{strides_in_order_of, Concrete};
+use crate::ops::{ConvKind, NormKind, Op, Pointwise, PointwiseMode, TensorMeta};
+
+/// A graph after rewrites, with what was rewritten.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rewritten {
+    /// The rewritten graph (a copy of the one given when nothing applied).
+    pub graph: Graph,
+    /// The rewrites made, in node order; empty when the graph is unchanged.
+    pub rewrites: Vec<Rewrite>,
+}
+
+/// One node replaced by others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    /// The name of the node replaced.
+    pub node: String,
+    /// The names of the nodes that replace it, in order (the last one produces its output).
+    pub replaced_by: Vec<String>,
+    /// What replaced it, and why.
+    pub kind: RewriteKind,
+}
+
+/// The kinds of rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RewriteKind {
+    /// `batchnorm_inference` as `sub`, `mul`, `mul`, `add` (see [`batchnorm_as_pointwise`]).
+    BatchnormAsPointwise {
+        /// The `conv_fprop` node that computes the norm's X (directly or through pointwise
+        /// nodes), whose epilogue the chain becomes; `None` when no convolution comes before it.
+        after_conv: Option<String>,
+    },
+}
+
+impl fmt::Display for Rewrite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            RewriteKind::BatchnormAsPointwise { after_conv } => {
+                write!(f, "batchnorm_inference `{}` as sub/mul/mul/add", self.node)?;
+                match after_conv {
+                    Some(conv) => write!(f, " (fuses as the epilogue of conv_fprop `{conv}`)"),
+                    None => write!(f, " (a pointwise chain plans where the norm op has no engine)"),
+                }
+            }
+        }
+    }
+}
+
+/// Replaces `batchnorm_inference(x, mean, inv_var, scale, bias)` nodes by the pointwise chain
+/// that computes the same formula, cuDNN's:
+///
+/// ```text
+/// y = ((x − mean) · inv_var) · scale + bias      sub, mul, mul, add
+/// ```
+///
+/// reading exactly the tensors the norm read (the `[1, C, 1, ...]` statistics and parameters
+/// broadcast over X), so it applies as well when the statistics are run-time inputs or computed
+/// by the graph: nothing is folded into constants. In exact arithmetic the result is the norm's;
+/// the three intermediates are rounded to the norm node's compute type (f32 for graphs the builder
+/// makes), as a fused kernel computing in that type rounds its own.
+///
+/// Which nodes are rewritten: every `batchnorm_inference` but one whose Y reaches a
+/// `batchnorm_backward` node, directly or through pointwise nodes (cudnn-frontend's
+/// `batchnorm_inference → relu_bwd → batchnorm_backward`, the one graph cuDNN 9.19 plans the norm
+/// op in, and where the chain gets no engine). Measured deviceless for the H200 with cuDNN 9.19:
+/// the norm op has no engine after a convolution (`conv_fprop → batchnorm_inference → relu`) nor
+/// alone, while the chain fuses as the convolution's epilogue (engine 7) and plans alone
+/// (engine 1). [`RewriteKind::BatchnormAsPointwise`] names the convolution that computes X, if any.
+///
+/// The new nodes take the norm's place in node order, so the order stays topological; the last,
+/// an `add`, keeps the norm node's name and writes its output tensor, which keeps its id, uid,
+/// name, type and layout: graph inputs and outputs do not change. The others are called
+/// `{norm}_centered`, `{norm}_normalized` and `{norm}_scaled`, as are the virtual tensors they
+/// write (made unique with `_1`, `_2`, ... if taken), which get X's dim order and the smallest
+/// uids the graph does not use.
+///
+/// # Errors
+///
+/// Whatever [`Graph::validate`] says of `graph` (the rewritten graph passes it).
+///
+/// # Example
+///
+/// ```
+/// use cudnn_runtime::ir::batchnorm_as_pointwise;
+/// use cudnn_runtime::{DataType, GraphBuilder, Operand};
+/// let mut g = GraphBuilder::new("conv_bn_relu");
+/// let x = g.input("x", DataType::F16, &[2, 8, 6, 6]).unwrap();
+/// let w = g.input("w", DataType::F16, &[16, 8, 3, 3]).unwrap();
+/// let [mean, inv_var, scale, bias] =
+///     ["mean", "inv_var", "scale", "bias"].map(|n| Operand::from(g.input(n, DataType::F32, &[1, 16, 1, 1]).unwrap()));
+/// let c = g.op_named("c1", "conv_fprop", &[x.into(), w.into()], &[]).unwrap()[0];
+/// let bn = g.op_named("bn1", "batchnorm_inference", &[c.into(), mean, inv_var, scale, bias], &[]).unwrap()[0];
+/// let y = g.op("relu", &[bn.into()], &[]).unwrap()[0];
+/// g.output(y, "y", DataType::F16).unwrap();
+/// let graph = g.build().unwrap();
+///
+/// let rewritten = batchnorm_as_pointwise(&graph).unwrap();
+/// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
+/// assert_eq!(ops, ["conv_fprop", "sub", "mul", "mul", "add", "relu"]);
+/// assert_eq!(rewritten.graph.inputs(), graph.inputs());
+/// assert_eq!(rewritten.graph.outputs(), graph.outputs());
+/// assert_eq!(
+///     rewritten.rewrites[0].to_string(),
+///     "batchnorm_inference `bn1` as sub/mul/mul/add (fuses as the epilogue of conv_fprop `c1`)"
+/// );
+/// ```
+pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
+    graph.validate()?;
+    let producer = graph.producer();
+    let mut out = Graph {
+        name: graph.name.clone(),
+        context: graph.context,
+        tensors: graph.tensors.clone(),
+        nodes: Vec::with_capacity(graph.nodes.len()),
+    };
+    let mut names = Names::of(graph);
+    let mut rewrites = Vec::new();
+    for node in &graph.nodes {
+        let Some(ports) = batchnorm_inference_ports(node).filter(|_| !feeds_batchnorm_backward(graph, node)) else {
+            out.nodes.push(node.clone());
+            continue;
+        };
+        let after_conv = conv_before(graph, &producer, ports.x).map(|n| graph.nodes[n].name.clone());
+        let replaced_by = chain(node, &ports, &mut out, &mut names)?;
+        let rewrite =
+            Rewrite { node: node.name.clone(), replaced_by, kind: RewriteKind::BatchnormAsPointwise { after_conv } };
+        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
+        rewrites.push(rewrite);
+    }
+    out.validate()?;
+    Ok(Rewritten { graph: out, rewrites })
+}
+
+/// The tensors of a `batchnorm_inference` node, by port.
+struct BatchnormPorts {
+    x: TensorId,
+    mean: TensorId,
+    inv_var: TensorId,
+    scale: TensorId,
+    bias: TensorId,
+    y: TensorId,
+}
+
+/// `node`'s tensors if it is a `batchnorm_inference` (found by port name, so the chain does not
+/// depend on the ports' order).
+fn batchnorm_inference_ports(node: &Node) -> Option<BatchnormPorts> {
+    if !matches!(&node.op, Op::Norm(n) if n.kind == NormKind::BatchNormInference) {
+        return None;
+    }
+    let ports = node.op.inputs();
+    let input = |name: &str| ports.iter().zip(&node.inputs).find(|(p, _)| p.name == name).map(|(_, &t)| t);
+    Some(BatchnormPorts {
+        x: input("X")?,
+        mean: input("MEAN")?,
+        inv_var: input("INV_VARIANCE")?,
+        scale: input("SCALE")?,
+        bias: input("BIAS")?,
+        y: *node.outputs.first()?,
+    })
+}
+
+/// Appends to `out` the four nodes that replace the norm `bn`, and the three tensors between
+/// them; returns the nodes' names.
+fn chain(bn: &Node, ports: &BatchnormPorts, out: &mut Graph, names: &mut Names) -> Result<Vec<String>, GraphError> {
+    use PointwiseMode::{Add, Mul, Sub};
+    // Each step: the op, what its output is called (none for the last, which writes Y), and the
+    // statistic or parameter it applies.
+    let steps = [
+        (Sub, Some("centered"), ports.mean),
+        (Mul, Some("normalized"), ports.inv_var),
+        (Mul, Some("scaled"), ports.scale),
+        (Add, None, ports.bias),
+    ];
+    let x_strides = out.tensor(ports.x).strides.clone();
+    let mut prev = ports.x;
+    let mut replaced_by = Vec::with_capacity(steps.len());
+    for (mode, suffix, operand) in steps {
+        let op = Op::Pointwise(Pointwise::new(mode));
+        let inputs = vec![prev, operand];
+        let (name, output) = match suffix {
+            None => (bn.name.clone(), ports.y),
+            Some(suffix) => {
+                let base = format!("{}_{suffix}", bn.name);
+                let name = names.node(&base);
+                let metas: Vec<TensorMeta<i64>> = inputs
+                    .iter()
+                    .map(|i| TensorMeta { dims: out.tensor(*i).dims.clone(), dtype: out.tensor(*i).data_type })
+                    .collect();
+                let inferred = op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
+                    node: name.clone(),
+                    op: mode.name(),
+                    port: source.arg.and_then(|a| op.inputs().get(a).map(|p| p.name)),
+                    source,
+                })?;
+                // A pointwise op has one output: X's dims, the statistic broadcast over them.
+                let dims = inferred.into_iter().next().map_or_else(|| out.tensor(ports.x).dims.clone(), |m| m.dims);
+                out.tensors.push(Tensor {
+                    name: names.tensor(&base),
+                    uid: names.uid(),
+                    strides: strides_in_order_of(&x_strides, &dims),
+                    dims,
+                    data_type: bn.compute_data_type,
+                    is_virtual: true,
+                    pass_by_value: None,
+                });
+                (name, TensorId(out.tensors.len() - 1))
+            }
+        };
+        out.nodes.push(Node {
+            name: name.clone(),
+            op,
+            inputs,
+            outputs: vec![output],
+            compute_data_type: bn.compute_data_type,
+        });
+        replaced_by.push(name);
+        prev = output;
+    }
+    Ok(replaced_by)
+}
+
+/// The `conv_fprop` node that computes `t`, directly or through pointwise nodes (the first found,
+/// inputs in port order).
+fn conv_before(graph: &Graph, producer: &[Option<usize>], t: TensorId) -> Option<usize> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        let Some(n) = producer.get(t.0).copied().flatten() else { continue };
+        if !seen.insert(n) {
+            continue;
+        }
+        match &graph.nodes[n].op {
+            Op::Conv(c) if c.kind == ConvKind::Fprop => return Some(n),
+            // Pushed in reverse so the first input is searched first.
+            Op::Pointwise(_) => stack.extend(graph.nodes[n].inputs.iter().rev()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether `bn`'s output reaches a `batchnorm_backward` node, directly or through pointwise nodes.
+fn feeds_batchnorm_backward(graph: &Graph, bn: &Node) -> bool {
+    let mut reached: HashSet<TensorId> = bn.outputs.iter().copied().collect();
+    // Nodes are in topological order: one pass sees every path.
+    for node in &graph.nodes {
+        if !node.inputs.iter().any(|i| reached.contains(i)) {
+            continue;
+        }
+        match &node.op {
+            Op::Norm(n) if n.kind == NormKind::BatchNormBackward => return true,
+            Op::Pointwise(_) => reached.extend(node.outputs.iter().copied()),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The names and uids taken, to make fresh ones.
+struct Names {
+    tensors: HashSet<String>,
+    nodes: HashSet<String>,
+    uids: HashSet<i64>,
+    next_uid: i64,
+}
+
+impl Names {
+    fn of(graph: &Graph) -> Self {
+        Names {
+            tensors: graph.tensors.iter().map(|t| t.name.clone()).collect(),
+            nodes: graph.nodes.iter().map(|n| n.name.clone()).collect(),
+            uids: graph.tensors.iter().map(|t| t.uid).collect(),
+            next_uid: 1,
+        }
+    }
+
+    /// `base`, or `base_1`, `base_2`, ...: the first not in `taken`, which then takes it.
+    fn fresh(taken: &mut HashSet<String>, base: &str) -> String {
+        let name = std::iter::once(base.to_string())
+            .chain((1..).map(|i| format!("{base}_{i}")))
+            .find(|n| !taken.contains(n))
+            .unwrap_or_default();
+        taken.insert(name.clone());
+        name
+    }
+
+    fn tensor(&mut self, base: &str) -> String {
+        Self::fresh(&mut self.tensors, base)
+    }
+
+    fn node(&mut self, base: &str) -> String {
+        Self::fresh(&mut self.nodes, base)
+    }
+
+    /// The smallest uid not taken (a graph of n tensors leaves one of 1..=n+1 free, far below
+    /// [`super::MAX_UID`]).
+    fn uid(&mut self) -> i64 {
+        while self.uids.contains(&self.next_uid) {
+            self.next_uid += 1;
+        }
+        self.uids.insert(self.next_uid);
+        self.next_uid
+    }
+}
