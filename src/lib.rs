@@ -137,8 +137,21 @@ pub mod __private {
 
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::backend::{
-        cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, InputBuffer, OutputBuffer,
+        cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, InputBuffer, OutputBuffer,
     };
+
+    /// The options a `graph!` type declaring `declared` plans with: `options` themselves, unless
+    /// the graph demands one kernel and they do not (then a copy with `fusion` set to
+    /// [`Fusion::Single`]). An `Auto` graph leaves the caller's choice alone.
+    #[cfg(feature = "cudnn")]
+    pub fn declared_fusion(options: &BuildOptions, declared: Fusion) -> std::borrow::Cow<'_, BuildOptions> {
+        match declared {
+            Fusion::Single if options.fusion != Fusion::Single => {
+                std::borrow::Cow::Owned(BuildOptions { fusion: Fusion::Single, ..options.clone() })
+            }
+            _ => std::borrow::Cow::Borrowed(options),
+        }
+    }
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::engines::PlanCache;
 

@@ -81,6 +81,21 @@ mod tests {
     }
 
     #[test]
+    fn every_plan_of_a_graph_is_built_with_its_declared_fusion() {
+        let out = expand("#[fuse(single)] pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x); }");
+        assert!(!out.contains("compile_error"), "{out}");
+        let p = ":: cudnn_graph :: __private ::";
+        assert!(out.contains(&format!("pub const FUSION : {p} Fusion = {p} Fusion :: Single ;")), "{out}");
+        assert!(out.contains(&format!("{p} declared_fusion (options , Self :: FUSION)")), "{out}");
+        // `build` and `build_cached` plan with those options, never the caller's as given.
+        assert_eq!(out.matches("let options = Self :: build_options (options) ;").count(), 2, "{out}");
+        assert!(out.contains(&format!("{p} ExecutionPlan :: build (cudnn , & graph , & options)")), "{out}");
+        assert!(out.contains("cache . get_or_build (cudnn , & graph , & self . expectation () , & options)"), "{out}");
+        let auto = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x); }");
+        assert!(auto.contains(&format!("pub const FUSION : {p} Fusion = {p} Fusion :: Auto ;")), "{auto}");
+    }
+
+    #[test]
     fn a_parse_error_is_reported_alone() {
         let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x) }");
         assert!(out.starts_with(":: core :: compile_error !"), "{out}");

@@ -4,7 +4,7 @@
 //! ```text
 //! graph! {
 //!     /// docs
-//!     #[compute(f32)] #[intermediate(f32)]
+//!     #[compute(f32)] #[intermediate(f32)] #[fuse(single)]
 //!     pub Name<const M: usize, dyn B>(a: bf16[B, M, 64], ...) -> (y: bf16[B, M, 64], ...) {
 //!         let c = matmul(a, b);
 //!         let (p, q) = some_multi_output_op(c);
@@ -13,11 +13,11 @@
 //! }
 //! ```
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{bracketed, parenthesized, token, Attribute, Ident, LitFloat, LitInt, Token, Visibility};
+use syn::{bracketed, parenthesized, token, Attribute, Ident, LitFloat, LitInt, LitStr, Meta, Token, Visibility};
 
 /// Every graph of one `graph!` invocation.
 pub struct Input {
@@ -31,6 +31,8 @@ pub struct GraphDef {
     pub docs: Vec<Attribute>,
     /// `#[compute(f32)]`, `#[intermediate(f32)]`.
     pub settings: Vec<(Ident, Ident)>,
+    /// Every `#[fuse(..)]`, as written (the checker resolves the mode and reports misuse).
+    pub fuse: Vec<FuseDecl>,
     /// The type's visibility.
     pub vis: Visibility,
     /// The graph's (and the generated type's) name.
@@ -43,6 +45,49 @@ pub struct GraphDef {
     pub outputs: Vec<PortDecl>,
     /// The statements of its body.
     pub body: Vec<Stmt>,
+}
+
+/// A `#[fuse(..)]` attribute: how many kernels the graph may become.
+pub struct FuseDecl {
+    /// The attribute's tokens, `#[fuse(..)]` whole, for errors about the attribute itself.
+    pub attr: Attribute,
+    /// Its argument.
+    pub arg: FuseArg,
+}
+
+/// The argument of a `#[fuse(..)]`, as written: anything but one bare name is kept with its
+/// tokens, so the checker can say on them what to write instead.
+pub enum FuseArg {
+    /// `single`, `auto`, or another name.
+    Mode(Ident),
+    /// `"single"`: a string where a bare name is expected.
+    Str(LitStr),
+    /// `#[fuse]` or `#[fuse()]`.
+    Missing,
+    /// Anything else (`#[fuse = single]`, `#[fuse(single, auto)]`, `#[fuse(1)]`): the tokens at
+    /// fault.
+    Other(TokenStream),
+}
+
+impl FuseDecl {
+    /// Reads an attribute whose path is `fuse`; never fails (misuse is the checker's to report).
+    fn new(attr: Attribute) -> Self {
+        let arg = match &attr.meta {
+            Meta::Path(_) => FuseArg::Missing,
+            Meta::NameValue(nv) => FuseArg::Other(quote::quote!(#nv)),
+            Meta::List(list) if list.tokens.is_empty() => FuseArg::Missing,
+            Meta::List(list) => {
+                if let Ok(mode) = list.parse_args_with(Ident::parse_any) {
+                    FuseArg::Mode(mode)
+                } else if let Ok(s) = list.parse_args::<LitStr>() {
+                    FuseArg::Str(s)
+                } else {
+                    FuseArg::Other(list.tokens.clone())
+                }
+            }
+        };
+        FuseDecl { attr, arg }
+    }
 }
 
 /// `const M: usize` (checked at compile time) or `dyn B` (bound at run time).
@@ -193,9 +238,12 @@ impl Parse for GraphDef {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut docs = Vec::new();
         let mut settings = Vec::new();
+        let mut fuse = Vec::new();
         for attr in input.call(Attribute::parse_outer)? {
             let path = attr.path();
-            if path.is_ident("compute") || path.is_ident("intermediate") {
+            if path.is_ident("fuse") {
+                fuse.push(FuseDecl::new(attr));
+            } else if path.is_ident("compute") || path.is_ident("intermediate") {
                 let key = path.get_ident().cloned().unwrap_or_else(|| Ident::new("compute", Span::call_site()));
                 let value: Ident = attr.parse_args_with(Ident::parse_any)?;
                 settings.push((key, value));
@@ -247,7 +295,7 @@ impl Parse for GraphDef {
         while !content.is_empty() {
             body.push(content.parse()?);
         }
-        Ok(GraphDef { docs, settings, vis, name, params, inputs, outputs, body })
+        Ok(GraphDef { docs, settings, fuse, vis, name, params, inputs, outputs, body })
     }
 }
 

@@ -1,5 +1,5 @@
-//! The declarations: dim parameters, the `#[compute]`/`#[intermediate]` settings, and the ports
-//! (dtype, dims, layout, unique names).
+//! The declarations: dim parameters, the `#[compute]`/`#[intermediate]` settings, the `#[fuse]`
+//! policy, and the ports (dtype, dims, layout, unique names).
 
 use std::collections::HashMap;
 
@@ -7,10 +7,11 @@ use cudnn_runtime::dim::SymDim;
 use cudnn_runtime::ir::channels_last_order;
 use cudnn_runtime::ops;
 use cudnn_runtime::DataType;
+use syn::ext::IdentExt;
 use syn::Ident;
 
-use super::Port;
-use crate::parse::{DimTok, GraphDef, LayoutDecl, PortDecl};
+use super::{Fusion, Port};
+use crate::parse::{DimTok, FuseArg, GraphDef, LayoutDecl, PortDecl};
 use crate::Ctxt;
 
 /// Dim parameters: `const X: usize` or `dyn X`, each once.
@@ -41,6 +42,51 @@ pub(super) fn check_settings(cx: &Ctxt, def: &GraphDef) -> (DataType, DataType) 
         }
     }
     (compute, intermediate)
+}
+
+/// `#[fuse(single)]` or `#[fuse(auto)]`, at most once; [`Fusion::Auto`] when absent. Every other
+/// form is an error on its tokens saying what to write: `#[fuse(one)]` (an unknown mode),
+/// `#[fuse("single")]` (a string), `#[fuse]` (no mode), `#[fuse = single]`, a second `#[fuse]`.
+pub(super) fn check_fuse(cx: &Ctxt, def: &GraphDef) -> Fusion {
+    const MODES: [&str; 2] = ["single", "auto"];
+    const MEANING: &str = "`single` (one kernel, or an error) or `auto` (parts where cuDNN needs them, the default)";
+    let mut fusion = None;
+    for (i, decl) in def.fuse.iter().enumerate() {
+        if i > 0 {
+            cx.error(&decl.attr, format!("graph `{}` has more than one `#[fuse(..)]`; keep one", def.name));
+        }
+        let resolved = match &decl.arg {
+            FuseArg::Mode(mode) => match mode.unraw().to_string().as_str() {
+                "single" => Some(Fusion::Single),
+                "auto" => Some(Fusion::Auto),
+                other => {
+                    let hint = ops::closest(other, MODES.into_iter())
+                        .map_or_else(|| format!("expected {MEANING}"), |m| format!("did you mean `{m}`?"));
+                    cx.error(mode, format!("unknown fusion mode `{other}`; {hint}"));
+                    None
+                }
+            },
+            FuseArg::Str(s) => {
+                let value = s.value();
+                let write = MODES
+                    .into_iter()
+                    .find(|m| *m == value.trim())
+                    .map_or_else(String::new, |m| format!(": write `#[fuse({m})]`"));
+                cx.error(s, format!("`#[fuse(..)]` takes `single` or `auto`, not a string{write}"));
+                None
+            }
+            FuseArg::Missing => {
+                cx.error(&decl.attr, format!("`#[fuse]` needs a mode: {MEANING}, as in `#[fuse(single)]`"));
+                None
+            }
+            FuseArg::Other(tokens) => {
+                cx.error(tokens, format!("`#[fuse(..)]` takes one mode, {MEANING}: write `#[fuse(single)]`"));
+                None
+            }
+        };
+        fusion = fusion.or(resolved);
+    }
+    fusion.unwrap_or(Fusion::Auto)
 }
 
 /// A dtype token, reported with the closest known dtype when it names none.

@@ -5,22 +5,35 @@ use cudnn_runtime::dim::shape_string;
 use cudnn_runtime::ir::MemoryLayout;
 use cudnn_runtime::{DataType, Fnv};
 
-use super::{Node, Operand, Port};
+use super::{Fusion, Node, Operand, Port};
 use crate::parse::GraphDef;
 
-/// Hashes the graph's name, settings, parameters, ports (with their layouts), nodes and output
-/// bindings: equal for graphs that build the same IR.
+/// The graph-level settings a fingerprint covers.
+pub(super) struct Settings {
+    pub compute: DataType,
+    pub intermediate: DataType,
+    pub fusion: Fusion,
+}
+
+/// Hashes the graph's name, settings (with its fusion policy), parameters, ports (with their
+/// layouts), nodes and output bindings: equal for graphs that build the same IR under the same
+/// policy.
 pub(super) fn fingerprint(
     def: &GraphDef,
     inputs: &[Port],
     outputs: &[Port],
     nodes: &[Node],
     bindings: &[(String, String)],
-    compute: DataType,
-    intermediate: DataType,
+    settings: Settings,
 ) -> u64 {
+    let Settings { compute, intermediate, fusion } = settings;
     let mut h = Fnv::default();
     h.write_str(&format!("graph|{}|{compute}|{intermediate}", def.name));
+    // A plan of a graph that may be split must not load into (or be served from a cache to) the
+    // same graph declared `#[fuse(single)]`. `auto` graphs hash as they always did.
+    if fusion == Fusion::Single {
+        h.write_str("fuse|single");
+    }
     for p in def.params.iter() {
         h.write_str(&format!("param|{}|{}", p.name, p.runtime));
     }

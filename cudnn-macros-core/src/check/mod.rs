@@ -4,6 +4,7 @@
 //!
 //! Rules, one function each in the submodules:
 //! - dim parameters are `const X: usize` or `dyn X`, each declared once (`decl`);
+//! - `#[fuse(..)]` is given at most once, as `single` or `auto` (`decl`);
 //! - every port names a known dtype and dims that are positive literals or declared parameters,
 //!   and a layout (`order [..]`, `channels_last`) that fits its rank (`decl`);
 //! - names (ports, `let` bindings) are defined once; every name used is defined (`stmt`);
@@ -83,6 +84,17 @@ pub struct ConstCheck {
     pub message: String,
 }
 
+/// How many kernels the graph may become (`#[fuse(..)]`): the runtime's `Fusion`, which the
+/// checker cannot name (it lives behind cudnn-runtime's `cudnn` feature, which the macro does
+/// not build).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fusion {
+    /// `#[fuse(auto)]`, the default: the caller's build options decide.
+    Auto,
+    /// `#[fuse(single)]`: one kernel, or the build fails.
+    Single,
+}
+
 /// The checked graph.
 #[derive(Debug, Clone)]
 pub struct Checked {
@@ -90,6 +102,8 @@ pub struct Checked {
     pub compute: DataType,
     /// The intermediate data type (`#[intermediate(..)]`, `f32` by default).
     pub intermediate: DataType,
+    /// The fusion policy (`#[fuse(..)]`, [`Fusion::Auto`] by default).
+    pub fusion: Fusion,
     /// The input ports, in declaration order.
     pub inputs: Vec<Port>,
     /// The output ports, in declaration order.
@@ -153,6 +167,7 @@ struct Checker<'a> {
 pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
     let params = decl::check_params(cx, def);
     let (compute, intermediate) = decl::check_settings(cx, def);
+    let fusion = decl::check_fuse(cx, def);
     let inputs: Vec<Port> = def.inputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
     let outputs: Vec<Port> = def.outputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
     decl::check_port_names(cx, def);
@@ -186,8 +201,9 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
         ck.unused();
     }
     let Checker { nodes, const_checks, .. } = ck;
-    let fingerprint = fingerprint::fingerprint(def, &inputs, &outputs, &nodes, &bindings, compute, intermediate);
-    Checked { compute, intermediate, inputs, outputs, nodes, bindings, const_checks, fingerprint }
+    let settings = fingerprint::Settings { compute, intermediate, fusion };
+    let fingerprint = fingerprint::fingerprint(def, &inputs, &outputs, &nodes, &bindings, settings);
+    Checked { compute, intermediate, fusion, inputs, outputs, nodes, bindings, const_checks, fingerprint }
 }
 
 /// Every name the user gives: ports and `let` bindings.

@@ -5,7 +5,7 @@ use cudnn_runtime::dim::SymDim;
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::DataType;
 
-use super::{check, Checked, Operand};
+use super::{check, Checked, Fusion, Operand};
 use crate::parse::GraphDef;
 use crate::Ctxt;
 
@@ -173,6 +173,76 @@ fn layouts_and_settings_are_resolved() {
     assert_eq!(ck.inputs[0].order.as_deref(), Some(&[0, 2, 3, 1][..]));
     assert_eq!(ck.outputs[0].order, ck.inputs[0].order);
     assert_eq!((ck.compute, ck.intermediate), (DataType::F32, DataType::F16));
+}
+
+// `#[fuse(..)]`.
+
+const RELU: &str = "G(x: f32[4]) -> (y: f32[4]) { y = relu(x); }";
+
+#[test]
+fn the_fusion_policy_is_auto_unless_the_graph_says_single() {
+    assert_eq!(ok(RELU).fusion, Fusion::Auto);
+    assert_eq!(ok(&format!("#[fuse(auto)] {RELU}")).fusion, Fusion::Auto);
+    assert_eq!(ok(&format!("#[fuse(single)] {RELU}")).fusion, Fusion::Single);
+    // Among the other graph attributes, in any order, and as a raw identifier.
+    assert_eq!(
+        ok(&format!("/// docs\n#[compute(f32)] #[fuse(r#single)] #[intermediate(f16)] {RELU}")).fusion,
+        Fusion::Single
+    );
+}
+
+#[test]
+fn an_unknown_fusion_mode_lists_the_modes_or_suggests_the_closest() {
+    assert_eq!(
+        error(&format!("#[fuse(one)] {RELU}")),
+        "unknown fusion mode `one`; expected `single` (one kernel, or an error) or `auto` (parts where cuDNN \
+         needs them, the default)"
+    );
+    assert_eq!(error(&format!("#[fuse(singel)] {RELU}")), "unknown fusion mode `singel`; did you mean `single`?");
+    assert_eq!(error(&format!("#[fuse(Auto)] {RELU}")), "unknown fusion mode `Auto`; did you mean `auto`?");
+}
+
+#[test]
+fn a_fusion_mode_written_as_a_string_is_told_to_drop_the_quotes() {
+    assert_eq!(
+        error(&format!("#[fuse(\"single\")] {RELU}")),
+        "`#[fuse(..)]` takes `single` or `auto`, not a string: write `#[fuse(single)]`"
+    );
+    // A string that names no mode gets no suggestion to write it bare.
+    assert_eq!(error(&format!("#[fuse(\"one\")] {RELU}")), "`#[fuse(..)]` takes `single` or `auto`, not a string");
+}
+
+#[test]
+fn a_fuse_attribute_without_one_mode_says_what_to_write() {
+    let missing = "`#[fuse]` needs a mode: `single` (one kernel, or an error) or `auto` (parts where cuDNN needs \
+                   them, the default), as in `#[fuse(single)]`";
+    assert_eq!(error(&format!("#[fuse] {RELU}")), missing);
+    assert_eq!(error(&format!("#[fuse()] {RELU}")), missing);
+    let other = "`#[fuse(..)]` takes one mode, `single` (one kernel, or an error) or `auto` (parts where cuDNN \
+                 needs them, the default): write `#[fuse(single)]`";
+    assert_eq!(error(&format!("#[fuse = single] {RELU}")), other);
+    assert_eq!(error(&format!("#[fuse(single, auto)] {RELU}")), other);
+    assert_eq!(error(&format!("#[fuse(1)] {RELU}")), other);
+}
+
+#[test]
+fn a_repeated_fuse_attribute_is_an_error_on_each_repeat() {
+    let e = errors(&format!("#[fuse(single)] #[fuse(single)] #[fuse(auto)] {RELU}"));
+    assert_eq!(e, ["graph `G` has more than one `#[fuse(..)]`; keep one"; 2]);
+    // Each misuse of one attribute is reported too, in one pass.
+    let e = errors(&format!("#[fuse(one)] #[fuse] {RELU}"));
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(e[0].starts_with("unknown fusion mode `one`"), "{e:?}");
+    assert!(e[1].starts_with("graph `G` has more than one") && e[2].starts_with("`#[fuse]` needs a mode"), "{e:?}");
+}
+
+#[test]
+fn the_fingerprint_covers_the_fusion_policy() {
+    let fp = |src: &str| ok(src).fingerprint;
+    // A plan that may be split must not serve a graph that demands one kernel, and back.
+    assert_ne!(fp(RELU), fp(&format!("#[fuse(single)] {RELU}")));
+    // `auto` is the default spelled out: the same type.
+    assert_eq!(fp(RELU), fp(&format!("#[fuse(auto)] {RELU}")));
 }
 
 // Calls: names, attributes, ports.

@@ -6,6 +6,7 @@ use quote::quote;
 
 use super::tokens::{device_type, port_doc};
 use super::{bodies, Gen};
+use crate::check::Fusion;
 
 impl Gen<'_> {
     /// Every cuDNN item, inside the facade's `if_cudnn!`.
@@ -82,18 +83,55 @@ impl Gen<'_> {
         }
     }
 
-    /// The graph type's plan methods: `build`, `build_cached`, `expectation`, `deserialize`,
-    /// `deserialize_signed`.
+    /// The graph's fusion policy (`FUSION`) and the options every plan of it is built with
+    /// (`build_options`): the caller's, with `fusion` forced to `Single` under `#[fuse(single)]`.
+    fn fusion_items(&self) -> TokenStream {
+        let p = &self.p;
+        let (variant, fusion_doc) = match self.ck.fusion {
+            Fusion::Single => (
+                quote!(Single),
+                "This graph's fusion policy: declared `#[fuse(single)]`, it must run as one cuDNN kernel, \
+                 and building a plan that cuDNN cannot make as one is an error naming the ops that cannot \
+                 share a kernel, whatever the caller's `BuildOptions::fusion`.",
+            ),
+            Fusion::Auto => (
+                quote!(Auto),
+                "This graph's fusion policy: `Auto` (no `#[fuse(single)]`), so the caller's \
+                 `BuildOptions::fusion` decides whether a graph cuDNN cannot plan as one kernel is split \
+                 into parts.",
+            ),
+        };
+        quote! {
+            #[doc = #fusion_doc]
+            pub const FUSION: #p::Fusion = #p::Fusion::#variant;
+
+            /// The options `build` and `build_cached` plan with: `options` unchanged, except that
+            /// `fusion` is `Fusion::Single` when the graph declares `#[fuse(single)]` (see
+            /// `Self::FUSION`). Pass these when planning `graph()` through the untyped API
+            /// (`ExecutionPlan::build` with `all_plans()` before `autotune`, say).
+            pub fn build_options(options: &#p::BuildOptions) -> ::std::borrow::Cow<'_, #p::BuildOptions> {
+                #p::declared_fusion(options, Self::FUSION)
+            }
+        }
+    }
+
+    /// The graph type's plan methods: `FUSION`, `build_options`, `build`, `build_cached`,
+    /// `expectation`, `deserialize`, `deserialize_signed`.
     fn plan_builders(&self) -> TokenStream {
         let Gen { p, name, name_str, plan_ty, generics_decl, generics_use, runtime, runtime_strs, .. } = self;
         let port_strs: Vec<String> = self.port_idents().iter().map(ToString::to_string).collect();
+        let fusion = self.fusion_items();
         quote! {
             #[allow(non_snake_case)]
             impl #generics_decl #name #generics_use {
-                /// Lowers the graph, asks cuDNN's heuristics and builds a plan.
+                #fusion
+
+                /// Lowers the graph, asks cuDNN's heuristics and builds a plan (with
+                /// `Self::build_options` of `options`).
                 pub fn build(&self, cudnn: &#p::Cudnn, options: &#p::BuildOptions) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
                     let graph = self.graph()?;
-                    let plan = #p::ExecutionPlan::build(cudnn, &graph, options)?;
+                    let options = Self::build_options(options);
+                    let plan = #p::ExecutionPlan::build(cudnn, &graph, &options)?;
                     let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
                     let plan = ::std::sync::Arc::new(plan);
                     ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order })
@@ -103,7 +141,8 @@ impl Gen<'_> {
                 /// graph type, binding, SM and cuDNN version) skips heuristics and compilation; from
                 /// memory, the plan is the one the cache shares with every caller on this CUDA
                 /// context. The second value says where the plan came from and what the cache had
-                /// to ignore.
+                /// to ignore. A cached plan serves only if it satisfies `Self::build_options` of
+                /// `options`, which also build it on a miss.
                 pub fn build_cached(
                     &self,
                     cache: &#p::PlanCache,
@@ -111,7 +150,8 @@ impl Gen<'_> {
                     options: &#p::BuildOptions,
                 ) -> ::core::result::Result<(#plan_ty #generics_use, #p::CacheOutcome), #p::Error> {
                     let graph = self.graph()?;
-                    let cached = cache.get_or_build(cudnn, &graph, &self.expectation(), options)?;
+                    let options = Self::build_options(options);
+                    let cached = cache.get_or_build(cudnn, &graph, &self.expectation(), &options)?;
                     let io_order = #p::io_order(cached.plan.graph(), [#(#port_strs),*])?;
                     let outcome = #p::CacheOutcome { source: cached.source, warnings: cached.warnings, elapsed: cached.elapsed };
                     ::core::result::Result::Ok((
