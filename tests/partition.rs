@@ -77,7 +77,13 @@ fn parts(plan: &ExecutionPlan) -> Vec<Vec<&'static str>> {
 }
 
 fn show(plan: &ExecutionPlan) {
-    println!("{}: {} parts, arena {} B, workspace {} B", plan.graph().name, plan.parts().len(), plan.arena_bytes(), plan.workspace_size());
+    println!(
+        "{}: {} parts, arena {} B, workspace {} B",
+        plan.graph().name,
+        plan.parts().len(),
+        plan.arena_bytes(),
+        plan.workspace_size()
+    );
     for (k, p) in plan.parts().iter().enumerate() {
         println!("  part {k}: {p}");
     }
@@ -96,7 +102,11 @@ fn emulated_against_whole(plan: &ExecutionPlan, seed: u64) -> f64 {
             let t = graph.tensor(*id);
             let mut a = Array::from_fn(&t.dims, |_| {
                 let v = rng.uniform(0.25, 1.0);
-                if rng.uniform(0.0, 1.0) < 0.5 { -v } else { v }
+                if rng.uniform(0.0, 1.0) < 0.5 {
+                    -v
+                } else {
+                    v
+                }
             });
             // Statistics a batch norm divides by stay positive.
             if t.name == "inv_var" {

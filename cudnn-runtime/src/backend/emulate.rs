@@ -59,7 +59,8 @@ impl ExecutionPlan {
         let mut memory = Memory::default();
         for (i, id) in io[..outputs_from].iter().enumerate() {
             let t = graph.tensor(*id);
-            let a = inputs.get(i).ok_or_else(|| ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() })?;
+            let a =
+                inputs.get(i).ok_or_else(|| ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() })?;
             if a.dims != t.dims || a.data.len() as i64 != t.element_count() {
                 return Err(ArgError::Length {
                     tensor: t.name.clone(),
@@ -75,7 +76,9 @@ impl ExecutionPlan {
             memory.write(Place::Io { index: i, offset: 0 }, t, &a);
         }
         if inputs.len() > outputs_from {
-            return Err(ArgError::Slots { graph: graph.name.clone(), expected: outputs_from, found: inputs.len() }.into());
+            return Err(
+                ArgError::Slots { graph: graph.name.clone(), expected: outputs_from, found: inputs.len() }.into()
+            );
         }
         for part in self.parts() {
             let (sub, layout) = (part.graph(), part.layout());

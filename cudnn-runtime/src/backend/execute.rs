@@ -322,12 +322,7 @@ impl PlanPart {
     /// # Safety
     /// As [`ExecutionPlan::execute_raw`]: `io` (in this part's I/O order) and `workspace` must be
     /// valid for the part on `handle`'s stream.
-    unsafe fn launch(
-        &self,
-        handle: sys::cudnnHandle_t,
-        io: &[u64],
-        workspace: u64,
-    ) -> Result<(), BackendError> {
+    unsafe fn launch(&self, handle: sys::cudnnHandle_t, io: &[u64], workspace: u64) -> Result<(), BackendError> {
         let mut held = self.descriptors();
         let (plan, packs) = held.plan_and_packs(self.selected_index());
         if let Some(pack) = packs.find(io, workspace) {

@@ -118,7 +118,7 @@ pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
         let offset = offset * xt.data_type.size_bytes() as u64;
         let within = alias[x.0].unwrap_or(Alias { base: x, offset: 0 });
         let offset = within.offset + offset;
-        if offset % ALIGNMENT != 0 {
+        if !offset.is_multiple_of(ALIGNMENT) {
             continue;
         }
         alias[y.0] = Some(Alias { base: within.base, offset });
@@ -321,7 +321,8 @@ pub(crate) fn split(graph: &Graph, group: &Group, why: &str) -> Option<Vec<Group
                 reason: CutReason::Refused(why.to_string()),
             }),
         };
-        let anchor_node = nodes.iter().copied().find(|&n| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. }));
+        let anchor_node =
+            nodes.iter().copied().find(|&n| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. }));
         let anchor = anchor_node.map(|n| graph.nodes[n].op.fusion());
         out.push(Group { nodes, cut, anchor, anchor_node, closed: false });
     }
@@ -375,7 +376,11 @@ pub(crate) fn from_names<'a>(
             let (base, strict) = alias[t.0].map_or((t, false), |a| (a.base, true));
             if let Some(p) = producer[base.0].and_then(|p| group_of[p]) {
                 if p > g || (strict && p == g) {
-                    return Err(format!("node `{}` in part {g} reads `{}`, computed in part {p}", node.name, graph.tensor(t).name));
+                    return Err(format!(
+                        "node `{}` in part {g} reads `{}`, computed in part {p}",
+                        node.name,
+                        graph.tensor(t).name
+                    ));
                 }
             }
         }
@@ -517,11 +522,8 @@ impl Layout {
             let last = last_read[t].max(first);
             let bytes = (tensor.storage_len() as u64 * tensor.data_type.size_bytes() as u64).div_ceil(SLOT_ALIGNMENT)
                 * SLOT_ALIGNMENT;
-            let mut live: Vec<(u64, u64)> = slots
-                .iter()
-                .filter(|s| s.2 <= last && first <= s.3)
-                .map(|s| (s.0, s.0 + s.1))
-                .collect();
+            let mut live: Vec<(u64, u64)> =
+                slots.iter().filter(|s| s.2 <= last && first <= s.3).map(|s| (s.0, s.0 + s.1)).collect();
             live.sort_unstable();
             let mut offset = 0u64;
             for (start, end) in live {
@@ -555,8 +557,12 @@ impl Layout {
 /// a build that meets one again splits it without asking.
 #[derive(Debug, Default)]
 pub(crate) struct Refusals {
-    refused: Mutex<HashMap<(usize, Option<u32>, u64), String>>,
+    refused: Mutex<HashMap<RefusalKey, String>>,
 }
+
+/// cuDNN's version, the GPU's compute capability (`None` where unknown), the part's
+/// [`Graph::fingerprint`].
+pub(crate) type RefusalKey = (usize, Option<u32>, u64);
 
 impl Refusals {
     /// The process's refusals.
@@ -566,12 +572,12 @@ impl Refusals {
     }
 
     /// How cuDNN refused this part, if it did.
-    pub(crate) fn get(&self, key: (usize, Option<u32>, u64)) -> Option<String> {
+    pub(crate) fn get(&self, key: RefusalKey) -> Option<String> {
         self.refused.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
     }
 
     /// Remembers that cuDNN refused this part, and how.
-    pub(crate) fn insert(&self, key: (usize, Option<u32>, u64), why: String) {
+    pub(crate) fn insert(&self, key: RefusalKey, why: String) {
         self.refused.lock().unwrap_or_else(PoisonError::into_inner).insert(key, why);
     }
 }

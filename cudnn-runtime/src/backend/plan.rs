@@ -19,7 +19,7 @@ use super::partition::{self, Cut, Place, Refusals};
 use super::variant::VariantLayout;
 use super::{binding, BackendError, Cudnn};
 use crate::cudnn::{Anchor, Binding, Descriptor, Internals};
-use crate::ir::{Graph, TensorId};
+use crate::ir::{batchnorm_as_pointwise, Graph, Rewrite, Rewritten, TensorId};
 
 /// One finalized plan: the candidate it was built from and the workspace it needs (its
 /// descriptors are in [`Descriptors::plans`], at the same index).
@@ -107,6 +107,8 @@ pub struct ExecutionPlan {
     // Fields drop in order: the parts (their descriptors), then the handle or device properties
     // they were made with.
     parts: Vec<PlanPart>,
+    /// What the graph was rewritten into before planning.
+    rewrites: Vec<Rewrite>,
     /// Bytes of workspace the tensors exchanged between parts take, before the parts' own.
     arena_bytes: usize,
     timings: BuildTimings,
@@ -164,65 +166,103 @@ impl ExecutionPlan {
             tracing::debug_span!("build_plan", graph = %graph.name, online = cudnn.stream().is_some()).entered();
         let start = Instant::now();
         graph.validate()?;
+        let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(graph)?;
+        for r in &rewrites {
+            tracing::debug!(rewrite = %r, "rewritten");
+        }
         let validate = start.elapsed();
+        // An engine or candidate named explicitly is one kernel's choice: such a build is never
+        // split.
+        let explicit = options.engine.is_some() || options.candidate.is_some();
+        let may_split = options.fusion == Fusion::Auto && !explicit;
         let key = |g: &Graph| (cudnn.version(), cudnn.sm(), g.fingerprint());
-        let table = partition::group(graph, None);
-        let mut refused = None;
-        if table.len() <= 1 {
-            if let Some(why) = Refusals::global().get(key(graph)).filter(|_| options.fusion == Fusion::Auto) {
-                tracing::debug!(reason = %why, "cuDNN refused this graph as one kernel before: partitioning");
-                refused = Some(why);
-            } else {
-                let all = graph.nodes.iter().map(|n| n.name.clone()).collect();
-                match PlanPart::build(cudnn, graph.clone(), all, None, options) {
-                    Ok(mut part) => {
-                        part.sources = (0..part.layout.io().len()).map(|index| Place::Io { index, offset: 0 }).collect();
-                        part.identity = true;
-                        let mut timings = part.timings;
-                        timings.validate += validate;
-                        return Ok(ExecutionPlan {
-                            graph: graph.clone(),
-                            layout: part.layout.clone(),
-                            parts: vec![part],
-                            arena_bytes: 0,
-                            timings,
-                            anchor: cudnn.anchor(),
-                        });
-                    }
-                    Err(e) if options.fusion == Fusion::Auto && graph.nodes.len() > 1 && is_refusal(&e) => {
-                        let why = summary(&e);
-                        tracing::debug!(reason = %why, "cuDNN refused the graph as one kernel: partitioning");
-                        Refusals::global().insert(key(graph), why.clone());
-                        refused = Some(why);
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        } else if options.fusion == Fusion::Single {
+        let table = partition::group(&planned, None);
+        if table.len() > 1 && options.fusion == Fusion::Single {
             let cut = table.iter().find_map(|g| g.cut.clone());
             return Err(BackendError::CannotFuse { graph: graph.name.clone(), cut: cut.map(Box::new) });
         }
-        Self::build_parts(cudnn, graph, options, refused, validate)
+        let whole = |timings_validate| -> Result<ExecutionPlan, BackendError> {
+            let all = planned.nodes.iter().map(|n| n.name.clone()).collect();
+            let part = PlanPart::build(cudnn, planned.clone(), all, None, options)?;
+            Ok(ExecutionPlan::single(graph.clone(), part, rewrites.clone(), timings_validate, cudnn))
+        };
+        if !may_split {
+            return whole(validate);
+        }
+        if table.len() <= 1 {
+            match Refusals::global().get(key(&planned)) {
+                Some(why) => {
+                    tracing::debug!(reason = %why, "cuDNN refused this graph as one kernel before: partitioning");
+                    // Where no split plans, the whole graph's own error says the most.
+                    return match Self::build_parts(cudnn, graph, &planned, &rewrites, options, Some(why), validate) {
+                        Ok(Some(plan)) => Ok(plan),
+                        Ok(None) => whole(validate),
+                        Err(e) if is_refusal(&e) => whole(validate),
+                        Err(e) => Err(e),
+                    };
+                }
+                None => match whole(validate) {
+                    Err(e) if planned.nodes.len() > 1 && is_refusal(&e) => {
+                        let why = summary(&e);
+                        tracing::debug!(reason = %why, "cuDNN refused the graph as one kernel: partitioning");
+                        Refusals::global().insert(key(&planned), why.clone());
+                        return match Self::build_parts(cudnn, graph, &planned, &rewrites, options, Some(why), validate)
+                        {
+                            Ok(Some(plan)) => Ok(plan),
+                            Ok(None) => Err(e),
+                            Err(part) if is_refusal(&part) => Err(e),
+                            Err(part) => Err(part),
+                        };
+                    }
+                    done => return done,
+                },
+            }
+        }
+        Self::build_parts(cudnn, graph, &planned, &rewrites, options, None, validate)?
+            .ok_or_else(|| BackendError::CannotFuse { graph: graph.name.clone(), cut: None })
     }
 
-    /// Builds `graph` as several parts (see [`ExecutionPlan::build`]); `refused` is why cuDNN
-    /// would not take it whole, when it was asked.
+    /// A plan of one part: `part` plans `graph` (or its rewrite) whole.
+    fn single(
+        graph: Graph,
+        mut part: PlanPart,
+        rewrites: Vec<Rewrite>,
+        validate: std::time::Duration,
+        cudnn: &Cudnn,
+    ) -> ExecutionPlan {
+        part.sources = (0..part.layout.io().len()).map(|index| Place::Io { index, offset: 0 }).collect();
+        part.identity = true;
+        let mut timings = part.timings;
+        timings.validate += validate;
+        ExecutionPlan {
+            graph,
+            layout: part.layout.clone(),
+            parts: vec![part],
+            rewrites,
+            arena_bytes: 0,
+            timings,
+            anchor: cudnn.anchor(),
+        }
+    }
+
+    /// Builds `planned` (`graph` rewritten) as several parts (see [`ExecutionPlan::build`]);
+    /// `refused` is why cuDNN would not take it whole, when it was asked. `None` when the graph
+    /// is one node or one part that cannot be split.
     fn build_parts(
         cudnn: &Cudnn,
-        graph: &Graph,
+        user_graph: &Graph,
+        planned: &Graph,
+        rewrites: &[Rewrite],
         options: &BuildOptions,
         refused: Option<String>,
         validate: std::time::Duration,
-    ) -> Result<ExecutionPlan, BackendError> {
-        let user_graph = graph;
-        let restrided = partition::restride(graph);
+    ) -> Result<Option<ExecutionPlan>, BackendError> {
+        let restrided = partition::restride(planned);
         let graph = &restrided;
         let alias = partition::aliases(graph);
         let mut groups = partition::group(graph, Some(&alias));
         if let (Some(why), [one]) = (&refused, groups.as_slice()) {
-            let Some(pieces) = partition::split(graph, one, why) else {
-                return Err(BackendError::CannotFuse { graph: graph.name.clone(), cut: None });
-            };
+            let Some(pieces) = partition::split(graph, one, why) else { return Ok(None) };
             groups = pieces;
         }
         let mut built: Vec<(PlanPart, Vec<TensorId>)> = Vec::new();
@@ -259,7 +299,10 @@ impl ExecutionPlan {
                         error => error,
                     };
                     let Some(pieces) = partition::split(graph, &groups[k], &why) else {
-                        return Err(error.unwrap_or(BackendError::CannotFuse { graph: graph.name.clone(), cut: None }));
+                        return match error {
+                            Some(e) => Err(e),
+                            None => Ok(None),
+                        };
                     };
                     Refusals::global().insert(key, why);
                     groups.splice(k..=k, pieces);
@@ -299,14 +342,15 @@ impl ExecutionPlan {
             elapsed_us = crate::micros(timings.total()),
             "partitioned plan ready"
         );
-        Ok(ExecutionPlan {
+        Ok(Some(ExecutionPlan {
             graph: user_graph.clone(),
             layout,
             parts,
+            rewrites: rewrites.to_vec(),
             arena_bytes: memory.arena_bytes,
             timings,
             anchor: cudnn.anchor(),
-        })
+        }))
     }
 
     /// Rebuilds a plan from cuDNN's JSON of it ([`ExecutionPlan::json`]) for `cudnn`, online or
@@ -317,21 +361,12 @@ impl ExecutionPlan {
         let _span = tracing::debug_span!("plan_from_json", graph = %graph.name, bytes = json.len()).entered();
         let start = Instant::now();
         graph.validate()?;
+        // The plan was made from the graph as `build` rewrote it.
+        let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(&graph)?;
         let validate = start.elapsed();
-        let nodes = graph.nodes.iter().map(|n| n.name.clone()).collect();
-        let mut part = PlanPart::from_json(cudnn, graph.clone(), nodes, None, json)?;
-        part.sources = (0..part.layout.io().len()).map(|index| Place::Io { index, offset: 0 }).collect();
-        part.identity = true;
-        let mut timings = part.timings;
-        timings.validate += validate;
-        Ok(ExecutionPlan {
-            graph,
-            layout: part.layout.clone(),
-            parts: vec![part],
-            arena_bytes: 0,
-            timings,
-            anchor: cudnn.anchor(),
-        })
+        let nodes = planned.nodes.iter().map(|n| n.name.clone()).collect();
+        let part = PlanPart::from_json(cudnn, planned, nodes, None, json)?;
+        Ok(ExecutionPlan::single(graph, part, rewrites, validate, cudnn))
     }
 
     /// Rebuilds a partitioned plan from each part's nodes (by name, as [`PlanPart::nodes`] lists
@@ -344,25 +379,30 @@ impl ExecutionPlan {
         parts: &[(Vec<String>, String)],
     ) -> Result<ExecutionPlan, BackendError> {
         let _span = tracing::debug_span!("plan_from_parts_json", graph = %graph.name, parts = parts.len()).entered();
+        let start = Instant::now();
+        graph.validate()?;
+        let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(&graph)?;
         if let [(nodes, json)] = parts {
-            if nodes.len() == graph.nodes.len() && nodes.iter().zip(&graph.nodes).all(|(a, n)| *a == n.name) {
+            if nodes.len() == planned.nodes.len() && nodes.iter().zip(&planned.nodes).all(|(a, n)| *a == n.name) {
                 return Self::from_json(cudnn, graph, json);
             }
         }
-        let start = Instant::now();
-        graph.validate()?;
         let validate = start.elapsed();
-        let restrided = partition::restride(&graph);
+        let restrided = partition::restride(&planned);
         let alias = partition::aliases(&restrided);
         let groups = partition::from_names(&restrided, parts.iter().map(|(nodes, _)| nodes.as_slice()), &alias)
             .map_err(|reason| BackendError::PlanMismatch {
                 graph: graph.name.clone(),
                 mismatch: Box::new(PlanMismatch::Partition(reason)),
             })?;
+        // Why each boundary is there, where the table's partition has the same parts (a part
+        // split after a refusal at build time does not say why after loading).
+        let table = partition::group(&restrided, Some(&alias));
         let mut built = Vec::with_capacity(parts.len());
         for (k, (nodes, json)) in parts.iter().enumerate() {
             let part = partition::extract(&restrided, &groups, k, &alias);
-            let p = PlanPart::from_json(cudnn, part.graph, nodes.clone(), None, json)?;
+            let cut = table.get(k).filter(|g| g.nodes == groups[k].nodes).and_then(|g| g.cut.clone());
+            let p = PlanPart::from_json(cudnn, part.graph, nodes.clone(), cut, json)?;
             built.push((p, part.tensors));
         }
         let layout = VariantLayout::with_internals(&graph, &Internals::default());
@@ -394,7 +434,15 @@ impl ExecutionPlan {
             timings.lower += part.timings.lower;
             out.push(part);
         }
-        Ok(ExecutionPlan { graph, layout, parts: out, arena_bytes: memory.arena_bytes, timings, anchor: cudnn.anchor() })
+        Ok(ExecutionPlan {
+            graph,
+            layout,
+            parts: out,
+            rewrites,
+            arena_bytes: memory.arena_bytes,
+            timings,
+            anchor: cudnn.anchor(),
+        })
     }
 
     /// cuDNN's JSON of the selected plan (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`): the
@@ -414,6 +462,13 @@ impl ExecutionPlan {
     /// The plan's kernels, in execution order: one unless the graph was partitioned.
     pub fn parts(&self) -> &[PlanPart] {
         &self.parts
+    }
+
+    /// What the graph was rewritten into before planning (a `batchnorm_inference` as the
+    /// elementwise chain that fuses into a convolution's epilogue); the parts' nodes are those of
+    /// the rewritten graph.
+    pub fn rewrites(&self) -> &[Rewrite] {
+        &self.rewrites
     }
 
     /// Whether the graph runs as more than one kernel.

@@ -25,8 +25,8 @@ mod window;
 
 use crate::array::Array;
 use crate::dim::{Dim, DimCx};
-use family::{LayoutPolicy, OpFamily};
 pub use family::FusionRule;
+use family::{LayoutPolicy, OpFamily};
 
 pub(crate) use attrs::Attrs;
 pub use attrs::{closest, AttrError};

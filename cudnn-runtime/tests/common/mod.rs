@@ -66,13 +66,17 @@ pub fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {
 }
 
 #[cfg(feature = "cudnn")]
-/// Asserts cuDNN has no engine configuration for `graph` (a typed [`BackendError::NoPlan`]
-/// naming the graph).
+/// Asserts cuDNN has no one-kernel plan for `graph` (built with `Fusion::Single`): a typed
+/// [`BackendError::NoPlan`] naming the graph where the fusion rules would try it whole, or a
+/// [`BackendError::CannotFuse`] naming the op pair where they would not. (With the default
+/// `Fusion::Auto` such a graph may still plan as several kernels.)
 pub fn no_plan(cudnn: &Cudnn, graph: &Graph) {
-    match ExecutionPlan::build(cudnn, graph, &BuildOptions::default()) {
-        Err(e @ BackendError::NoPlan { .. }) => {
+    match ExecutionPlan::build(cudnn, graph, &BuildOptions::default().single_kernel()) {
+        Err(e @ (BackendError::NoPlan { .. } | BackendError::CannotFuse { .. })) => {
             println!("{}: no plan (typed): {}", graph.name, e.to_string().lines().next().unwrap_or_default());
-            let BackendError::NoPlan { graph: name, .. } = e else { unreachable!() };
+            let (BackendError::NoPlan { graph: name, .. } | BackendError::CannotFuse { graph: name, .. }) = e else {
+                unreachable!()
+            };
             assert_eq!(name, graph.name);
         }
         Ok(p) => panic!(

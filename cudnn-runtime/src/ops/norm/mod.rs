@@ -610,6 +610,11 @@ impl OpFamily for Norm {
             // Per-channel sums of a convolution's output, in its epilogue (cuDNN's conv-genstats
             // pattern).
             NormKind::GenStats => FusionRule::Anchor { prologue: true, epilogue: false, follows: true },
+            // cuDNN's batch-norm backward fusion: `batchnorm_backward(relu_bwd(dy,
+            // batchnorm_inference(x, ..)), ..)` is one kernel (engine 0 on the H200). Anywhere else
+            // `build` has already rewritten a `batchnorm_inference` as elementwise ops.
+            NormKind::BatchNormInference => FusionRule::Anchor { prologue: false, epilogue: true, follows: false },
+            NormKind::BatchNormBackward => FusionRule::Anchor { prologue: true, epilogue: false, follows: true },
             // cuDNN 9.19's normalization engines take the norm alone: heuristics propose nothing
             // for rmsnorm → matmul, layernorm → relu or batchnorm_inference → relu.
             _ => FusionRule::ALONE,
