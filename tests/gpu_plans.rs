@@ -369,7 +369,7 @@ fn gpu_cuda_graph_replays_an_execute() {
 }
 
 /// A graph populated by cuDNN, pointed at other buffers with `PlanGraph::update` (no new
-/// recording): the replay computes the second set's result. A captured graph refuses, typed.
+/// recording): the replay computes the second set's result; so is a stream-captured one.
 #[test]
 fn gpu_cuda_graph_updates_its_pointers() {
     let Some(ctx) = gpu() else { return };
@@ -400,11 +400,26 @@ fn gpu_cuda_graph_updates_its_pointers() {
     b.check(&stream, &second, "updated");
     println!("updated a native graph's pointers in {took:?}");
     drop(g);
+    // A stream-captured graph is updated by capturing again (cuGraphExecUpdate in place).
+    let c = Buffers::new(&stream, &first, plan.workspace_size());
+    stream.synchronize().unwrap();
+    let (io_c, ws_c) = c.raw(&stream);
     // SAFETY: as above.
-    let mut captured = unsafe { plan.cuda_graph(&cudnn, &io_a, ws_a, GraphMode::Capture) }.unwrap();
-    // SAFETY: as above (it is refused before any pointer is used).
-    let refused = unsafe { captured.update(&cudnn, &io_b, ws_b) };
-    assert!(matches!(refused, Err(BackendError::WrongEngine { .. })), "{refused:?}");
+    let mut captured = unsafe { plan.cuda_graph(&cudnn, &io_c, ws_c, GraphMode::Capture) }.unwrap();
+    captured.launch().unwrap();
+    stream.synchronize().unwrap();
+    c.check(&stream, &first, "captured");
+    let b2 = Buffers::new(&stream, &second, plan.workspace_size());
+    stream.synchronize().unwrap();
+    let (io_b2, ws_b2) = b2.raw(&stream);
+    let start = Instant::now();
+    // SAFETY: as above.
+    unsafe { captured.update(&cudnn, &io_b2, ws_b2) }.unwrap();
+    let took = start.elapsed();
+    captured.launch().unwrap();
+    stream.synchronize().unwrap();
+    b2.check(&stream, &second, "captured, updated");
+    println!("updated a captured graph's pointers in {took:?}");
 }
 
 #[test]

@@ -190,3 +190,43 @@ fn attention_block_plans_in_parts() {
     // O stored BSHD so that its [1, T, H·D] view is the memory the projection reads.
     assert_eq!(emulated_against_whole(&plan, 3), 0.0);
 }
+
+/// A partitioned plan's payload holds every part and reloads as the same plan; parts that do not
+/// partition the graph are refused before cuDNN sees them.
+#[test]
+fn partitioned_payload_round_trips() {
+    use cudnn_graph::serialize::plan::{parse_payload, read_payload, seal, Expect, PlanOrigin, SerializeOptions};
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = AttentionBlock::new().graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    let origin = PlanOrigin::of(&cudnn);
+    let bytes = cudnn_graph::serialize::plan::write_payload(
+        &plan,
+        &origin,
+        SerializeOptions { structure: true },
+        &Expect::default(),
+    )
+    .unwrap();
+    let parsed = parse_payload(&bytes).unwrap();
+    assert_eq!(parsed.plan.parts.len(), plan.parts().len());
+    assert!(parsed.plan.plan_json.is_empty());
+    let (loaded, _) = read_payload(&cudnn, &bytes, None, &Expect::default()).unwrap();
+    assert_eq!(parts(&loaded), parts(&plan));
+    assert_eq!(loaded.workspace_size(), plan.workspace_size());
+    assert_eq!(loaded.arena_bytes(), plan.arena_bytes());
+    for (a, b) in loaded.parts().iter().zip(plan.parts()) {
+        assert_eq!(a.selected().engine_id, b.selected().engine_id);
+        assert_eq!(a.cut(), b.cut(), "the table's cuts are known again after loading");
+    }
+    assert_eq!(emulated_against_whole(&loaded, 4), 0.0);
+
+    // Two parts swapped: the second reads what the first computes.
+    let text = std::str::from_utf8(&bytes).unwrap();
+    let body_at = text.find(r#""body":"#).unwrap() + 7;
+    let mut body: serde_json::Value = serde_json::from_str(&text[body_at..text.len() - 1]).unwrap();
+    body["plan"]["parts"].as_array_mut().unwrap().swap(3, 4);
+    let tampered = seal(&body.to_string(), None);
+    let e = read_payload(&cudnn, &tampered, None, &Expect::default()).unwrap_err();
+    println!("{e}");
+    assert!(e.to_string().contains("its parts do not partition the graph"), "{e}");
+}

@@ -5,7 +5,7 @@
 use super::candidate::BehaviorNote;
 use super::plan::ExecutionPlan;
 use super::{BackendError, Cudnn};
-use crate::cudnn::NativeCudaGraph;
+use crate::cudnn::{exec_update, NativeCudaGraph};
 
 /// How [`ExecutionPlan::cuda_graph`] records an execute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,6 +72,22 @@ impl ExecutionPlan {
             let graph = unsafe { NativeCudaGraph::populate(handle, plan, &pack, stream) }?;
             return Ok(PlanGraph { kind: GraphKind::Native(graph), plan: self });
         }
+        // SAFETY: as this function's.
+        let graph = unsafe { self.capture(handle, &stream, io, workspace) }?;
+        Ok(PlanGraph { kind: GraphKind::Captured(graph), plan: self })
+    }
+
+    /// One execute (every part) stream-captured on `stream` and instantiated.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::cuda_graph`].
+    unsafe fn capture(
+        &self,
+        handle: cudarc::cudnn::sys::cudnnHandle_t,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        io: &[u64],
+        workspace: u64,
+    ) -> Result<cudarc::driver::CudaGraph, BackendError> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
@@ -81,7 +97,7 @@ impl ExecutionPlan {
         let captured = stream.end_capture(CUgraphInstantiate_flags(0));
         launched?;
         match captured {
-            Ok(Some(graph)) => Ok(PlanGraph { kind: GraphKind::Captured(graph), plan: self }),
+            Ok(Some(graph)) => Ok(graph),
             Ok(None) => {
                 Err(BackendError::Driver { call: "cuStreamEndCapture", message: "nothing was captured".into() })
             }
@@ -117,12 +133,14 @@ impl PlanGraph<'_> {
         matches!(self.kind, GraphKind::Native(_))
     }
 
-    /// Points a graph populated by cuDNN at other buffers without recording it again:
-    /// `cudnnBackendUpdateCudaGraph` rewrites its nodes' arguments for a variant pack of these
-    /// pointers (taken as [`ExecutionPlan::cuda_graph`] takes them), then the instantiated graph
-    /// is updated in place (`cuGraphExecUpdate`). The plan's selection must be the one the graph
-    /// was recorded with. A stream-captured graph cannot be updated this way: that is a
-    /// [`BackendError::WrongEngine`]; record it again instead.
+    /// Points the graph at other buffers (taken as [`ExecutionPlan::cuda_graph`] takes them)
+    /// without a new instantiation. A graph populated by cuDNN is updated by cuDNN
+    /// (`cudnnBackendUpdateCudaGraph` rewrites its nodes' arguments for a variant pack of these
+    /// pointers); a stream-captured one (every partitioned plan's) by capturing the execute again
+    /// with these pointers. Either way the instantiated graph is then updated in place
+    /// (`cuGraphExecUpdate`; a capture whose kernels differ is a [`BackendError::Driver`] naming
+    /// the update result: record it again). The plan's selection must be the one the graph was
+    /// recorded with.
     ///
     /// # Safety
     /// As [`ExecutionPlan::cuda_graph`]: the new pointers must stay valid for every later launch.
@@ -130,24 +148,30 @@ impl PlanGraph<'_> {
     /// launch on), so those must stay valid until that work is done.
     pub unsafe fn update(&mut self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
         let plan = self.plan;
-        let GraphKind::Native(native) = &mut self.kind else {
-            return Err(BackendError::WrongEngine {
-                graph: plan.graph().name.clone(),
-                engine: "a stream-captured CUDA graph".into(),
-                reason: "only graphs populated by cuDNN (GraphMode::Native) can be updated: record it again",
-            });
-        };
         let (handle, _) = plan.target(cudnn)?;
         plan.check_raw(io, workspace)?;
-        // A graph populated by cuDNN is of a plan of one part.
-        let part = &plan.parts()[0];
-        let pack = part.variant_pack(io, plan.part_workspace(workspace, part))?;
-        let held = part.descriptors();
-        let descriptor = held.plan(part.selected_index());
-        // SAFETY: a live handle of the graph's context (`target` checked it is the plan's and made
-        // it current), the plan and selection `native` was populated for, a finalized pack, and
-        // pointers valid for every later launch, as this function's caller vouches.
-        Ok(unsafe { native.update(handle, descriptor, &pack) }?)
+        match &mut self.kind {
+            GraphKind::Native(native) => {
+                // A graph populated by cuDNN is of a plan of one part.
+                let part = &plan.parts()[0];
+                let pack = part.variant_pack(io, plan.part_workspace(workspace, part))?;
+                let held = part.descriptors();
+                let descriptor = held.plan(part.selected_index());
+                // SAFETY: a live handle of the graph's context (`target` checked it is the plan's
+                // and made it current), the plan and selection `native` was populated for, a
+                // finalized pack, and pointers valid for every later launch, as this function's
+                // caller vouches.
+                Ok(unsafe { native.update(handle, descriptor, &pack) }?)
+            }
+            GraphKind::Captured(graph) => {
+                let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "updating a CUDA graph" })?;
+                // SAFETY: as this function's.
+                let again = unsafe { plan.capture(handle, stream, io, workspace) }?;
+                // SAFETY: both graphs are live and of this context (current after `target`); the
+                // new capture's pointers are valid for every later launch, as the caller vouches.
+                Ok(unsafe { exec_update(graph.cu_graph_exec(), again.cu_graph()) }?)
+            }
+        }
     }
 
     /// Replays the execute on the stream it was recorded for.

@@ -284,33 +284,68 @@ impl ExecutionPlan {
         workspace: u64,
     ) -> Result<(), BackendError> {
         for part in self.parts() {
-            let part_workspace = self.part_workspace(workspace, part);
-            let Some(sources) = part.sources() else {
-                // SAFETY: as this function's; the part's I/O is the plan's, in order.
-                unsafe { part.launch(handle, io, part_workspace) }?;
-                continue;
-            };
-            let n = sources.len();
-            let mut inline = [0u64; INLINE_IO];
-            let mut spill = Vec::new();
-            let addresses: &mut [u64] = if n <= INLINE_IO {
-                &mut inline[..n]
-            } else {
-                spill.resize(n, 0);
-                &mut spill
-            };
-            for (address, place) in addresses.iter_mut().zip(sources) {
-                *address = match *place {
-                    Place::Io { index, offset } => io[index] + offset,
-                    Place::Arena { offset } => workspace + offset,
-                };
-            }
-            // SAFETY: as this function's: every address is inside a buffer the caller vouches for
-            // (an I/O tensor, or a view of one) or inside the arena at the front of the workspace,
-            // which `workspace_size` counts.
-            unsafe { part.launch(handle, addresses, part_workspace) }?;
+            // SAFETY: as this function's.
+            unsafe { self.launch_one(handle, part, io, workspace) }?;
         }
         Ok(())
+    }
+
+    /// Runs part `index` alone, with the plan's I/O pointers and workspace (its inputs from the
+    /// arena hold whatever the last execute left there): for timing one part.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::execute_raw`].
+    pub(crate) unsafe fn execute_part_raw(
+        &self,
+        cudnn: &Cudnn,
+        index: usize,
+        io: &[u64],
+        workspace: u64,
+    ) -> Result<(), BackendError> {
+        let (handle, _) = self.target(cudnn)?;
+        self.check_raw(io, workspace)?;
+        let part = self.parts().get(index).ok_or(BackendError::PartIndex { index, count: self.parts().len() })?;
+        // SAFETY: as this function's.
+        unsafe { self.launch_one(handle, part, io, workspace) }
+    }
+
+    /// Runs `part` with its I/O at its place in the plan's memory (an I/O buffer, at an offset
+    /// for a view, or the arena at the front of the workspace) and its own workspace after the
+    /// arena.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::launch`].
+    unsafe fn launch_one(
+        &self,
+        handle: sys::cudnnHandle_t,
+        part: &PlanPart,
+        io: &[u64],
+        workspace: u64,
+    ) -> Result<(), BackendError> {
+        let part_workspace = self.part_workspace(workspace, part);
+        let Some(sources) = part.sources() else {
+            // SAFETY: as this function's; the part's I/O is the plan's, in order.
+            return unsafe { part.launch(handle, io, part_workspace) };
+        };
+        let n = sources.len();
+        let mut inline = [0u64; INLINE_IO];
+        let mut spill = Vec::new();
+        let addresses: &mut [u64] = if n <= INLINE_IO {
+            &mut inline[..n]
+        } else {
+            spill.resize(n, 0);
+            &mut spill
+        };
+        for (address, place) in addresses.iter_mut().zip(sources) {
+            *address = match *place {
+                Place::Io { index, offset } => io[index] + offset,
+                Place::Arena { offset } => workspace + offset,
+            };
+        }
+        // SAFETY: as this function's: every address is inside a buffer the caller vouches for (an
+        // I/O tensor, or a view of one) or inside the arena at the front of the workspace, which
+        // `workspace_size` counts.
+        unsafe { part.launch(handle, addresses, part_workspace) }
     }
 }
 

@@ -24,6 +24,26 @@ fn check(call: &'static str, result: cu::CUresult) -> Result<(), CudnnError> {
     }
 }
 
+/// Gives the instantiated graph `exec` the node parameters of `graph` (`cuGraphExecUpdate`); a
+/// failure names the update result (`CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`, ...).
+///
+/// # Safety
+/// `exec` and `graph` must be live, of the current context; the pointers `graph`'s nodes hold
+/// must be valid for every later launch of `exec`.
+pub(crate) unsafe fn exec_update(exec: cu::CUgraphExec, graph: cu::CUgraph) -> Result<(), CudnnError> {
+    // SAFETY: a plain C struct of an enum and two pointers, for which all zeros is valid.
+    let mut info: cu::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+    // SAFETY: as the caller vouches; `info` is a valid out-pointer.
+    let result = unsafe { cu::cuGraphExecUpdate_v2(exec, graph, &mut info) };
+    if result != cu::CUresult::CUDA_SUCCESS {
+        return Err(CudnnError::Driver {
+            call: "cuGraphExecUpdate",
+            message: format!("{result:?} ({:?})", info.result),
+        });
+    }
+    Ok(())
+}
+
 /// A graph populated by cuDNN (`cudnnBackendPopulateCudaGraph`) and instantiated, replayed on the
 /// stream it was recorded for; both are destroyed on drop. Not `Send`: CUDA graphs are not
 /// internally synchronized.
@@ -79,18 +99,9 @@ impl NativeCudaGraph {
     ) -> Result<(), CudnnError> {
         // SAFETY: as the caller vouches; `self.graph` was populated by cuDNN for `plan`.
         unsafe { update_cuda_graph(handle, plan, pack, self.graph) }?;
-        // SAFETY: a plain C struct of an enum and two pointers, for which all zeros is valid.
-        let mut info: cu::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
         // SAFETY: an instantiated graph and the graph it was instantiated from, topology unchanged
-        // (cuDNN only rewrites node parameters); `info` is a valid out-pointer.
-        let result = unsafe { cu::cuGraphExecUpdate_v2(self.exec, self.graph, &mut info) };
-        if result != cu::CUresult::CUDA_SUCCESS {
-            return Err(CudnnError::Driver {
-                call: "cuGraphExecUpdate",
-                message: format!("{result:?} ({:?})", info.result),
-            });
-        }
-        Ok(())
+        // (cuDNN only rewrites node parameters).
+        unsafe { exec_update(self.exec, self.graph) }
     }
 
     /// Replays the graph on its stream (`cuGraphLaunch`).

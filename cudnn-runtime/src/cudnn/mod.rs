@@ -39,7 +39,7 @@ pub use context::{cuda_context, Cudnn};
 #[cfg(feature = "cudnn")]
 pub(crate) use context::{Anchor, Binding};
 #[cfg(feature = "cudnn")]
-pub(crate) use cuda_graph::NativeCudaGraph;
+pub(crate) use cuda_graph::{exec_update, NativeCudaGraph};
 #[cfg(feature = "cudnn")]
 pub(crate) use descriptor::{Descriptor, Label, Record};
 #[cfg(feature = "cudnn")]

@@ -138,6 +138,9 @@ impl AutotuneOptions {
 /// One candidate's device time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timing {
+    /// The part of the plan it belongs to (0 for a plan of one kernel; see
+    /// [`ExecutionPlan::parts`]); its time is that part's alone.
+    pub part: usize,
     /// The candidate's index ([`crate::backend::Candidate::index`]).
     pub candidate: usize,
     /// Its tag ([`crate::backend::Candidate::tag`]).
@@ -164,46 +167,68 @@ impl fmt::Display for Timing {
     }
 }
 
-/// What [`autotune`] found.
+/// What [`autotune`] found. A partitioned plan's parts are tuned one by one, each timed alone:
+/// `timings` holds every part's candidates (see [`Timing::part`]), `selected_parts` and
+/// `previous_parts` each part's choice, and `selected`/`previous` the first part's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutotuneReport {
-    /// Every candidate that executed, in build order.
+    /// Every candidate that executed, part by part, in build order.
     pub timings: Vec<Timing>,
-    /// Candidates that failed to execute, with why.
+    /// Candidates that failed to execute, with why (part, candidate, error).
     pub failures: Vec<(usize, String)>,
-    /// The candidate selected now (the fastest median).
+    /// The candidate selected now (the fastest median) of the first part.
     pub selected: usize,
-    /// The candidate that was selected before (the heuristics' pick).
+    /// The candidate that was selected before (the heuristics' pick) of the first part.
     pub previous: usize,
+    /// Each part's selected candidate.
+    pub selected_parts: Vec<usize>,
+    /// Each part's candidate selected before.
+    pub previous_parts: Vec<usize>,
     /// Wall time of the whole tune.
     pub elapsed: Duration,
 }
 
 impl AutotuneReport {
-    /// The timing of candidate `index`.
+    /// The timing of candidate `index` of the first part.
     pub fn timing(&self, index: usize) -> Option<&Timing> {
-        self.timings.iter().find(|t| t.candidate == index)
+        self.part_timing(0, index)
     }
 
-    /// How many times faster the selected candidate is than the previous one (≥ 1).
+    /// The timing of candidate `index` of part `part`.
+    pub fn part_timing(&self, part: usize, index: usize) -> Option<&Timing> {
+        self.timings.iter().find(|t| t.part == part && t.candidate == index)
+    }
+
+    /// How many times faster the selected candidates are than the previous ones (≥ 1): the sum
+    /// of the parts' previous medians over the sum of their selected ones.
     pub fn speedup(&self) -> Option<f64> {
-        Some(self.timing(self.previous)?.median_us / self.timing(self.selected)?.median_us)
+        let sum = |choice: &[usize]| -> Option<f64> {
+            choice.iter().enumerate().map(|(part, &c)| Some(self.part_timing(part, c)?.median_us)).sum()
+        };
+        Some(sum(&self.previous_parts)? / sum(&self.selected_parts)?)
     }
 }
 
 impl fmt::Display for AutotuneReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "autotuned {} candidates in {:.0} ms:", self.timings.len(), self.elapsed.as_secs_f64() * 1e3)?;
-        let mut sorted: Vec<&Timing> = self.timings.iter().collect();
-        sorted.sort_by(|a, b| a.median_us.total_cmp(&b.median_us));
-        for t in sorted {
-            let mark = match (t.candidate == self.selected, t.candidate == self.previous) {
-                (true, true) => " (selected, heuristics' pick)",
-                (true, false) => " (selected)",
-                (false, true) => " (heuristics' pick)",
-                (false, false) => "",
-            };
-            writeln!(f, "  {t}{mark}")?;
+        let parts = self.selected_parts.len();
+        for part in 0..parts {
+            if parts > 1 {
+                writeln!(f, " part {part}:")?;
+            }
+            let mut sorted: Vec<&Timing> = self.timings.iter().filter(|t| t.part == part).collect();
+            sorted.sort_by(|a, b| a.median_us.total_cmp(&b.median_us));
+            for t in sorted {
+                let chosen = |list: &[usize]| list.get(part) == Some(&t.candidate);
+                let mark = match (chosen(&self.selected_parts), chosen(&self.previous_parts)) {
+                    (true, true) => " (selected, heuristics' pick)",
+                    (true, false) => " (selected)",
+                    (false, true) => " (heuristics' pick)",
+                    (false, false) => "",
+                };
+                writeln!(f, "  {t}{mark}")?;
+            }
         }
         for (i, e) in &self.failures {
             writeln!(f, "  #{i}: failed: {e}")?;
@@ -292,11 +317,13 @@ fn median(samples: &[f64]) -> f64 {
     }
 }
 
-/// Times the selected plan of `plan` (with scratch buffers from `scratch`).
+/// Times the selected plan of `plan` (with scratch buffers from `scratch`): part `part` alone,
+/// or the whole plan.
 fn time_selected(
     cudnn: &Cudnn,
     stream: &CudaStream,
     plan: &ExecutionPlan,
+    part: Option<usize>,
     scratch: &Scratch,
     options: &AutotuneOptions,
 ) -> Result<Timing, BackendError> {
@@ -305,8 +332,11 @@ fn time_selected(
             // SAFETY: the scratch buffers hold every I/O tensor's storage (sized from its dims and
             // strides), are 256-byte aligned (cuMemAlloc), live on this context and outlive the
             // enqueued work (the stream is synchronized before they are freed); the workspace is
-            // the largest built plan's.
-            unsafe { plan.execute_raw(cudnn, &scratch.io, scratch.workspace) }?;
+            // the largest built plan's, after the arena.
+            match part {
+                Some(k) => unsafe { plan.execute_part_raw(cudnn, k, &scratch.io, scratch.workspace) }?,
+                None => unsafe { plan.execute_raw(cudnn, &scratch.io, scratch.workspace) }?,
+            }
         }
         Ok(())
     };
@@ -340,8 +370,9 @@ fn time_selected(
             }
         }
     }
-    let selected = plan.selected();
+    let selected = plan.parts()[part.unwrap_or(0)].selected();
     Ok(Timing {
+        part: part.unwrap_or(0),
         candidate: selected.index,
         tag: selected.tag(),
         median_us: median(&samples),
@@ -360,52 +391,82 @@ fn online_stream(cudnn: &Cudnn, plan: &ExecutionPlan) -> Result<Arc<CudaStream>,
 }
 
 /// Times every built candidate of `plan` on `cudnn`'s stream and selects the fastest (by median);
-/// returns the table. Scratch buffers for every I/O tensor and the workspace are allocated here
-/// and freed before returning. A candidate that fails to execute is listed in
-/// [`AutotuneReport::failures`]; when none executes, the error lists them all and the selection
-/// is left as it was.
+/// returns the table. A partitioned plan is tuned part by part, each candidate timed running its
+/// part alone. Scratch buffers for every I/O tensor and the workspace are allocated here and
+/// freed before returning. A candidate that fails to execute is listed in
+/// [`AutotuneReport::failures`]; when no candidate of a part executes, the error lists them all
+/// and the selection is left as it was.
 pub fn autotune(
     cudnn: &Cudnn,
     plan: &mut ExecutionPlan,
     options: &AutotuneOptions,
 ) -> Result<AutotuneReport, BackendError> {
     let began = Instant::now();
-    let _span = tracing::debug_span!("autotune", graph = %plan.graph().name, candidates = plan.built().len()).entered();
+    let _span = tracing::debug_span!("autotune", graph = %plan.graph().name, parts = plan.parts().len()).entered();
     let stream = online_stream(cudnn, plan)?;
     let scratch = Scratch::new(&stream, plan, options.fill)?;
-    let previous = plan.selected().index;
-    let built = plan.built();
-    let mut timings = Vec::with_capacity(built.len());
+    let previous: Vec<usize> = plan.parts().iter().map(|p| p.selected().index).collect();
+    let total: usize = plan.parts().iter().map(|p| p.built().len()).sum();
+    let partitioned = plan.is_partitioned();
+    let mut timings = Vec::with_capacity(total);
     let mut failures = Vec::new();
-    for (done, &candidate) in built.iter().enumerate() {
-        plan.select(candidate)?;
-        let timed = time_selected(cudnn, &stream, plan, &scratch, options);
-        match timed {
-            Ok(t) => {
-                tracing::debug!(candidate, tag = %t.tag, median_us = t.median_us, runs = t.runs, "candidate timed");
-                timings.push(t)
+    let mut selected = previous.clone();
+    let mut done = 0;
+    let mut failed = None;
+    for (part, choice) in selected.iter_mut().enumerate() {
+        let built = plan.parts()[part].built();
+        let first = timings.len();
+        for &candidate in &built {
+            plan.select_in(part, candidate)?;
+            let timed = time_selected(cudnn, &stream, plan, partitioned.then_some(part), &scratch, options);
+            match timed {
+                Ok(t) => {
+                    tracing::debug!(part, candidate, tag = %t.tag, median_us = t.median_us, runs = t.runs, "candidate timed");
+                    timings.push(t)
+                }
+                Err(e) => {
+                    tracing::debug!(part, candidate, error = %e, "candidate failed to execute");
+                    failures.push((candidate, e.to_string()))
+                }
             }
-            Err(e) => {
-                tracing::debug!(candidate, error = %e, "candidate failed to execute");
-                failures.push((candidate, e.to_string()))
+            done += 1;
+            if let Some(progress) = &options.progress {
+                let timing = timings.last().filter(|t: &&Timing| t.part == part && t.candidate == candidate);
+                progress(&AutotuneProgress { done, total, timing, candidate });
             }
         }
-        if let Some(progress) = &options.progress {
-            let timing = timings.last().filter(|t| t.candidate == candidate);
-            progress(&AutotuneProgress { done: done + 1, total: built.len(), timing, candidate });
+        let fastest = timings[first..].iter().min_by(|a, b| a.median_us.total_cmp(&b.median_us)).map(|t| t.candidate);
+        match fastest {
+            Some(c) => {
+                *choice = c;
+                plan.select_in(part, c)?;
+            }
+            None => {
+                failed = Some(part);
+                break;
+            }
         }
     }
     // Nothing may still be running on the scratch buffers when they are freed.
     let synced = stream.synchronize().map_err(driver("cuStreamSynchronize"));
     drop(scratch);
     synced?;
-    let Some(fastest) = timings.iter().min_by(|a, b| a.median_us.total_cmp(&b.median_us)).map(|t| t.candidate) else {
-        plan.select(previous)?;
+    if failed.is_some() {
+        for (part, &c) in previous.iter().enumerate() {
+            plan.select_in(part, c)?;
+        }
         return Err(BackendError::Autotune { graph: plan.graph().name.clone(), failures });
-    };
-    plan.select(fastest)?;
-    tracing::debug!(selected = fastest, previous, elapsed_us = crate::micros(began.elapsed()), "autotuned");
-    Ok(AutotuneReport { timings, failures, selected: fastest, previous, elapsed: began.elapsed() })
+    }
+    tracing::debug!(selected = ?selected, previous = ?previous, elapsed_us = crate::micros(began.elapsed()), "autotuned");
+    Ok(AutotuneReport {
+        timings,
+        failures,
+        selected: selected[0],
+        previous: previous[0],
+        selected_parts: selected,
+        previous_parts: previous,
+        elapsed: began.elapsed(),
+    })
 }
 
 /// Times the selected plan of `plan` as [`autotune`] times each candidate, without changing the
@@ -413,7 +474,7 @@ pub fn autotune(
 pub fn measure(cudnn: &Cudnn, plan: &ExecutionPlan, options: &AutotuneOptions) -> Result<Timing, BackendError> {
     let stream = online_stream(cudnn, plan)?;
     let scratch = Scratch::new(&stream, plan, options.fill)?;
-    let timed = time_selected(cudnn, &stream, plan, &scratch, options);
+    let timed = time_selected(cudnn, &stream, plan, None, &scratch, options);
     let synced = stream.synchronize().map_err(driver("cuStreamSynchronize"));
     drop(scratch);
     synced?;
@@ -449,6 +510,7 @@ mod tests {
     #[test]
     fn reports_print_fastest_first_and_compute_speedup() {
         let t = |candidate, median_us| Timing {
+            part: 0,
             candidate,
             tag: format!("eng{candidate}"),
             median_us,
@@ -462,6 +524,8 @@ mod tests {
             failures: vec![(5, "boom".into())],
             selected: 3,
             previous: 0,
+            selected_parts: vec![3],
+            previous_parts: vec![0],
             elapsed: Duration::from_millis(12),
         };
         assert_eq!(r.speedup(), Some(2.0));

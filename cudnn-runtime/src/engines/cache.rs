@@ -63,10 +63,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::backend::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, NumericalNote};
+use crate::backend::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, Fusion, NumericalNote};
 use crate::serialize::plan::{
-    load_payload, parse_payload, parse_signed_payload, write, Expect, Payload, PayloadError, PayloadKey, PlanOrigin,
-    PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
+    load_payload, parse_payload, parse_signed_payload, write, EngineRecord, Expect, Payload, PayloadError, PayloadKey,
+    PlanOrigin, PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
 };
 use crate::{Fnv, Graph};
 
@@ -282,10 +282,24 @@ static TEMP_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether `options` accept the engine recorded in `record`.
 fn accepts(options: &BuildOptions, record: &PlanRecord) -> bool {
+    // A partitioned plan does not serve a build that demands one kernel, and each part's engine
+    // must pass the filters.
+    if record.parts.is_empty() {
+        return accepts_engine(options, &record.engine, record.workspace_size);
+    }
+    options.fusion == Fusion::Auto
+        && options.engine.is_none()
+        && options.candidate.is_none()
+        && options.max_workspace_bytes.is_none_or(|limit| record.workspace_size <= limit)
+        && record.parts.iter().all(|p| accepts_engine(options, &p.engine, p.workspace_size))
+}
+
+/// Whether a recorded engine (and its workspace) passes `options`' filters.
+fn accepts_engine(options: &BuildOptions, engine: &EngineRecord, workspace_size: usize) -> bool {
     let behavior: Option<Vec<BehaviorNote>> =
-        record.engine.behavior_notes.iter().map(|n| BehaviorNote::from_name(n)).collect();
+        engine.behavior_notes.iter().map(|n| BehaviorNote::from_name(n)).collect();
     let numerical: Option<Vec<NumericalNote>> =
-        record.engine.numerical_notes.iter().map(|n| NumericalNote::from_name(n)).collect();
+        engine.numerical_notes.iter().map(|n| NumericalNote::from_name(n)).collect();
     // A note this build cannot name cannot be checked: such an entry passes only unfiltered.
     let (Some(behavior), Some(numerical)) = (behavior, numerical) else {
         return options.select_behavior_notes.is_empty()
@@ -293,16 +307,14 @@ fn accepts(options: &BuildOptions, record: &PlanRecord) -> bool {
             && options.select_numerical_notes.is_empty()
             && options.deselect_numerical_notes.is_empty();
     };
-    if options.bars_notes(record.engine.id, &behavior, &numerical).is_some() {
+    if options.bars_notes(engine.id, &behavior, &numerical).is_some() {
         return false;
     }
-    if options.max_workspace_bytes.is_some_and(|limit| record.workspace_size > limit) {
+    if options.max_workspace_bytes.is_some_and(|limit| workspace_size > limit) {
         return false;
     }
     match &options.engine {
-        Some(e) => {
-            record.engine.id == Some(e.id) && e.knobs.iter().all(|k| record.engine.knobs.contains(&(k.kind, k.value)))
-        }
+        Some(e) => engine.id == Some(e.id) && e.knobs.iter().all(|k| engine.knobs.contains(&(k.kind, k.value))),
         None => true,
     }
 }

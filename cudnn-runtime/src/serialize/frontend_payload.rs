@@ -494,7 +494,7 @@ pub fn read_frontend_payload(cudnn: &Cudnn, bytes: &[u8], graph: Option<Graph>) 
 /// [`PayloadError::FrontendUnsupported`] naming the key for what cudnn-frontend's payload would
 /// need and this writer does not produce: a plan whose lowering binds a slice by pointer offset
 /// (`variant_pack_replacements`) or places tensors in the workspace (`workspace_modifications`),
-/// a by-value scalar of a type cudnn-frontend's variant has no member for (`pass_by_values`), a
+/// a partitioned plan (`cudnn_backend_data` holds one plan), a by-value scalar of a type cudnn-frontend's variant has no member for (`pass_by_values`), a
 /// behavior note cudnn-frontend does not name (`behavior_notes`); [`PayloadError::Save`] when
 /// cuDNN cannot give the plan's JSON.
 pub fn write_frontend_payload(
@@ -502,6 +502,17 @@ pub fn write_frontend_payload(
     origin: &PlanOrigin,
     options: SerializeOptions,
 ) -> Result<Vec<u8>, PayloadError> {
+    if plan.is_partitioned() {
+        return Err(unsupported(
+            "cudnn_backend_data",
+            format!(
+                "graph `{}` runs as {} kernels, and a cudnn-frontend payload holds one plan: build it with \
+                 `Fusion::Single` (or split it into graphs) to export it",
+                plan.graph().name,
+                plan.parts().len()
+            ),
+        ));
+    }
     let layout = plan.layout();
     if !layout.views().is_empty() {
         return Err(unsupported(

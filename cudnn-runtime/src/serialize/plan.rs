@@ -51,7 +51,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::{structure_from_json, structure_to_json, SerializeError};
-use crate::backend::{Cudnn, ExecutionPlan};
+use crate::backend::{Candidate, Cudnn, ExecutionPlan, PlanPart, VariantLayout};
 use crate::{DataType, Graph};
 
 /// The payload format this build writes and reads. Format 1 (no digest) is refused: write the
@@ -210,7 +210,31 @@ pub struct PlanRecord {
     pub workspace_size: usize,
     /// Workspace initialisation (`(offset, bytes as hex)`); none of today's ops needs any.
     pub workspace_init: Vec<(usize, String)>,
-    /// cuDNN's execution-plan JSON.
+    /// cuDNN's execution-plan JSON (empty for a partitioned plan, whose parts hold theirs).
+    pub plan_json: String,
+    /// A partitioned plan's parts, in execution order (absent for a plan of one kernel). The
+    /// fields above then describe the whole: `engine` is the first part's, `variant_pack_uids` the
+    /// graph's I/O, `workspace_size` the arena and the largest part's workspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartRecord>,
+}
+
+/// One part of a partitioned plan: the nodes it runs (of the graph as `build` rewrote it; see
+/// [`ExecutionPlan::rewrites`]) and its plan, checked on loading as a whole plan's are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartRecord {
+    /// The names of the nodes it runs, in order.
+    pub nodes: Vec<String>,
+    /// Its selected engine.
+    pub engine: EngineRecord,
+    /// Its variant-pack uids, ascending.
+    pub variant_pack_uids: Vec<i64>,
+    /// Its by-value scalars.
+    pub scalars: Vec<ScalarRecord>,
+    /// Its workspace bytes (after the plan's arena).
+    pub workspace_size: usize,
+    /// cuDNN's execution-plan JSON of it.
     pub plan_json: String,
 }
 
@@ -407,20 +431,48 @@ fn hex(v: u64) -> String {
     format!("{v:#018x}")
 }
 
-/// The by-value scalars of `plan`'s variant pack, as a payload records them.
-fn scalar_records(plan: &ExecutionPlan) -> Vec<ScalarRecord> {
-    plan.layout()
+/// The by-value scalars of a variant pack, as a payload records them.
+fn scalar_records(layout: &VariantLayout) -> Vec<ScalarRecord> {
+    layout
         .scalars()
         .iter()
         .map(|s| ScalarRecord { uid: s.uid, data_type: s.data_type, bits: hex(s.value().to_bits()) })
         .collect()
 }
 
+fn engine_record(selected: &Candidate) -> EngineRecord {
+    EngineRecord {
+        id: selected.engine_id,
+        tag: selected.tag(),
+        knobs: selected.knobs.iter().map(|k| (k.kind, k.value)).collect(),
+        behavior_notes: selected.behavior_notes.iter().map(ToString::to_string).collect(),
+        numerical_notes: selected.numerical_notes.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn part_record(part: &PlanPart) -> Result<PartRecord, PayloadError> {
+    Ok(PartRecord {
+        nodes: part.nodes().to_vec(),
+        engine: engine_record(part.selected()),
+        variant_pack_uids: part.layout().uids().to_vec(),
+        scalars: scalar_records(part.layout()),
+        workspace_size: part.workspace_size(),
+        plan_json: part.json().map_err(|e| PayloadError::Save(Box::new(e)))?,
+    })
+}
+
 fn record(plan: &ExecutionPlan, origin: &PlanOrigin, expect: &Expect) -> Result<PlanRecord, PayloadError> {
     let graph = plan.graph();
     let selected = plan.selected();
     let layout = plan.layout();
-    let scalars = scalar_records(plan);
+    let scalars = scalar_records(layout);
+    let parts = if plan.is_partitioned() {
+        plan.parts().iter().map(part_record).collect::<Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
+    let plan_json =
+        if parts.is_empty() { plan.json().map_err(|e| PayloadError::Save(Box::new(e)))? } else { String::new() };
     Ok(PlanRecord {
         graph_name: graph.name.clone(),
         graph_fingerprint: hex(graph.fingerprint()),
@@ -430,18 +482,13 @@ fn record(plan: &ExecutionPlan, origin: &PlanOrigin, expect: &Expect) -> Result<
         cudnn_version: origin.cudnn_version,
         sm: origin.sm,
         device_properties: origin.device_properties.as_deref().and_then(|p| serde_json::from_str(p).ok()),
-        engine: origin.engine.clone().unwrap_or_else(|| EngineRecord {
-            id: selected.engine_id,
-            tag: selected.tag(),
-            knobs: selected.knobs.iter().map(|k| (k.kind, k.value)).collect(),
-            behavior_notes: selected.behavior_notes.iter().map(ToString::to_string).collect(),
-            numerical_notes: selected.numerical_notes.iter().map(ToString::to_string).collect(),
-        }),
+        engine: origin.engine.clone().unwrap_or_else(|| engine_record(selected)),
         variant_pack_uids: layout.uids().to_vec(),
         scalars,
         workspace_size: plan.workspace_size(),
         workspace_init: Vec::new(),
-        plan_json: plan.json().map_err(|e| PayloadError::Save(Box::new(e)))?,
+        plan_json,
+        parts,
     })
 }
 
@@ -648,8 +695,15 @@ fn check_and_load(
         });
     }
     // `from_json` checks the plan JSON's operation graph against the graph's lowering before
-    // cuDNN is given it.
-    let plan = ExecutionPlan::from_json(cudnn, graph, &p.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
+    // cuDNN is given it (each part's, for a partitioned plan).
+    let plan = if p.parts.is_empty() {
+        ExecutionPlan::from_json(cudnn, graph, &p.plan_json)
+    } else {
+        let parts: Vec<(Vec<String>, String)> =
+            p.parts.iter().map(|r| (r.nodes.clone(), r.plan_json.clone())).collect();
+        ExecutionPlan::from_parts_json(cudnn, graph, &parts)
+    }
+    .map_err(|e| PayloadError::Load(Box::new(e)))?;
     if plan.layout().uids() != p.variant_pack_uids.as_slice() {
         return Err(PayloadError::VariantPack {
             payload: p.variant_pack_uids.clone(),
@@ -659,24 +713,51 @@ fn check_and_load(
     if plan.workspace_size() != p.workspace_size {
         return Err(PayloadError::Workspace { payload: p.workspace_size, plan: plan.workspace_size() });
     }
-    let loaded = plan.selected();
+    if p.parts.is_empty() {
+        check_engine(&p.engine, plan.selected())?;
+        check_scalars(&p.scalars, plan.layout())?;
+        return Ok(plan);
+    }
+    for (part, record) in plan.parts().iter().zip(&p.parts) {
+        if part.layout().uids() != record.variant_pack_uids.as_slice() {
+            return Err(PayloadError::VariantPack {
+                payload: record.variant_pack_uids.clone(),
+                graph: part.layout().uids().to_vec(),
+            });
+        }
+        if part.workspace_size() != record.workspace_size {
+            return Err(PayloadError::Workspace { payload: record.workspace_size, plan: part.workspace_size() });
+        }
+        check_engine(&record.engine, part.selected())?;
+        check_scalars(&record.scalars, part.layout())?;
+    }
+    Ok(plan)
+}
+
+/// The engine a payload records against the one cuDNN loaded.
+fn check_engine(recorded: &EngineRecord, loaded: &Candidate) -> Result<(), PayloadError> {
     // cuDNN reports a reloaded config with default knobs filled in, so the record's knobs must
     // be among the loaded ones, not equal to them.
     let knobs_agree =
-        p.engine.knobs.iter().all(|&(kind, value)| loaded.knobs.iter().any(|k| k.kind == kind && k.value == value));
-    if loaded.engine_id != p.engine.id || !knobs_agree {
+        recorded.knobs.iter().all(|&(kind, value)| loaded.knobs.iter().any(|k| k.kind == kind && k.value == value));
+    if loaded.engine_id != recorded.id || !knobs_agree {
         let knobs: Vec<(i32, i64)> = loaded.knobs.iter().map(|k| (k.kind, k.value)).collect();
         return Err(PayloadError::Engine {
-            payload: format!("{:?} with knobs {:?}", p.engine.id, p.engine.knobs),
+            payload: format!("{:?} with knobs {:?}", recorded.id, recorded.knobs),
             plan: format!("{:?} with knobs {knobs:?}", loaded.engine_id),
         });
     }
-    let scalars = scalar_records(&plan);
-    if scalars != p.scalars {
+    Ok(())
+}
+
+/// The by-value scalars a payload records against the loaded variant pack's.
+fn check_scalars(recorded: &[ScalarRecord], layout: &VariantLayout) -> Result<(), PayloadError> {
+    let scalars = scalar_records(layout);
+    if scalars != recorded {
         let list = |s: &[ScalarRecord]| s.iter().map(|r| (r.uid, r.data_type, r.bits.clone())).collect();
-        return Err(PayloadError::Scalars { payload: list(&p.scalars), graph: list(&scalars) });
+        return Err(PayloadError::Scalars { payload: list(recorded), graph: list(&scalars) });
     }
-    Ok(plan)
+    Ok(())
 }
 
 impl Payload {
