@@ -211,3 +211,64 @@ fn split_batchnorm_training_step_plans_as_three_graphs() {
     }
     plan(&cudnn, &g.build().unwrap());
 }
+
+/// The same training step as one graph: it plans as three parts (convolution + `genstats`,
+/// `bn_finalize`, the `relu(eq_scale · y + eq_bias)` chain), the conv output and the sums passing
+/// through the workspace arena, and the parts run on the CPU reference through that memory give
+/// the whole graph's result exactly.
+#[test]
+fn batchnorm_training_step_as_one_graph_plans_as_three_parts() {
+    use cudnn_runtime::reference::{run_arrays, Array};
+    let Some(cudnn) = deviceless() else { return };
+    let (n, c, k, h, w) = (4i64, 16i64, 16i64, 8i64, 8i64);
+    let mut g = GraphBuilder::new("bn_training_step");
+    let x = g.input("x", F16, &[n, c, h, w]).unwrap();
+    let wt = g.input("w", F16, &[k, c, 3, 3]).unwrap();
+    let padding = [("padding".to_string(), AttrValue::IntList(vec![1, 1]))];
+    let y = g.op("conv_fprop", &[x.into(), wt.into()], &padding).unwrap()[0];
+    let sums = g.op("genstats", &[y.into()], &[]).unwrap();
+    let mut operands: Vec<Operand> = sums.iter().map(|&s| s.into()).collect();
+    for name in ["scale", "bias", "running_mean", "running_var"] {
+        operands.push(g.input(name, F32, &[1, k, 1, 1]).unwrap().into());
+    }
+    operands.extend([Operand::Scalar(1e-5), Operand::Scalar(0.1), Operand::Scalar((n * h * w) as f64)]);
+    let stats = g.op("bn_finalize", &operands, &[]).unwrap();
+    let scaled = g.op("mul", &[y.into(), stats[0].into()], &[]).unwrap()[0];
+    let shifted = g.op("add", &[scaled.into(), stats[1].into()], &[]).unwrap()[0];
+    let out = g.op("relu", &[shifted.into()], &[]).unwrap()[0];
+    let out = g.output(out, "out", F16).unwrap();
+    for (o, name) in stats.into_iter().zip(OUTPUTS).skip(2) {
+        g.output(o, name, F32).unwrap();
+    }
+    for p in [x, wt, out] {
+        g.set_channels_last(p).unwrap();
+    }
+    let graph = g.build().unwrap();
+    let p = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    for part in p.parts() {
+        println!("{part}");
+    }
+    let sizes: Vec<usize> = p.parts().iter().map(|part| part.nodes().len()).collect();
+    assert_eq!(sizes, [2, 1, 3], "conv_fprop + genstats | bn_finalize | mul, add, relu");
+    let mut rng = cudnn_runtime::rng::SplitMix64::new(7);
+    let inputs: Vec<Array> = graph
+        .inputs()
+        .iter()
+        .map(|id| {
+            let t = graph.tensor(*id);
+            let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
+            if t.name == "running_var" {
+                a.data.iter_mut().for_each(|v| *v = v.abs());
+            }
+            a.round_to(t.data_type);
+            a
+        })
+        .collect();
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().iter().zip(&inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    let want = run_arrays(&graph, values).unwrap();
+    let got = p.emulate(&inputs).unwrap();
+    assert_eq!(got, want);
+}
