@@ -20,8 +20,10 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::cudnn::ALIGNMENT;
 use crate::dim::packed_strides;
+use crate::dim::Concrete;
 use crate::ir::{Graph, Node, Tensor, TensorId};
-use crate::ops::{FusionRule, Op};
+use crate::ops::{FusionRule, Op, TensorMeta};
+use crate::DataType;
 
 /// Where a partitioned plan's arena slots start: every slot offset is a multiple of this, so a
 /// workspace allocation (256-byte aligned by CUDA) keeps every tensor aligned for any engine.
@@ -76,11 +78,12 @@ impl fmt::Display for Cut {
 }
 
 /// A view node whose output is its input's memory described again: the base tensor (never
-/// itself an alias) and the byte offset into it.
+/// itself an alias) and the offset into it, in elements (bytes follow from the type the base is
+/// stored in, [`stored_type`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Alias {
     pub(crate) base: TensorId,
-    pub(crate) offset: u64,
+    pub(crate) elements: u64,
 }
 
 /// The nodes of one part, in graph order, and why it starts a new kernel.
@@ -115,13 +118,13 @@ pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
             continue;
         }
         let Ok(offset) = u64::try_from(layout.offset(&xt.strides)) else { continue };
-        let offset = offset * xt.data_type.size_bytes() as u64;
-        let within = alias[x.0].unwrap_or(Alias { base: x, offset: 0 });
-        let offset = within.offset + offset;
-        if !offset.is_multiple_of(ALIGNMENT) {
+        let within = alias[x.0].unwrap_or(Alias { base: x, elements: 0 });
+        let elements = within.elements + offset;
+        // Aligned whatever the type the base is stored in: a multiple of 16 elements.
+        if !elements.is_multiple_of(ALIGNMENT) {
             continue;
         }
-        alias[y.0] = Some(Alias { base: within.base, offset });
+        alias[y.0] = Some(Alias { base: within.base, elements });
     }
     alias
 }
@@ -176,6 +179,57 @@ pub(crate) fn restride(graph: &Graph) -> Graph {
         out.tensors[t_out.0].strides = packed;
     }
     out
+}
+
+/// The type a materialized tensor is stored in. Its own, except where an anchor op reads it
+/// beside operands of one narrower floating type of the same rank (a matmul's B, a
+/// convolution's W, attention's K and V): cuDNN's engines take such operands in one type (f32 ×
+/// f16 matmul: no engine configuration), so a tensor whose type no op forced (the graph's
+/// intermediate type) is stored in theirs, as a split written by hand would store it. The whole
+/// graph's CPU reference rounds it to its own type, so results differ by that rounding.
+pub(crate) fn stored_type(graph: &Graph, t: TensorId, alias: &[Option<Alias>]) -> DataType {
+    let tensor = graph.tensor(t);
+    let own = tensor.data_type;
+    // Graph inputs and outputs are the caller's buffers, in their declared types.
+    if !own.is_float() || !tensor.is_virtual {
+        return own;
+    }
+    let producer = producers(graph);
+    let Some(p) = producer[t.0].map(|p| &graph.nodes[p]) else { return own };
+    // A type the producing op forces (attention's statistics, a norm's f32 statistics) stays.
+    let metas: Vec<TensorMeta<i64>> = p
+        .inputs
+        .iter()
+        .map(|i| TensorMeta { dims: graph.tensor(*i).dims.clone(), dtype: graph.tensor(*i).data_type })
+        .collect();
+    let index = p.outputs.iter().position(|o| *o == t);
+    let forced = p.op.infer(&metas, &mut Concrete).ok().and_then(|outs| index.and_then(|i| outs.get(i)?.dtype));
+    if forced.is_some() {
+        return own;
+    }
+    let reads = |n: &Node| n.inputs.iter().any(|i| *i == t || alias[i.0].is_some_and(|a| a.base == t));
+    let mut wanted: Option<DataType> = None;
+    for n in graph.nodes.iter().filter(|n| reads(n) && matches!(n.op.fusion(), FusionRule::Anchor { .. })) {
+        let peers: Vec<DataType> = n
+            .inputs
+            .iter()
+            .filter(|i| **i != t && alias[i.0].is_none_or(|a| a.base != t))
+            .map(|i| graph.tensor(*i))
+            .filter(|o| o.pass_by_value.is_none() && o.dims.len() == tensor.dims.len() && o.data_type.is_float())
+            .map(|o| o.data_type)
+            .collect();
+        let Some(&first) = peers.first() else { continue };
+        if peers.iter().any(|d| *d != first) || first.size_bytes() >= own.size_bytes() {
+            continue;
+        }
+        match wanted {
+            None => wanted = Some(first),
+            Some(w) if w == first => {}
+            // Readers that disagree: keep the tensor's own type.
+            Some(_) => return own,
+        }
+    }
+    wanted.unwrap_or(own)
 }
 
 /// The node producing each tensor.
@@ -420,6 +474,12 @@ pub(crate) fn extract(graph: &Graph, groups: &[Group], index: usize, alias: &[Op
             let mut tensor = graph.tensor(t).clone();
             let produced_here = producer[t.0].is_some_and(here);
             if tensor.pass_by_value.is_none() && (!produced_here || materialized[t.0]) {
+                if tensor.is_virtual {
+                    // Materialized here or read from memory: in the type it is stored in (an
+                    // alias in its base's).
+                    let base = alias[t.0].map_or(t, |a| a.base);
+                    tensor.data_type = stored_type(graph, base, alias);
+                }
                 tensor.is_virtual = false;
             }
             tensor
@@ -520,8 +580,9 @@ impl Layout {
             }
             let Some(first) = producer[t].and_then(|p| group_of[p]) else { continue };
             let last = last_read[t].max(first);
-            let bytes = (tensor.storage_len() as u64 * tensor.data_type.size_bytes() as u64).div_ceil(SLOT_ALIGNMENT)
-                * SLOT_ALIGNMENT;
+            let stored = stored_type(graph, TensorId(t), alias);
+            let bytes =
+                (tensor.storage_len() as u64 * stored.size_bytes() as u64).div_ceil(SLOT_ALIGNMENT) * SLOT_ALIGNMENT;
             let mut live: Vec<(u64, u64)> =
                 slots.iter().filter(|s| s.2 <= last && first <= s.3).map(|s| (s.0, s.0 + s.1)).collect();
             live.sort_unstable();
@@ -538,9 +599,14 @@ impl Layout {
         }
         for (t, a) in alias.iter().enumerate() {
             if let Some(a) = a {
+                // Graph I/O keeps its type; a materialized base is in its stored type.
+                let size = match places[a.base.0] {
+                    Some(Place::Io { .. }) => graph.tensor(a.base).data_type.size_bytes(),
+                    _ => stored_type(graph, a.base, alias).size_bytes(),
+                } as u64;
                 places[t] = places[a.base.0].map(|p| match p {
-                    Place::Io { index, offset } => Place::Io { index, offset: offset + a.offset },
-                    Place::Arena { offset } => Place::Arena { offset: offset + a.offset },
+                    Place::Io { index, offset } => Place::Io { index, offset: offset + a.elements * size },
+                    Place::Arena { offset } => Place::Arena { offset: offset + a.elements * size },
                 });
             }
         }
