@@ -60,8 +60,10 @@ impl ExecutionPlan {
     /// ```no_run
     /// # use cudnn_runtime as cudnn_graph;
     /// use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
-    /// use cudnn_graph::{DataType, GraphBuilder};
+    /// use cudnn_graph::{Context, DataType, GraphBuilder};
     /// let mut g = GraphBuilder::new("two_matmuls");
+    /// // h, between the two parts, is stored in f16.
+    /// g.context(Context { intermediate_data_type: DataType::F16, ..Context::default() });
     /// let x = g.input("x", DataType::F16, &[1, 64, 32])?;
     /// let w1 = g.input("w1", DataType::F16, &[1, 32, 128])?;
     /// let w2 = g.input("w2", DataType::F16, &[1, 128, 32])?;
