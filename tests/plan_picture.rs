@@ -33,6 +33,21 @@ graph! {
         y = relu(mul(matmul(a, b), 0.5));
     }
 
+    /// A ResNet basic block: conv → batchnorm_inference → relu → conv → residual add.
+    #[intermediate(f16)]
+    pub ResBlock(
+        x: f16[4, 32, 16, 16] channels_last,
+        w1: f16[32, 32, 3, 3] channels_last,
+        mean: f32[1, 32, 1, 1],
+        inv_var: f32[1, 32, 1, 1],
+        scale: f32[1, 32, 1, 1],
+        bias: f32[1, 32, 1, 1],
+        w2: f16[32, 32, 3, 3] channels_last,
+    ) -> (y: f16[4, 32, 16, 16] channels_last) {
+        let a = relu(batchnorm_inference(conv_fprop(x, w1, padding = [1, 1]), mean, inv_var, scale, bias));
+        y = add(conv_fprop(a, w2, padding = [1, 1]), x);
+    }
+
     /// Attention between two projections: Q/K/V reach the attention, and O the output
     /// projection, as views of the arena.
     #[intermediate(bf16)]
@@ -137,12 +152,14 @@ fn mlp_picture_has_two_parts_and_the_arena_tensor_between() {
     let engine = plan.parts()[0].selected().tag();
     assert!(clusters[0][0].starts_with(&format!("label=\"part 0: {engine}, workspace ")), "{dot}");
     assert!(clusters[0][0].contains(", writes 262144 B\""), "{dot}");
-    // The cut is the second cluster's second line and its tooltip.
+    // The cut is the second cluster's tooltip, and its label's next lines (wrapped).
     let cut = plan.parts()[1].cut().unwrap().to_string();
     assert!(cut.contains("both are anchor ops"));
     let cut_in_dot = cut.replace('"', "\\\"");
     assert!(clusters[1].iter().any(|l| *l == format!("tooltip=\"{cut_in_dot}\";")), "{dot}");
-    assert!(clusters[1].iter().any(|l| l.starts_with("label=\"part 1: ") && l.contains(&cut_in_dot)), "{dot}");
+    let label = clusters[1].iter().find(|l| l.starts_with("label=\"part 1: ")).unwrap();
+    assert!(label.replace("\\n", " ").contains(&format!(" cut: {cut_in_dot}")), "{label}");
+    assert!(label.contains("\\ncut: `matmul_0` (matmul) | `matmul_1` (matmul): both are anchor ops"), "{label}");
     assert!(clusters.iter().all(|c| c.iter().all(|l| !l.contains("arena +"))), "the arena tensor is in a cluster");
     // h: bf16[1, 128, 1024], written by part 0 and read by part 1 through the arena, dashed.
     let h = dot.lines().find(|l| l.contains("arena +0, 262144 B")).unwrap_or_else(|| panic!("{dot}"));
@@ -214,4 +231,24 @@ fn views_between_parts_are_outside_every_cluster() {
     let (clusters, outside) = parse_mermaid(&plan.to_mermaid());
     assert_eq!(clusters.len(), 3);
     assert_eq!(outside.iter().filter(|id| id.starts_with('n')).count(), 4);
+}
+
+#[test]
+fn the_rewritten_graph_is_drawn() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = ResBlock::new().graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    assert_eq!(plan.rewrites().len(), 1);
+    let dot = plan.to_dot();
+    // The parts name the nodes of the rewritten graph (the batch norm as sub/mul/mul/add), and
+    // every one of them is drawn in its part.
+    let clusters = parse_dot(&dot);
+    let ops: Vec<usize> = clusters.iter().map(|c| c.iter().filter(|l| l.contains("shape=ellipse")).count()).collect();
+    assert_eq!(ops, plan.parts().iter().map(|p| p.nodes().len()).collect::<Vec<_>>(), "{dot}");
+    assert_eq!(ops.iter().sum::<usize>(), dot.matches("shape=ellipse").count(), "every op in a part: {dot}");
+    for name in plan.parts().iter().flat_map(|p| p.nodes()) {
+        assert!(dot.contains(&format!("label=\"{name}\\n")), "`{name}` is not drawn: {dot}");
+    }
+    assert!(!dot.contains("batchnorm_inference(") && dot.contains("\\nsub\""), "{dot}");
+    assert_eq!(parse_mermaid(&plan.to_mermaid()).0.len(), 2);
 }

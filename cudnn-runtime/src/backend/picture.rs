@@ -52,7 +52,7 @@ impl ExecutionPlan {
     /// The plan in Graphviz DOT (`dot -Tsvg`): the graph its parts run (see
     /// [`ExecutionPlan::rewrites`]) drawn as [`Graph::to_dot`] draws a graph, each part a cluster
     /// `cluster_k` labelled `part k: <engine tag>, workspace <bytes> B` (with the bytes it writes
-    /// to the arena), and the [`Cut`](super::Cut) before it as a second line and tooltip. The
+    /// to the arena), and the [`Cut`](super::Cut) before it on the next lines and as its tooltip. The
     /// tensors parts exchange through the arena are shaded boxes between the clusters labelled
     /// with their arena offset and size, their edges dashed; a view between parts (no kernel)
     /// sits outside every cluster. A plan of one part is one cluster.
@@ -88,6 +88,28 @@ impl ExecutionPlan {
         Sketch::of(self).mermaid()
     }
 }
+
+/// `text` broken into lines of at most `width` characters at spaces (a longer word on a line
+/// of its own), so that a cut's reason does not stretch its cluster across the picture.
+fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for word in text.split(' ') {
+        if line > 0 && line + 1 + word.chars().count() > width {
+            out.push('\n');
+            line = 0;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(word);
+        line += word.chars().count();
+    }
+    out
+}
+
+/// The width a cluster's title wraps at.
+const TITLE_WIDTH: usize = 80;
 
 /// Text inside a DOT string: backslashes, quotes and line breaks escaped.
 fn dot_text(s: &str) -> String {
@@ -233,7 +255,7 @@ impl Sketch {
             let label = match &part.cut {
                 Some(cut) => {
                     let _ = writeln!(s, "    tooltip=\"{}\";", dot_text(cut));
-                    format!("{}\ncut: {cut}", part.title)
+                    format!("{}\n{}", part.title, wrap(&format!("cut: {cut}"), TITLE_WIDTH))
                 }
                 None => part.title.clone(),
             };
@@ -281,7 +303,7 @@ impl Sketch {
         }
         for (k, (part, body)) in self.parts.iter().zip(lines).enumerate() {
             let title = match &part.cut {
-                Some(cut) => format!("{}\ncut: {cut}", part.title),
+                Some(cut) => format!("{}\n{}", part.title, wrap(&format!("cut: {cut}"), TITLE_WIDTH)),
                 None => part.title.clone(),
             };
             let _ = writeln!(s, "  subgraph part{k}[\"{}\"]", mermaid_text(&title));
@@ -390,6 +412,13 @@ mod tests {
             ]
         );
         assert_eq!(dot.matches(" -> ").count(), 2 + 1 + 2 + 2 + 1 + 1 + 1, "{dot}");
+    }
+
+    #[test]
+    fn cuts_wrap_at_spaces() {
+        assert_eq!(wrap("aa bb cc", 5), "aa bb\ncc");
+        assert_eq!(wrap("a verylongword b", 4), "a\nverylongword\nb");
+        assert_eq!(wrap("short", 80), "short");
     }
 
     #[test]
