@@ -1,6 +1,7 @@
 //! The `cudnn-graph` command: `env` never fails, `aot` compiles a structural JSON graph into a
 //! payload deviceless (when libcudnn loads), `convert` turns cudnn-frontend's payloads into ours
-//! and back, and each reports bad input plainly.
+//! and back, `picture --parts` draws a graph's plan with its parts, and each reports bad input
+//! plainly.
 
 use std::process::Command;
 
@@ -110,5 +111,63 @@ fn convert_between_frontend_and_our_payloads() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a cudnn-graph plan payload"));
     let out = convert("ours", &dir.join("ours.json"), &dir.join("x"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a cudnn-frontend plan payload"), "{out:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
+fn picture_draws_the_parts_of_a_plan() {
+    use cudnn_graph::{Context, DataType, GraphBuilder};
+    let out = cli().args(["picture", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--parts"));
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-picture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Two matmuls: two parts, h (f16 [1, 64, 128]) between them in the arena.
+    let mut g = GraphBuilder::new("two_matmuls");
+    g.context(Context { intermediate_data_type: DataType::F16, ..Context::default() });
+    let x = g.input("x", DataType::F16, &[1, 64, 32]).unwrap();
+    let w1 = g.input("w1", DataType::F16, &[1, 32, 128]).unwrap();
+    let w2 = g.input("w2", DataType::F16, &[1, 128, 32]).unwrap();
+    let h = g.matmul(x, w1).unwrap();
+    let y = g.matmul(h, w2).unwrap();
+    g.output(y, "y", DataType::F16).unwrap();
+    let graph = g.build().unwrap();
+    let json = dir.join("g.json");
+    std::fs::write(&json, cudnn_graph::serialize::structure_to_json(&graph)).unwrap();
+    // Without --parts: the graph's own picture, as before.
+    let out = cli().arg("picture").arg(&json).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), graph.to_dot());
+    // --parts needs a device to plan for.
+    let out = cli().args(["picture", "--parts"]).arg(&json).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing --device-properties"), "{out:?}");
+    let devprop = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-devprop.json");
+    let parts = |mermaid: bool| {
+        let mut c = cli();
+        // The options before the path: their values are not taken for it.
+        c.args(["picture", "--parts", "--device-properties", devprop]).arg(&json);
+        if mermaid {
+            c.arg("--mermaid");
+        }
+        c.output().unwrap()
+    };
+    let out = parts(false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("could not be loaded") {
+        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
+        println!("skipped: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let dot = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(dot.matches("subgraph cluster_").count(), 2, "{dot}");
+    assert!(dot.contains("both are anchor ops") && dot.contains("arena +0, 16384 B"), "{dot}");
+    let out = parts(true);
+    assert!(out.status.success());
+    let chart = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(chart.matches("\n  subgraph part").count(), 2, "{chart}");
+    assert_eq!(chart.matches("\n  end\n").count(), 2, "{chart}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

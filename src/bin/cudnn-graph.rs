@@ -9,8 +9,9 @@
 //! cudnn-graph devprop [--device N] [--out DEVPROP.json]
 //!     on a GPU machine: the device properties cuDNN plans with, for `aot` and
 //!     `Cudnn::deviceless` on machines without that GPU (stdout without --out)
-//! cudnn-graph picture GRAPH.json [--mermaid]
-//!     the graph as Graphviz DOT (render with `dot -Tsvg`) or a Mermaid flowchart
+//! cudnn-graph picture GRAPH.json [--mermaid] [--parts (--device-properties DEVPROP.json | --device N)]
+//!     the graph as Graphviz DOT (render with `dot -Tsvg`) or a Mermaid flowchart; with --parts,
+//!     the plan cuDNN makes of it for that device, each part (kernel) a cluster
 //! cudnn-graph convert --to frontend|ours --device-properties DEVPROP.json --in IN --out OUT [--plan-only]
 //!     convert a plan payload between ours (JSON, digest) and cudnn-frontend 1.32's (UBJSON):
 //!     the plan is loaded, checked against its graph, into a deviceless cuDNN context for the
@@ -24,7 +25,7 @@ const USAGE: &str = "usage:
   cudnn-graph env [--json]
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
   cudnn-graph devprop [--device N] [--out DEVPROP.json]
-  cudnn-graph picture GRAPH.json [--mermaid]
+  cudnn-graph picture GRAPH.json [--mermaid] [--parts (--device-properties DEVPROP.json | --device N)]
   cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--plan-only]";
 
 const CONVERT_HELP: &str = "cudnn-graph convert: a plan payload from our format to cudnn-frontend 1.32's, or back
@@ -44,12 +45,34 @@ is checked against the graph's lowering and loaded by cuDNN, and every key of cu
 payload is checked; what cudnn-graph cannot honour (workspace modifications, pointer replacements,
 tensors to dump, a front-end workspace) is refused naming the key.";
 
+const PICTURE_HELP: &str = "cudnn-graph picture: a graph, or the plan of its parts, as a picture
+
+usage:
+  cudnn-graph picture GRAPH.json [--mermaid] [--parts (--device-properties DEVPROP.json | --device N)]
+
+  GRAPH.json          a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
+  --mermaid           a Mermaid flowchart instead of Graphviz DOT (render DOT with `dot -Tsvg`)
+  --parts             plan the graph first (as `aot` does) and draw the plan: each part, one cuDNN
+                      kernel, a cluster labelled with its engine, workspace and why it was cut from
+                      the part before; the tensors parts exchange through the arena between them
+                      (dashed, with offset and size); views between parts outside every cluster
+  --device-properties the device-properties JSON of a deviceless cuDNN context to plan for,
+                      without a GPU
+  --device N          plan on GPU N instead
+
+Without --parts the graph is drawn as written: boxes are tensors (dashed where virtual), ellipses
+ops, edges carry the ops' port names.";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("env") => env(&args[1..]),
         Some("aot") => aot(&args[1..]),
         Some("devprop") => devprop(&args[1..]),
+        Some("picture") if args.iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{PICTURE_HELP}");
+            return ExitCode::SUCCESS;
+        }
         Some("picture") => picture(&args[1..]),
         Some("convert") if args.iter().any(|a| a == "--help" || a == "-h") => {
             println!("{CONVERT_HELP}");
@@ -81,15 +104,47 @@ fn env(args: &[String]) -> Result<(), String> {
 }
 
 fn picture(args: &[String]) -> Result<(), String> {
-    let path = args.iter().find(|a| !a.starts_with("--")).ok_or_else(|| format!("missing GRAPH.json\n{USAGE}"))?;
+    let mut path = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            // Their values are not the graph's path.
+            "--device-properties" | "--device" => {
+                rest.next();
+            }
+            "--mermaid" | "--parts" => {}
+            other if other.starts_with("--") => return Err(format!("unknown option `{other}`\n{USAGE}")),
+            other if path.is_some() => return Err(format!("one GRAPH.json, found `{other}` too\n{USAGE}")),
+            other => path = Some(other),
+        }
+    }
+    let path = path.ok_or_else(|| format!("missing GRAPH.json\n{USAGE}"))?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let graph = cudnn_graph::serialize::structure_from_json(&text).map_err(|e| format!("{path}: {e}"))?;
-    if args.iter().any(|a| a == "--mermaid") {
-        print!("{}", graph.to_mermaid());
+    let mermaid = args.iter().any(|a| a == "--mermaid");
+    let picture = if args.iter().any(|a| a == "--parts") {
+        plan_picture(&graph, args, mermaid)?
+    } else if mermaid {
+        graph.to_mermaid()
     } else {
-        print!("{}", graph.to_dot());
-    }
+        graph.to_dot()
+    };
+    print!("{picture}");
     Ok(())
+}
+
+/// The picture of the plan cuDNN makes of `graph` for the device `args` name, with its parts.
+#[cfg(feature = "cudnn")]
+fn plan_picture(graph: &cudnn_graph::Graph, args: &[String], mermaid: bool) -> Result<String, String> {
+    use cudnn_graph::backend::{BuildOptions, ExecutionPlan};
+    let cudnn = context(args)?;
+    let plan = ExecutionPlan::build(&cudnn, graph, &BuildOptions::default()).map_err(|e| e.to_string())?;
+    Ok(if mermaid { plan.to_mermaid() } else { plan.to_dot() })
+}
+
+#[cfg(not(feature = "cudnn"))]
+fn plan_picture(_: &cudnn_graph::Graph, _: &[String], _: bool) -> Result<String, String> {
+    Err("--parts plans the graph, and this build has no cuDNN backend (built without the `cudnn` feature)".into())
 }
 
 /// The value after `--name`, required.
@@ -114,6 +169,18 @@ fn device_ordinal(args: &[String]) -> Result<Option<usize>, String> {
     optional(args, "--device")?
         .map(|n| n.parse::<usize>().map_err(|_| format!("--device takes a GPU ordinal (0, 1, ...), found `{n}`")))
         .transpose()
+}
+
+/// The cuDNN context `args` name: online on the GPU after `--device`, or deviceless from the
+/// device properties after `--device-properties`.
+#[cfg(feature = "cudnn")]
+fn context(args: &[String]) -> Result<cudnn_graph::backend::Cudnn, String> {
+    if let Some(ordinal) = device_ordinal(args)? {
+        return online(ordinal);
+    }
+    let path = value(args, "--device-properties")?;
+    let devprop = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    cudnn_graph::backend::Cudnn::deviceless(&devprop).map_err(|e| format!("{path}: {e}"))
 }
 
 /// An online cuDNN context on GPU `ordinal`.
@@ -181,7 +248,6 @@ fn aot(_: &[String]) -> Result<(), String> {
 
 #[cfg(feature = "cudnn")]
 fn convert(args: &[String]) -> Result<(), String> {
-    use cudnn_graph::backend::Cudnn;
     use cudnn_graph::serialize::frontend_payload::{read_frontend_payload, write_frontend_payload};
     use cudnn_graph::serialize::plan::{
         load_payload, parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions,
@@ -190,13 +256,7 @@ fn convert(args: &[String]) -> Result<(), String> {
     let input = value(args, "--in")?;
     let out = value(args, "--out")?;
     let options = SerializeOptions { structure: !args.iter().any(|a| a == "--plan-only") };
-    let cudnn = if let Some(ordinal) = device_ordinal(args)? {
-        online(ordinal)?
-    } else {
-        let path = value(args, "--device-properties")?;
-        let devprop = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        Cudnn::deviceless(&devprop).map_err(|e| format!("{path}: {e}"))?
-    };
+    let cudnn = context(args)?;
     let bytes = std::fs::read(input).map_err(|e| format!("{input}: {e}"))?;
     let (converted, graph) = match to {
         "frontend" => {

@@ -46,6 +46,7 @@ mod mismatch;
 mod options;
 mod pack;
 mod partition;
+mod picture;
 mod plan;
 mod variant;
 

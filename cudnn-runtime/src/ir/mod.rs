@@ -10,7 +10,7 @@ mod builder;
 mod channels_last;
 mod error;
 mod layout;
-mod picture;
+pub(crate) mod picture;
 mod rewrite;
 
 pub use builder::{GraphBuilder, Operand};
