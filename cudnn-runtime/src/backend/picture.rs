@@ -155,9 +155,11 @@ impl Sketch {
         // A view of an arena tensor (a view of a view, which no part reads, among them) is that
         // memory too.
         if plan.is_partitioned() {
-            for (t, alias) in partition::aliases(&graph).into_iter().enumerate() {
+            let aliases = partition::aliases(&graph);
+            for (t, alias) in aliases.iter().enumerate() {
                 if let Some(a) = alias {
-                    arena[t] = arena[a.base.0].map(|offset| offset + a.offset).or(arena[t]);
+                    let size = partition::stored_type(&graph, a.base, &aliases).size_bytes() as u64;
+                    arena[t] = arena[a.base.0].map(|offset| offset + a.elements * size).or(arena[t]);
                 }
             }
         }

@@ -1,0 +1,106 @@
+//! Partitioning with the builder API (issue 16), deviceless on cuDNN 9.19 for the H200: what is
+//! materialized between parts, in which type, and that the parts computed through the plan's
+//! memory agree with the whole graph on the CPU reference.
+#![cfg(feature = "cudnn")]
+
+mod common;
+
+use common::deviceless;
+use cudnn_runtime::backend::{BuildOptions, ExecutionPlan};
+use cudnn_runtime::reference::{run_arrays, Array};
+use cudnn_runtime::rng::SplitMix64;
+use cudnn_runtime::{Context, DataType, Graph, GraphBuilder};
+
+fn inputs(graph: &Graph, seed: u64) -> Vec<Array> {
+    let mut rng = SplitMix64::new(seed);
+    graph
+        .inputs()
+        .iter()
+        .map(|id| {
+            let t = graph.tensor(*id);
+            let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
+            a.round_to(t.data_type);
+            a
+        })
+        .collect()
+}
+
+/// The largest difference between the parts run through the plan's memory and the whole graph,
+/// relative to the largest output magnitude.
+fn emulated_error(plan: &ExecutionPlan, seed: u64) -> f64 {
+    let graph = plan.graph();
+    let inputs = inputs(graph, seed);
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().iter().zip(&inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    let want = run_arrays(graph, values).unwrap();
+    let got = plan.emulate(&inputs).unwrap();
+    let mut worst: f64 = 0.0;
+    for (g, w) in got.iter().zip(&want) {
+        let scale = w.data.iter().fold(0f64, |m, v| m.max(v.abs()));
+        for (a, b) in g.data.iter().zip(&w.data) {
+            assert!(a.is_finite(), "emulated output reads memory no part wrote");
+            worst = worst.max((a - b).abs() / scale);
+        }
+    }
+    worst
+}
+
+/// Two f16 matmuls with the builder's default f32 intermediates: cuDNN 9.19 has no engine for an
+/// f32 × f16 matmul, so the intermediate between the parts is stored in f16, the type of the
+/// operand the second matmul reads it beside (a split by hand would do the same). The result
+/// differs from the whole graph's (which rounds the intermediate to f32) by that rounding.
+#[test]
+fn an_intermediate_is_stored_in_the_type_its_reader_takes() {
+    let Some(cudnn) = deviceless() else { return };
+    let mut g = GraphBuilder::new("two_matmuls");
+    let x = g.input("x", DataType::F16, &[1, 64, 64]).unwrap();
+    let w1 = g.input("w1", DataType::F16, &[1, 64, 128]).unwrap();
+    let w2 = g.input("w2", DataType::F16, &[1, 128, 32]).unwrap();
+    let h = g.matmul(x, w1).unwrap();
+    let h = g.op("relu", &[h.into()], &[]).unwrap()[0];
+    let y = g.matmul(h, w2).unwrap();
+    g.output(y, "y", DataType::F16).unwrap();
+    let graph = g.build().unwrap();
+    let h_id = graph.nodes[1].outputs[0];
+    assert_eq!(graph.tensor(h_id).data_type, DataType::F32, "the builder's intermediate type");
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    for part in plan.parts() {
+        println!("{part}");
+    }
+    assert_eq!(plan.parts().len(), 2);
+    let h_in_part = plan.parts()[1].graph().tensor_by_name(&graph.tensor(h_id).name).unwrap();
+    assert_eq!(h_in_part.data_type, DataType::F16);
+    assert_eq!(plan.arena_bytes(), 64 * 128 * 2);
+    let error = emulated_error(&plan, 1);
+    println!("parts vs whole graph: {error:.3e}");
+    assert!(error > 0.0 && error < 2e-3, "{error}");
+}
+
+/// A slice of a computed tensor read by the next part is a view of the arena at its offset.
+#[test]
+fn a_slice_between_parts_is_an_offset_into_the_arena() {
+    use cudnn_runtime::ops::AttrValue;
+    let Some(cudnn) = deviceless() else { return };
+    let mut g = GraphBuilder::new("sliced");
+    let x = g.input("x", DataType::BF16, &[1, 64, 64]).unwrap();
+    let w1 = g.input("w1", DataType::BF16, &[1, 64, 128]).unwrap();
+    let w2 = g.input("w2", DataType::BF16, &[1, 64, 32]).unwrap();
+    g.context(Context { intermediate_data_type: DataType::BF16, compute_data_type: DataType::F32 });
+    let h = g.matmul(x, w1).unwrap();
+    let attrs = [
+        ("start".to_string(), AttrValue::IntList(vec![0, 0, 64])),
+        ("limit".to_string(), AttrValue::IntList(vec![1, 64, 128])),
+    ];
+    let right = g.op("slice", &[h.into()], &attrs).unwrap()[0];
+    let y = g.matmul(right, w2).unwrap();
+    g.output(y, "y", DataType::BF16).unwrap();
+    let graph = g.build().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    for part in plan.parts() {
+        println!("{part}");
+    }
+    assert_eq!(plan.parts().len(), 2);
+    assert_eq!(emulated_error(&plan, 2), 0.0);
+}
