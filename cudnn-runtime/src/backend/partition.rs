@@ -691,8 +691,10 @@ mod tests {
         let layout = Layout::new(&graph, &groups, &alias, &io);
         let h = graph.nodes[2].outputs[0];
         assert_eq!(layout.place(h), Some(Place::Arena { offset: 0 }));
-        let bytes = 64 * 128 * graph.tensor(h).data_type.size_bytes();
-        assert_eq!(layout.arena_bytes, bytes.div_ceil(256) * 256);
+        // Stored in bf16, the type the second matmul's B has (the builder's intermediates are f32).
+        assert_eq!(graph.tensor(h).data_type, DataType::F32);
+        assert_eq!(stored_type(&graph, h, &alias), DataType::BF16);
+        assert_eq!(layout.arena_bytes, 64 * 128 * 2);
         let part = extract(&graph, &groups, 1, &alias);
         assert_eq!(part.graph.inputs().len(), 4, "h, w2, b2, x and nothing else");
         assert!(part.graph.validate().is_ok());
@@ -728,7 +730,8 @@ mod tests {
         assert_eq!(groups.len(), 4);
         let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
         let layout = Layout::new(&graph, &groups, &alias, &io);
-        let slot = (64 * 64 * graph.tensor(graph.nodes[0].outputs[0]).data_type.size_bytes()) as u64;
+        // f16, the weights' type.
+        let slot = 64 * 64 * 2;
         let offsets: Vec<u64> = (0..3)
             .map(|n| match layout.place(graph.nodes[n].outputs[0]) {
                 Some(Place::Arena { offset }) => offset,
