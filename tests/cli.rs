@@ -63,6 +63,32 @@ fn aot_compiles_a_structural_graph() {
     let payload = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(dir.join("p.json")).unwrap()).unwrap();
     assert_eq!(payload.structure.as_ref(), Some(&graph));
     assert_eq!(payload.plan.sm, Some(90));
+
+    // Two chained matmuls, no name: two parts, each listed; the payload holds both.
+    let mut g = GraphBuilder::new("");
+    let a = g.input("a", DataType::F16, &[1, 64, 32]).unwrap();
+    let b = g.input("b", DataType::F16, &[1, 32, 32]).unwrap();
+    let c = g.matmul(a, b).unwrap();
+    let d = g.matmul(c, b).unwrap();
+    g.output(d, "d", DataType::F16).unwrap();
+    std::fs::write(dir.join("g2.json"), cudnn_graph::serialize::structure_to_json(&g.build().unwrap())).unwrap();
+    let out = cli()
+        .args(["aot", "--device-properties", devprop, "--graph"])
+        .arg(dir.join("g2.json"))
+        .arg("--out")
+        .arg(dir.join("p2.json"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    println!("{stdout}");
+    assert!(stdout.starts_with("(unnamed graph): 2 parts in "), "{stdout}");
+    assert!(
+        stdout.contains("  part 1: matmul_1: ") && stdout.contains("cut: `matmul_0` (matmul) | `matmul_1`"),
+        "{stdout}"
+    );
+    let payload = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(dir.join("p2.json")).unwrap()).unwrap();
+    assert_eq!(payload.plan.parts.len(), 2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

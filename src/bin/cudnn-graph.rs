@@ -231,13 +231,16 @@ fn aot(args: &[String]) -> Result<(), String> {
         write_payload(&plan, &PlanOrigin::of(&cudnn), options, &Expect::default()).map_err(|e| e.to_string())?;
     let tmp = format!("{out}.tmp");
     std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, out)).map_err(|e| format!("{out}: {e}"))?;
-    println!(
-        "{}: {} in {:.0} ms, {} B payload -> {out}",
-        graph.name,
-        plan.selected(),
-        start.elapsed().as_secs_f64() * 1e3,
-        bytes.len()
-    );
+    let name = if graph.name.is_empty() { "(unnamed graph)" } else { graph.name.as_str() };
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    if plan.is_partitioned() {
+        println!("{name}: {} parts in {ms:.0} ms, {} B payload -> {out}", plan.parts().len(), bytes.len());
+        for (k, part) in plan.parts().iter().enumerate() {
+            println!("  part {k}: {part}");
+        }
+    } else {
+        println!("{name}: {} in {ms:.0} ms, {} B payload -> {out}", plan.selected(), bytes.len());
+    }
     Ok(())
 }
 
