@@ -420,7 +420,9 @@ impl Poly {
             for atom in mono {
                 let factor = match atom {
                     Atom::Param(p) => format!("{SOME}({})", param(p)),
-                    Atom::Quot(q, d) => format!("{}.and_then(|v| v.checked_div_euclid({d}i64))", q.render_checked(param)),
+                    Atom::Quot(q, d) => {
+                        format!("{}.and_then(|v| v.checked_div_euclid({d}i64))", q.render_checked(param))
+                    }
                 };
                 term = format!("{term}.zip({factor}).and_then(|(a, b)| a.checked_mul(b))");
             }
@@ -551,7 +553,6 @@ pub struct Symbolic {
     /// Pairs that must be equal once the parameters are known.
     pub deferred: Vec<(SymDim, SymDim)>,
 }
-
 
 impl Symbolic {
     /// A shape's element count as a coefficient and the factors it multiplies: each extent that
