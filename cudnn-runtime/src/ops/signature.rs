@@ -127,7 +127,7 @@ impl<const N: usize> From<[i64; N]> for AttrValue {
 /// time the op's own values ([`Extents::own`]); in the `graph!` checker the symbolic ones the
 /// call wrote ([`Extents::given`]), which may name dim parameters. An op the checker builds holds
 /// a placeholder in such an attribute (its literal extents, 1 for each symbolic one), which the
-/// shape rule never reads: it reads every `Dims` attribute through [`Extents::read`].
+/// shape rule never reads: a family reads each of its `Dims` attributes through these extents.
 #[derive(Debug, Clone, Copy)]
 pub struct Extents<'a, D> {
     given: &'a [(String, Vec<D>)],
