@@ -170,6 +170,16 @@ pub mod __private {
         i64::try_from(value).map_err(|_| GraphError::DimTooLarge { dim: dim.to_string(), value: value as u64 })
     }
 
+    /// An extent computed from dim parameters: `value`, the evaluation of
+    /// [`SymDim::to_checked_expr`](cudnn_runtime::dim::SymDim::to_checked_expr), is `None` where
+    /// it overflows `i64`, an error naming the extent and the values of its parameters `dims`.
+    pub fn extent(extent: &str, dims: &[(&str, i64)], value: Option<i64>) -> Result<i64, GraphError> {
+        value.ok_or_else(|| GraphError::ExtentOverflow {
+            extent: extent.to_string(),
+            dims: dims.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        })
+    }
+
     /// Gathers the host buffer of input `name` into its slot of `values`.
     pub fn set_input(
         graph: &Graph,

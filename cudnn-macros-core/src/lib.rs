@@ -96,6 +96,24 @@ mod tests {
     }
 
     #[test]
+    fn symbolic_extents_are_evaluated_with_checked_arithmetic() {
+        let out = expand(
+            "pub G<const H: usize, dyn B>(x: f32[B, H * 2]) -> (y: f32[B, H, 2]) { y = reshape(x, shape = [B, H, 2]); }",
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        let p = ":: cudnn_graph :: __private ::";
+        // The port's expression: its parameters checked into i64 once, then checked arithmetic.
+        assert!(out.contains(&format!("let __v_H : i64 = {p} dim_value (\"H\" , H) ? ;")), "{out}");
+        assert!(out.contains(&format!("{p} extent (\"2 * H\" , & [(\"H\" , __v_H)] ,")), "{out}");
+        assert!(out.contains("a . checked_mul (b)"), "{out}");
+        // The reshape's extents: the dyn one read from `self`, the literal as written.
+        let shape = format!(
+            "(:: std :: string :: String :: from (\"shape\") , {p} AttrValue :: IntList (:: std :: vec ! [{p} dim_value (\"B\" , self . B) ? , {p} dim_value (\"H\" , H) ? , 2i64]))"
+        );
+        assert!(out.contains(&shape), "{out}");
+    }
+
+    #[test]
     fn a_parse_error_is_reported_alone() {
         let out = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x) }");
         assert!(out.starts_with(":: core :: compile_error !"), "{out}");

@@ -110,7 +110,7 @@ pub struct PortDecl {
     /// The dtype token (`bf16`).
     pub dtype: Ident,
     /// The dims, as written.
-    pub dims: Vec<DimTok>,
+    pub dims: Vec<DimExpr>,
     /// The span of the dims' brackets.
     pub bracket: Span,
     /// The declared layout, if any.
@@ -125,12 +125,144 @@ pub enum LayoutDecl {
     ChannelsLast(Span),
 }
 
-/// A dim as written.
-pub enum DimTok {
-    /// A literal extent, `64`.
-    Lit(LitInt),
+/// A dim as written, in a port's dims or in a list attribute: a literal, a dim parameter, or an
+/// expression over them with `+`, `-`, `*`, `/` (floor division by a constant) and parentheses
+/// (`HQ * D`, `(H + 1) / 2`). Its tokens are kept (see its `ToTokens`), so errors cover exactly
+/// what was written.
+pub enum DimExpr {
+    /// `64`, or `-1` (a list of integers may hold negative ones).
+    Lit {
+        /// The leading `-`, if any.
+        minus: Option<Token![-]>,
+        /// The literal.
+        lit: LitInt,
+    },
     /// A dim parameter, `M`.
     Param(Ident),
+    /// `lhs op rhs`.
+    Binary {
+        /// The left operand.
+        lhs: Box<DimExpr>,
+        /// The operator.
+        op: DimOp,
+        /// The right operand.
+        rhs: Box<DimExpr>,
+    },
+    /// `(inner)`.
+    Paren {
+        /// The parentheses.
+        paren: token::Paren,
+        /// What they hold.
+        inner: Box<DimExpr>,
+    },
+}
+
+/// An operator of a [`DimExpr`].
+pub enum DimOp {
+    /// `+`
+    Add(Token![+]),
+    /// `-`
+    Sub(Token![-]),
+    /// `*`
+    Mul(Token![*]),
+    /// `/`, floor division.
+    Div(Token![/]),
+}
+
+impl DimExpr {
+    /// The value of a literal, negated for a leading `-`; `None` for anything else (or a
+    /// literal past `i64`).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            DimExpr::Lit { minus, lit } => {
+                let v = lit.base10_parse::<i64>().ok()?;
+                Some(if minus.is_some() { v.checked_neg()? } else { v })
+            }
+            _ => None,
+        }
+    }
+
+    /// `expr := term (('+' | '-') term)*`
+    fn parse_sum(input: ParseStream) -> syn::Result<Self> {
+        let mut lhs = Self::parse_product(input)?;
+        loop {
+            let op = if input.peek(Token![+]) {
+                DimOp::Add(input.parse()?)
+            } else if input.peek(Token![-]) {
+                DimOp::Sub(input.parse()?)
+            } else {
+                return Ok(lhs);
+            };
+            let rhs = Self::parse_product(input)?;
+            lhs = DimExpr::Binary { lhs: Box::new(lhs), op, rhs: Box::new(rhs) };
+        }
+    }
+
+    /// `term := atom (('*' | '/') atom)*`
+    fn parse_product(input: ParseStream) -> syn::Result<Self> {
+        let mut lhs = Self::parse_atom(input)?;
+        loop {
+            let op = if input.peek(Token![*]) {
+                DimOp::Mul(input.parse()?)
+            } else if input.peek(Token![/]) {
+                DimOp::Div(input.parse()?)
+            } else {
+                return Ok(lhs);
+            };
+            let rhs = Self::parse_atom(input)?;
+            lhs = DimExpr::Binary { lhs: Box::new(lhs), op, rhs: Box::new(rhs) };
+        }
+    }
+
+    /// `atom := INT | '-' INT | IDENT | '(' expr ')'`
+    fn parse_atom(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(token::Paren) {
+            let content;
+            let paren = parenthesized!(content in input);
+            let inner = Self::parse_sum(&content)?;
+            if !content.is_empty() {
+                return Err(content.error("expected `+`, `-`, `*`, `/` or `)` in a dim"));
+            }
+            return Ok(DimExpr::Paren { paren, inner: Box::new(inner) });
+        }
+        if input.peek(LitInt) || (input.peek(Token![-]) && input.peek2(LitInt)) {
+            let minus = if input.peek(Token![-]) { Some(input.parse()?) } else { None };
+            return Ok(DimExpr::Lit { minus, lit: input.parse()? });
+        }
+        if input.peek(Ident) {
+            return Ok(DimExpr::Param(input.parse()?));
+        }
+        Err(input.error("expected an integer, a dim parameter or an expression over them (`H * D`, `(H + 1) / 2`)"))
+    }
+}
+
+impl Parse for DimExpr {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        Self::parse_sum(input)
+    }
+}
+
+impl quote::ToTokens for DimExpr {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        match self {
+            DimExpr::Lit { minus, lit } => {
+                minus.to_tokens(tokens);
+                lit.to_tokens(tokens);
+            }
+            DimExpr::Param(id) => id.to_tokens(tokens),
+            DimExpr::Binary { lhs, op, rhs } => {
+                lhs.to_tokens(tokens);
+                match op {
+                    DimOp::Add(t) => t.to_tokens(tokens),
+                    DimOp::Sub(t) => t.to_tokens(tokens),
+                    DimOp::Mul(t) => t.to_tokens(tokens),
+                    DimOp::Div(t) => t.to_tokens(tokens),
+                }
+                rhs.to_tokens(tokens);
+            }
+            DimExpr::Paren { paren, inner } => paren.surround(tokens, |t| inner.to_tokens(t)),
+        }
+    }
 }
 
 /// A statement of the body.
@@ -192,8 +324,9 @@ pub enum AttrLit {
     Float(f64, Span),
     /// `3`
     Int(i64, Span),
-    /// `[0, 2]`
-    List(Vec<i64>, Span),
+    /// `[0, 2]`, `[B, S, H * D]`: each item as written (the op's signature decides whether it
+    /// takes integers only or extents).
+    List(Vec<DimExpr>, Span),
     /// `true`
     Bool(bool, Span),
     /// `cross_correlation`
@@ -306,17 +439,7 @@ impl Parse for PortDecl {
         let dtype = Ident::parse_any(input)?;
         let content;
         let bracket = bracketed!(content in input);
-        let mut dims = Vec::new();
-        while !content.is_empty() {
-            if content.peek(LitInt) {
-                dims.push(DimTok::Lit(content.parse()?));
-            } else {
-                dims.push(DimTok::Param(content.parse()?));
-            }
-            if !content.is_empty() {
-                content.parse::<Token![,]>()?;
-            }
-        }
+        let dims = Punctuated::<DimExpr, Token![,]>::parse_terminated(&content)?.into_iter().collect();
         let keyword = input.fork().parse::<Ident>().ok();
         let layout = match keyword {
             Some(k) if k == "order" => {
@@ -430,14 +553,7 @@ impl Parse for AttrLit {
         if input.peek(token::Bracket) {
             let content;
             let bracket = bracketed!(content in input);
-            let mut items = Vec::new();
-            while !content.is_empty() {
-                let (_, int, span) = parse_number(&content)?;
-                items.push(int.ok_or_else(|| syn::Error::new(span, "expected an integer"))?);
-                if !content.is_empty() {
-                    content.parse::<Token![,]>()?;
-                }
-            }
+            let items = Punctuated::<DimExpr, Token![,]>::parse_terminated(&content)?.into_iter().collect();
             return Ok(AttrLit::List(items, bracket.span.join()));
         }
         let (value, int, span) = parse_number(input)?;

@@ -166,6 +166,44 @@ impl SymDim {
         }
     }
 
+    /// This dim as a Rust expression of type `Option<i64>` that is `None` where a step of its
+    /// arithmetic overflows `i64`, each parameter `P` written as `param("P")` gives it (an `i64`
+    /// expression, a plain variable: it is evaluated once per use). Division is floor division
+    /// (`checked_div_euclid` by a positive constant), as in the canonical form.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::dim::SymDim;
+    /// let h = SymDim::Param("H".into());
+    /// let half = h.checked_add(&SymDim::Lit(1)).and_then(|d| d.checked_div_floor(2)).unwrap();
+    /// assert_eq!(half.to_string(), "(H + 1) / 2");
+    /// let rust = half.to_checked_expr(&|p| format!("v_{p}"));
+    /// assert!(rust.contains("checked_div_euclid(2i64)"), "{rust}");
+    /// ```
+    pub fn to_checked_expr(&self, param: &dyn Fn(&str) -> String) -> String {
+        self.poly().render_checked(param)
+    }
+
+    /// `self + other`; `None` if a known coefficient overflows `i64`.
+    pub fn checked_add(&self, other: &SymDim) -> Option<SymDim> {
+        Some(SymDim::from_poly(self.poly().plus(&other.poly())?))
+    }
+
+    /// `self - other`; `None` if a known coefficient overflows `i64`.
+    pub fn checked_sub(&self, other: &SymDim) -> Option<SymDim> {
+        Some(SymDim::from_poly(self.poly().plus(&other.poly().scaled(-1)?)?))
+    }
+
+    /// `self * other`; `None` if a known coefficient overflows `i64`.
+    pub fn checked_mul(&self, other: &SymDim) -> Option<SymDim> {
+        Some(SymDim::from_poly(self.poly().times(&other.poly())?))
+    }
+
+    /// `floor(self / divisor)`; `None` unless `divisor >= 1`, or if a coefficient overflows.
+    pub fn checked_div_floor(&self, divisor: i64) -> Option<SymDim> {
+        Some(SymDim::from_poly(self.poly().floor_div(divisor)?))
+    }
+
     /// The parameters this dim depends on, each once.
     pub fn params(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -283,6 +321,15 @@ impl Poly {
         }
     }
 
+    /// The polynomial as one term, `coefficient · atoms`, if it is one (a non-zero constant is
+    /// a term without atoms).
+    fn as_term(&self) -> Option<(i64, &[Atom])> {
+        match self.0.iter().next() {
+            Some((mono, &c)) if self.0.len() == 1 => Some((c, mono)),
+            _ => None,
+        }
+    }
+
     /// The polynomial as a single atom with coefficient 1, if it is one.
     fn as_atom(&self) -> Option<&Atom> {
         match self.0.iter().next() {
@@ -361,6 +408,30 @@ impl Poly {
                 }
             }
         }
+    }
+
+    /// An `Option<i64>` Rust expression (see [`SymDim::to_checked_expr`]): each term's product,
+    /// then the sum, every step `checked_*`.
+    fn render_checked(&self, param: &dyn Fn(&str) -> String) -> String {
+        const SOME: &str = "::core::option::Option::Some";
+        let mut sum: Option<String> = None;
+        for (mono, c) in &self.0 {
+            let mut term = format!("{SOME}({c}i64)");
+            for atom in mono {
+                let factor = match atom {
+                    Atom::Param(p) => format!("{SOME}({})", param(p)),
+                    Atom::Quot(q, d) => {
+                        format!("{}.and_then(|v| v.checked_div_euclid({d}i64))", q.render_checked(param))
+                    }
+                };
+                term = format!("{term}.zip({factor}).and_then(|(a, b)| a.checked_mul(b))");
+            }
+            sum = Some(match sum {
+                None => term,
+                Some(s) => format!("{s}.zip({term}).and_then(|(a, b)| a.checked_add(b))"),
+            });
+        }
+        sum.unwrap_or_else(|| format!("{SOME}(0i64)"))
     }
 
     /// The terms, the constant last, joined with ` + ` and ` - `.
@@ -454,6 +525,11 @@ pub trait DimCx<D: Dim> {
     /// Requires `a == b`. Returns false if they certainly differ; may record the requirement for
     /// later when it cannot be decided now.
     fn require_eq(&mut self, a: &D, b: &D) -> bool;
+
+    /// Requires the element counts of two shapes, `a` and `b` (the products of their extents,
+    /// which are positive), to be equal, as [`DimCx::require_eq`] does. A count that overflows
+    /// `i64` differs from every count.
+    fn require_eq_count(&mut self, a: &[D], b: &[D]) -> bool;
 }
 
 /// Concrete dimensions: equality is decided now.
@@ -464,6 +540,10 @@ impl DimCx<i64> for Concrete {
     fn require_eq(&mut self, a: &i64, b: &i64) -> bool {
         a == b
     }
+
+    fn require_eq_count(&mut self, a: &[i64], b: &[i64]) -> bool {
+        <i64 as Dim>::product(a).zip(<i64 as Dim>::product(b)).is_some_and(|(x, y)| x == y)
+    }
 }
 
 /// Symbolic dimensions: collects the equalities that only instantiation can decide (a name
@@ -472,6 +552,35 @@ impl DimCx<i64> for Concrete {
 pub struct Symbolic {
     /// Pairs that must be equal once the parameters are known.
     pub deferred: Vec<(SymDim, SymDim)>,
+}
+
+impl Symbolic {
+    /// A shape's element count as a coefficient and the factors it multiplies: each extent that
+    /// is one term (`64`, `H`, `2 * H * W`) splits into its coefficient and its atoms, any other
+    /// (`H + 1`) is one factor. `None` if the coefficient overflows `i64`.
+    fn count_factors(dims: &[SymDim]) -> Option<(i64, Vec<Poly>)> {
+        let (mut coefficient, mut factors) = (1i64, Vec::new());
+        for d in dims {
+            let poly = d.poly();
+            match poly.as_term() {
+                Some((c, atoms)) => {
+                    coefficient = coefficient.checked_mul(c)?;
+                    factors.extend(atoms.iter().cloned().map(Poly::atom));
+                }
+                None => factors.push(poly),
+            }
+        }
+        Some((coefficient, factors))
+    }
+}
+
+/// The greatest common divisor of two magnitudes (`gcd(0, n) = n`).
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 impl DimCx<SymDim> for Symbolic {
@@ -490,6 +599,35 @@ impl DimCx<SymDim> for Symbolic {
                 self.deferred.push((a.clone(), b.clone()));
                 true
             }
+        }
+    }
+
+    /// Extents are positive, so a factor both counts share cancels, and so does the common
+    /// divisor of their coefficients: `[B, S, 64]` against `[B, S, 2, 31]` is `64` against `62`,
+    /// a mismatch for every `B` and `S`; `[B, S, H * D]` against `[B, S, H]` is `D` against 1,
+    /// which waits for `D` alone (a const assertion where `B` and `S` are bound at run time).
+    fn require_eq_count(&mut self, a: &[SymDim], b: &[SymDim]) -> bool {
+        let (Some((mut ca, mut fa)), Some((mut cb, mut fb))) = (Self::count_factors(a), Self::count_factors(b)) else {
+            return false;
+        };
+        fa.retain(|f| match fb.iter().position(|g| g == f) {
+            Some(i) => {
+                fb.swap_remove(i);
+                false
+            }
+            None => true,
+        });
+        let g = gcd(ca.unsigned_abs(), cb.unsigned_abs());
+        // Both coefficients are non-zero (a zero count is no extent's product), so `g` is too;
+        // it divides each, so the quotients fit (`i64::MIN / 1` aside, which `g > 1` excludes).
+        if g > 1 {
+            let g = g as i64;
+            (ca, cb) = (ca / g, cb / g);
+        }
+        let product = |c: i64, factors: &[Poly]| factors.iter().try_fold(Poly::constant(c), |acc, f| acc.times(f));
+        match (product(ca, &fa), product(cb, &fb)) {
+            (Some(pa), Some(pb)) => self.require_eq(&SymDim::from_poly(pa), &SymDim::from_poly(pb)),
+            _ => false,
         }
     }
 }
@@ -679,6 +817,65 @@ mod tests {
         assert_eq!(cx.deferred, vec![(half.clone(), SymDim::Lit(16))]);
         assert!(cx.require_eq(&half, &half.clone()));
         assert_eq!(cx.deferred.len(), 1);
+    }
+
+    #[test]
+    fn element_counts_cancel_shared_factors() {
+        let p = |n: &str| SymDim::Param(n.into());
+        let (b, s, h, d) = (p("B"), p("S"), p("H"), p("D"));
+        let hd = h.checked_mul(&d).unwrap();
+        let mut cx = Symbolic::default();
+        // The same factors in another grouping: equal, nothing deferred.
+        assert!(cx.require_eq_count(&[b.clone(), s.clone(), hd.clone()], &[b.clone(), s.clone(), h.clone(), d.clone()]));
+        assert!(cx.deferred.is_empty());
+        // 64 against 62 whatever B and S are.
+        let lits = |v: &[i64]| v.iter().map(|&n| SymDim::Lit(n)).collect::<Vec<_>>();
+        let x = [vec![b.clone(), s.clone()], lits(&[64])].concat();
+        assert!(!cx.require_eq_count(&x, &[vec![b.clone(), s.clone()], lits(&[2, 31])].concat()));
+        // H * D against H: D must be 1, B and S out of it.
+        assert!(cx.require_eq_count(&[b.clone(), s.clone(), hd], &[b.clone(), s.clone(), h.clone()]));
+        assert_eq!(cx.deferred, vec![(d.clone(), SymDim::Lit(1))]);
+        // Coefficients divide by their common divisor: 8 * M against 4 * N is 2 * M against N.
+        let mut cx = Symbolic::default();
+        assert!(cx.require_eq_count(&[p("M"), SymDim::Lit(8)], &[p("N"), SymDim::Lit(4)]));
+        assert_eq!(cx.deferred[0].0.to_string(), "2 * M");
+        assert_eq!(cx.deferred[0].1, p("N"));
+        // Two parameters never unify, in a count as anywhere.
+        assert!(!cx.require_eq_count(&[p("M"), SymDim::Lit(8)], &[p("N"), SymDim::Lit(8)]));
+        // A factor that is not one term cancels whole.
+        let half = h.checked_add(&SymDim::Lit(1)).and_then(|x| x.checked_div_floor(2)).unwrap();
+        assert!(cx.require_eq_count(&[half.clone(), SymDim::Lit(4)], &[SymDim::Lit(2), half, SymDim::Lit(2)]));
+        // Overflowing counts differ from every count, as concrete ones do.
+        assert!(!cx.require_eq_count(&lits(&[1 << 32, 1 << 32]), &lits(&[1])));
+        assert!(Concrete.require_eq_count(&[2, 3, 4], &[6, 4]));
+        assert!(!Concrete.require_eq_count(&[2, 3, 4], &[5, 4]));
+        assert!(!Concrete.require_eq_count(&[1 << 32, 1 << 32], &[i64::MAX]));
+    }
+
+    #[test]
+    fn dim_arithmetic_and_its_checked_rust_form() {
+        let p = |n: &str| SymDim::Param(n.into());
+        let e = p("H").checked_mul(&p("D")).unwrap();
+        assert_eq!(e.to_string(), "D * H");
+        assert_eq!(e.checked_sub(&e), Some(SymDim::Lit(0)));
+        assert_eq!(p("H").checked_add(&SymDim::Lit(2)).and_then(|x| x.checked_sub(&SymDim::Lit(2))), Some(p("H")));
+        assert_eq!(SymDim::Lit(7).checked_div_floor(2), Some(SymDim::Lit(3)));
+        assert_eq!(p("H").checked_div_floor(0), None);
+        assert_eq!(SymDim::Lit(i64::MAX).checked_add(&SymDim::Lit(1)), None);
+        let v = |n: &str| format!("v_{n}");
+        let some = "::core::option::Option::Some";
+        assert_eq!(SymDim::Lit(5).to_checked_expr(&v), format!("{some}(5i64)"));
+        assert_eq!(
+            e.to_checked_expr(&v),
+            format!(
+                "{some}(1i64).zip({some}(v_D)).and_then(|(a, b)| a.checked_mul(b))\
+                 .zip({some}(v_H)).and_then(|(a, b)| a.checked_mul(b))"
+            )
+        );
+        let half = p("H").checked_add(&SymDim::Lit(1)).and_then(|x| x.checked_div_floor(2)).unwrap();
+        let rust = half.to_checked_expr(&v);
+        assert!(rust.contains(".and_then(|v| v.checked_div_euclid(2i64))"), "{rust}");
+        assert!(rust.contains("a.checked_add(b)"), "{rust}");
     }
 
     #[test]

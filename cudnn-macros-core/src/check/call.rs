@@ -2,13 +2,14 @@
 //! attributes, ports, outputs) and its shape rule, both from `cudnn_runtime::ops`; nested calls
 //! become nodes of their own.
 
-use cudnn_runtime::dim::{SymDim, Symbolic};
-use cudnn_runtime::ops::{self, AttrError, AttrKind, AttrValue, Op, OpSignature, ShapeErrorKind, TensorMeta};
+use cudnn_runtime::dim::{Dim, SymDim, Symbolic};
+use cudnn_runtime::ops::{self, AttrError, AttrKind, AttrValue, Extents, Op, OpSignature, ShapeErrorKind, TensorMeta};
 use proc_macro2::Span;
+use quote::ToTokens;
 use syn::Ident;
 
-use super::{Checker, ConstCheck, Kind, Node, Operand, Value};
-use crate::parse::{Arg, AttrLit, Expr};
+use super::{dims, Checker, ConstCheck, Kind, Node, Operand, Value};
+use crate::parse::{Arg, AttrLit, DimExpr, Expr};
 
 /// An operand as checked: what the generated code passes, and the value's metadata when it is a
 /// tensor.
@@ -101,7 +102,9 @@ impl Checker<'_> {
         if !self.strings_as_attrs(&sig, func, attrs) {
             return none();
         }
-        let attr_values = attr_values(attrs);
+        let Some((attr_values, extents)) = self.attr_values(&sig, func, attrs) else {
+            return none();
+        };
         let Some(op) = self.op(func, attrs, &attr_values, args.len()) else {
             return none();
         };
@@ -113,7 +116,8 @@ impl Checker<'_> {
         let Some(operands) = operands.into_iter().collect::<Option<Vec<CheckedOperand>>>() else {
             return none();
         };
-        self.infer(&op, &sig, func, args, operands, node_name).unwrap_or_else(none)
+        let call = Call { func, args, attrs, extents: &extents };
+        self.infer(&op, &sig, &call, operands, node_name).unwrap_or_else(none)
     }
 
     /// An unknown op: reported with the closest known name; its operands are still checked (so
@@ -206,7 +210,7 @@ impl Checker<'_> {
                 AttrKind::Float => s.trim().parse::<f64>().is_ok(),
                 AttrKind::Bool => matches!(s.trim(), "true" | "false"),
                 AttrKind::OneOf(names) => names.contains(&s.trim()),
-                AttrKind::IntList => false,
+                AttrKind::IntList | AttrKind::Dims => false,
             };
             let hint = if unquoted { format!(": write `{key} = {}`", s.trim()) } else { String::new() };
             self.cx.error_span(*span, format!("attribute `{key}` of `{func}` takes {}, not a string{hint}", spec.kind));
@@ -267,16 +271,16 @@ impl Checker<'_> {
     }
 
     /// Runs the op's shape rule and adds its node: one value per output, carrying the dtype the op
-    /// forces on it. `None` after a shape error (reported on the operand at fault).
+    /// forces on it. `None` after a shape error (reported on the operand or attribute at fault).
     fn infer(
         &mut self,
         op: &Op,
         sig: &OpSignature,
-        func: &Ident,
-        args: &[Arg],
+        call: &Call<'_>,
         operands: Vec<CheckedOperand>,
         node_name: Option<&str>,
     ) -> Option<Vec<Option<Value>>> {
+        let Call { func, args, attrs, extents } = *call;
         let name = func.to_string();
         let rank = operands.iter().find_map(|(_, v)| v.as_ref().map(|v| v.dims.len())).unwrap_or(1);
         let ports = op.inputs();
@@ -294,10 +298,12 @@ impl Checker<'_> {
             })
             .collect();
         let mut sym = Symbolic::default();
-        let outs = match op.infer(&metas, &mut sym) {
+        let outs = match op.infer_with(&metas, &Extents::given(extents), &mut sym) {
             Ok(outs) => outs,
             Err(e) => {
-                let span = e.arg.and_then(|i| args.get(i)).map_or_else(|| func.span(), |a| a.expr.span());
+                let on_attr = e.attr.and_then(|a| attrs.iter().find(|(k, _)| k == a)).map(|(_, v)| v.span());
+                let on_arg = e.arg.and_then(|i| args.get(i)).map(|a| a.expr.span());
+                let span = on_attr.or(on_arg).unwrap_or_else(|| func.span());
                 let operand = e.arg.and_then(|i| operands.get(i)).and_then(|(_, v)| v.as_ref());
                 let hint = self.intermediate_type_hint(&e.kind, operand);
                 self.cx.error_span(span, format!("graph `{}`: {e}{hint}", self.def.name));
@@ -311,10 +317,16 @@ impl Checker<'_> {
         } else {
             op.outputs().iter().map(|o| format!("{node}_{o}")).collect()
         };
+        // A `Dims` attribute with a symbolic extent is evaluated by the generated code; the op
+        // holds a placeholder for it.
+        let extents: Vec<(String, Vec<SymDim>)> =
+            extents.iter().filter(|(_, dims)| dims.iter().any(|d| d.as_lit().is_none())).cloned().collect();
+        let attrs = op.call_attrs().into_iter().filter(|(k, _)| !extents.iter().any(|(e, _)| e == k)).collect();
         self.nodes.push(Node {
             name: node,
             op: sig.name,
-            attrs: op.call_attrs(),
+            attrs,
+            extents,
             inputs: operands.into_iter().map(|(o, _)| o).collect(),
             outputs: out_names.clone(),
         });
@@ -355,24 +367,92 @@ impl Checker<'_> {
     }
 }
 
-/// The attributes of a call as the runtime takes them.
-fn attr_values(attrs: &[(Ident, AttrLit)]) -> Vec<(String, AttrValue)> {
-    attrs
-        .iter()
-        .map(|(k, v)| {
+/// A call as the shape rule's errors need it: where to put them, and the symbolic extents of its
+/// `Dims` attributes.
+struct Call<'a> {
+    func: &'a Ident,
+    args: &'a [Arg],
+    attrs: &'a [(Ident, AttrLit)],
+    extents: &'a [(String, Vec<SymDim>)],
+}
+
+/// What a call's attributes give: the values the runtime takes, and the extents of its `Dims`
+/// attributes.
+type AttrValues = (Vec<(String, AttrValue)>, Vec<(String, Vec<SymDim>)>);
+
+impl Checker<'_> {
+    /// The attributes of a call as the runtime takes them, and the extents of each attribute
+    /// the signature types `Dims` (`shape = [B, S, H * D]`), which the shape rule reads in place
+    /// of the op's own: for those the op gets a placeholder (the literal extents, 1 for a
+    /// symbolic one). A list for any other attribute holds integer literals. `None` after an
+    /// error in a list's items (reported on the item).
+    fn attr_values(&self, sig: &OpSignature, func: &Ident, attrs: &[(Ident, AttrLit)]) -> Option<AttrValues> {
+        let (mut values, mut extents, mut ok) = (Vec::new(), Vec::new(), true);
+        for (k, v) in attrs {
+            let kind = sig.attrs.iter().find(|a| k == a.name).map(|a| a.kind);
             let value = match v {
                 AttrLit::Float(f, _) => AttrValue::Float(*f),
                 AttrLit::Int(i, _) => AttrValue::Int(*i),
-                AttrLit::List(l, _) => AttrValue::IntList(l.clone()),
+                AttrLit::List(items, _) if kind == Some(AttrKind::Dims) => {
+                    let dims: Vec<Option<SymDim>> = items.iter().map(|d| self.extent(func, k, d)).collect();
+                    let Some(dims) = dims.into_iter().collect::<Option<Vec<SymDim>>>() else {
+                        ok = false;
+                        continue;
+                    };
+                    let placeholder = dims.iter().map(|d| d.as_lit().unwrap_or(1)).collect();
+                    extents.push((k.to_string(), dims));
+                    AttrValue::IntList(placeholder)
+                }
+                AttrLit::List(items, _) => {
+                    let ints: Vec<Option<i64>> = items.iter().map(DimExpr::as_int).collect();
+                    if kind == Some(AttrKind::IntList) {
+                        for (item, int) in items.iter().zip(&ints) {
+                            if int.is_none() {
+                                let what = match item {
+                                    DimExpr::Lit { .. } => "does not fit in an i64",
+                                    _ => "is not an integer literal",
+                                };
+                                self.cx.error(
+                                    item,
+                                    format!(
+                                        "attribute `{k}` of `{func}` takes {}; `{}` {what}",
+                                        AttrKind::IntList,
+                                        item.to_token_stream()
+                                    ),
+                                );
+                                ok = false;
+                            }
+                        }
+                    }
+                    // Any other attribute: the op reports the unknown attribute or its type.
+                    AttrValue::IntList(ints.into_iter().flatten().collect())
+                }
                 AttrLit::Bool(b, _) => AttrValue::Bool(*b),
                 AttrLit::Name(n) => AttrValue::Name(n.to_string()),
                 // Reported by `strings_as_attrs` where the op has the attribute; otherwise the
                 // op reports the unknown attribute.
                 AttrLit::Str(s, _) => AttrValue::Name(s.clone()),
             };
-            (k.to_string(), value)
-        })
-        .collect()
+            values.push((k.to_string(), value));
+        }
+        ok.then_some((values, extents))
+    }
+
+    /// One extent of a `Dims` attribute: a dim as a port declares one, and positive where it is
+    /// a constant.
+    fn extent(&self, func: &Ident, attr: &Ident, d: &DimExpr) -> Option<SymDim> {
+        let dim = dims::sym_dim(self.cx, d, &self.params)?;
+        if let Some(n) = dims::non_positive(&dim) {
+            self.cx.error(
+                d,
+                format!(
+                    "attribute `{attr}` of `{func}` takes positive extents (integers, dim parameters or expressions over them); `{n}` is not one"
+                ),
+            );
+            return None;
+        }
+        Some(dim)
+    }
 }
 
 /// Which attribute setting would make the op produce more outputs than `produced`, as a hint
@@ -390,7 +470,7 @@ fn adding_outputs(
         let values: Vec<(AttrValue, String)> = match a.kind {
             AttrKind::Bool => vec![(AttrValue::Bool(true), "true".to_string())],
             AttrKind::OneOf(names) => names.iter().map(|n| (AttrValue::Name(n.to_string()), n.to_string())).collect(),
-            AttrKind::Float | AttrKind::Int | AttrKind::IntList => Vec::new(),
+            AttrKind::Float | AttrKind::Int | AttrKind::IntList | AttrKind::Dims => Vec::new(),
         };
         values.into_iter().map(move |(value, shown)| (a.name, value, shown))
     });

@@ -10,8 +10,8 @@ use cudnn_runtime::DataType;
 use syn::ext::IdentExt;
 use syn::Ident;
 
-use super::{Fusion, Port};
-use crate::parse::{DimTok, FuseArg, GraphDef, LayoutDecl, PortDecl};
+use super::{dims, Fusion, Port};
+use crate::parse::{DimExpr, FuseArg, GraphDef, LayoutDecl, PortDecl};
 use crate::Ctxt;
 
 /// Dim parameters: `const X: usize` or `dyn X`, each once.
@@ -116,24 +116,15 @@ pub(super) fn check_port(cx: &Ctxt, p: &PortDecl, params: &HashMap<String, bool>
     Port { name: p.name.clone(), dtype, dims, order }
 }
 
-/// One dim of a port: a positive literal or a declared parameter.
-fn check_dim(cx: &Ctxt, p: &PortDecl, d: &DimTok, params: &HashMap<String, bool>) -> SymDim {
-    match d {
-        DimTok::Lit(lit) => match lit.base10_parse::<i64>() {
-            Ok(v) if v > 0 => SymDim::Lit(v),
-            _ => {
-                cx.error(lit, format!("dims must be positive integers; `{}` has `{lit}`", p.name));
-                SymDim::Lit(1)
-            }
-        },
-        DimTok::Param(id) => {
-            let name = id.to_string();
-            if !params.contains_key(&name) {
-                cx.error(id, format!("unknown dim `{name}`; declare it as `const {name}: usize` (compile time) or `dyn {name}` (run time) in the graph's parameters"));
-            }
-            SymDim::Param(name)
-        }
+/// One dim of a port: a positive literal, a declared parameter or an expression over them
+/// (`dims`); `1` in place of a wrong one (reported).
+fn check_dim(cx: &Ctxt, p: &PortDecl, d: &DimExpr, params: &HashMap<String, bool>) -> SymDim {
+    let Some(dim) = dims::sym_dim(cx, d, params) else { return SymDim::Lit(1) };
+    if let Some(n) = dims::non_positive(&dim) {
+        cx.error(d, format!("dims must be positive integers; `{}` has `{n}`", p.name));
+        return SymDim::Lit(1);
     }
+    dim
 }
 
 /// A port's declared layout (`order [..]` or `channels_last`) as a memory order of its dims, if

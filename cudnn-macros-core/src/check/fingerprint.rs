@@ -57,6 +57,11 @@ pub(super) fn fingerprint(
             })
             .collect();
         h.write_str(&format!("node|{}|{}|{:?}|{:?}|{:?}", n.name, n.op, n.attrs, ins, n.outputs));
+        // Symbolic extents, in their canonical form (a node with literal ones hashes as it always
+        // did: they are among its attributes).
+        for (attr, dims) in &n.extents {
+            h.write_str(&format!("extents|{attr}|{}", shape_string(dims)));
+        }
     }
     for (o, t) in bindings {
         h.write_str(&format!("bind|{o}|{t}"));

@@ -5,11 +5,14 @@
 //! Rules, one function each in the submodules:
 //! - dim parameters are `const X: usize` or `dyn X`, each declared once (`decl`);
 //! - `#[fuse(..)]` is given at most once, as `single` or `auto` (`decl`);
-//! - every port names a known dtype and dims that are positive literals or declared parameters,
-//!   and a layout (`order [..]`, `channels_last`) that fits its rank (`decl`);
+//! - every port names a known dtype and dims that are positive literals, declared parameters or
+//!   expressions over them (`dims`), and a layout (`order [..]`, `channels_last`) that fits its
+//!   rank (`decl`);
 //! - names (ports, `let` bindings) are defined once; every name used is defined (`stmt`);
 //! - every call names a known op with its arity, attributes and the shape/dtype rule satisfied
-//!   (`call`);
+//!   (`call`); a list attribute holds integer literals, or, where the op's signature says
+//!   `Dims`, positive extents written as port dims are (`dims`), which the shape rule reads
+//!   symbolically;
 //! - every output is assigned exactly once, with the declared shape and the dtype its op forces,
 //!   if any (`stmt`);
 //! - every input and intermediate is used (`stmt`).
@@ -19,6 +22,7 @@
 
 mod call;
 mod decl;
+mod dims;
 mod fingerprint;
 mod stmt;
 
@@ -63,8 +67,12 @@ pub struct Node {
     pub name: String,
     /// The op's call name.
     pub op: &'static str,
-    /// The attributes that rebuild the op, defaults omitted.
+    /// The attributes that rebuild the op, defaults omitted; a `Dims` attribute whose extents
+    /// are all literals among them.
     pub attrs: Vec<(String, AttrValue)>,
+    /// The `Dims` attributes with a symbolic extent (`shape = [B, S, H * D]`), which the
+    /// generated code evaluates when it builds the graph.
+    pub extents: Vec<(String, Vec<SymDim>)>,
     /// Its operands, in port order.
     pub inputs: Vec<Operand>,
     /// The tensors it produces, in output order.

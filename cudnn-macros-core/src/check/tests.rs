@@ -509,3 +509,115 @@ fn an_output_of_the_wrong_shape_names_the_dims_that_differ() {
     let e = error("G(x: f32[4, 8]) -> (y: f32[4, 8, 1]) { y = relu(x); }");
     assert!(e.ends_with(": rank 3 declared, rank 2 assigned"), "{e}");
 }
+
+// Extents: port dims and `Dims` attributes written with parameters and expressions.
+
+#[test]
+fn port_dims_may_be_expressions_over_parameters() {
+    let ck = ok("G<const H: usize, const D: usize, dyn B>(x: f32[B, H * D], w: f32[(H + 1) / 2, 4])
+        -> (y: f32[B, D * H], z: f32[(1 + H) / 2, 4]) { y = relu(x); z = relu(w); }");
+    assert_eq!(ck.inputs[0].dims[1].to_string(), "D * H");
+    assert_eq!(ck.inputs[1].dims[0].to_string(), "(H + 1) / 2");
+    assert!(ck.const_checks.is_empty(), "equal canonical forms are equal at expansion");
+}
+
+#[test]
+fn wrong_dim_expressions_are_reported_on_their_tokens() {
+    let e = errors("G<const H: usize, dyn S>(x: f32[S / H, H - H, Q * 2, 3 - 1]) -> (y: f32[1]) { y = relu(x); }");
+    assert_eq!(
+        e[..3],
+        [
+            "a dim is divided only by a positive integer (floor division, as in `(H + 1) / 2`), not by `H`",
+            "dims must be positive integers; `x` has `0`",
+            "unknown dim `Q`; declare it as `const Q: usize` (compile time) or `dyn Q` (run time) in the graph's parameters",
+        ]
+    );
+}
+
+#[test]
+fn a_symbolic_reshape_keeps_its_extents_for_the_generated_code() {
+    let ck = ok("G<const H: usize, const D: usize, dyn B, dyn S>(x: f32[B, S, H * D]) -> (y: f32[B, S, H, D]) {
+        y = reshape(x, shape = [B, S, H, D]);
+    }");
+    let node = &ck.nodes[0];
+    assert!(node.attrs.is_empty(), "no placeholder reaches the node: {:?}", node.attrs);
+    assert_eq!(node.extents, [("shape".to_string(), vec![param("B"), param("S"), param("H"), param("D")])]);
+    assert!(ck.const_checks.is_empty());
+    // And back: the expression is the count's other grouping.
+    let ck = ok("G<const H: usize, const D: usize, dyn B>(x: f32[B, H, D]) -> (y: f32[B, H * D]) {
+        y = reshape(x, shape = [B, H * D]);
+    }");
+    assert_eq!(ck.nodes[0].extents[0].1[1].to_string(), "D * H");
+}
+
+#[test]
+fn a_literal_reshape_builds_as_before() {
+    let ck = ok("G(x: f32[2, 3, 4]) -> (y: f32[6, 4]) { y = reshape(x, shape = [6, 4]); }");
+    assert_eq!(ck.nodes[0].attrs, [("shape".to_string(), AttrValue::IntList(vec![6, 4]))]);
+    assert!(ck.nodes[0].extents.is_empty());
+}
+
+#[test]
+fn a_reshape_count_that_differs_for_every_binding_is_an_error() {
+    let e = error("G<dyn B>(x: f32[B, 64]) -> (y: f32[B, 2, 31]) { y = reshape(x, shape = [B, 2, 31]); }");
+    assert_eq!(
+        e,
+        "graph `G`: `reshape`: X [B, 64] cannot be reshaped to [B, 2, 31]: the element counts differ (64 * B against 62 * B)"
+    );
+}
+
+#[test]
+fn a_reshape_count_over_const_parameters_is_a_const_assertion_without_the_dyn_ones() {
+    let ck = ok("G<const H: usize, const D: usize, dyn B>(x: f32[B, H * D]) -> (y: f32[B, H]) {
+        y = reshape(x, shape = [B, H]);
+    }");
+    assert_eq!(ck.const_checks.len(), 1);
+    let c = &ck.const_checks[0];
+    assert_eq!((c.lhs.as_str(), c.rhs.as_str()), ("(D as i64)", "1"));
+    assert_eq!(c.message, "graph `G`: D must equal 1: `reshape` (node `y`) needs it");
+}
+
+#[test]
+fn a_reshape_count_over_dyn_parameters_is_left_to_run_time() {
+    let ck = ok("G<dyn M, dyn N>(x: f32[M, 8]) -> (y: f32[N, 4]) { y = reshape(x, shape = [N, 4]); }");
+    assert!(ck.const_checks.is_empty());
+    assert_eq!(ck.nodes[0].extents, [("shape".to_string(), vec![param("N"), SymDim::Lit(4)])]);
+}
+
+#[test]
+fn bad_extents_are_reported_each_on_its_token() {
+    let e = errors(
+        "G<const H: usize, dyn S>(x: f32[S, H]) -> (y: f32[S, H]) {
+        y = reshape(x, shape = [S, 0, Q, S / H, 2 - 3]);
+    }",
+    );
+    assert_eq!(
+        e,
+        [
+            "attribute `shape` of `reshape` takes positive extents (integers, dim parameters or expressions over them); `0` is not one",
+            "unknown dim `Q`; declare it as `const Q: usize` (compile time) or `dyn Q` (run time) in the graph's parameters",
+            "a dim is divided only by a positive integer (floor division, as in `(H + 1) / 2`), not by `H`",
+            "attribute `shape` of `reshape` takes positive extents (integers, dim parameters or expressions over them); `-1` is not one",
+        ]
+    );
+}
+
+#[test]
+fn a_list_of_integers_takes_no_dims() {
+    let e = error("G<dyn B>(x: f32[B, 4]) -> (y: f32[4, B]) { y = transpose(x, permutation = [1, B]); }");
+    assert_eq!(e, "attribute `permutation` of `transpose` takes a list of integers; `B` is not an integer literal");
+    // Negative integers stay integers.
+    ok("G(x: f32[2, 4]) -> (y: f32[2, 1]) { y = reduce_sum(x, dims = [-1]); }");
+}
+
+#[test]
+fn the_fingerprint_covers_symbolic_extents() {
+    let fp = |shape: &str| {
+        let src = format!(
+            "G<dyn B>(x: f32[B, 8]) -> (y: f32[B, 8]) {{ y = reshape(reshape(x, shape = {shape}), shape = [B, 8]); }}"
+        );
+        ok(&src).fingerprint
+    };
+    assert_eq!(fp("[B, 2, 4]"), fp("[B, 2, 4]"));
+    assert_ne!(fp("[B, 2, 4]"), fp("[B, 4, 2]"));
+}

@@ -33,7 +33,7 @@ pub(super) fn graph_body(ck: &Checked, name: &str, runtime: &[String]) -> TokenS
                 quote!(#p::Operand::Scalar(f64::from_bits(#bits)))
             }
         });
-        let attrs = attr_tokens(&node.attrs);
+        let attrs = attr_tokens(&node.attrs, &node.extents, runtime);
         let outs: Vec<Ident> = node.outputs.iter().map(|o| tensor_var(o)).collect();
         let idx = 0..outs.len();
         quote! {

@@ -43,27 +43,49 @@ pub(super) fn dtype_tokens(dtype: DataType) -> TokenStream {
     quote!(::cudnn_graph::__private::DataType::#v)
 }
 
-/// An array of dims: literals, and parameters (`self.B` for `dyn` ones) checked into `i64`.
+/// An array of dims (see [`dim_tokens`]).
 pub(super) fn dims_tokens(dims: &[SymDim], runtime: &[String]) -> TokenStream {
-    let items = dims.iter().map(|d| match d {
-        SymDim::Lit(n) => quote!(#n),
-        // `as i64` would wrap a `usize` past `i64::MAX` into a negative (or plausible) extent
-        // and blame the tensor; the checked conversion names the dim.
-        SymDim::Param(p) => {
-            let id = format_ident!("{}", p);
-            let value = if runtime.contains(p) { quote!(self.#id) } else { quote!(#id) };
-            quote!(::cudnn_graph::__private::dim_value(#p, #value)?)
-        }
-        // Declared dims are literals or parameters; computed extents never reach a declaration.
-        SymDim::Expr(_) => {
-            syn::parse_str::<syn::Expr>(&d.to_expr()).map_or_else(|e| e.to_compile_error(), |e| quote!(#e))
-        }
-    });
+    let items = dims.iter().map(|d| dim_tokens(d, runtime));
     quote!([#(#items),*])
 }
 
-/// A slice of `(name, AttrValue)` pairs; floats travel as their bits.
-pub(super) fn attr_tokens(attrs: &[(String, AttrValue)]) -> TokenStream {
+/// A dim as an `i64` expression of the generated `graph()`: a literal; a parameter checked into
+/// `i64` (`self.B` for a `dyn` one); an expression (`H * D`) evaluated with checked arithmetic
+/// from its parameters' values, an overflow an error naming it.
+pub(super) fn dim_tokens(d: &SymDim, runtime: &[String]) -> TokenStream {
+    let p = quote!(::cudnn_graph::__private);
+    // `as i64` would wrap a `usize` past `i64::MAX` into a negative (or plausible) extent and
+    // blame the tensor; the checked conversion names the dim.
+    let param = |name: &str| {
+        let id = format_ident!("{}", name);
+        let value = if runtime.iter().any(|r| r == name) { quote!(self.#id) } else { quote!(#id) };
+        quote!(#p::dim_value(#name, #value)?)
+    };
+    match d {
+        SymDim::Lit(n) => quote!(#n),
+        SymDim::Param(name) => param(name),
+        SymDim::Expr(_) => {
+            let params = d.params();
+            let vars: Vec<Ident> = params.iter().map(|n| format_ident!("__v_{}", n)).collect();
+            let values = params.iter().map(|n| param(n));
+            let text = d.to_string();
+            let checked = d.to_checked_expr(&|n| format!("__v_{n}"));
+            let checked = syn::parse_str::<syn::Expr>(&checked).map_or_else(|e| e.to_compile_error(), |e| quote!(#e));
+            quote!({
+                #(let #vars: i64 = #values;)*
+                #p::extent(#text, &[#((#params, #vars)),*], #checked)?
+            })
+        }
+    }
+}
+
+/// A slice of `(name, AttrValue)` pairs: `attrs` (floats travel as their bits), then each
+/// `Dims` attribute of `extents` as the list of its evaluated extents.
+pub(super) fn attr_tokens(
+    attrs: &[(String, AttrValue)],
+    extents: &[(String, Vec<SymDim>)],
+    runtime: &[String],
+) -> TokenStream {
     let p = quote!(::cudnn_graph::__private);
     let items = attrs.iter().map(|(k, v)| {
         let value = match v {
@@ -78,7 +100,11 @@ pub(super) fn attr_tokens(attrs: &[(String, AttrValue)]) -> TokenStream {
         };
         quote!((::std::string::String::from(#k), #value))
     });
-    quote!(&[#(#items),*])
+    let dims = extents.iter().map(|(k, dims)| {
+        let items = dims.iter().map(|d| dim_tokens(d, runtime));
+        quote!((::std::string::String::from(#k), #p::AttrValue::IntList(::std::vec![#(#items),*])))
+    });
+    quote!(&[#(#items,)* #(#dims),*])
 }
 
 /// The generated variable holding a tensor's id.

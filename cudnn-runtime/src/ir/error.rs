@@ -87,6 +87,15 @@ pub enum GraphError {
         /// Its value.
         value: u64,
     },
+    /// An extent a `graph!` computes from its dim parameters (`shape = [B, S, H * D]`) that
+    /// overflows `i64` for their values.
+    #[error("extent `{extent}` overflows i64 with {}", dims_string(.dims))]
+    ExtentOverflow {
+        /// The extent, as the graph's canonical form prints it (`D * H`).
+        extent: String,
+        /// The values of the parameters it depends on.
+        dims: Vec<(String, i64)>,
+    },
     /// A dim order that is not a permutation of the tensor's dims.
     #[error("tensor `{tensor}` has {rank} dims, so its dim order must list 0..{rank} once each; got {order:?}")]
     BadOrder {
@@ -239,4 +248,10 @@ impl fmt::Display for NotChannelsLast {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "`{}` ({}) of node `{}` ({})", self.tensor, self.type_string, self.node, self.op)
     }
+}
+
+/// `H = 4, D = 32`.
+fn dims_string(dims: &[(String, i64)]) -> String {
+    let parts: Vec<String> = dims.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+    parts.join(", ")
 }

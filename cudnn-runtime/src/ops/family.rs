@@ -6,7 +6,7 @@
 use super::attrs::{AttrError, Attrs};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::shape::{OutputMeta, ShapeError, TensorMeta};
-use super::signature::{AttrValue, OpSignature, PortSpec};
+use super::signature::{AttrValue, Extents, OpSignature, PortSpec};
 use super::Layout;
 use crate::array::Array;
 use crate::codec::json::Obj;
@@ -56,9 +56,16 @@ pub(crate) trait OpFamily: Sized {
         Self::signature_of(self.kind()).outputs.to_vec()
     }
 
-    /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists.
-    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>)
-        -> Result<Vec<OutputMeta<D>>, ShapeError>;
+    /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists. An attribute
+    /// of kind [`AttrKind::Dims`](super::AttrKind::Dims) is read through `extents`
+    /// ([`Extents::read`]), never from the op's own field: the checker of `graph!` gives its
+    /// symbolic extents there.
+    fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        extents: &Extents<'_, D>,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError>;
 
     /// The op on the CPU, on as many inputs as [`OpFamily::inputs`] lists.
     fn reference(&self, inputs: &[&Array]) -> Vec<Array>;

@@ -139,16 +139,45 @@ macro_rules! families {
             ///
             /// # Errors
             ///
-            /// A [`ShapeError`] naming the port at fault, [`ShapeErrorKind::Arity`] for a wrong
-            /// number of inputs.
+            /// A [`ShapeError`] naming the port (or attribute) at fault,
+            /// [`ShapeErrorKind::Arity`] for a wrong number of inputs.
             pub fn infer<D: Dim>(
                 &self,
                 inputs: &[TensorMeta<D>],
                 cx: &mut impl DimCx<D>,
             ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+                self.infer_with(inputs, &Extents::own(), cx)
+            }
+
+            /// [`Op::infer`] with the extents of the op's [`AttrKind::Dims`] attributes given
+            /// (`graph!` checks a call whose `shape = [B, S, H * D]` this way, over symbolic
+            /// dims); attributes not in `extents` keep the op's own values.
+            ///
+            /// ```
+            /// # use cudnn_runtime as cudnn_graph;
+            /// use cudnn_graph::dim::{SymDim, Symbolic};
+            /// use cudnn_graph::ops::{AttrValue, Extents, Op, TensorMeta};
+            /// use cudnn_graph::DataType;
+            /// // The checker's op holds a placeholder; the shape rule reads the given extents.
+            /// let op = Op::from_call("reshape", &[("shape".into(), AttrValue::IntList(vec![1, 1, 1, 1]))]).unwrap();
+            /// let p = |n: &str| SymDim::Param(n.into());
+            /// let hd = p("H").checked_mul(&p("D")).unwrap();
+            /// let x = TensorMeta { dims: vec![p("B"), p("S"), hd], dtype: DataType::BF16 };
+            /// let given = [("shape".to_string(), vec![p("B"), p("S"), p("H"), p("D")])];
+            /// let mut cx = Symbolic::default();
+            /// let y = op.infer_with(&[x], &Extents::given(&given), &mut cx).unwrap();
+            /// assert_eq!(y[0].dims, given[0].1);
+            /// assert!(cx.deferred.is_empty(), "B * S * H * D is the count of both");
+            /// ```
+            pub fn infer_with<D: Dim>(
+                &self,
+                inputs: &[TensorMeta<D>],
+                extents: &Extents<'_, D>,
+                cx: &mut impl DimCx<D>,
+            ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
                 self.check_arity(inputs.len())?;
                 match self {
-                    $( Op::$name(op) => OpFamily::infer(op, inputs, cx), )*
+                    $( Op::$name(op) => OpFamily::infer(op, inputs, extents, cx), )*
                 }
             }
 

@@ -35,7 +35,7 @@ pub use shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 // `pointwise/lower.rs` reaches it here.
 #[cfg(feature = "cudnn")]
 pub(crate) use shape::normalize_axis;
-pub use signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+pub use signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 pub use window::{Window, WindowAttrs};
 
 list::families! {
@@ -131,6 +131,7 @@ mod tests {
                         AttrKind::Float => AttrValue::Float(0.5),
                         AttrKind::Int => AttrValue::Int(0),
                         AttrKind::IntList => AttrValue::IntList(vec![0]),
+                        AttrKind::Dims => AttrValue::IntList(vec![1]),
                         AttrKind::Bool => AttrValue::Bool(true),
                         AttrKind::OneOf(names) => AttrValue::Name(names[0].to_string()),
                     };

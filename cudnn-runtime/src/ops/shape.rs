@@ -32,6 +32,8 @@ pub struct OutputMeta<D> {
 pub struct ShapeError {
     /// The positional argument at fault, if one is (for spans in the macro).
     pub arg: Option<usize>,
+    /// The attribute at fault, if one is rather than an argument (for spans in the macro).
+    pub attr: Option<&'static str>,
     /// What is wrong (boxed: errors stay small on the happy path's `Result`s).
     pub kind: Box<ShapeErrorKind>,
 }
@@ -140,12 +142,17 @@ pub enum ShapeErrorKind {
 impl ShapeError {
     /// An error about no port in particular.
     pub(crate) fn general(kind: ShapeErrorKind) -> Self {
-        ShapeError { arg: None, kind: Box::new(kind) }
+        ShapeError { arg: None, attr: None, kind: Box::new(kind) }
     }
 
     pub(crate) fn at(arg: usize, kind: ShapeErrorKind) -> Self {
         debug_assert!(arg < MAX_INPUT_PORTS, "port {arg} of an op");
-        ShapeError { arg: Some(arg), kind: Box::new(kind) }
+        ShapeError { arg: Some(arg), attr: None, kind: Box::new(kind) }
+    }
+
+    /// An error about the value of attribute `attr`.
+    pub(crate) fn on_attr(attr: &'static str, kind: ShapeErrorKind) -> Self {
+        ShapeError { arg: None, attr: Some(attr), kind: Box::new(kind) }
     }
 }
 

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::Family;
+use crate::dim::Dim;
 use crate::DataType;
 
 /// How a port is fed.
@@ -37,6 +38,11 @@ pub enum AttrKind {
     Int,
     /// A list of integers, `[0, 2]`.
     IntList,
+    /// A list of extents, `[2, 64, 4, 32]`: positive integers in a call at run time (an
+    /// [`AttrValue::IntList`]); in `graph!` each may be a literal, a dim parameter or an
+    /// expression over them (`[B, S, H, D]`, `[B, S, H * D]`), which the shape rule reads through
+    /// [`Extents`] and the generated code evaluates when it builds the graph.
+    Dims,
     /// `true` or `false`.
     Bool,
     /// One of these names, written bare: `mode = cross_correlation`.
@@ -49,6 +55,7 @@ impl fmt::Display for AttrKind {
             AttrKind::Float => "a float",
             AttrKind::Int => "an integer",
             AttrKind::IntList => "a list of integers",
+            AttrKind::Dims => "a list of extents",
             AttrKind::Bool => "`true` or `false`",
             AttrKind::OneOf(names) => {
                 let list: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
@@ -113,6 +120,37 @@ impl From<Vec<i64>> for AttrValue {
 impl<const N: usize> From<[i64; N]> for AttrValue {
     fn from(v: [i64; N]) -> Self {
         AttrValue::IntList(v.to_vec())
+    }
+}
+
+/// The extents of a call's [`AttrKind::Dims`] attributes as a shape rule reads them: at run
+/// time the op's own values ([`Extents::own`]); in the `graph!` checker the symbolic ones the
+/// call wrote ([`Extents::given`]), which may name dim parameters. An op the checker builds holds
+/// a placeholder in such an attribute (its literal extents, 1 for each symbolic one), which the
+/// shape rule never reads: a family reads each of its `Dims` attributes through these extents.
+#[derive(Debug, Clone, Copy)]
+pub struct Extents<'a, D> {
+    given: &'a [(String, Vec<D>)],
+}
+
+impl<'a, D: Dim> Extents<'a, D> {
+    /// No extents given: every `Dims` attribute is the op's own.
+    pub fn own() -> Self {
+        Extents { given: &[] }
+    }
+
+    /// The extents of the attributes named in `given` (the others stay the op's own).
+    pub fn given(given: &'a [(String, Vec<D>)]) -> Self {
+        Extents { given }
+    }
+
+    /// The extents of attribute `name`: the given ones, or `own` (the op's values) as known
+    /// extents.
+    pub(crate) fn read(&self, name: &str, own: &[i64]) -> Vec<D> {
+        match self.given.iter().find(|(n, _)| n == name) {
+            Some((_, dims)) => dims.clone(),
+            None => own.iter().map(|&d| D::lit(d)).collect(),
+        }
     }
 }
 

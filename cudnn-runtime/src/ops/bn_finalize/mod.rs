@@ -41,7 +41,7 @@ use super::attrs::{AttrError, Attrs};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OpFamily, OutputLayout};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::signature::{AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::signature::{AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::Family;
 use crate::array::Array;
 use crate::codec::json::Obj;
@@ -219,7 +219,12 @@ impl OpFamily for BnFinalize {
         Vec::new()
     }
 
-    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        _extents: &Extents<'_, D>,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         BnFinalize::infer(inputs, cx)
     }
 

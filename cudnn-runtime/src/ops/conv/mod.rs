@@ -35,7 +35,7 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::window::{spatial_list, WindowAttrs};
@@ -599,7 +599,12 @@ impl OpFamily for Conv {
         Conv::call_attrs(self)
     }
 
-    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        _extents: &Extents<'_, D>,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Conv::infer(self, inputs, cx).map(|o| vec![o])
     }
 

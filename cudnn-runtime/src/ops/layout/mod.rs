@@ -35,7 +35,7 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
@@ -68,7 +68,7 @@ const fn concat_ports() -> [PortSpec; MAX_CONCAT_INPUTS] {
     ports
 }
 const OUTPUTS: &[&str] = &["Y"];
-const RESHAPE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "shape", kind: AttrKind::IntList, required: true }];
+const RESHAPE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "shape", kind: AttrKind::Dims, required: true }];
 const TRANSPOSE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "permutation", kind: AttrKind::IntList, required: true }];
 const SLICE_ATTRS: &[AttrSpec] = &[
     AttrSpec { name: "start", kind: AttrKind::IntList, required: true },
@@ -264,6 +264,7 @@ impl Layout {
     pub(crate) fn infer<D: Dim>(
         &self,
         inputs: &[TensorMeta<D>],
+        extents: &Extents<'_, D>,
         cx: &mut impl DimCx<D>,
     ) -> Result<OutputMeta<D>, ShapeError> {
         let op = self.kind().name();
@@ -272,31 +273,7 @@ impl Layout {
         }
         let x = &inputs[0];
         let dims = match self {
-            Layout::Reshape { shape } => {
-                if shape.is_empty() || shape.iter().any(|&d| d <= 0) {
-                    return Err(ShapeError::general(ShapeErrorKind::Rule {
-                        op,
-                        rule: format!("attribute `shape` {shape:?} must be a non-empty list of positive extents"),
-                    }));
-                }
-                let count = shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d));
-                // Valid inputs never overflow the product (their element count is within
-                // `dim::MAX_BYTES`); one that does differs from every `shape`'s count.
-                let same = count.zip(D::product(&x.dims)).is_some_and(|(c, n)| cx.require_eq(&n, &D::lit(c)));
-                if !same {
-                    return Err(ShapeError::at(
-                        0,
-                        ShapeErrorKind::Rule {
-                            op,
-                            rule: format!(
-                                "X {} cannot be reshaped to {shape:?}: the element counts differ",
-                                shape_string(&x.dims)
-                            ),
-                        },
-                    ));
-                }
-                shape.iter().map(|&d| D::lit(d)).collect()
-            }
+            Layout::Reshape { shape } => reshape_infer(op, x, &extents.read("shape", shape), cx)?,
             Layout::Transpose { permutation } => {
                 let Some(axes) = Layout::axes(permutation, x.dims.len()) else {
                     return Err(ShapeError::at(
@@ -447,6 +424,47 @@ impl Layout {
     }
 }
 
+/// A reshape's rule: `shape` is a non-empty list of positive extents (a symbolic one is checked
+/// when the graph is built) with X's element count.
+fn reshape_infer<D: Dim>(
+    op: &'static str,
+    x: &TensorMeta<D>,
+    shape: &[D],
+    cx: &mut impl DimCx<D>,
+) -> Result<Vec<D>, ShapeError> {
+    if shape.is_empty() || shape.iter().any(|d| d.as_lit().is_some_and(|n| n <= 0)) {
+        return Err(ShapeError::on_attr(
+            "shape",
+            ShapeErrorKind::Rule {
+                op,
+                rule: format!(
+                    "attribute `shape` {} must be a non-empty list of positive extents",
+                    shape_string(shape)
+                ),
+            },
+        ));
+    }
+    // Valid inputs never overflow their count (it is within `dim::MAX_BYTES`); one that does
+    // differs from every `shape`'s count.
+    if !cx.require_eq_count(&x.dims, shape) {
+        let count = |dims: &[D]| D::product(dims).map_or_else(|| "more than i64::MAX".to_string(), |n| n.to_string());
+        return Err(ShapeError::on_attr(
+            "shape",
+            ShapeErrorKind::Rule {
+                op,
+                rule: format!(
+                    "X {} cannot be reshaped to {}: the element counts differ ({} against {})",
+                    shape_string(&x.dims),
+                    shape_string(shape),
+                    count(&x.dims),
+                    count(shape)
+                ),
+            },
+        ));
+    }
+    Ok(shape.to_vec())
+}
+
 /// `ceil((limit - start) / step)` for `0 <= start < limit` and `step >= 1`, written so that no
 /// step overflows (`limit - start + step - 1` does for a step near `i64::MAX`).
 fn slice_extent(start: i64, limit: i64, step: i64) -> i64 {
@@ -565,8 +583,13 @@ impl OpFamily for Layout {
         Layout::inputs(self).to_vec()
     }
 
-    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Layout::infer(self, inputs, cx).map(|o| vec![o])
+    fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        extents: &Extents<'_, D>,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+        Layout::infer(self, inputs, extents, cx).map(|o| vec![o])
     }
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
@@ -608,7 +631,7 @@ impl OpFamily for Layout {
 mod tests {
     use super::*;
     use crate::dim::{Concrete, SymDim, Symbolic};
-    use crate::ops::Op;
+    use crate::ops::{Extents, Op};
     use crate::DataType;
 
     fn op(name: &str, attr: &str, v: Vec<i64>) -> Op {
@@ -630,13 +653,45 @@ mod tests {
         let r = op("reshape", "shape", vec![6, 4]);
         assert_eq!(r.infer(&[meta(vec![2i64, 3, 4])], &mut Concrete).unwrap()[0].dims, vec![6, 4]);
         let e = op("reshape", "shape", vec![5, 4]).infer(&[meta(vec![2i64, 3, 4])], &mut Concrete).unwrap_err();
-        assert_eq!(e.to_string(), "`reshape`: X [2, 3, 4] cannot be reshaped to [5, 4]: the element counts differ");
+        assert_eq!(e.to_string(), "`reshape`: X [2, 3, 4] cannot be reshaped to [5, 4]: the element counts differ (24 against 20)");
+        assert_eq!((e.arg, e.attr), (None, Some("shape")));
         // Symbolic: the count becomes a deferred check.
         let mut cx = Symbolic::default();
         let n = SymDim::Param("N".into());
         let out = r.infer(&[meta(vec![n, SymDim::Lit(4)])], &mut cx).unwrap();
         assert_eq!(out[0].dims, vec![SymDim::Lit(6), SymDim::Lit(4)]);
         assert_eq!(cx.deferred.len(), 1);
+    }
+
+    #[test]
+    fn symbolic_shapes_are_read_from_the_given_extents() {
+        let p = |n: &str| SymDim::Param(n.into());
+        // The checker's op: a placeholder the rule never reads.
+        let r = op("reshape", "shape", vec![1, 1, 1, 1]);
+        let infer = |x: Vec<SymDim>, shape: Vec<SymDim>, cx: &mut Symbolic| {
+            let given = [("shape".to_string(), shape)];
+            r.infer_with(&[meta(x)], &Extents::given(&given), cx)
+        };
+        let hd = p("H").checked_mul(&p("D")).unwrap();
+        let mut cx = Symbolic::default();
+        let y = infer(vec![p("B"), p("S"), hd.clone()], vec![p("B"), p("S"), p("H"), p("D")], &mut cx).unwrap();
+        assert_eq!(y[0].dims, vec![p("B"), p("S"), p("H"), p("D")]);
+        let y = infer(vec![p("B"), p("S"), p("H"), p("D")], vec![p("B"), p("S"), hd], &mut cx).unwrap();
+        assert_eq!(y[0].dims[2].to_string(), "D * H");
+        assert!(cx.deferred.is_empty());
+        // A count that differs for every binding, on the attribute.
+        let e = infer(vec![p("B"), p("E")], vec![p("B"), SymDim::Lit(2), p("E")], &mut cx).unwrap_err();
+        assert_eq!((e.arg, e.attr), (None, Some("shape")));
+        assert_eq!(
+            e.to_string(),
+            "`reshape`: X [B, E] cannot be reshaped to [B, 2, E]: the element counts differ (B * E against 2 * B * E)"
+        );
+        // A non-positive literal among symbols.
+        let e = infer(vec![p("B")], vec![p("B"), SymDim::Lit(0)], &mut cx).unwrap_err();
+        assert_eq!(e.to_string(), "`reshape`: attribute `shape` [B, 0] must be a non-empty list of positive extents");
+        assert_eq!(e.attr, Some("shape"));
+        // Without given extents the op's own are read.
+        assert_eq!(r.infer(&[meta(vec![1i64, 1])], &mut Concrete).unwrap()[0].dims, vec![1, 1, 1, 1]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrValue, AttrSpec, OpSignature, PortSpec};
+use super::signature::{AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
@@ -174,7 +174,12 @@ impl OpFamily for Matmul {
         Vec::new()
     }
 
-    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        _extents: &Extents<'_, D>,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Matmul::infer(self, inputs, cx).map(|o| vec![o])
     }
 

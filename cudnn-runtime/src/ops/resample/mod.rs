@@ -26,7 +26,7 @@ pub(crate) mod lower;
 
 use super::conv::{ConvMode, Taps};
 use super::window::{spatial_list, Window, WindowAttrs};
-use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
@@ -354,7 +354,12 @@ impl OpFamily for Resample {
         Resample::outputs(self).to_vec()
     }
 
-    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        _extents: &Extents<'_, D>,
+        _cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Resample::infer(self, inputs)
     }
 

@@ -43,7 +43,7 @@ mod infer;
 mod reference;
 pub mod support;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
@@ -302,7 +302,7 @@ fn takes(dtype: DataType) -> bool {
 }
 
 fn rule(op: &'static str, arg: Option<usize>, rule: String) -> ShapeError {
-    ShapeError { arg, kind: Box::new(ShapeErrorKind::Rule { op, rule }) }
+    ShapeError { arg, attr: None, kind: Box::new(ShapeErrorKind::Rule { op, rule }) }
 }
 
 impl Sdpa {
@@ -520,7 +520,12 @@ impl OpFamily for Sdpa {
         Sdpa::outputs(self)
     }
 
-    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(
+        &self,
+        inputs: &[TensorMeta<D>],
+        _extents: &Extents<'_, D>,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
         Sdpa::infer(self, inputs, cx)
     }
 
