@@ -6,7 +6,7 @@
 mod common;
 
 use common::deviceless;
-use cudnn_runtime::backend::{BuildOptions, ExecutionPlan};
+use cudnn_runtime::backend::{BuildOptions, CutReason, ExecutionPlan};
 use cudnn_runtime::reference::{run_arrays, Array};
 use cudnn_runtime::rng::SplitMix64;
 use cudnn_runtime::{Context, DataType, Graph, GraphBuilder};
@@ -103,4 +103,36 @@ fn a_slice_between_parts_is_an_offset_into_the_arena() {
     }
     assert_eq!(plan.parts().len(), 2);
     assert_eq!(emulated_error(&plan, 2), 0.0);
+}
+
+/// A pattern the table fuses but cuDNN refuses is split by cuDNN's answer: the refusal is the
+/// cut's reason, and is remembered (a second build of the same graph splits without asking).
+/// Here a matmul's prologue computes its A as an f32 intermediate (the builder's default) beside
+/// a bf16 B: cuDNN 9.19 proposes no engine for that (with bf16 intermediates the same prologue
+/// fuses, engine 7), so the tanh runs as a kernel of its own.
+#[test]
+fn a_refused_part_is_split_and_remembered() {
+    let Some(cudnn) = deviceless() else { return };
+    let mut g = GraphBuilder::new("prologue");
+    let x = g.input("x", DataType::BF16, &[1, 128, 64]).unwrap();
+    let w = g.input("w", DataType::BF16, &[1, 64, 128]).unwrap();
+    let r = g.op("tanh", &[x.into()], &[]).unwrap()[0];
+    let y = g.matmul(r, w).unwrap();
+    g.output(y, "y", DataType::BF16).unwrap();
+    let graph = g.build().unwrap();
+    let first = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    for part in first.parts() {
+        println!("{part}");
+    }
+    assert_eq!(first.parts().len(), 2);
+    let refused = |p: &ExecutionPlan| match &p.parts()[1].cut().unwrap().reason {
+        CutReason::Refused(why) => why.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(refused(&first).contains("heuristics proposed no engine configuration"), "{}", refused(&first));
+    let second = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    assert_eq!(refused(&second), refused(&first), "remembered");
+    // One kernel was asked of cuDNN and refused: with Fusion::Single that is the error.
+    assert!(ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default().single_kernel()).is_err());
+    assert!(emulated_error(&second, 3) < 1e-2);
 }
