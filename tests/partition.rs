@@ -1,14 +1,14 @@
 //! Issue 16: graphs cuDNN 9.19 will not fuse into one kernel plan as parts, deviceless, and run on
 //! the CPU reference engine as one graph. Each test lists the parts it expects.
 
-mod common;
 #[path = "common/blocks.rs"]
 mod blocks;
+mod common;
 
+use blocks::{AttentionBlock, Mlp, NormLinear, ResBlock};
 use cudnn_graph::backend::{BackendError, BuildOptions, CutReason, ExecutionPlan};
 use cudnn_graph::reference::{self, Array};
 use cudnn_graph::rng::SplitMix64;
-use blocks::{AttentionBlock, Mlp, NormLinear, ResBlock};
 use cudnn_graph::Graph;
 
 /// The parts of a plan, each as its nodes' ops.
