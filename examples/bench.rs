@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- [--json PATH] [--quick] [--only SECTIONS] [--sizes 2048,4096]
-//!     SECTIONS: comma-separated of build, host, device, layernorm (default: all)
+//!     SECTIONS: comma-separated of build, host, device, layernorm, partition (default: all)
 //! ```
 //!
 //! Every figure is one JSON object per line on stdout (and in `--json PATH`), in the schema of
@@ -17,15 +17,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudnn_graph::backend::cudarc::cudnn::sys;
+use cudnn_graph::backend::cudarc::driver::sys::CUevent_flags;
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, GraphMode, HeuristicMode};
 use cudnn_graph::engines::{autotune, measure, AutotuneOptions, CacheSource, PlanCache, Timing};
 use cudnn_graph::graph;
-use cudnn_graph::ops::PointwiseMode;
+use cudnn_graph::ops::{AttrValue, PointwiseMode};
+use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::serialize::plan::{
     load_payload, parse_payload, read_payload, write_payload, Expect, PlanOrigin, SerializeOptions,
 };
-use cudnn_graph::{DataType, Graph, GraphBuilder};
+use cudnn_graph::{Context, DataType, Graph, GraphBuilder, TensorId};
 use half::bf16;
 use serde_json::{json, Value};
 
@@ -33,6 +35,63 @@ graph! {
     /// The typed form of the tiny host-overhead graph.
     pub TypedMbr<dyn M, dyn N, dyn K>(a: bf16[1, M, K], b: bf16[1, K, N], bias: bf16[1, 1, N]) -> (y: bf16[1, M, N]) {
         y = relu(add(matmul(a, b), bias));
+    }
+
+    /// The transformer MLP of the `partition` section, one graph that plans as two kernels:
+    /// y = gelu(x·W1 + b1)·W2 + b2 + x.
+    #[intermediate(bf16)]
+    pub PartMlp<dyn T, dyn E, dyn F>(
+        x: bf16[1, T, E],
+        w1: bf16[1, E, F],
+        b1: bf16[1, 1, F],
+        w2: bf16[1, F, E],
+        b2: bf16[1, 1, E],
+    ) -> (y: bf16[1, T, E]) {
+        let h = gelu(add(matmul(x, w1), b1));
+        y = add(add(matmul(h, w2), b2), x);
+    }
+
+    /// The MLP split by hand, first kernel: h = gelu(x·W1 + b1).
+    #[intermediate(bf16)]
+    pub MlpUp<dyn T, dyn E, dyn F>(x: bf16[1, T, E], w1: bf16[1, E, F], b1: bf16[1, 1, F]) -> (h: bf16[1, T, F]) {
+        h = gelu(add(matmul(x, w1), b1));
+    }
+
+    /// The MLP split by hand, second kernel: y = h·W2 + b2 + x.
+    #[intermediate(bf16)]
+    pub MlpDown<dyn T, dyn E, dyn F>(h: bf16[1, T, F], w2: bf16[1, F, E], b2: bf16[1, 1, E], x: bf16[1, T, E])
+        -> (y: bf16[1, T, E])
+    {
+        y = add(add(matmul(h, w2), b2), x);
+    }
+
+    /// The attention block split by hand: the RMS norm.
+    #[intermediate(bf16)]
+    pub SplitRmsNorm<dyn T, dyn E>(x: bf16[1, T, E], g: bf16[1, 1, E]) -> (h: bf16[1, T, E]) {
+        h = rmsnorm(x, g, 1e-5);
+    }
+
+    /// The attention block split by hand: a projection (Q, K or V).
+    #[intermediate(bf16)]
+    pub SplitProjection<dyn T, dyn E, dyn N>(a: bf16[1, T, E], w: bf16[1, E, N]) -> (c: bf16[1, T, N]) {
+        c = matmul(a, w);
+    }
+
+    /// The attention block split by hand: causal GQA attention reading the projections' outputs
+    /// as they lie, [B, S, H, D] (BSHD), and writing O the same way.
+    #[intermediate(bf16)]
+    pub SplitAttention<dyn B, dyn HQ, dyn HKV, dyn S, dyn D>(
+        q: bf16[B, HQ, S, D] order [0, 2, 1, 3],
+        k: bf16[B, HKV, S, D] order [0, 2, 1, 3],
+        v: bf16[B, HKV, S, D] order [0, 2, 1, 3],
+    ) -> (o: bf16[B, HQ, S, D] order [0, 2, 1, 3]) {
+        o = sdpa(q, k, v, causal = true);
+    }
+
+    /// The attention block split by hand: the output projection and the residual.
+    #[intermediate(bf16)]
+    pub SplitOutput<dyn T, dyn E>(a: bf16[1, T, E], w: bf16[1, E, E], x: bf16[1, T, E]) -> (y: bf16[1, T, E]) {
+        y = add(matmul(a, w), x);
     }
 }
 
@@ -516,6 +575,418 @@ fn bench_device(
     Ok(())
 }
 
+/// The attention shapes of the `partition` section: B sequences of S tokens, `heads` query heads
+/// of `d` over `kv_heads` key/value heads.
+#[derive(Debug, Clone, Copy)]
+struct AttentionShape {
+    b: i64,
+    s: i64,
+    heads: i64,
+    kv_heads: i64,
+    d: i64,
+}
+
+impl AttentionShape {
+    /// Tokens, model width, key/value width.
+    fn widths(self) -> (i64, i64, i64) {
+        (self.b * self.s, self.heads * self.d, self.kv_heads * self.d)
+    }
+
+    /// Projections (2·T·E·(2E + 2·E_kv)) and causal attention (half of 4·B·H·S²·D, the anchor's
+    /// count).
+    fn flops(self) -> f64 {
+        let (t, e, ekv) = self.widths();
+        let projections = 2.0 * (t * e) as f64 * (2 * e + 2 * ekv) as f64;
+        let attention = 4.0 * (self.b * self.heads * self.s * self.s * self.d) as f64 * 0.5;
+        projections + attention
+    }
+
+    /// Bytes of the block's inputs and output (bf16).
+    fn io_bytes(self) -> f64 {
+        let (t, e, ekv) = self.widths();
+        2.0 * (2 * t * e + e + 2 * e * e + 2 * e * ekv) as f64
+    }
+}
+
+/// The pre-norm attention block as one graph: rmsnorm → Q/K/V projections → causal GQA attention
+/// → output projection + residual, bf16 with bf16 intermediates (`tests/common/blocks.rs`'s
+/// `AttentionBlock` at any shape). Built at run time: `graph!`'s `reshape` takes literal shapes.
+fn attention_block(shape: AttentionShape) -> Result<Graph, cudnn_graph::GraphError> {
+    let AttentionShape { b, s, heads, kv_heads, d } = shape;
+    let (t, e, ekv) = shape.widths();
+    let mut g = GraphBuilder::new("attention_block");
+    g.context(Context { intermediate_data_type: DataType::BF16, compute_data_type: DataType::F32 });
+    let x = g.input("x", DataType::BF16, &[1, t, e])?;
+    let gain = g.input("g", DataType::BF16, &[1, 1, e])?;
+    let wq = g.input("wq", DataType::BF16, &[1, e, e])?;
+    let wk = g.input("wk", DataType::BF16, &[1, e, ekv])?;
+    let wv = g.input("wv", DataType::BF16, &[1, e, ekv])?;
+    let wo = g.input("wo", DataType::BF16, &[1, e, e])?;
+    let list = |name: &str, v: &[i64]| (name.to_string(), AttrValue::IntList(v.to_vec()));
+    let h = g.op("rmsnorm", &[x.into(), gain.into(), 1e-5.into()], &[])?[0];
+    // [1, T, H·D] → [B, S, H, D] → [B, H, S, D]: views of the projection's output.
+    let heads_of = |g: &mut GraphBuilder, w: TensorId, n: i64| -> Result<TensorId, cudnn_graph::GraphError> {
+        let p = g.matmul(h, w)?;
+        let r = g.op("reshape", &[p.into()], &[list("shape", &[b, s, n, d])])?[0];
+        Ok(g.op("transpose", &[r.into()], &[list("permutation", &[0, 2, 1, 3])])?[0])
+    };
+    let q = heads_of(&mut g, wq, heads)?;
+    let k = heads_of(&mut g, wk, kv_heads)?;
+    let v = heads_of(&mut g, wv, kv_heads)?;
+    let o = g.op("sdpa", &[q.into(), k.into(), v.into()], &[("causal".to_string(), AttrValue::Bool(true))])?[0];
+    let o = g.op("transpose", &[o.into()], &[list("permutation", &[0, 2, 1, 3])])?[0];
+    let merged = g.op("reshape", &[o.into()], &[list("shape", &[1, t, e])])?[0];
+    let p = g.matmul(merged, wo)?;
+    let y = g.pointwise(PointwiseMode::Add, &[p.into(), x.into()])?;
+    g.output(y, "y", DataType::BF16)?;
+    g.build()
+}
+
+/// Named bf16 device buffers of a `partition` case.
+#[derive(Default)]
+struct Named(Vec<(String, CudaSlice<bf16>)>);
+
+impl Named {
+    /// `n` fixed-seed non-zero values of magnitude in [scale/4, scale) (a pattern of 4093 values,
+    /// tiled, as the autotuner fills its scratch buffers).
+    fn random(&mut self, stream: &Arc<CudaStream>, name: &str, n: i64, scale: f64, seed: u64) -> Result<()> {
+        let mut rng = SplitMix64::new(seed);
+        let pattern: Vec<bf16> = (0..4093).map(|_| bf16::from_f64(rng.nonzero(0.25 * scale, scale))).collect();
+        let data: Vec<bf16> = pattern.iter().copied().cycle().take(usize::try_from(n)?).collect();
+        self.0.push((name.to_string(), stream.clone_htod(&data)?));
+        Ok(())
+    }
+
+    /// `n` NaNs: an output or intermediate every run must write.
+    fn nan(&mut self, stream: &Arc<CudaStream>, name: &str, n: i64) -> Result<()> {
+        self.0.push((name.to_string(), stream.clone_htod(&vec![bf16::NAN; usize::try_from(n)?])?));
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Result<&CudaSlice<bf16>> {
+        Ok(self.0.iter().find(|(n, _)| n == name).map(|(_, b)| b).ok_or_else(|| format!("no buffer `{name}`"))?)
+    }
+
+    fn ptr(&self, stream: &Arc<CudaStream>, name: &str) -> Result<u64> {
+        Ok(self.get(name)?.device_ptr(stream).0)
+    }
+
+    /// `plan`'s I/O addresses in its order: the buffer named as each tensor.
+    fn io_of(&self, stream: &Arc<CudaStream>, plan: &ExecutionPlan) -> Result<Vec<u64>> {
+        plan.layout().io().iter().map(|id| self.ptr(stream, &plan.graph().tensor(*id).name)).collect()
+    }
+}
+
+/// Device time per call of `f`, as [`measure`] times a plan (the [`AutotuneOptions`] defaults):
+/// warm-up calls, one call timed to size a batch of about `sample_us`, then samples — the
+/// CUDA-event time of a batch of back-to-back calls, divided by the batch — until the median of
+/// the last `min_samples` is within `tolerance` of the overall median (or `max_samples`, or the
+/// time budget). Returns (median µs, fastest sample µs, calls timed, calls per sample).
+fn device_time(stream: &Arc<CudaStream>, f: &mut dyn FnMut() -> Result<()>) -> Result<(f64, f64, usize, usize)> {
+    let o = AutotuneOptions::default();
+    // Timing events (`new_event(None)` would disable timing).
+    let event = || stream.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+    let (start, end) = (event()?, event()?);
+    let mut time = |n: usize| -> Result<f64> {
+        start.record(stream)?;
+        for _ in 0..n {
+            f()?;
+        }
+        end.record(stream)?;
+        Ok(f64::from(start.elapsed_ms(&end)?) * 1e3 / n as f64)
+    };
+    time(o.warmup.max(1))?;
+    let first = time(1)?;
+    let batch = if first > 0.0 { (o.sample_us / first).round().clamp(1.0, 1000.0) as usize } else { 1000 };
+    let window = o.min_samples.max(1);
+    let began = Instant::now();
+    let mut samples = Vec::new();
+    loop {
+        samples.push(time(batch)?);
+        let n = samples.len();
+        if n >= o.max_samples.max(window) {
+            break;
+        }
+        if n >= window {
+            let all = median(&mut samples.clone());
+            let recent = median(&mut samples[n - window..].to_vec());
+            if (recent - all).abs() <= o.tolerance * all || began.elapsed() >= o.max_time_per_candidate {
+                break;
+            }
+        }
+    }
+    let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
+    Ok((median(&mut samples), min, samples.len() * batch, batch))
+}
+
+/// One side of a `partition` case: how to run it once, where its output lands, what to record.
+struct Contender<'a> {
+    run: Box<dyn FnMut() -> Result<()> + 'a>,
+    output: &'a CudaSlice<bf16>,
+    about: Value,
+}
+
+/// Runs the partitioned plan and the hand split once each (their outputs, NaN before, must be
+/// finite; their largest difference is recorded), times both the same way ([`device_time`]; with
+/// `host`, also the host time per call), and records a row each, the partitioned one with the
+/// ratio of its device time to the hand split's.
+fn compare_split<'a>(
+    out: &mut Out,
+    case: &str,
+    stream: &Arc<CudaStream>,
+    mut partitioned: Contender<'a>,
+    mut split: Contender<'a>,
+    (flops, bytes): (f64, f64),
+    host: bool,
+) -> Result<()> {
+    (partitioned.run)()?;
+    (split.run)()?;
+    stream.synchronize()?;
+    let (a, b) = (stream.clone_dtoh(partitioned.output)?, stream.clone_dtoh(split.output)?);
+    let finite = a.iter().chain(&b).all(|v| v.is_finite());
+    let max_abs_diff = a.iter().zip(&b).map(|(x, y)| (x.to_f64() - y.to_f64()).abs()).fold(0.0, f64::max);
+    let mut rows = Vec::new();
+    for side in [&mut partitioned, &mut split] {
+        let (median_us, min_us, runs, batch) = device_time(stream, &mut *side.run)?;
+        let s = median_us * 1e-6;
+        let mut figures = json!({
+            "gpu_ms": median_us * 1e-3, "gpu_ms_min": min_us * 1e-3, "runs": runs, "batch": batch,
+            "tflops": flops / s / 1e12, "gbps": bytes / s / 1e9,
+        });
+        if host {
+            let mut call = || {
+                let r = (side.run)();
+                debug_assert!(r.is_ok());
+            };
+            let (host_us, host_us_min, _) = host_time(stream, 10, 50, 500, &mut call);
+            figures = merge(figures, json!({"host_us": host_us, "host_us_min": host_us_min}));
+        }
+        rows.push((median_us, merge(figures, side.about.take())));
+    }
+    let ratio = rows[0].0 / rows[1].0;
+    out.record(
+        case,
+        "cudnn-graph-partitioned",
+        merge(
+            rows[0].1.take(),
+            json!({"ratio_vs_hand_split": ratio, "max_abs_diff_vs_hand_split": max_abs_diff, "outputs_finite": finite}),
+        ),
+    );
+    out.record(case, "cudnn-graph-hand-split", rows[1].1.take());
+    if !finite {
+        return Err(format!("{case}: an output holds NaN or infinity after one run").into());
+    }
+    Ok(())
+}
+
+/// What to record of a partitioned plan: its parts' engines, arena, workspace, build time and
+/// the library's own timing of it ([`measure`], on scratch buffers).
+fn partitioned_about(cudnn: &Cudnn, plan: &ExecutionPlan, build_ms: f64) -> Result<Value> {
+    let measured = measure(cudnn, plan, &AutotuneOptions::default())?;
+    Ok(json!({
+        "kernels": plan.parts().len(),
+        "engines": plan.parts().iter().map(|p| p.selected().tag()).collect::<Vec<_>>(),
+        "arena_bytes": plan.arena_bytes(), "workspace_bytes": plan.workspace_size(), "build_ms": build_ms,
+        "measure_gpu_ms": measured.median_us * 1e-3,
+    }))
+}
+
+/// The MLP at `t` tokens: [`PartMlp`] partitioned against [`MlpUp`] then [`MlpDown`] with `h`
+/// allocated here.
+fn partition_mlp(out: &mut Out, cudnn: &Cudnn, stream: &Arc<CudaStream>, case: &str, t: i64, host: bool) -> Result<()> {
+    let (e, f) = (4096i64, 16384i64);
+    let (tu, eu, fu) = (usize::try_from(t)?, usize::try_from(e)?, usize::try_from(f)?);
+    let mut named = Named::default();
+    named.random(stream, "x", t * e, 1.0, 1)?;
+    named.random(stream, "w1", e * f, 1.0 / (e as f64).sqrt(), 2)?;
+    named.random(stream, "b1", f, 0.5, 3)?;
+    named.random(stream, "w2", f * e, 1.0 / (f as f64).sqrt(), 4)?;
+    named.random(stream, "b2", e, 0.5, 5)?;
+    named.nan(stream, "y", t * e)?;
+    named.nan(stream, "h", t * f)?;
+    named.nan(stream, "y_split", t * e)?;
+    let options = BuildOptions::default();
+    let started = Instant::now();
+    let typed = PartMlp::new(tu, eu, fu).build(cudnn, &options)?;
+    let plan = typed.plan();
+    let partitioned_about = partitioned_about(cudnn, plan, ms(started.elapsed()))?;
+    let started = Instant::now();
+    let up = MlpUp::new(tu, eu, fu).build(cudnn, &options)?;
+    let down = MlpDown::new(tu, eu, fu).build(cudnn, &options)?;
+    let split_build_ms = ms(started.elapsed());
+    let ws_partitioned = stream.alloc_zeros::<u8>(plan.workspace_size().max(1))?;
+    let ws_split = stream.alloc_zeros::<u8>(up.workspace_size().max(down.workspace_size()).max(1))?;
+    let io = named.io_of(stream, plan)?;
+    let p = |n: &str| named.ptr(stream, n);
+    let (x, w1, b1, w2, b2, h, y) = (p("x")?, p("w1")?, p("b1")?, p("w2")?, p("b2")?, p("h")?, p("y_split")?);
+    let (wp, ws) = (ws_partitioned.device_ptr(stream).0, ws_split.device_ptr(stream).0);
+    // Both sides' raw executes: every address is a live buffer of its tensor's size on this
+    // context (allocated above, freed after `compare_split` has synchronized), and each workspace
+    // holds what its plans need.
+    let partitioned = Contender {
+        // SAFETY: as said above.
+        run: Box::new(|| Ok(unsafe { plan.execute_raw(cudnn, &io, wp) }?)),
+        output: named.get("y")?,
+        about: partitioned_about,
+    };
+    let split = Contender {
+        run: Box::new(|| {
+            // SAFETY: as said above.
+            unsafe { up.execute_raw(cudnn, MlpUpRawArgs { x, w1, b1, h }, ws) }?;
+            // SAFETY: as said above.
+            Ok(unsafe { down.execute_raw(cudnn, MlpDownRawArgs { h, w2, b2, x, y }, ws) }?)
+        }),
+        output: named.get("y_split")?,
+        about: json!({
+            "kernels": up.plan().parts().len() + down.plan().parts().len(),
+            "engines": [up.plan().selected().tag(), down.plan().selected().tag()],
+            "intermediate_bytes": t * f * 2, "workspace_bytes": up.workspace_size().max(down.workspace_size()),
+            "build_ms": split_build_ms,
+        }),
+    };
+    let flops = 4.0 * (t * e) as f64 * f as f64;
+    let bytes = 2.0 * (2 * t * e + 2 * e * f + f + e) as f64;
+    compare_split(out, case, stream, partitioned, split, (flops, bytes), host)
+}
+
+/// The attention block: [`attention_block`] partitioned against five typed graphs executed six
+/// times (norm, Q, K, V, attention, output) with the intermediates allocated here.
+fn partition_attention(
+    out: &mut Out,
+    cudnn: &Cudnn,
+    stream: &Arc<CudaStream>,
+    case: &str,
+    shape: AttentionShape,
+    host: bool,
+    note: Value,
+) -> Result<()> {
+    let AttentionShape { b, s, heads, kv_heads, d } = shape;
+    let (t, e, ekv) = shape.widths();
+    let u = |v: i64| usize::try_from(v);
+    let mut named = Named::default();
+    named.random(stream, "x", t * e, 1.0, 11)?;
+    named.random(stream, "g", e, 1.0, 12)?;
+    named.random(stream, "wq", e * e, 1.0 / (e as f64).sqrt(), 13)?;
+    named.random(stream, "wk", e * ekv, 1.0 / (e as f64).sqrt(), 14)?;
+    named.random(stream, "wv", e * ekv, 1.0 / (e as f64).sqrt(), 15)?;
+    named.random(stream, "wo", e * e, 1.0 / (e as f64).sqrt(), 16)?;
+    named.nan(stream, "y", t * e)?;
+    for (name, n) in [("hn", t * e), ("q", t * e), ("k", t * ekv), ("v", t * ekv), ("o", t * e), ("y_split", t * e)] {
+        named.nan(stream, name, n)?;
+    }
+    let options = BuildOptions::default();
+    let started = Instant::now();
+    let plan = ExecutionPlan::build(cudnn, &attention_block(shape)?, &options)?;
+    let about = merge(partitioned_about(cudnn, &plan, ms(started.elapsed()))?, note);
+    let started = Instant::now();
+    let norm = SplitRmsNorm::new(u(t)?, u(e)?).build(cudnn, &options)?;
+    let proj_q = SplitProjection::new(u(t)?, u(e)?, u(e)?).build(cudnn, &options)?;
+    let proj_kv = SplitProjection::new(u(t)?, u(e)?, u(ekv)?).build(cudnn, &options)?;
+    let attn = SplitAttention::new(u(b)?, u(heads)?, u(kv_heads)?, u(s)?, u(d)?).build(cudnn, &options)?;
+    let output = SplitOutput::new(u(t)?, u(e)?).build(cudnn, &options)?;
+    let split_build_ms = ms(started.elapsed());
+    let sizes = [
+        norm.workspace_size(),
+        proj_q.workspace_size(),
+        proj_kv.workspace_size(),
+        attn.workspace_size(),
+        output.workspace_size(),
+    ];
+    let split_workspace = sizes.into_iter().max().unwrap_or(0);
+    let ws_partitioned = stream.alloc_zeros::<u8>(plan.workspace_size().max(1))?;
+    let ws_split = stream.alloc_zeros::<u8>(split_workspace.max(1))?;
+    let io = named.io_of(stream, &plan)?;
+    let p = |n: &str| named.ptr(stream, n);
+    let (x, g, wq, wk, wv, wo) = (p("x")?, p("g")?, p("wq")?, p("wk")?, p("wv")?, p("wo")?);
+    let (hn, q, k, v, o, y) = (p("hn")?, p("q")?, p("k")?, p("v")?, p("o")?, p("y_split")?);
+    let (wp, ws) = (ws_partitioned.device_ptr(stream).0, ws_split.device_ptr(stream).0);
+    // Both sides' raw executes: as in `partition_mlp`.
+    let partitioned = Contender {
+        // SAFETY: as said above.
+        run: Box::new(|| Ok(unsafe { plan.execute_raw(cudnn, &io, wp) }?)),
+        output: named.get("y")?,
+        about,
+    };
+    let split = Contender {
+        // SAFETY (each call): as said above.
+        run: Box::new(|| unsafe {
+            norm.execute_raw(cudnn, SplitRmsNormRawArgs { x, g, h: hn }, ws)?;
+            proj_q.execute_raw(cudnn, SplitProjectionRawArgs { a: hn, w: wq, c: q }, ws)?;
+            proj_kv.execute_raw(cudnn, SplitProjectionRawArgs { a: hn, w: wk, c: k }, ws)?;
+            proj_kv.execute_raw(cudnn, SplitProjectionRawArgs { a: hn, w: wv, c: v }, ws)?;
+            attn.execute_raw(cudnn, SplitAttentionRawArgs { q, k, v, o }, ws)?;
+            Ok(output.execute_raw(cudnn, SplitOutputRawArgs { a: o, w: wo, x, y }, ws)?)
+        }),
+        output: named.get("y_split")?,
+        about: json!({
+            "kernels": 6,
+            "engines": [norm.plan().selected().tag(), proj_q.plan().selected().tag(), proj_kv.plan().selected().tag(),
+                        attn.plan().selected().tag(), output.plan().selected().tag()],
+            "intermediate_bytes": 2 * (3 * t * e + 2 * t * ekv), "workspace_bytes": split_workspace,
+            "build_ms": split_build_ms,
+        }),
+    };
+    compare_split(out, case, stream, partitioned, split, (shape.flops(), shape.io_bytes()), host)
+}
+
+/// The smallest S (of 1, 2, 4, …, 128) at which cuDNN plans the attention block, one graph, and
+/// its attention alone (the hand split's), for B = 1 decode; and what it refused below that.
+fn decode_attention_s(cudnn: &Cudnn, heads: i64, kv_heads: i64, d: i64) -> (Option<i64>, Vec<Value>) {
+    let mut refused = Vec::new();
+    for s in [1, 2, 4, 8, 16, 32, 64, 128] {
+        let shape = AttentionShape { b: 1, s, heads, kv_heads, d };
+        let built = || -> Result<()> {
+            ExecutionPlan::build(cudnn, &attention_block(shape)?, &BuildOptions::default())?;
+            let u = |v: i64| usize::try_from(v);
+            SplitAttention::new(1, u(heads)?, u(kv_heads)?, u(s)?, u(d)?).build(cudnn, &BuildOptions::default())?;
+            Ok(())
+        };
+        match built() {
+            Ok(()) => return (Some(s), refused),
+            Err(e) => refused.push(json!({"s": s, "error": e.to_string()})),
+        }
+    }
+    (None, refused)
+}
+
+/// Partitioned plans against the same blocks split by hand into typed graphs executed back to
+/// back (user-allocated intermediates): the MLP (E = 4096, F = 16384) and the pre-norm attention
+/// block (32 query heads of 128 over 8 key/value heads, causal), at prefill (T = B·S = 4096,
+/// B = 1) and B = 1 decode (the MLP at T = 1, the attention at the smallest S cuDNN plans).
+fn bench_partition(out: &mut Out, cudnn: &Cudnn, stream: &Arc<CudaStream>) {
+    let (heads, kv_heads, d) = (32, 8, 128);
+    // A case that fails records its error; the others still run.
+    let each = |out: &mut Out, case: &str, r: Result<()>| {
+        if let Err(e) = r {
+            out.record(case, "cudnn-graph", json!({"error": e.to_string()}));
+        }
+    };
+    let case = "partition_mlp_prefill_t4096_e4096_f16384";
+    let r = partition_mlp(out, cudnn, stream, case, 4096, false);
+    each(out, case, r);
+    let case = "partition_mlp_decode_t1_e4096_f16384";
+    let r = partition_mlp(out, cudnn, stream, case, 1, true);
+    each(out, case, r);
+    let prefill = AttentionShape { b: 1, s: 4096, heads, kv_heads, d };
+    let case = "partition_attention_prefill_b1_s4096_h32x128_kv8";
+    let r = partition_attention(out, cudnn, stream, case, prefill, false, json!({}));
+    each(out, case, r);
+    match decode_attention_s(cudnn, heads, kv_heads, d) {
+        (Some(s), refused) => {
+            let case = format!("partition_attention_decode_b1_s{s}_h32x128_kv8");
+            let shape = AttentionShape { b: 1, s, heads, kv_heads, d };
+            let note = json!({"s": s, "refused_below": refused});
+            let r = partition_attention(out, cudnn, stream, &case, shape, true, note);
+            each(out, &case, r);
+        }
+        (None, refused) => out.record(
+            "partition_attention_decode_b1_h32x128_kv8",
+            "cudnn-graph",
+            json!({"error": "cuDNN planned the block at no S up to 128", "refused": refused}),
+        ),
+    }
+}
+
 fn main() -> Result<()> {
     let args = args()?;
     let wants = |s: &str| args.only.as_ref().is_none_or(|o| o.iter().any(|x| x == s));
@@ -562,6 +1033,9 @@ fn main() -> Result<()> {
             }),
             Err(e) => out.record(&case, "cudnn-graph", json!({"skipped": e.to_string()})),
         }
+    }
+    if wants("partition") {
+        bench_partition(&mut out, &cudnn, &stream);
     }
     Ok(())
 }

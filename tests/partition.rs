@@ -1,70 +1,15 @@
 //! Issue 16: graphs cuDNN 9.19 will not fuse into one kernel plan as parts, deviceless, and run on
 //! the CPU reference engine as one graph. Each test lists the parts it expects.
 
+#[path = "common/blocks.rs"]
+mod blocks;
 mod common;
 
+use blocks::{AttentionBlock, Mlp, NormLinear, ResBlock};
 use cudnn_graph::backend::{BackendError, BuildOptions, CutReason, ExecutionPlan};
 use cudnn_graph::reference::{self, Array};
 use cudnn_graph::rng::SplitMix64;
-use cudnn_graph::{graph, Graph};
-
-graph! {
-    /// A transformer MLP: y = gelu(x·W1 + b1)·W2 + b2 + x.
-    #[intermediate(bf16)]
-    pub Mlp<const E: usize, const F: usize, dyn T>(
-        x: bf16[1, T, E],
-        w1: bf16[1, E, F],
-        b1: bf16[1, 1, F],
-        w2: bf16[1, F, E],
-        b2: bf16[1, 1, E],
-    ) -> (y: bf16[1, T, E]) {
-        let h = gelu(add(matmul(x, w1), b1));
-        y = add(add(matmul(h, w2), b2), x);
-    }
-
-    /// rmsnorm → matmul.
-    #[intermediate(bf16)]
-    pub NormLinear<const E: usize, const F: usize, dyn T>(x: bf16[1, T, E], g: bf16[1, 1, E], w: bf16[1, E, F])
-        -> (y: bf16[1, T, F])
-    {
-        y = matmul(rmsnorm(x, g, 1e-5), w);
-    }
-
-    /// A ResNet basic block: conv → batchnorm_inference → relu → conv → residual add.
-    #[intermediate(f16)]
-    pub ResBlock(
-        x: f16[4, 32, 16, 16] channels_last,
-        w1: f16[32, 32, 3, 3] channels_last,
-        mean: f32[1, 32, 1, 1],
-        inv_var: f32[1, 32, 1, 1],
-        scale: f32[1, 32, 1, 1],
-        bias: f32[1, 32, 1, 1],
-        w2: f16[32, 32, 3, 3] channels_last,
-    ) -> (y: f16[4, 32, 16, 16] channels_last) {
-        let a = relu(batchnorm_inference(conv_fprop(x, w1, padding = [1, 1]), mean, inv_var, scale, bias));
-        y = add(conv_fprop(a, w2, padding = [1, 1]), x);
-    }
-
-    /// A pre-norm attention block: rmsnorm → Q/K/V projections → causal GQA attention → output
-    /// projection + residual (B = 2, S = 64, 4 query heads and 2 key/value heads of 32).
-    #[intermediate(bf16)]
-    pub AttentionBlock(
-        x: bf16[1, 128, 128],
-        g: bf16[1, 1, 128],
-        wq: bf16[1, 128, 128],
-        wk: bf16[1, 128, 64],
-        wv: bf16[1, 128, 64],
-        wo: bf16[1, 128, 128],
-    ) -> (y: bf16[1, 128, 128]) {
-        let h = rmsnorm(x, g, 1e-5);
-        let q = transpose(reshape(matmul(h, wq), shape = [2, 64, 4, 32]), permutation = [0, 2, 1, 3]);
-        let k = transpose(reshape(matmul(h, wk), shape = [2, 64, 2, 32]), permutation = [0, 2, 1, 3]);
-        let v = transpose(reshape(matmul(h, wv), shape = [2, 64, 2, 32]), permutation = [0, 2, 1, 3]);
-        let o = sdpa(q, k, v, causal = true);
-        let merged = reshape(transpose(o, permutation = [0, 2, 1, 3]), shape = [1, 128, 128]);
-        y = add(matmul(merged, wo), x);
-    }
-}
+use cudnn_graph::Graph;
 
 /// The parts of a plan, each as its nodes' ops.
 fn parts(plan: &ExecutionPlan) -> Vec<Vec<&'static str>> {
@@ -170,7 +115,7 @@ fn norm_then_matmul_plans_as_two_parts() {
 #[test]
 fn resnet_block_plans_as_two_conv_parts() {
     let Some(cudnn) = common::deviceless() else { return };
-    let graph = ResBlock::new().graph().unwrap();
+    let graph = ResBlock::<32>::new(4, 16, 16).graph().unwrap();
     let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
     show(&plan);
     assert_eq!(plan.parts().len(), 2);
