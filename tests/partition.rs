@@ -1,5 +1,6 @@
 //! Issue 16: graphs cuDNN 9.19 will not fuse into one kernel plan as parts, deviceless, and run on
 //! the CPU reference engine as one graph. Each test lists the parts it expects.
+#![cfg(feature = "cudnn")]
 
 #[path = "common/blocks.rs"]
 mod blocks;
