@@ -71,7 +71,8 @@ impl Checker<'_> {
             if self.env.contains_key(&key) {
                 self.cx
                     .error(name, format!("duplicate name `{key}`: it is already defined in graph `{}`", self.def.name));
-                continue;
+                // Later statements read the name as the user meant it, the new value: checking
+                // them against the old one would report mistakes that are only this one's echo.
             }
             value.span = name.span();
             if names.len() > 1 {
