@@ -356,13 +356,37 @@ impl Checker<'_> {
 
     /// Deferred equalities: const assertions when they involve const parameters only; run-time
     /// validation covers those with `dyn` ones.
+    ///
+    /// Two requirements that pin one const parameter to different numbers contradict each other
+    /// whatever the instantiation: that is reported here, on the second requirement's token,
+    /// naming both, instead of as a const assertion that only `cargo build` evaluates.
     pub(super) fn defer(&mut self, sym: Symbolic, span: Span, why: &str) {
         for (a, b) in sym.deferred {
             let params: Vec<String> = a.params().into_iter().chain(b.params()).collect();
-            if params.iter().all(|p| self.params.get(p) == Some(&false)) {
-                let message = format!("graph `{}`: {a} must equal {b}: {why}", self.def.name);
-                self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message });
+            if !params.iter().all(|p| self.params.get(p) == Some(&false)) {
+                continue;
             }
+            let pin = match (&a, &b) {
+                (SymDim::Param(p), SymDim::Lit(n)) | (SymDim::Lit(n), SymDim::Param(p)) => Some((p.clone(), *n)),
+                _ => None,
+            };
+            if let Some((param, value)) = pin {
+                match self.pins.iter().find(|pin| pin.0 == param) {
+                    Some((_, first, first_why)) if *first != value => {
+                        let message = format!(
+                            "graph `{}`: const parameter `{param}` must equal {value} here ({why}), but it must \
+                             also equal {first} ({first_why}): no `{param}` satisfies both",
+                            self.def.name
+                        );
+                        self.cx.error_span(span, message);
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => self.pins.push((param, value, why.to_string())),
+                }
+            }
+            let message = format!("graph `{}`: {a} must equal {b}: {why}", self.def.name);
+            self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message });
         }
     }
 }

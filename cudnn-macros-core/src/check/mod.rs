@@ -168,6 +168,9 @@ struct Checker<'a> {
     reserved: Vec<String>,
     /// Names whose definition failed (already reported).
     poisoned: Vec<String>,
+    /// Const parameters a requirement pinned to a number, with the requirement (`matmul` (node
+    /// `c`) needs it), to find two that contradict.
+    pins: Vec<(String, i64, String)>,
 }
 
 /// Checks a graph; errors go to `cx`. Returns what code generation needs (with placeholders where
@@ -201,6 +204,7 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
         assigned: HashMap::new(),
         reserved: reserved_names(def),
         poisoned: Vec::new(),
+        pins: Vec::new(),
     };
     ck.bind_inputs(&inputs);
     let bindings = ck.body();

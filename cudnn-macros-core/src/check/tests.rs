@@ -621,3 +621,26 @@ fn the_fingerprint_covers_symbolic_extents() {
     assert_eq!(fp("[B, 2, 4]"), fp("[B, 2, 4]"));
     assert_ne!(fp("[B, 2, 4]"), fp("[B, 4, 2]"));
 }
+
+#[test]
+fn a_const_parameter_pinned_to_two_numbers_is_an_error_at_expansion() {
+    let e = error(
+        "pub TwoProj<const D: usize>(x: bf16[1, 8, D], w1: bf16[1, 64, 16], w2: bf16[1, 32, 16])
+            -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(x, w2); }",
+    );
+    assert!(e.contains("const parameter `D` must equal 32 here") && e.contains("also equal 64"), "{e}");
+    // Pinned twice to the same number: one const assertion each, no error.
+    let checked = ok("pub Same<const D: usize>(x: bf16[1, 8, D], w1: bf16[1, 64, 16], w2: bf16[1, 64, 16])
+            -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(x, w2); }");
+    assert_eq!(checked.const_checks.len(), 2);
+}
+
+#[test]
+fn a_name_bound_twice_is_one_error_and_later_uses_read_the_new_binding() {
+    let errors = errors(
+        "pub Rebound(x: f32[2, 4, 8], w: f32[1, 8, 4]) -> (y: f32[2, 4, 4]) {
+            let o = reshape(x, shape = [2, 32]); let o = reshape(o, shape = [2, 4, 8]); y = matmul(o, w); }",
+    );
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("duplicate name `o`"), "{errors:?}");
+}
