@@ -239,3 +239,28 @@ fn typed_graphs_build_through_the_plan_cache() {
     assert_eq!(outcome.source, CacheSource::Built);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A payload written by the untyped API (as `cudnn-graph aot` writes one from a graph's structural
+/// JSON) records no graph type and no runtime dims: `deserialize` cannot rebuild the value and says
+/// how to load it; `Name::new(..).load_payload` loads it for that binding, and refuses another.
+#[test]
+fn untyped_payloads_load_for_a_binding() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let value = MatmulBiasRelu::<64, 32>::new(128);
+    let plan = ExecutionPlan::build(&cudnn, &value.graph().unwrap(), &BuildOptions::default()).unwrap();
+    let bytes = write_payload(&plan, &PlanOrigin::of(&cudnn), SerializeOptions { structure: true }, &Expect::default())
+        .unwrap();
+    let e = payload_error(MatmulBiasRelu::<64, 32>::deserialize(&cudnn, &bytes).unwrap_err());
+    assert!(e.to_string().contains("load_payload"), "{e}");
+    let loaded = value.load_payload(&cudnn, &bytes).unwrap();
+    assert_eq!(loaded.plan().graph(), plan.graph());
+    match payload_error(MatmulBiasRelu::<64, 32>::new(96).load_payload(&cudnn, &bytes).unwrap_err()) {
+        PayloadError::GraphFingerprint { .. } => {}
+        other => panic!("{other}"),
+    }
+    // A typed payload still must be of this type.
+    let typed = value.build(&cudnn, &BuildOptions::default()).unwrap().serialize(SerializeOptions::default()).unwrap();
+    assert!(value.load_payload(&cudnn, &typed).is_ok());
+    let other = payload_error(ScaledRelu::new(128).load_payload(&cudnn, &typed).unwrap_err());
+    println!("{other}");
+}

@@ -56,6 +56,7 @@ impl Gen<'_> {
         let n_ports = self.port_idents().len();
         quote! {
             #[doc = ::core::concat!("A built cuDNN plan of [`", #name_str, "`].")]
+            #[derive(Debug)]
             #vis struct #plan_ty #generics_decl {
                 /// The graph (and runtime dims) it was built for.
                 pub graph: #name #generics_use,
@@ -191,13 +192,32 @@ impl Gen<'_> {
                     Self::__load(cudnn, #p::parse_signed_payload(bytes, key)?)
                 }
 
+                /// Loads a plan payload made for this value's binding by anything that planned the
+                /// same graph: [`Self::serialize`], or `cudnn-graph aot` of `self.graph()`'s
+                /// structural JSON (which records no graph type or runtime dims). The payload's graph
+                /// must be exactly `self.graph()` (its fingerprint: dims, strides, types, ops); a
+                /// type fingerprint or binding it records must be this type's and this value's.
+                pub fn load_payload(&self, cudnn: &#p::Cudnn, bytes: &[u8]) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    let payload = #p::parse_payload(bytes)?;
+                    let mut expect = self.expectation();
+                    if payload.plan.type_fingerprint.is_none() {
+                        expect.type_fingerprint = ::core::option::Option::None;
+                    }
+                    self.__load_as(cudnn, payload, expect)
+                }
+
                 fn __load(cudnn: &#p::Cudnn, payload: #p::Payload) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
                     let this = Self::new(#(payload.runtime_dim(#runtime_strs)?),*);
-                    let graph = this.graph()?;
-                    let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &this.expectation())?;
+                    let expect = this.expectation();
+                    this.__load_as(cudnn, payload, expect)
+                }
+
+                fn __load_as(self, cudnn: &#p::Cudnn, payload: #p::Payload, expect: #p::Expect) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    let graph = self.graph()?;
+                    let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &expect)?;
                     let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
                     let plan = ::std::sync::Arc::new(plan);
-                    ::core::result::Result::Ok(#plan_ty { graph: this, plan, origin: payload.origin(), io_order })
+                    ::core::result::Result::Ok(#plan_ty { graph: self, plan, origin: payload.origin(), io_order })
                 }
             }
         }

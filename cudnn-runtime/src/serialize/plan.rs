@@ -773,11 +773,13 @@ impl Payload {
 
     /// Runtime dim `name` recorded by the `graph!` type that wrote the payload.
     pub fn runtime_dim(&self, name: &str) -> Result<usize, PayloadError> {
-        self.plan
-            .runtime_dims
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| usize::try_from(*v).ok())
-            .ok_or_else(|| PayloadError::Malformed(format!("the payload records no runtime dim `{name}`")))
+        self.plan.runtime_dims.iter().find(|(n, _)| n == name).and_then(|(_, v)| usize::try_from(*v).ok()).ok_or_else(
+            || {
+                PayloadError::Malformed(format!(
+                    "the payload records no runtime dim `{name}` (one written by `cudnn-graph aot` or the untyped API \
+                     records none): load it for a binding with `Name::new(..).load_payload(cudnn, bytes)`"
+                ))
+            },
+        )
     }
 }
