@@ -2,13 +2,13 @@
 //! attributes, ports, outputs) and its shape rule, both from `cudnn_runtime::ops`; nested calls
 //! become nodes of their own.
 
-use cudnn_runtime::dim::{Dim, SymDim, Symbolic};
+use cudnn_runtime::dim::{Dim, DimCx, SymDim, Symbolic};
 use cudnn_runtime::ops::{self, AttrError, AttrKind, AttrValue, Extents, Op, OpSignature, ShapeErrorKind, TensorMeta};
 use proc_macro2::Span;
 use quote::ToTokens;
 use syn::Ident;
 
-use super::{dims, Checker, ConstCheck, Kind, Node, Operand, Value};
+use super::{dims, Checker, ConstCheck, Kind, Node, Operand, Unknowns, Value};
 use crate::parse::{Arg, AttrLit, DimExpr, Expr};
 
 /// An operand as checked: what the generated code passes, and the value's metadata when it is a
@@ -298,7 +298,7 @@ impl Checker<'_> {
             })
             .collect();
         let mut sym = Symbolic::default();
-        let outs = match op.infer_with(&metas, &Extents::given(extents), &mut sym) {
+        let outs = match op.infer_with(&metas, &Extents::given(extents), &mut Unknowns(&mut sym)) {
             Ok(outs) => outs,
             Err(e) => {
                 let on_attr = e.attr.and_then(|a| attrs.iter().find(|(k, _)| k == a)).map(|(_, v)| v.span());
@@ -307,7 +307,7 @@ impl Checker<'_> {
                 let operand = e.arg.and_then(|i| operands.get(i)).and_then(|(_, v)| v.as_ref());
                 let hint = self.intermediate_type_hint(&e.kind, operand);
                 self.cx.error_span(span, format!("graph `{}`: {e}{hint}", self.def.name));
-                return None;
+                return self.despite(op, &metas, extents, &name);
             }
         };
         let node = self.fresh(node_name.unwrap_or(&name), node_name.is_none());
@@ -354,6 +354,36 @@ impl Checker<'_> {
         (0..).map(|i| format!("{base}_{i}")).find(|n| !taken(n)).unwrap_or_default()
     }
 
+    /// The outputs of an op whose shape rule failed (already reported): of the rank and type the
+    /// rule gives when every equality it asks for is granted, each extent *unknown*
+    /// ([`Unknowns`]). Later ops are checked with them, so their own mistakes (attributes, their
+    /// other operands, types) surface in the same compile, while nothing that involves an unknown
+    /// extent is reported: no echo of the first mistake. `None` where the rule fails even so (a
+    /// type or rank rule): later uses are then skipped, as for any name whose definition failed.
+    fn despite(
+        &mut self,
+        op: &Op,
+        metas: &[TensorMeta<SymDim>],
+        extents: &[(String, Vec<SymDim>)],
+        name: &str,
+    ) -> Option<Vec<Option<Value>>> {
+        let outs = op.infer_with(metas, &Extents::given(extents), &mut Granting).ok()?;
+        let node = self.fresh(name, true);
+        let values = outs.into_iter().enumerate().map(|(i, o)| {
+            Some(Value {
+                tensor: format!("{node}_{i}"),
+                // Known rank and type; every extent unknown.
+                dims: o.dims.iter().map(|_| self.unknown()).collect(),
+                dtype: o.dtype.unwrap_or(self.intermediate),
+                forced: o.dtype,
+                span: Span::call_site(),
+                kind: Kind::Intermediate,
+                used: false,
+            })
+        });
+        Some(values.collect())
+    }
+
     /// Deferred equalities: const assertions when they involve const parameters only; run-time
     /// validation covers those with `dyn` ones.
     ///
@@ -388,6 +418,20 @@ impl Checker<'_> {
             let message = format!("graph `{}`: {a} must equal {b}: {why}", self.def.name);
             self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message });
         }
+    }
+}
+
+/// A dim context that grants every equality: the shape an op would give if its failed
+/// requirement held ([`Checker::despite`]).
+struct Granting;
+
+impl DimCx<SymDim> for Granting {
+    fn require_eq(&mut self, _: &SymDim, _: &SymDim) -> bool {
+        true
+    }
+
+    fn require_eq_count(&mut self, _: &[SymDim], _: &[SymDim]) -> bool {
+        true
     }
 }
 

@@ -28,7 +28,7 @@ mod stmt;
 
 use std::collections::HashMap;
 
-use cudnn_runtime::dim::SymDim;
+use cudnn_runtime::dim::{DimCx, SymDim, Symbolic};
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::DataType;
 use proc_macro2::Span;
@@ -77,6 +77,36 @@ pub struct Node {
     pub inputs: Vec<Operand>,
     /// The tensors it produces, in output order.
     pub outputs: Vec<String>,
+}
+
+/// The prefix of an unknown extent's name: no parameter can have it (`?` is no identifier).
+const UNKNOWN: char = '?';
+
+/// Whether `d` involves an unknown extent.
+pub(super) fn is_unknown(d: &SymDim) -> bool {
+    d.params().iter().any(|p| p.starts_with(UNKNOWN))
+}
+
+/// Symbolic equality where an unknown extent (an output of an op whose rule failed, already
+/// reported) equals anything: checking goes on past a mistake without echoing it.
+pub(super) struct Unknowns<'a>(pub(super) &'a mut Symbolic);
+
+impl DimCx<SymDim> for Unknowns<'_> {
+    fn require_eq(&mut self, a: &SymDim, b: &SymDim) -> bool {
+        is_unknown(a) || is_unknown(b) || self.0.require_eq(a, b)
+    }
+
+    fn require_eq_count(&mut self, a: &[SymDim], b: &[SymDim]) -> bool {
+        a.iter().chain(b).any(is_unknown) || self.0.require_eq_count(a, b)
+    }
+}
+
+impl Checker<'_> {
+    /// A fresh unknown extent.
+    pub(super) fn unknown(&mut self) -> SymDim {
+        self.unknowns += 1;
+        SymDim::Param(format!("{UNKNOWN}{}", self.unknowns))
+    }
 }
 
 /// An equality over const parameters that only instantiation decides: two `i64` expressions.
@@ -168,6 +198,8 @@ struct Checker<'a> {
     reserved: Vec<String>,
     /// Names whose definition failed (already reported).
     poisoned: Vec<String>,
+    /// Unknown extents made so far (the outputs of ops whose rule failed).
+    unknowns: usize,
     /// Const parameters a requirement pinned to a number, with the requirement (`matmul` (node
     /// `c`) needs it), to find two that contradict.
     pins: Vec<(String, i64, String)>,
@@ -205,6 +237,7 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
         reserved: reserved_names(def),
         poisoned: Vec::new(),
         pins: Vec::new(),
+        unknowns: 0,
     };
     ck.bind_inputs(&inputs);
     let bindings = ck.body();

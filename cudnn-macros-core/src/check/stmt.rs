@@ -6,7 +6,7 @@ use cudnn_runtime::dim::{shape_string, DimCx, Symbolic};
 use cudnn_runtime::DataType;
 use syn::Ident;
 
-use super::{Checker, Kind, Port, Value};
+use super::{Checker, Kind, Port, Unknowns, Value};
 use crate::parse::{Expr, PortDecl, Stmt};
 
 impl Checker<'_> {
@@ -193,7 +193,8 @@ impl Checker<'_> {
         let (decl, port): (&PortDecl, &Port) = (&def.outputs[idx], &outputs[idx]);
         let mut sym = Symbolic::default();
         let same_rank = value.dims.len() == port.dims.len();
-        let mismatch = !same_rank || value.dims.iter().zip(&port.dims).any(|(a, b)| !DimCx::require_eq(&mut sym, a, b));
+        let mismatch = !same_rank
+            || value.dims.iter().zip(&port.dims).any(|(a, b)| !DimCx::require_eq(&mut Unknowns(&mut sym), a, b));
         if mismatch {
             let detail = if same_rank {
                 let mut probe = Symbolic::default();

@@ -644,3 +644,20 @@ fn a_name_bound_twice_is_one_error_and_later_uses_read_the_new_binding() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("duplicate name `o`"), "{errors:?}");
 }
+
+#[test]
+fn a_failed_op_leaves_unknown_extents_and_checking_goes_on() {
+    let errors = errors(
+        "pub TwoMistakes(a: f32[1, 8, 4], b: f32[1, 5, 16], w: f32[1, 16, 32]) -> (y: bf16[1, 8, 64]) {
+            let c = matmul(a, b); y = matmul(c, w); }",
+    );
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].contains("contraction dims differ"), "{errors:?}");
+    assert!(errors[1].contains("dim 2 is 64 declared, 32 assigned"), "{errors:?}");
+    // Nothing about `c`'s unknown extents echoes the first mistake.
+    let errors = self::errors(
+        "pub Echo(a: f32[1, 8, 4], b: f32[1, 5, 16], w: f32[1, 16, 32]) -> (y: f32[1, 8, 32]) {
+            let c = matmul(a, b); y = matmul(c, w); }",
+    );
+    assert_eq!(errors.len(), 1, "{errors:?}");
+}
