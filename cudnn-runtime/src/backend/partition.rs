@@ -741,4 +741,154 @@ mod tests {
         assert_eq!(offsets, [0, slot, 0]);
         assert_eq!(layout.arena_bytes as u64, 2 * slot);
     }
+    /// The parts of a grouping run on the CPU reference through the memory plan (I/O, arena slots
+    /// with their stored types, alias offsets), as `ExecutionPlan::emulate` runs built parts.
+    fn emulate(graph: &Graph, inputs: &[crate::array::Array]) -> Vec<crate::array::Array> {
+        use crate::array::Array;
+        use std::collections::HashMap;
+        let restrided = restride(graph);
+        let graph = &restrided;
+        let alias = aliases(graph);
+        let groups = group(graph, Some(&alias));
+        let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let layout = Layout::new(graph, &groups, &alias, &io);
+        let mut memory: HashMap<(usize, u64), f64> = HashMap::new();
+        let address = |place: Place, t: &Tensor, index: &[i64]| -> (usize, u64) {
+            let element: i64 = index.iter().zip(&t.strides).map(|(i, s)| i * s).sum();
+            let bytes = element as u64 * t.data_type.size_bytes() as u64;
+            match place {
+                Place::Io { index, offset } => (index + 1, offset + bytes),
+                Place::Arena { offset } => (0, offset + bytes),
+            }
+        };
+        let n_in = graph.inputs().len();
+        for (i, id) in io[..n_in].iter().enumerate() {
+            let t = graph.tensor(*id);
+            for (flat, v) in inputs[i].data.iter().enumerate() {
+                let index = Array::unravel(flat as i64, &t.dims);
+                memory.insert(address(Place::Io { index: i, offset: 0 }, t, &index), *v);
+            }
+        }
+        for k in 0..groups.len() {
+            let part = extract(graph, &groups, k, &alias);
+            let sub = &part.graph;
+            let mut values = vec![None; sub.tensors.len()];
+            for id in sub.inputs() {
+                let t = sub.tensor(id);
+                let place = layout.place(part.tensors[id.0]).expect("a part input has memory");
+                values[id.0] = Some(Array::from_fn(&t.dims, |flat| {
+                    let index = Array::unravel(flat as i64, &t.dims);
+                    memory.get(&address(place, t, &index)).copied().unwrap_or(f64::NAN)
+                }));
+            }
+            let outs = crate::reference::run_arrays(sub, values).expect("a part runs");
+            for (id, a) in sub.outputs().into_iter().zip(outs) {
+                let t = sub.tensor(id);
+                let place = layout.place(part.tensors[id.0]).expect("a part output has memory");
+                for (flat, v) in a.data.iter().enumerate() {
+                    let index = Array::unravel(flat as i64, &t.dims);
+                    memory.insert(address(place, t, &index), *v);
+                }
+            }
+        }
+        io[n_in..]
+            .iter()
+            .enumerate()
+            .map(|(k, id)| {
+                let t = graph.tensor(*id);
+                Array::from_fn(&t.dims, |flat| {
+                    let index = Array::unravel(flat as i64, &t.dims);
+                    memory
+                        .get(&address(Place::Io { index: n_in + k, offset: 0 }, t, &index))
+                        .copied()
+                        .unwrap_or(f64::NAN)
+                })
+            })
+            .collect()
+    }
+
+    /// Random chains of matmuls, elementwise ops, norms and views (bf16, bf16 intermediates): every
+    /// grouping, run part by part through its memory plan, computes exactly what the whole graph
+    /// computes on the CPU reference.
+    #[test]
+    fn random_graphs_partition_without_changing_results() {
+        use crate::array::Array;
+        use crate::rng::SplitMix64;
+        use crate::Context;
+        let mut rng = SplitMix64::new(16);
+        let (mut built, mut split, mut viewed) = (0, 0, 0);
+        for case in 0..200 {
+            let mut g = GraphBuilder::new(format!("random{case}"));
+            g.context(Context { intermediate_data_type: DataType::BF16, compute_data_type: DataType::F32 });
+            let (b, s, e) = (2i64, 4i64, 8i64);
+            let x = g.input("x", DataType::BF16, &[b, s, e]).unwrap();
+            let mut cur = x;
+            let mut width = e;
+            let mut inputs = 1;
+            let mut fresh = |g: &mut GraphBuilder, dims: &[i64]| {
+                inputs += 1;
+                g.input(&format!("in{inputs}"), DataType::BF16, dims).unwrap()
+            };
+            for _ in 0..(2 + rng.below(6)) {
+                cur = match rng.below(7) {
+                    0 | 1 => {
+                        let out = [8i64, 16][rng.below(2)];
+                        let w = fresh(&mut g, &[1, width, out]);
+                        width = out;
+                        g.matmul(cur, w).unwrap()
+                    }
+                    2 => {
+                        let bias = fresh(&mut g, &[1, 1, width]);
+                        g.op("add", &[cur.into(), bias.into()], &[]).unwrap()[0]
+                    }
+                    3 => g.op(["relu", "gelu", "tanh"][rng.below(3)], &[cur.into()], &[]).unwrap()[0],
+                    4 => {
+                        let scale = fresh(&mut g, &[1, 1, width]);
+                        g.op("rmsnorm", &[cur.into(), scale.into(), 1e-5.into()], &[]).unwrap()[0]
+                    }
+                    5 => {
+                        // Heads: [B, S, W] -> [B, H, S, W/H] -> back, through views.
+                        let h = 2;
+                        let shape = [("shape".to_string(), crate::ops::AttrValue::IntList(vec![b, s, h, width / h]))];
+                        let r = g.op("reshape", &[cur.into()], &shape).unwrap()[0];
+                        let perm = [("permutation".to_string(), crate::ops::AttrValue::IntList(vec![0, 2, 1, 3]))];
+                        let t = g.op("transpose", &[r.into()], &perm).unwrap()[0];
+                        let act = g.op("relu", &[t.into()], &[]).unwrap()[0];
+                        let t2 = g.op("transpose", &[act.into()], &perm).unwrap()[0];
+                        let shape = [("shape".to_string(), crate::ops::AttrValue::IntList(vec![b, s, width]))];
+                        g.op("reshape", &[t2.into()], &shape).unwrap()[0]
+                    }
+                    _ => g.op("add", &[cur.into(), cur.into()], &[]).unwrap()[0],
+                };
+            }
+            g.output(cur, "y", DataType::BF16).unwrap();
+            let Ok(graph) = g.build() else { continue };
+            built += 1;
+            let restrided = restride(&graph);
+            let alias = aliases(&restrided);
+            if group(&restrided, Some(&alias)).len() > 1 {
+                split += 1;
+                viewed += usize::from(alias.iter().any(Option::is_some));
+            }
+            let inputs: Vec<Array> = graph
+                .inputs()
+                .iter()
+                .map(|id| {
+                    let t = graph.tensor(*id);
+                    let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
+                    a.round_to(t.data_type);
+                    a
+                })
+                .collect();
+            let mut values = vec![None; graph.tensors.len()];
+            for (id, a) in graph.inputs().iter().zip(&inputs) {
+                values[id.0] = Some(a.clone());
+            }
+            let want = crate::reference::run_arrays(&graph, values).unwrap();
+            let got = emulate(&graph, &inputs);
+            assert_eq!(got, want, "{graph}");
+        }
+        // The generator must exercise what it is for.
+        assert!(built >= 150 && split >= 60 && viewed >= 15, "built {built}, split {split}, with views {viewed}");
+    }
 }
