@@ -135,4 +135,12 @@ fn a_refused_part_is_split_and_remembered() {
     // One kernel was asked of cuDNN and refused: with Fusion::Single that is the error.
     assert!(ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default().single_kernel()).is_err());
     assert!(emulated_error(&second, 3) < 1e-2);
+    // A payload keeps the refusal: loaded, the part says why it was cut, as built.
+    use cudnn_runtime::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+    let bytes =
+        write_payload(&first, &PlanOrigin::of(&cudnn), SerializeOptions { structure: true }, &Expect::default())
+            .unwrap();
+    let (loaded, payload) = read_payload(&cudnn, &bytes, None, &Expect::default()).unwrap();
+    assert_eq!(payload.plan.parts[1].refused.as_deref(), Some(refused(&first).as_str()));
+    assert_eq!(loaded.parts()[1].cut(), first.parts()[1].cut());
 }

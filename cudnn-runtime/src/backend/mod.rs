@@ -65,5 +65,5 @@ pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph,
 pub use mismatch::PlanMismatch;
 pub use options::{BuildOptions, BuildTimings, EngineConfig, Fusion};
 pub use partition::{Cut, CutReason};
-pub use plan::{ExecutionPlan, PlanPart};
+pub use plan::{ExecutionPlan, PlanPart, SavedPart};
 pub use variant::{ByValueScalar, VariantLayout};

@@ -243,7 +243,7 @@ pub(crate) fn producers(graph: &Graph) -> Vec<Option<usize>> {
     producer
 }
 
-fn node_ref(node: &Node) -> (String, &'static str) {
+pub(crate) fn node_ref(node: &Node) -> (String, &'static str) {
     (node.name.clone(), node.op.call_name())
 }
 

@@ -15,7 +15,7 @@ use super::lower::{self, LoweredGraph};
 use super::mismatch::PlanMismatch;
 use super::options::{BuildOptions, BuildTimings, Fusion};
 use super::pack::PackSlots;
-use super::partition::{self, Cut, Place, Refusals};
+use super::partition::{self, Cut, CutReason, Place, Refusals};
 use super::variant::VariantLayout;
 use super::{binding, BackendError, Cudnn};
 use crate::cudnn::{Anchor, Binding, Descriptor, Internals};
@@ -136,6 +136,18 @@ pub struct PlanPart {
     /// Bytes this part writes into the arena.
     arena_writes: usize,
     descriptors: Mutex<Descriptors>,
+}
+
+/// One part of a partitioned plan as a payload saves it ([`ExecutionPlan::from_parts_json`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedPart {
+    /// The names of the nodes it runs, in order ([`PlanPart::nodes`]).
+    pub nodes: Vec<String>,
+    /// cuDNN's JSON of its plan ([`PlanPart::json`]).
+    pub json: String,
+    /// cuDNN's refusal that cut it from the previous part, where that is why
+    /// ([`CutReason::Refused`]): the one reason the fusion table cannot give again on loading.
+    pub refused: Option<String>,
 }
 
 /// Whether `e` is cuDNN declining a pattern, which a smaller part may avoid (rather than a
@@ -373,16 +385,12 @@ impl ExecutionPlan {
     /// them) and cuDNN's JSON of its plan ([`PlanPart::json`]), in part order. The parts must
     /// cover the graph's nodes exactly as the plan that wrote them did (a view between parts
     /// belongs to none); each JSON is checked against its part before cuDNN sees it.
-    pub fn from_parts_json(
-        cudnn: &Cudnn,
-        graph: Graph,
-        parts: &[(Vec<String>, String)],
-    ) -> Result<ExecutionPlan, BackendError> {
+    pub fn from_parts_json(cudnn: &Cudnn, graph: Graph, parts: &[SavedPart]) -> Result<ExecutionPlan, BackendError> {
         let _span = tracing::debug_span!("plan_from_parts_json", graph = %graph.name, parts = parts.len()).entered();
         let start = Instant::now();
         graph.validate()?;
         let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(&graph)?;
-        if let [(nodes, json)] = parts {
+        if let [SavedPart { nodes, json, .. }] = parts {
             if nodes.len() == planned.nodes.len() && nodes.iter().zip(&planned.nodes).all(|(a, n)| *a == n.name) {
                 return Self::from_json(cudnn, graph, json);
             }
@@ -390,19 +398,28 @@ impl ExecutionPlan {
         let validate = start.elapsed();
         let restrided = partition::restride(&planned);
         let alias = partition::aliases(&restrided);
-        let groups = partition::from_names(&restrided, parts.iter().map(|(nodes, _)| nodes.as_slice()), &alias)
-            .map_err(|reason| BackendError::PlanMismatch {
-                graph: graph.name.clone(),
-                mismatch: Box::new(PlanMismatch::Partition(reason)),
+        let groups =
+            partition::from_names(&restrided, parts.iter().map(|p| p.nodes.as_slice()), &alias).map_err(|reason| {
+                BackendError::PlanMismatch {
+                    graph: graph.name.clone(),
+                    mismatch: Box::new(PlanMismatch::Partition(reason)),
+                }
             })?;
-        // Why each boundary is there, where the table's partition has the same parts (a part
-        // split after a refusal at build time does not say why after loading).
+        // Why each boundary is there: cuDNN's refusal where the saved part says so, else the
+        // table's reason where its partition has the same part.
         let table = partition::group(&restrided, Some(&alias));
         let mut built = Vec::with_capacity(parts.len());
-        for (k, (nodes, json)) in parts.iter().enumerate() {
+        for (k, saved) in parts.iter().enumerate() {
             let part = partition::extract(&restrided, &groups, k, &alias);
-            let cut = table.get(k).filter(|g| g.nodes == groups[k].nodes).and_then(|g| g.cut.clone());
-            let p = PlanPart::from_json(cudnn, part.graph, nodes.clone(), cut, json)?;
+            let cut = match (&saved.refused, k.checked_sub(1).and_then(|j| groups[j].nodes.last())) {
+                (Some(why), Some(&before)) => Some(Cut {
+                    before: partition::node_ref(&restrided.nodes[before]),
+                    after: partition::node_ref(&restrided.nodes[groups[k].nodes[0]]),
+                    reason: CutReason::Refused(why.clone()),
+                }),
+                _ => table.get(k).filter(|g| g.nodes == groups[k].nodes).and_then(|g| g.cut.clone()),
+            };
+            let p = PlanPart::from_json(cudnn, part.graph, saved.nodes.clone(), cut, &saved.json)?;
             built.push((p, part.tensors));
         }
         let layout = VariantLayout::with_internals(&graph, &Internals::default());

@@ -51,7 +51,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::{structure_from_json, structure_to_json, SerializeError};
-use crate::backend::{Candidate, Cudnn, ExecutionPlan, PlanPart, VariantLayout};
+use crate::backend::{Candidate, Cudnn, CutReason, ExecutionPlan, PlanPart, SavedPart, VariantLayout};
 use crate::{DataType, Graph};
 
 /// The payload format this build writes and reads. Format 1 (no digest) is refused: write the
@@ -236,6 +236,10 @@ pub struct PartRecord {
     pub workspace_size: usize,
     /// cuDNN's execution-plan JSON of it.
     pub plan_json: String,
+    /// cuDNN's refusal that cut it from the previous part, where that is why (the fusion table
+    /// gives every other reason again on loading).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// The signed part of a payload.
@@ -458,6 +462,10 @@ fn part_record(part: &PlanPart) -> Result<PartRecord, PayloadError> {
         scalars: scalar_records(part.layout()),
         workspace_size: part.workspace_size(),
         plan_json: part.json().map_err(|e| PayloadError::Save(Box::new(e)))?,
+        refused: match part.cut().map(|c| &c.reason) {
+            Some(CutReason::Refused(why)) => Some(why.clone()),
+            _ => None,
+        },
     })
 }
 
@@ -699,8 +707,11 @@ fn check_and_load(
     let plan = if p.parts.is_empty() {
         ExecutionPlan::from_json(cudnn, graph, &p.plan_json)
     } else {
-        let parts: Vec<(Vec<String>, String)> =
-            p.parts.iter().map(|r| (r.nodes.clone(), r.plan_json.clone())).collect();
+        let parts: Vec<SavedPart> = p
+            .parts
+            .iter()
+            .map(|r| SavedPart { nodes: r.nodes.clone(), json: r.plan_json.clone(), refused: r.refused.clone() })
+            .collect();
         ExecutionPlan::from_parts_json(cudnn, graph, &parts)
     }
     .map_err(|e| PayloadError::Load(Box::new(e)))?;
