@@ -14,7 +14,7 @@ use crate::reference::{self, ArgError};
 /// Emulated device memory: element values by (region, byte address), where region 0 is the
 /// arena and region `i + 1` I/O buffer `i`.
 #[derive(Default)]
-struct Memory {
+pub(super) struct Memory {
     cells: HashMap<(usize, u64), f64>,
 }
 
@@ -28,14 +28,16 @@ impl Memory {
         }
     }
 
-    fn read(&self, place: Place, tensor: &Tensor) -> Array {
+    /// `tensor`'s elements at `place` (NaN where nothing was written).
+    pub(super) fn read(&self, place: Place, tensor: &Tensor) -> Array {
         Array::from_fn(&tensor.dims, |flat| {
             let index = Array::unravel(flat as i64, &tensor.dims);
             self.cells.get(&Self::address(place, tensor, &index)).copied().unwrap_or(f64::NAN)
         })
     }
 
-    fn write(&mut self, place: Place, tensor: &Tensor, array: &Array) {
+    /// Stores `array` as `tensor` at `place`.
+    pub(super) fn write(&mut self, place: Place, tensor: &Tensor, array: &Array) {
         for (flat, v) in array.data.iter().enumerate() {
             let index = Array::unravel(flat as i64, &tensor.dims);
             self.cells.insert(Self::address(place, tensor, &index), *v);

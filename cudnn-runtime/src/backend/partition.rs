@@ -744,66 +744,34 @@ mod tests {
     /// The parts of a grouping run on the CPU reference through the memory plan (I/O, arena slots
     /// with their stored types, alias offsets), as `ExecutionPlan::emulate` runs built parts.
     fn emulate(graph: &Graph, inputs: &[crate::array::Array]) -> Vec<crate::array::Array> {
-        use crate::array::Array;
-        use std::collections::HashMap;
         let restrided = restride(graph);
         let graph = &restrided;
         let alias = aliases(graph);
         let groups = group(graph, Some(&alias));
         let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
         let layout = Layout::new(graph, &groups, &alias, &io);
-        let mut memory: HashMap<(usize, u64), f64> = HashMap::new();
-        let address = |place: Place, t: &Tensor, index: &[i64]| -> (usize, u64) {
-            let element: i64 = index.iter().zip(&t.strides).map(|(i, s)| i * s).sum();
-            let bytes = element as u64 * t.data_type.size_bytes() as u64;
-            match place {
-                Place::Io { index, offset } => (index + 1, offset + bytes),
-                Place::Arena { offset } => (0, offset + bytes),
-            }
-        };
+        let mut memory = super::super::emulate::Memory::default();
         let n_in = graph.inputs().len();
         for (i, id) in io[..n_in].iter().enumerate() {
-            let t = graph.tensor(*id);
-            for (flat, v) in inputs[i].data.iter().enumerate() {
-                let index = Array::unravel(flat as i64, &t.dims);
-                memory.insert(address(Place::Io { index: i, offset: 0 }, t, &index), *v);
-            }
+            memory.write(Place::Io { index: i, offset: 0 }, graph.tensor(*id), &inputs[i]);
         }
         for k in 0..groups.len() {
             let part = extract(graph, &groups, k, &alias);
             let sub = &part.graph;
+            let place = |id: TensorId| layout.place(part.tensors[id.0]).expect("a part's I/O has memory");
             let mut values = vec![None; sub.tensors.len()];
             for id in sub.inputs() {
-                let t = sub.tensor(id);
-                let place = layout.place(part.tensors[id.0]).expect("a part input has memory");
-                values[id.0] = Some(Array::from_fn(&t.dims, |flat| {
-                    let index = Array::unravel(flat as i64, &t.dims);
-                    memory.get(&address(place, t, &index)).copied().unwrap_or(f64::NAN)
-                }));
+                values[id.0] = Some(memory.read(place(id), sub.tensor(id)));
             }
             let outs = crate::reference::run_arrays(sub, values).expect("a part runs");
             for (id, a) in sub.outputs().into_iter().zip(outs) {
-                let t = sub.tensor(id);
-                let place = layout.place(part.tensors[id.0]).expect("a part output has memory");
-                for (flat, v) in a.data.iter().enumerate() {
-                    let index = Array::unravel(flat as i64, &t.dims);
-                    memory.insert(address(place, t, &index), *v);
-                }
+                memory.write(place(id), sub.tensor(id), &a);
             }
         }
         io[n_in..]
             .iter()
             .enumerate()
-            .map(|(k, id)| {
-                let t = graph.tensor(*id);
-                Array::from_fn(&t.dims, |flat| {
-                    let index = Array::unravel(flat as i64, &t.dims);
-                    memory
-                        .get(&address(Place::Io { index: n_in + k, offset: 0 }, t, &index))
-                        .copied()
-                        .unwrap_or(f64::NAN)
-                })
-            })
+            .map(|(k, id)| memory.read(Place::Io { index: n_in + k, offset: 0 }, graph.tensor(*id)))
             .collect()
     }
 

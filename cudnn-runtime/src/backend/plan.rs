@@ -321,48 +321,23 @@ impl ExecutionPlan {
                 }
             }
         }
-        let layout = VariantLayout::with_internals(graph, &Internals::default());
-        let memory = partition::Layout::new(graph, &groups, &alias, layout.io());
-        let mut parts = Vec::with_capacity(built.len());
-        let mut timings = BuildTimings { validate, ..BuildTimings::default() };
-        for (mut part, tensors) in built {
-            let mut sources = Vec::with_capacity(part.layout.io().len());
-            for (i, id) in part.layout.io().iter().enumerate() {
-                let whole = tensors[id.0];
-                let place = memory.place(whole).ok_or_else(|| BackendError::Unsupported {
-                    node: part.nodes.first().cloned().unwrap_or_default(),
-                    op: "partition",
-                    reason: format!("tensor `{}` crosses a part boundary but has no memory", graph.tensor(whole).name),
-                })?;
-                if let (Place::Arena { .. }, true) = (place, part.layout.is_output(i)) {
-                    let t = part.graph.tensor(*id);
-                    part.arena_writes += t.storage_len() * t.data_type.size_bytes();
-                }
-                sources.push(place);
-            }
-            part.sources = sources;
-            let t = part.timings;
-            timings.lower += t.lower;
-            timings.heuristics += t.heuristics;
-            timings.check_support += t.check_support;
-            timings.plan_build += t.plan_build;
-            parts.push(part);
-        }
-        tracing::debug!(
-            parts = parts.len(),
-            arena_bytes = memory.arena_bytes,
-            elapsed_us = crate::micros(timings.total()),
-            "partitioned plan ready"
-        );
-        Ok(Some(ExecutionPlan {
-            graph: user_graph.clone(),
-            layout,
-            parts,
-            rewrites: rewrites.to_vec(),
-            arena_bytes: memory.arena_bytes,
-            timings,
-            anchor: cudnn.anchor(),
-        }))
+        let missing = |part: &PlanPart, tensor: &str| BackendError::Unsupported {
+            node: part.nodes.first().cloned().unwrap_or_default(),
+            op: "partition",
+            reason: format!("tensor `{tensor}` crosses a part boundary but has no memory"),
+        };
+        let assembled = Self::assemble(
+            cudnn,
+            user_graph.clone(),
+            graph,
+            &groups,
+            &alias,
+            built,
+            rewrites.to_vec(),
+            validate,
+            missing,
+        )?;
+        Ok(Some(assembled))
     }
 
     /// Rebuilds a plan from cuDNN's JSON of it ([`ExecutionPlan::json`]) for `cudnn`, online or
@@ -422,39 +397,64 @@ impl ExecutionPlan {
             let p = PlanPart::from_json(cudnn, part.graph, saved.nodes.clone(), cut, &saved.json)?;
             built.push((p, part.tensors));
         }
+        let name = graph.name.clone();
+        let missing = |_: &PlanPart, tensor: &str| BackendError::PlanMismatch {
+            graph: name.clone(),
+            mismatch: Box::new(PlanMismatch::Partition(format!(
+                "tensor `{tensor}` crosses a part boundary but has no memory"
+            ))),
+        };
+        Self::assemble(cudnn, graph, &restrided, &groups, &alias, built, rewrites, validate, missing)
+    }
+
+    /// A partitioned plan of `graph` from its parts, built or loaded (each with its part's
+    /// tensors' ids in `planned`, the graph as rewritten and restrided): every part's I/O placed
+    /// in the plan's memory (`missing` is the error for a part's tensor that has none, which a
+    /// valid partition never has), the bytes each writes into the arena, the parts' timings summed.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        cudnn: &Cudnn,
+        graph: Graph,
+        planned: &Graph,
+        groups: &[partition::Group],
+        alias: &[Option<partition::Alias>],
+        built: Vec<(PlanPart, Vec<TensorId>)>,
+        rewrites: Vec<Rewrite>,
+        validate: std::time::Duration,
+        missing: impl Fn(&PlanPart, &str) -> BackendError,
+    ) -> Result<ExecutionPlan, BackendError> {
         let layout = VariantLayout::with_internals(&graph, &Internals::default());
-        let memory = partition::Layout::new(&restrided, &groups, &alias, layout.io());
+        let memory = partition::Layout::new(planned, groups, alias, layout.io());
+        let mut parts = Vec::with_capacity(built.len());
         let mut timings = BuildTimings { validate, ..BuildTimings::default() };
-        let mut out = Vec::with_capacity(built.len());
         for (mut part, tensors) in built {
-            part.sources = part
-                .layout
-                .io()
-                .iter()
-                .map(|id| {
-                    memory.place(tensors[id.0]).ok_or_else(|| BackendError::PlanMismatch {
-                        graph: graph.name.clone(),
-                        mismatch: Box::new(PlanMismatch::Partition(format!(
-                            "tensor `{}` crosses a part boundary but has no memory",
-                            part.graph.tensor(*id).name
-                        ))),
-                    })
-                })
-                .collect::<Result<_, _>>()?;
-            for (i, place) in part.sources.iter().enumerate() {
+            let mut sources = Vec::with_capacity(part.layout.io().len());
+            for (i, id) in part.layout.io().iter().enumerate() {
+                let place = memory.place(tensors[id.0]).ok_or_else(|| missing(&part, &part.graph.tensor(*id).name))?;
                 if let (Place::Arena { .. }, true) = (place, part.layout.is_output(i)) {
-                    let t = part.graph.tensor(part.layout.io()[i]);
+                    let t = part.graph.tensor(*id);
                     part.arena_writes += t.storage_len() * t.data_type.size_bytes();
                 }
+                sources.push(place);
             }
-            timings.plan_build += part.timings.plan_build;
-            timings.lower += part.timings.lower;
-            out.push(part);
+            part.sources = sources;
+            let t = part.timings;
+            timings.lower += t.lower;
+            timings.heuristics += t.heuristics;
+            timings.check_support += t.check_support;
+            timings.plan_build += t.plan_build;
+            parts.push(part);
         }
+        tracing::debug!(
+            parts = parts.len(),
+            arena_bytes = memory.arena_bytes,
+            elapsed_us = crate::micros(timings.total()),
+            "partitioned plan ready"
+        );
         Ok(ExecutionPlan {
             graph,
             layout,
-            parts: out,
+            parts,
             rewrites,
             arena_bytes: memory.arena_bytes,
             timings,
