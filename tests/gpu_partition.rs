@@ -35,31 +35,9 @@ use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Gra
 use cudnn_graph::engines::{autotune, AutotuneOptions};
 use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::serialize::plan::{write_payload, PlanOrigin, SerializeOptions};
-use cudnn_graph::{graph, DataType, Element, Graph};
+use cudnn_graph::{DataType, Element, Graph};
 use half::{bf16, f16};
 use serde_json::{json, Value};
-
-graph! {
-    /// The attention block at a larger shape: B = 2, S = 128, E = 512 as 4 query heads of 128
-    /// over 2 key/value heads (GQA), causal.
-    #[intermediate(bf16)]
-    pub AttentionBlockWide(
-        x: bf16[1, 256, 512],
-        g: bf16[1, 1, 512],
-        wq: bf16[1, 512, 512],
-        wk: bf16[1, 512, 256],
-        wv: bf16[1, 512, 256],
-        wo: bf16[1, 512, 512],
-    ) -> (y: bf16[1, 256, 512]) {
-        let h = rmsnorm(x, g, 1e-5);
-        let q = transpose(reshape(matmul(h, wq), shape = [2, 128, 4, 128]), permutation = [0, 2, 1, 3]);
-        let k = transpose(reshape(matmul(h, wk), shape = [2, 128, 2, 128]), permutation = [0, 2, 1, 3]);
-        let v = transpose(reshape(matmul(h, wv), shape = [2, 128, 2, 128]), permutation = [0, 2, 1, 3]);
-        let o = sdpa(q, k, v, causal = true);
-        let merged = reshape(transpose(o, permutation = [0, 2, 1, 3]), shape = [1, 256, 512]);
-        y = add(matmul(merged, wo), x);
-    }
-}
 
 /// cudnn-frontend's tolerance `(atol, rtol)` for an output of type `dt`, an element passing when
 /// `|got − want| ≤ atol + rtol·|want|`: bf16 as its SDPA tests check O
@@ -450,45 +428,19 @@ fn gpu_res_block_runs_partitioned() {
     res_block_case::<64>(&stream, &cudnn, 8, 28, 28, 6);
 }
 
-#[test]
-fn gpu_attention_block_runs_partitioned() {
-    let Some((stream, cudnn)) = common::gpu() else { return };
-    {
-        let case = "attention_b2_s64_h4x32_kv2";
-        let g = AttentionBlock::new();
-        let graph = g.graph().unwrap();
-        let inputs = Inputs::random(&graph, 7);
-        let i = &inputs;
-        let want = g.reference(AttentionBlockInputs {
-            x: i.get("x"),
-            g: i.get("g"),
-            wq: i.get("wq"),
-            wk: i.get("wk"),
-            wv: i.get("wv"),
-            wo: i.get("wo"),
-        });
-        let want = want.unwrap().y;
-        let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
-        let params = attention_params(2, 64, 4, 2, 32);
-        run_case(&stream, case, "attention", params, &graph, plan.plan(), &inputs, &want, |d, y, ws| {
-            let args = AttentionBlockArgs {
-                x: d.get("x"),
-                g: d.get("g"),
-                wq: d.get("wq"),
-                wk: d.get("wk"),
-                wv: d.get("wv"),
-                wo: d.get("wo"),
-                y,
-            };
-            plan.execute(&cudnn, args, Some(ws)).unwrap()
-        });
-    }
-    let case = "attention_b2_s128_h4x128_kv2";
-    let g = AttentionBlockWide::new();
+fn attention_case<const HQ: usize, const HKV: usize, const D: usize>(
+    stream: &Arc<CudaStream>,
+    cudnn: &Cudnn,
+    b: usize,
+    s: usize,
+    seed: u64,
+) {
+    let case = format!("attention_b{b}_s{s}_h{HQ}x{D}_kv{HKV}");
+    let g = AttentionBlock::<HQ, HKV, D>::new(b, s);
     let graph = g.graph().unwrap();
-    let inputs = Inputs::random(&graph, 8);
+    let inputs = Inputs::random(&graph, seed);
     let i = &inputs;
-    let want = g.reference(AttentionBlockWideInputs {
+    let want = g.reference(AttentionBlockInputs {
         x: i.get("x"),
         g: i.get("g"),
         wq: i.get("wq"),
@@ -497,10 +449,10 @@ fn gpu_attention_block_runs_partitioned() {
         wo: i.get("wo"),
     });
     let want = want.unwrap().y;
-    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
-    let params = attention_params(2, 128, 4, 2, 128);
-    run_case(&stream, case, "attention", params, &graph, plan.plan(), &inputs, &want, |d, y, ws| {
-        let args = AttentionBlockWideArgs {
+    let plan = g.build(cudnn, &BuildOptions::default()).unwrap();
+    let params = attention_params(b, s, HQ, HKV, D);
+    run_case(stream, &case, "attention", params, &graph, plan.plan(), &inputs, &want, |d, y, ws| {
+        let args = AttentionBlockArgs {
             x: d.get("x"),
             g: d.get("g"),
             wq: d.get("wq"),
@@ -509,8 +461,15 @@ fn gpu_attention_block_runs_partitioned() {
             wo: d.get("wo"),
             y,
         };
-        plan.execute(&cudnn, args, Some(ws)).unwrap()
+        plan.execute(cudnn, args, Some(ws)).unwrap()
     });
+}
+
+#[test]
+fn gpu_attention_block_runs_partitioned() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    attention_case::<4, 2, 32>(&stream, &cudnn, 2, 64, 7);
+    attention_case::<4, 2, 128>(&stream, &cudnn, 2, 128, 8);
 }
 
 /// The MLP the remaining tests run every other way: E = 512, F = 2048, T = 128.

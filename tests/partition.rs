@@ -125,7 +125,7 @@ fn resnet_block_plans_as_two_conv_parts() {
 #[test]
 fn attention_block_plans_in_parts() {
     let Some(cudnn) = common::deviceless() else { return };
-    let graph = AttentionBlock::new().graph().unwrap();
+    let graph = AttentionBlock::<4, 2, 32>::new(2, 64).graph().unwrap();
     let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
     show(&plan);
     assert_eq!(
@@ -143,7 +143,7 @@ fn attention_block_plans_in_parts() {
 fn partitioned_payload_round_trips() {
     use cudnn_graph::serialize::plan::{parse_payload, read_payload, seal, Expect, PlanOrigin, SerializeOptions};
     let Some(cudnn) = common::deviceless() else { return };
-    let graph = AttentionBlock::new().graph().unwrap();
+    let graph = AttentionBlock::<4, 2, 32>::new(2, 64).graph().unwrap();
     let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
     let origin = PlanOrigin::of(&cudnn);
     let bytes = cudnn_graph::serialize::plan::write_payload(

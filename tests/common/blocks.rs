@@ -45,22 +45,23 @@ graph! {
     }
 
     /// A pre-norm attention block: rmsnorm → Q/K/V projections → causal GQA attention → output
-    /// projection + residual (B = 2, S = 64, 4 query heads and 2 key/value heads of 32).
+    /// projection + residual, over `B · S` tokens of width `HQ · D`, `HQ` query heads and `HKV`
+    /// key/value heads of `D`.
     #[intermediate(bf16)]
-    pub AttentionBlock(
-        x: bf16[1, 128, 128],
-        g: bf16[1, 1, 128],
-        wq: bf16[1, 128, 128],
-        wk: bf16[1, 128, 64],
-        wv: bf16[1, 128, 64],
-        wo: bf16[1, 128, 128],
-    ) -> (y: bf16[1, 128, 128]) {
+    pub AttentionBlock<const HQ: usize, const HKV: usize, const D: usize, dyn B, dyn S>(
+        x: bf16[1, B * S, HQ * D],
+        g: bf16[1, 1, HQ * D],
+        wq: bf16[1, HQ * D, HQ * D],
+        wk: bf16[1, HQ * D, HKV * D],
+        wv: bf16[1, HQ * D, HKV * D],
+        wo: bf16[1, HQ * D, HQ * D],
+    ) -> (y: bf16[1, B * S, HQ * D]) {
         let h = rmsnorm(x, g, 1e-5);
-        let q = transpose(reshape(matmul(h, wq), shape = [2, 64, 4, 32]), permutation = [0, 2, 1, 3]);
-        let k = transpose(reshape(matmul(h, wk), shape = [2, 64, 2, 32]), permutation = [0, 2, 1, 3]);
-        let v = transpose(reshape(matmul(h, wv), shape = [2, 64, 2, 32]), permutation = [0, 2, 1, 3]);
+        let q = transpose(reshape(matmul(h, wq), shape = [B, S, HQ, D]), permutation = [0, 2, 1, 3]);
+        let k = transpose(reshape(matmul(h, wk), shape = [B, S, HKV, D]), permutation = [0, 2, 1, 3]);
+        let v = transpose(reshape(matmul(h, wv), shape = [B, S, HKV, D]), permutation = [0, 2, 1, 3]);
         let o = sdpa(q, k, v, causal = true);
-        let merged = reshape(transpose(o, permutation = [0, 2, 1, 3]), shape = [1, 128, 128]);
+        let merged = reshape(transpose(o, permutation = [0, 2, 1, 3]), shape = [1, B * S, HQ * D]);
         y = add(matmul(merged, wo), x);
     }
 }
