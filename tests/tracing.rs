@@ -1,7 +1,7 @@
 //! Tracing: silent without a subscriber; with one, the pipeline's phases show up as spans and
 //! events: validation and the reference engine, and cuDNN's phases (lowering per node,
-//! heuristics per mode, filters, each candidate's plan build, the plan cache's hits and misses)
-//! on a deviceless context for the H200.
+//! heuristics per mode, filters, each candidate's plan build, the plan cache's hits, misses and
+//! evictions) on a deviceless context for the H200.
 
 mod common;
 
@@ -112,6 +112,14 @@ fn cudnn_phases_are_traced() {
     // The cache: one miss (then the build), one memory hit.
     assert_eq!(lines(&log, &["plan cache miss"]).len(), 1, "{log}");
     assert_eq!(lines(&log, &["plan cache hit", "tier=\"memory\""]).len(), 1, "{log}");
+
+    // An eviction names the graph and its bytes (here the entry is heavier than the budget).
+    let plan = cache.get_or_build(&cudnn, &graph, &Expect::default(), &options).unwrap().plan;
+    let small = PlanCache::in_memory().with_budget(1);
+    let log = traced(|| assert!(small.insert(&cudnn, &plan, &Expect::default()).is_empty()));
+    let evicted = lines(&log, &["plan cache eviction", "fingerprint=0x", "bytes="]);
+    assert_eq!(evicted.len(), 1, "{log}");
+    assert_eq!(small.stats().evictions, 1);
 }
 
 #[cfg(feature = "cudnn")]

@@ -366,6 +366,65 @@ fn cache_hits_skip_heuristics_and_compilation() {
 }
 
 #[test]
+fn the_cache_keeps_its_budget_least_recently_used_first_and_never_evicts_a_held_plan() {
+    let Some(cudnn) = h200() else { return };
+    let options = BuildOptions::default();
+    let expect = Expect::default();
+    // One entry's weight: its payload plus the plan loaded from it (twice the payload).
+    let probe = PlanCache::in_memory();
+    drop(probe.get_or_build(&cudnn, &add_relu(8), &expect, &options).unwrap());
+    let weight = probe.stats().bytes;
+    assert!(weight > 1024, "{weight} bytes");
+    assert_eq!(probe.stats().entries, 1);
+
+    // Room for three entries of about that weight (the rows change a few digits of the JSON).
+    let cache = PlanCache::in_memory().with_budget(weight * 7 / 2);
+    let key = |rows| PlanKey::new(&cudnn, &add_relu(rows), &expect);
+    let get = |rows| cache.get_or_build(&cudnn, &add_relu(rows), &expect, &options).unwrap();
+    for rows in [8, 16, 24] {
+        assert_eq!(get(rows).source, CacheSource::Built);
+    }
+    assert_eq!(cache.stats().evictions, 0);
+    // A use of 8 makes 16 the least recently used: the fourth entry evicts it.
+    assert_eq!(get(8).source, CacheSource::Memory);
+    assert_eq!(get(32).source, CacheSource::Built);
+    assert!(!cache.contains(&key(16)));
+    assert!([8, 24, 32].iter().all(|&r| cache.contains(&key(r))));
+    let stats = cache.stats();
+    assert_eq!((stats.evictions, stats.builds, stats.misses, stats.memory_hits), (1, 4, 4, 1));
+    assert!(stats.bytes <= stats.budget, "{stats:?}");
+    assert_eq!(stats.pinned_bytes, 0, "nobody holds a plan");
+
+    // A plan held outside the cache (as a CUDA graph of it requires: `PlanGraph` borrows the
+    // caller's `Arc`) pins its entry, though it is the least recently used.
+    let held = get(24).plan;
+    for rows in [40, 48, 56] {
+        drop(get(rows));
+    }
+    assert!(cache.contains(&key(24)), "a held plan is never evicted");
+    let stats = cache.stats();
+    assert!(stats.pinned_bytes > 0 && stats.bytes - stats.pinned_bytes <= stats.budget, "{stats:?}");
+    assert!(Arc::ptr_eq(&get(24).plan, &held), "the entry still shares the held plan");
+    // Let go, it is evicted like any other once it is the oldest.
+    drop(held);
+    for rows in [64, 72, 80] {
+        drop(get(rows));
+    }
+    assert!(!cache.contains(&key(24)));
+    let stats = cache.stats();
+    assert!(stats.bytes <= stats.budget && stats.pinned_bytes == 0, "{stats:?}");
+    assert_eq!(stats.builds, 10);
+    assert_eq!(stats.entries, cache.len());
+
+    // An entry heavier than the whole budget is built and handed out, not kept.
+    let tiny = PlanCache::in_memory().with_budget(weight / 2);
+    let built = tiny.get_or_build(&cudnn, &add_relu(8), &expect, &options).unwrap();
+    assert_eq!(built.source, CacheSource::Built);
+    assert!(tiny.is_empty());
+    assert_eq!((tiny.stats().evictions, tiny.stats().bytes), (1, 0));
+}
+
+#[test]
 fn cache_keys_separate_binding_sm_and_version() {
     let (Some(h200), Some(a100)) = (h200(), context("a100")) else { return };
     let cache = PlanCache::in_memory();

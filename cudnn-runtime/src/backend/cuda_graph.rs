@@ -108,6 +108,27 @@ impl ExecutionPlan {
 
 /// A CUDA graph of one execute (see [`ExecutionPlan::cuda_graph`]); it borrows the plan, whose
 /// kernels it launches. Not `Send`: CUDA graphs are not internally synchronized.
+///
+/// The borrow is what keeps a plan from a [`PlanCache`](crate::engines::PlanCache) alive, and its
+/// entry pinned, for as long as the graph lives: the cache hands out `Arc`s, a graph borrows the
+/// plan through the caller's, and the cache never evicts an entry whose plan is held outside it.
+/// A graph cannot outlive that `Arc`:
+///
+/// ```compile_fail,E0597
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::{BuildOptions, Cudnn, GraphMode, PlanGraph};
+/// use cudnn_graph::engines::PlanCache;
+/// use cudnn_graph::serialize::plan::Expect;
+/// fn record(cache: &PlanCache, cudnn: &Cudnn, graph: &cudnn_graph::Graph, io: &[u64]) {
+///     let recorded: PlanGraph<'_>;
+///     {
+///         let plan = cache.get_or_build(cudnn, graph, &Expect::default(), &BuildOptions::default()).unwrap().plan;
+///         // error[E0597]: `plan` does not live long enough
+///         recorded = unsafe { plan.cuda_graph(cudnn, io, 0, GraphMode::Auto) }.unwrap();
+///     }
+///     recorded.launch().unwrap();
+/// }
+/// ```
 pub struct PlanGraph<'p> {
     kind: GraphKind,
     plan: &'p ExecutionPlan,

@@ -18,7 +18,13 @@
 //! device-properties JSON — and whose graph equals its own (the fingerprint leaves names out); for
 //! another context the payload is loaded once more and that plan is kept beside the first (at
 //! most [`SHARED_PLANS`] per entry). Shared plans keep the cuDNN handle and CUDA context they
-//! were made with alive until the entry is replaced or [`PlanCache::clear`]ed.
+//! were made with alive until the entry is replaced, evicted or [`PlanCache::clear`]ed.
+//!
+//! **Budget.** The memory tier keeps within a byte budget ([`PlanCache::with_budget`], default
+//! [`DEFAULT_BUDGET_BYTES`]), evicting the least recently used entry first; an entry whose plan is
+//! held outside the cache (by a caller, or by a CUDA graph that replays it, which borrows the
+//! caller's `Arc`) is pinned and never evicted. [`PlanCache::stats`] gives hits, misses, builds,
+//! evictions and the bytes held; hits, misses and evictions are traced (`tracing::debug!`).
 //!
 //! **Threads.** The cache is `Send + Sync`: one `Mutex` around the map, held only to look up or
 //! insert, never while cuDNN works. Share it with an `Arc`, or a `static`.
@@ -54,7 +60,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::io::Write;
@@ -63,6 +68,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::lru::{Evicted, Lru, Weigh};
 use crate::backend::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, Fusion, NumericalNote};
 use crate::serialize::plan::{
     load_payload, parse_payload, parse_signed_payload, write, EngineRecord, Expect, Payload, PayloadError, PayloadKey,
@@ -190,17 +196,32 @@ pub struct CachedPlan {
     pub elapsed: Duration,
 }
 
-/// Hit and miss counts of a [`PlanCache`].
+/// The counters of a [`PlanCache`] ([`PlanCache::stats`]): lookups, builds, evictions, and the
+/// bytes held against the budget.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
     /// Hits in memory.
     pub memory_hits: u64,
     /// Hits on disk.
     pub disk_hits: u64,
-    /// Misses (plans built).
+    /// Lookups that found no entry to use.
     pub misses: u64,
+    /// Plans made after a miss (a miss whose build failed is not one).
+    pub builds: u64,
     /// Entries ignored with a warning.
     pub ignored: u64,
+    /// Memory entries evicted to keep within the budget (an entry heavier than the whole budget,
+    /// not kept, counts as one).
+    pub evictions: u64,
+    /// Memory entries held now.
+    pub entries: usize,
+    /// Bytes held now (see [`PlanCache::with_budget`] for what an entry weighs).
+    pub bytes: usize,
+    /// Of `bytes`, those of entries pinned now: a plan held outside the cache (by a caller, or
+    /// borrowed by a CUDA graph that replays it) is never evicted.
+    pub pinned_bytes: usize,
+    /// The budget in bytes.
+    pub budget: usize,
 }
 
 /// What [`PlanCache::seed_from_dir`] loaded.
@@ -216,13 +237,15 @@ pub struct SeedReport {
 /// if one is given. The [`cache`](self) module documentation gives the design (keys, sharing,
 /// the on-disk format and its safety); `Send + Sync`.
 pub struct PlanCache {
-    entries: Mutex<HashMap<PlanKey, Entry>>,
+    entries: Mutex<Lru<PlanKey, Entry>>,
     dir: Option<PathBuf>,
     key: Option<PayloadKey>,
     memory_hits: AtomicU64,
     disk_hits: AtomicU64,
     misses: AtomicU64,
+    builds: AtomicU64,
     ignored: AtomicU64,
+    evictions: AtomicU64,
 }
 
 impl fmt::Debug for PlanCache {
@@ -241,11 +264,31 @@ impl Default for PlanCache {
 /// asked for it); past that the oldest is let go (its holders keep it).
 pub const SHARED_PLANS: usize = 8;
 
+/// The memory budget of a [`PlanCache`] unless [`PlanCache::with_budget`] sets another: 256 MiB,
+/// about a thousand plans of the sizes measured (see [`PlanCache::with_budget`]).
+pub const DEFAULT_BUDGET_BYTES: usize = 256 << 20;
+
 /// A memory entry: a payload, without structure (lookups always bring the graph), and the plans
 /// loaded from it, shared.
 struct Entry {
     payload: Arc<Payload>,
+    /// The payload's size as serialized.
+    payload_bytes: usize,
     plans: Vec<Arc<ExecutionPlan>>,
+}
+
+impl Weigh for Entry {
+    /// The payload, and each loaded plan as much again: cuDNN's host-side state of a plan is not
+    /// observable, and its JSON (most of the payload) is that state serialized.
+    fn bytes(&self) -> usize {
+        self.payload_bytes.saturating_mul(1 + self.plans.len())
+    }
+
+    /// Whether a plan of the entry is held outside the cache: by a caller's `Arc`, which is also
+    /// what a CUDA graph of the plan borrows ([`crate::backend::PlanGraph`] cannot outlive it).
+    fn pinned(&self) -> bool {
+        self.plans.iter().any(|p| Arc::strong_count(p) > 1)
+    }
 }
 
 /// Whether `plan` serves a caller of `graph` on `cudnn` as well as a plan it loaded itself.
@@ -323,14 +366,38 @@ impl PlanCache {
     /// A cache in memory only.
     pub fn in_memory() -> Self {
         PlanCache {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Lru::new(DEFAULT_BUDGET_BYTES)),
             dir: None,
             key: None,
             memory_hits: AtomicU64::new(0),
             disk_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            builds: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
         }
+    }
+
+    /// Keeps the memory tier within `bytes` (the default is [`DEFAULT_BUDGET_BYTES`]), evicting
+    /// the least recently used entries (files in the directory stay). An entry weighs its payload
+    /// as serialized (a plan JSON with its record: 7–60 KiB for the graphs of the tests), and each
+    /// plan loaded from it as much again. An entry whose plan is held outside the cache — by a
+    /// caller, or borrowed by a CUDA graph ([`crate::backend::PlanGraph`]), which cannot outlive
+    /// the caller's `Arc` — is pinned: it is never evicted (evicting it would free nothing), so the
+    /// bytes exceed the budget by pinned entries only ([`CacheStats::pinned_bytes`]). An entry
+    /// heavier than the whole budget is not kept. Entries already held past a smaller budget are
+    /// evicted by the next insert.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::PlanCache;
+    /// let cache = PlanCache::in_memory().with_budget(64 << 20);
+    /// assert_eq!(cache.stats().budget, 64 << 20);
+    /// assert_eq!(cache.stats().bytes, 0);
+    /// ```
+    pub fn with_budget(self, bytes: usize) -> Self {
+        let entries = Mutex::new(Lru::new(bytes));
+        PlanCache { entries, ..self }
     }
 
     /// A cache in memory backed by directory `dir` (created if missing). Entries already there
@@ -362,7 +429,7 @@ impl PlanCache {
         self.dir.as_deref()
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<PlanKey, Entry>> {
+    fn entries(&self) -> MutexGuard<'_, Lru<PlanKey, Entry>> {
         // A panic elsewhere while the map was locked cannot leave it half-updated (every update
         // is one insert or remove), so a poisoned lock is still usable.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
@@ -388,13 +455,35 @@ impl PlanCache {
         self.entries().clear();
     }
 
-    /// Hit and miss counts so far.
+    /// The counters so far, and the bytes held now.
     pub fn stats(&self) -> CacheStats {
+        let entries = self.entries();
         CacheStats {
             memory_hits: self.memory_hits.load(Ordering::Relaxed),
             disk_hits: self.disk_hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
+            builds: self.builds.load(Ordering::Relaxed),
             ignored: self.ignored.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            entries: entries.len(),
+            bytes: entries.bytes(),
+            pinned_bytes: entries.pinned_bytes(),
+            budget: entries.budget(),
+        }
+    }
+
+    /// Counts and traces what an insert or update evicted.
+    fn evicted(&self, evicted: Evicted<PlanKey, Entry>) {
+        if evicted.entries.is_empty() {
+            return;
+        }
+        self.evictions.fetch_add(evicted.entries.len() as u64, Ordering::Relaxed);
+        for (key, _, bytes) in &evicted.entries {
+            tracing::debug!(
+                fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
+                bytes,
+                "plan cache eviction"
+            );
         }
     }
 
@@ -439,6 +528,7 @@ impl PlanCache {
             "plan cache miss"
         );
         let plan = Arc::new(make()?);
+        self.builds.fetch_add(1, Ordering::Relaxed);
         warnings.extend(self.insert(cudnn, &plan, expect));
         Ok(CachedPlan { plan, source: CacheSource::Built, warnings, elapsed: query.start.elapsed() })
     }
@@ -515,7 +605,7 @@ impl PlanCache {
         match loaded {
             Ok(Some((plan, payload))) => {
                 let plan = Arc::new(plan);
-                self.remember(key.clone(), payload, Some(plan.clone()));
+                self.remember(key.clone(), payload, bytes.len(), Some(plan.clone()));
                 self.disk_hits.fetch_add(1, Ordering::Relaxed);
                 q.hit(CacheSource::Disk, true);
                 Some((plan, CacheSource::Disk))
@@ -546,25 +636,37 @@ impl PlanCache {
     /// unshared.
     fn share(&self, q: &Lookup<'_>, payload: &Arc<Payload>, plan: ExecutionPlan) -> Arc<ExecutionPlan> {
         let mut entries = self.entries();
-        let Some(entry) = entries.get_mut(&q.key).filter(|e| Arc::ptr_eq(&e.payload, payload)) else {
+        if !entries.get(&q.key).is_some_and(|e| Arc::ptr_eq(&e.payload, payload)) {
             return Arc::new(plan);
-        };
-        if let Some(other) = entry.plans.iter().find(|p| serves(p, q.cudnn, q.graph)) {
-            return other.clone();
-        }
-        if entry.plans.len() == SHARED_PLANS {
-            entry.plans.remove(0);
         }
         let plan = Arc::new(plan);
-        entry.plans.push(plan.clone());
-        plan
+        let shared = entries.update(&q.key, |entry| {
+            if let Some(other) = entry.plans.iter().find(|p| serves(p, q.cudnn, q.graph)) {
+                return other.clone();
+            }
+            if entry.plans.len() == SHARED_PLANS {
+                entry.plans.remove(0);
+            }
+            entry.plans.push(plan.clone());
+            plan.clone()
+        });
+        drop(entries);
+        match shared {
+            Some((shared, evicted)) => {
+                self.evicted(evicted);
+                shared
+            }
+            None => plan,
+        }
     }
 
     /// Keeps a payload in memory, without its structure (lookups always bring the graph), with
     /// the plan made from it if there is one; replaces the entry for `key`.
-    fn remember(&self, key: PlanKey, payload: Payload, plan: Option<Arc<ExecutionPlan>>) {
+    fn remember(&self, key: PlanKey, payload: Payload, payload_bytes: usize, plan: Option<Arc<ExecutionPlan>>) {
         let payload = Arc::new(Payload { structure: None, ..payload });
-        self.entries().insert(key, Entry { payload, plans: plan.into_iter().collect() });
+        let entry = Entry { payload, payload_bytes, plans: plan.into_iter().collect() };
+        let evicted = self.entries().insert(key, entry);
+        self.evicted(evicted);
     }
 
     /// Stores `plan` (its selected candidate, made with `cudnn`) under its key, in memory (the
@@ -588,7 +690,7 @@ impl PlanCache {
             }
         };
         match self.parse(&bytes) {
-            Ok(payload) => self.remember(key.clone(), payload, Some(plan.clone())),
+            Ok(payload) => self.remember(key.clone(), payload, bytes.len(), Some(plan.clone())),
             Err(e) => warn(&mut warnings, None, format!("the payload written for {key} does not read back: {e}")),
         }
         if let Some(path) = self.path_of(&key) {
@@ -615,14 +717,14 @@ impl PlanCache {
                 continue;
             }
             let parsed = match read_entry(&path) {
-                Ok(b) => self.parse(&b).map_err(|e| e.to_string()),
+                Ok(b) => self.parse(&b).map(|p| (p, b.len())).map_err(|e| e.to_string()),
                 Err(EntryRead::Io(e)) => Err(e.to_string()),
                 Err(EntryRead::TooLarge(len)) => Err(PayloadError::TooLarge(len).to_string()),
             };
             match parsed {
-                Ok(payload) => match PlanKey::of_record(&payload.plan) {
+                Ok((payload, bytes)) => match PlanKey::of_record(&payload.plan) {
                     Some(key) => {
-                        self.remember(key, payload, None);
+                        self.remember(key, payload, bytes, None);
                         report.seeded += 1;
                     }
                     None => warn(&mut report.warnings, Some(&path), "skipped: its graph fingerprint is not hex".into()),

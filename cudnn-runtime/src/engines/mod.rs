@@ -5,8 +5,8 @@
 //!    to cuDNN or to an engine written in Rust (the CPU reference among them).
 //! 2. [`autotune`](fn@autotune): times every built candidate of a plan and selects the fastest.
 //! 3. [`cache`]: a [`PlanCache`] (in memory, optionally on disk) makes warm starts skip
-//!    heuristics and compilation; it is `Sync` and hands out shared plans
-//!    (`Arc<ExecutionPlan>`).
+//!    heuristics and compilation; it is `Sync`, hands out shared plans (`Arc<ExecutionPlan>`)
+//!    and keeps within a byte budget, least recently used first (`lru.rs`).
 //!
 //! These sat in `backend` before; they moved here because they use the backend *and* the
 //! reference executor (and plan payloads), so the backend can stay below them.
@@ -14,7 +14,11 @@
 mod autotune;
 pub mod cache;
 pub mod engine;
+mod lru;
 
 pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
-pub use cache::{CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, SHARED_PLANS};
+pub use cache::{
+    CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, DEFAULT_BUDGET_BYTES,
+    SHARED_PLANS,
+};
 pub use engine::{Engine, EngineId, Router};
