@@ -43,6 +43,9 @@ struct PlanJson {
 struct OperationGraph {
     tensors: Vec<TensorJson>,
     nodes: Vec<BTreeMap<String, serde_json::Value>>,
+    /// Written (as `true`) only for a dynamic-shape operation graph.
+    #[serde(rename = "isDynamicShapeEnabled", default)]
+    is_dynamic_shape_enabled: bool,
 }
 
 #[derive(Deserialize)]
@@ -80,8 +83,14 @@ impl fmt::Display for List<'_> {
     }
 }
 
+/// What a plan JSON that passed [`check`] says of itself.
+pub(crate) struct Checked {
+    /// Its operation graph is dynamic-shape (`isDynamicShapeEnabled`).
+    pub(crate) dynamic_shape: bool,
+}
+
 /// Checks `json` against the lowering of `graph` for `cudnn` (see the module docs).
-pub(crate) fn check(json: &str, graph: &Graph, manifest: &Manifest, cudnn: &Cudnn) -> Result<(), PlanMismatch> {
+pub(crate) fn check(json: &str, graph: &Graph, manifest: &Manifest, cudnn: &Cudnn) -> Result<Checked, PlanMismatch> {
     let plan: PlanJson = serde_json::from_str(json).map_err(|e| PlanMismatch::Malformed(e.to_string()))?;
     if usize::try_from(plan.cudnn_version).ok() != Some(cudnn.version()) {
         return Err(PlanMismatch::CudnnVersion { plan: plan.cudnn_version, runtime: cudnn.version() });
@@ -187,5 +196,5 @@ pub(crate) fn check(json: &str, graph: &Graph, manifest: &Manifest, cudnn: &Cudn
     if operations != graph_ops {
         return Err(PlanMismatch::Operations { plan: operations, graph: graph_ops });
     }
-    Ok(())
+    Ok(Checked { dynamic_shape: plan.operation_graph.is_dynamic_shape_enabled })
 }

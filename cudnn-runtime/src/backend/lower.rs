@@ -158,12 +158,15 @@ fn tensor_descriptor(tensor: &Tensor, node: &Node) -> Result<Descriptor, Backend
 
 /// Lowers a validated graph for `cudnn`: online graphs carry the handle (without it cuDNN 9.19
 /// offers engine configs that fail at execute); deviceless ones get the device properties at
-/// heuristics and plan time instead.
-pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn) -> Result<LoweredGraph, BackendError> {
+/// heuristics and plan time instead. `dynamic_shape` sets cuDNN's dynamic-shape flag.
+pub(crate) fn lower(graph: &Graph, cudnn: &Cudnn, dynamic_shape: bool) -> Result<LoweredGraph, BackendError> {
     let Operations { operations, mut parts, internals } = lower_operations(graph, cudnn)?;
     let mut operation_graph = Descriptor::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
     let refs: Vec<&Descriptor> = operations.iter().collect();
     operation_graph.set_descriptors(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &refs)?;
+    if dynamic_shape {
+        operation_graph.set_bool(A::CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, true)?;
+    }
     match cudnn.binding() {
         Binding::Handle(handle) => operation_graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?,
         Binding::DeviceProperties(_) => {}

@@ -55,7 +55,8 @@ mod variant;
 pub use cudarc;
 
 pub use crate::cudnn::{
-    cuda_context, libraries_present, probe_libraries, Cudnn, CudnnError, DriverProbe, GpuProbe, LibraryProbe, Status,
+    cuda_context, libraries_present, probe_libraries, Cudnn, CudnnError, DriverProbe, GpuProbe, KernelCache,
+    LibraryProbe, Status,
 };
 pub use candidate::{
     BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::candidate::{BehaviorNote, Candidate, Filter, HeuristicMode, Knob, NumericalNote, Rejection};
+use crate::cudnn::KernelCache;
 
 /// How [`ExecutionPlan::build`](super::ExecutionPlan::build) chooses a plan: which heuristics to ask, which candidates to
 /// bar, and how many plans to build.
@@ -70,6 +71,12 @@ pub struct BuildOptions {
     /// Whether a graph that cuDNN cannot plan as one kernel may run as several
     /// ([`Fusion::Auto`], the default) or must fail ([`Fusion::Single`]).
     pub fusion: Fusion,
+    /// Dynamic shapes: when set, the operation graph is built with cuDNN's dynamic-shape flag
+    /// (`CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED`) and every plan is finalized with
+    /// this kernel cache, whose compiled kernels the plans of every shape of the graph's
+    /// structure share ([`BuildOptions::dynamic_shapes`]; a
+    /// [`PlanCache`](crate::engines::PlanCache) hands out one cache per structure).
+    pub kernel_cache: Option<KernelCache>,
 }
 
 /// How many kernels a graph may become ([`BuildOptions::fusion`]).
@@ -106,6 +113,7 @@ impl Default for BuildOptions {
             engine: None,
             candidate: None,
             fusion: Fusion::Auto,
+            kernel_cache: None,
         }
     }
 }
@@ -120,6 +128,13 @@ impl BuildOptions {
     /// Heuristic modes to query, in this order.
     pub fn modes(mut self, modes: &[HeuristicMode]) -> Self {
         self.heuristics = modes.to_vec();
+        self
+    }
+
+    /// Builds dynamic-shape operation graphs whose plans share `cache`'s compiled kernels (see
+    /// [`BuildOptions::kernel_cache`]).
+    pub fn dynamic_shapes(mut self, cache: KernelCache) -> Self {
+        self.kernel_cache = Some(cache);
         self
     }
 

@@ -18,7 +18,7 @@ use super::pack::PackSlots;
 use super::partition::{self, Cut, CutReason, Place, Refusals};
 use super::variant::VariantLayout;
 use super::{binding, BackendError, Cudnn};
-use crate::cudnn::{Anchor, Binding, Descriptor, Internals};
+use crate::cudnn::{Anchor, Binding, Descriptor, Internals, KernelCache};
 use crate::ir::{batchnorm_as_pointwise, Graph, Rewrite, Rewritten, TensorId};
 
 /// One finalized plan: the candidate it was built from and the workspace it needs (its
@@ -36,6 +36,9 @@ pub(crate) struct PlanDescriptor {
     plan: Descriptor,
     _config: Descriptor,
     _parts: Vec<Descriptor>,
+    /// The kernel cache the plan was finalized with: its kernels live there, so it lives as long
+    /// as the plan.
+    _kernels: Option<KernelCache>,
 }
 
 /// Every cuDNN descriptor a plan part owns, behind its lock ([`PlanPart::descriptors`]):
@@ -135,6 +138,8 @@ pub struct PlanPart {
     identity: bool,
     /// Bytes this part writes into the arena.
     arena_writes: usize,
+    /// Planned as a dynamic-shape operation graph with a kernel cache.
+    dynamic_shape: bool,
     descriptors: Mutex<Descriptors>,
 }
 
@@ -493,6 +498,13 @@ impl ExecutionPlan {
         self.parts.len() > 1
     }
 
+    /// Whether every part was planned as a dynamic-shape operation graph with a kernel cache
+    /// ([`BuildOptions::kernel_cache`]; a part cuDNN plans only as an ordinary graph is one);
+    /// for a plan loaded from JSON, whether its JSON says so.
+    pub fn is_dynamic_shape(&self) -> bool {
+        self.parts.iter().all(PlanPart::is_dynamic_shape)
+    }
+
     /// Bytes at the front of the workspace that hold the tensors parts exchange (0 for a plan of
     /// one part).
     pub fn arena_bytes(&self) -> usize {
@@ -602,7 +614,11 @@ impl ExecutionPlan {
 }
 
 impl PlanPart {
-    /// Lowers, plans and builds `graph` (validated by the caller) as one kernel.
+    /// Lowers, plans and builds `graph` (validated by the caller) as one kernel. With
+    /// [`BuildOptions::kernel_cache`], as a dynamic-shape operation graph whose plans use the
+    /// cache; where cuDNN plans no such graph (cuDNN 9.19 proposes no engine for a dynamic-shape
+    /// graph of pointwise ops alone, nor for attention backward), as an ordinary one
+    /// ([`PlanPart::is_dynamic_shape`] says which).
     fn build(
         cudnn: &Cudnn,
         graph: Graph,
@@ -610,12 +626,37 @@ impl PlanPart {
         cut: Option<Cut>,
         options: &BuildOptions,
     ) -> Result<PlanPart, BackendError> {
+        let Some(kernels) = &options.kernel_cache else {
+            return Self::build_with(cudnn, graph, nodes, cut, options, None);
+        };
+        match Self::build_with(cudnn, graph.clone(), nodes.clone(), cut.clone(), options, Some(kernels)) {
+            Err(BackendError::NoPlan { candidates, .. }) => {
+                tracing::debug!(
+                    candidates = candidates.len(),
+                    "no plan for the dynamic-shape operation graph: planning it as an ordinary one"
+                );
+                Self::build_with(cudnn, graph, nodes, cut, options, None)
+            }
+            done => done,
+        }
+    }
+
+    /// [`PlanPart::build`], dynamic-shape with `kernels` or not.
+    fn build_with(
+        cudnn: &Cudnn,
+        graph: Graph,
+        nodes: Vec<String>,
+        cut: Option<Cut>,
+        options: &BuildOptions,
+        kernels: Option<&KernelCache>,
+    ) -> Result<PlanPart, BackendError> {
         let mut timings = BuildTimings::default();
         let start = Instant::now();
         graph.validate()?;
         timings.validate = start.elapsed();
         let start = Instant::now();
-        let lowered = lower::lower(&graph, cudnn).inspect_err(|e| tracing::debug!(error = %e, "lowering failed"))?;
+        let lowered = lower::lower(&graph, cudnn, kernels.is_some())
+            .inspect_err(|e| tracing::debug!(error = %e, "lowering failed"))?;
         timings.lower = start.elapsed();
         tracing::debug!(elapsed_us = crate::micros(timings.lower), "lowered");
         let mut candidates = Vec::new();
@@ -659,7 +700,7 @@ impl PlanPart {
             let stop = !options.build_all && !built.is_empty();
             if candidate.state == CandidateState::Untried && wanted && !stop {
                 let start = Instant::now();
-                let tried = try_build(cudnn, descriptor, parts, &candidate, options);
+                let tried = try_build(cudnn, &lowered.operation_graph, kernels, descriptor, parts, &candidate, options);
                 let took = start.elapsed();
                 timings.plan_build += took;
                 let (index, tag, elapsed_us) = (candidate.index, candidate.tag(), crate::micros(took));
@@ -708,6 +749,7 @@ impl PlanPart {
             sources: Vec::new(),
             identity: false,
             arena_writes: 0,
+            dynamic_shape: kernels.is_some(),
             descriptors: Mutex::new(Descriptors { packs: PackSlots::new(), plans, _lowered: Some(lowered) }),
         })
     }
@@ -728,7 +770,7 @@ impl PlanPart {
         // cuDNN rebuilds the plan from the JSON's own description of the operation graph, and a
         // malformed one can crash it: the JSON must describe this graph exactly first.
         let manifest = lower::manifest(&graph, cudnn)?;
-        binding::check(json, &graph, &manifest, cudnn)
+        let checked = binding::check(json, &graph, &manifest, cudnn)
             .map_err(|m| BackendError::PlanMismatch { graph: graph.name.clone(), mismatch: Box::new(m) })?;
         timings.lower = start.elapsed();
         let start = Instant::now();
@@ -754,7 +796,7 @@ impl PlanPart {
         timings.plan_build = start.elapsed();
         tracing::debug!(tag = %candidate.tag(), workspace, elapsed_us = crate::micros(timings.plan_build), "plan loaded");
         let layout = VariantLayout::with_internals(&graph, &manifest.internals);
-        let plans = vec![PlanDescriptor { plan, _config: config, _parts: Vec::new() }];
+        let plans = vec![PlanDescriptor { plan, _config: config, _parts: Vec::new(), _kernels: None }];
         Ok(PlanPart {
             graph,
             nodes,
@@ -767,6 +809,8 @@ impl PlanPart {
             sources: Vec::new(),
             identity: false,
             arena_writes: 0,
+            // cuDNN loads a dynamic-shape plan with its kernel in the JSON, without a cache.
+            dynamic_shape: checked.dynamic_shape,
             descriptors: Mutex::new(Descriptors { packs: PackSlots::new(), plans, _lowered: None }),
         })
     }
@@ -775,6 +819,12 @@ impl PlanPart {
     /// parts as its inputs and outputs (named as in the plan's graph).
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// Whether the part was planned as a dynamic-shape operation graph with a kernel cache
+    /// ([`BuildOptions::kernel_cache`]); for a part loaded from JSON, whether its JSON says so.
+    pub fn is_dynamic_shape(&self) -> bool {
+        self.dynamic_shape
     }
 
     /// The names of the plan graph's nodes it runs, in order.
@@ -883,8 +933,11 @@ impl std::fmt::Display for PlanPart {
 
 /// Check support, then build: the workspace limit is applied before compiling when cuDNN reports
 /// the config's workspace, and after finalizing otherwise.
+#[allow(clippy::too_many_arguments)]
 fn try_build(
     cudnn: &Cudnn,
+    operation_graph: &Descriptor,
+    kernels: Option<&KernelCache>,
     config: Descriptor,
     parts: Vec<Descriptor>,
     candidate: &Candidate,
@@ -907,14 +960,17 @@ fn try_build(
             // The operation graph carries the handle.
             Binding::Handle(_) => {}
         }
-        plan.finalize()?;
+        match kernels {
+            Some(cache) => cache.finalize_plan(plan, operation_graph)?,
+            None => plan.finalize()?,
+        }
         workspace_of(plan)
     };
     let workspace = finalize(&mut plan).map_err(Rejection::from_error)?;
     if let Some(r) = over(workspace) {
         return Err(r);
     }
-    let descriptor = PlanDescriptor { plan, _config: config, _parts: parts };
+    let descriptor = PlanDescriptor { plan, _config: config, _parts: parts, _kernels: kernels.cloned() };
     Ok((BuiltPlan { candidate: candidate.index, workspace }, descriptor))
 }
 

@@ -10,6 +10,8 @@
 //! - `calls`: typed wrappers of the calls on a finalized plan that are not about one
 //!   descriptor's attributes (execute, CUDA-graph populate and update);
 //! - `cuda_graph`: an RAII CUDA graph populated by cuDNN (create, instantiate, launch, update);
+//! - `kernel_cache`: cuDNN's kernel cache ([`KernelCache`]), shared by the plans of one graph
+//!   structure built with dynamic shapes;
 //! - `node` and `port`: the node-lowering context the op families' `lower.rs` get ([`NodeCx`]).
 //!
 //! Public items are re-exported by [`crate::backend`]; the module itself is private.
@@ -24,6 +26,8 @@ mod cuda_graph;
 mod descriptor;
 #[cfg(feature = "cudnn")]
 mod error;
+#[cfg(feature = "cudnn")]
+mod kernel_cache;
 #[cfg(feature = "cudnn")]
 mod library;
 #[cfg(feature = "cudnn")]
@@ -46,6 +50,8 @@ pub(crate) use descriptor::{Descriptor, Label, Record};
 pub(crate) use error::{cudnn_message, with_call_failures};
 #[cfg(feature = "cudnn")]
 pub use error::{CudnnError, Status};
+#[cfg(feature = "cudnn")]
+pub use kernel_cache::KernelCache;
 #[cfg(feature = "cudnn")]
 pub use library::libraries_present;
 #[cfg(feature = "cudnn")]

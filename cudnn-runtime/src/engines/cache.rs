@@ -69,7 +69,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::lru::{Evicted, Lru, Weigh};
-use crate::backend::{BehaviorNote, BuildOptions, Cudnn, ExecutionPlan, Fusion, NumericalNote};
+use crate::backend::{
+    BehaviorNote, BuildOptions, Cudnn, EngineConfig, ExecutionPlan, Fusion, KernelCache, NumericalNote,
+};
 use crate::serialize::plan::{
     load_payload, parse_payload, parse_signed_payload, write, EngineRecord, Expect, Payload, PayloadError, PayloadKey,
     PlanOrigin, PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
@@ -146,6 +148,50 @@ impl fmt::Display for PlanKey {
     }
 }
 
+/// What a kernel cache is filed under ([`PlanCache::dynamic_shapes`]): the graph's structure
+/// without its extents, on one SM and cuDNN version.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StructureKey {
+    /// [`Graph::structure_fingerprint`].
+    pub structure_fingerprint: u64,
+    /// The target's compute capability.
+    pub sm: Option<u32>,
+    /// `cudnnGetVersion()`.
+    pub cudnn_version: usize,
+}
+
+impl StructureKey {
+    /// The structure key of `graph` planned by `cudnn`.
+    pub fn new(cudnn: &Cudnn, graph: &Graph) -> Self {
+        StructureKey {
+            structure_fingerprint: graph.structure_fingerprint(),
+            sm: cudnn.sm(),
+            cudnn_version: cudnn.version(),
+        }
+    }
+}
+
+/// The kernel cache of one structure, and the engine its first dynamic-shape plan selected.
+struct Kernels {
+    cache: KernelCache,
+    /// The cache's JSON size when last weighed (after each plan built with it).
+    bytes: usize,
+    /// The engine and knobs of the first dynamic-shape plan of one part made with the cache:
+    /// a new shape is planned with it (no heuristics), its kernels found in the cache.
+    engine: Option<EngineConfig>,
+}
+
+impl Weigh for Kernels {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Held by a plan made with it (its kernels live there) or by a caller's clone.
+    fn pinned(&self) -> bool {
+        self.cache.holders() > 1
+    }
+}
+
 /// Where a [`CachedPlan`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CacheSource {
@@ -210,13 +256,18 @@ pub struct CacheStats {
     pub builds: u64,
     /// Entries ignored with a warning.
     pub ignored: u64,
-    /// Memory entries evicted to keep within the budget (an entry heavier than the whole budget,
-    /// not kept, counts as one).
+    /// Memory entries and kernel caches evicted to keep within their budgets (an entry heavier
+    /// than the whole budget, not kept, counts as one).
     pub evictions: u64,
     /// Memory entries held now.
     pub entries: usize,
     /// Bytes held now (see [`PlanCache::with_budget`] for what an entry weighs).
     pub bytes: usize,
+    /// Kernel caches held now ([`PlanCache::dynamic_shapes`]).
+    pub kernel_caches: usize,
+    /// Their bytes: each cache's JSON (`CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION`), its
+    /// compiled kernels serialized, measured after each plan built with it.
+    pub kernel_bytes: usize,
     /// Of `bytes`, those of entries pinned now: a plan held outside the cache (by a caller, or
     /// borrowed by a CUDA graph that replays it) is never evicted.
     pub pinned_bytes: usize,
@@ -246,6 +297,8 @@ pub struct PlanCache {
     builds: AtomicU64,
     ignored: AtomicU64,
     evictions: AtomicU64,
+    /// Kernel caches by structure, with [`PlanCache::dynamic_shapes`].
+    kernels: Option<Mutex<Lru<StructureKey, Kernels>>>,
 }
 
 impl fmt::Debug for PlanCache {
@@ -375,7 +428,119 @@ impl PlanCache {
             builds: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            kernels: None,
         }
+    }
+
+    /// Plans every graph this cache builds ([`PlanCache::get_or_build`]) as a dynamic-shape
+    /// operation graph with the kernel cache of its structure ([`StructureKey`]: one per graph
+    /// structure whatever its extents, so every shape of a `graph!` type with `dyn` dims shares
+    /// one), and plans a new shape with the engine the structure's first plan selected, without
+    /// heuristics: a new shape costs lowering, one engine config and a plan finalize that finds
+    /// its kernels compiled. Where that engine does not plan the new shape, heuristics run as
+    /// usual; where cuDNN plans no dynamic-shape graph of the structure, the plan is an ordinary
+    /// one ([`ExecutionPlan::is_dynamic_shape`]). Options that choose the engine themselves
+    /// (`engine`, `candidate`, `build_all`, or a `kernel_cache` of their own) are kept as given.
+    /// Kernel caches are kept within `kernel_budget` bytes, least recently used first; one held
+    /// by a plan (its kernels live there) is never evicted.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::{PlanCache, DEFAULT_BUDGET_BYTES};
+    /// let cache = PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES);
+    /// assert_eq!(cache.stats().kernel_caches, 0);
+    /// ```
+    pub fn dynamic_shapes(self, kernel_budget: usize) -> Self {
+        PlanCache { kernels: Some(Mutex::new(Lru::new(kernel_budget))), ..self }
+    }
+
+    /// The kernel cache this cache plans `graph`'s structure with, made if there is none; `None`
+    /// without [`PlanCache::dynamic_shapes`].
+    pub fn kernel_cache(&self, cudnn: &Cudnn, graph: &Graph) -> Option<KernelCache> {
+        let (cache, _) = self.kernels_of(&StructureKey::new(cudnn, graph))?;
+        Some(cache)
+    }
+
+    /// The kernel cache of `key` and the engine recorded for it; made if missing.
+    fn kernels_of(&self, key: &StructureKey) -> Option<(KernelCache, Option<EngineConfig>)> {
+        let mut kernels = self.kernels.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = kernels.get(key) {
+            return Some((k.cache.clone(), k.engine.clone()));
+        }
+        let cache = KernelCache::new();
+        let evicted = kernels.insert(key.clone(), Kernels { cache: cache.clone(), bytes: 0, engine: None });
+        drop(kernels);
+        self.evicted_kernels(evicted);
+        Some((cache, None))
+    }
+
+    /// After `plan` was built with `key`'s kernel cache: records its engine (the first time) and
+    /// weighs the cache again.
+    fn built_with_kernels(&self, key: &StructureKey, cache: &KernelCache, plan: &ExecutionPlan) {
+        let Some(kernels) = &self.kernels else { return };
+        let engine = match (plan.is_dynamic_shape(), plan.parts()) {
+            (true, [part]) => {
+                part.selected().engine_id.map(|id| EngineConfig { id, knobs: part.selected().knobs.clone() })
+            }
+            _ => None,
+        };
+        // cuDNN serializes the cache outside the lock of the map (not of the cache).
+        let bytes = cache.json().ok().flatten().map_or(0, |j| j.len());
+        let mut held = kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        let updated = held.update(key, |k| {
+            if k.cache == *cache {
+                k.bytes = bytes;
+                if k.engine.is_none() {
+                    k.engine = engine;
+                }
+            }
+        });
+        drop(held);
+        if let Some(((), evicted)) = updated {
+            self.evicted_kernels(evicted);
+        }
+    }
+
+    /// Counts and traces kernel caches evicted.
+    fn evicted_kernels(&self, evicted: Evicted<StructureKey, Kernels>) {
+        self.evictions.fetch_add(evicted.entries.len() as u64, Ordering::Relaxed);
+        for (key, _, bytes) in &evicted.entries {
+            tracing::debug!(
+                structure = format_args!("{:#018x}", key.structure_fingerprint),
+                bytes,
+                "kernel cache eviction"
+            );
+        }
+    }
+
+    /// Builds `graph` for [`PlanCache::get_or_build`]: as asked, or with the structure's kernel
+    /// cache and engine under [`PlanCache::dynamic_shapes`].
+    fn build(&self, cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> crate::Result<ExecutionPlan> {
+        let chooses = options.engine.is_some()
+            || options.candidate.is_some()
+            || options.build_all
+            || options.kernel_cache.is_some();
+        let key = StructureKey::new(cudnn, graph);
+        let kernels = if chooses { None } else { self.kernels_of(&key) };
+        let Some((cache, engine)) = kernels else {
+            return Ok(ExecutionPlan::build(cudnn, graph, options)?);
+        };
+        let dynamic = options.clone().dynamic_shapes(cache.clone());
+        let built = match engine {
+            Some(engine) => {
+                let known = BuildOptions { engine: Some(engine), ..dynamic.clone() };
+                match ExecutionPlan::build(cudnn, graph, &known) {
+                    Ok(plan) => Ok(plan),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the structure's engine does not plan this shape: heuristics");
+                        ExecutionPlan::build(cudnn, graph, &dynamic)
+                    }
+                }
+            }
+            None => ExecutionPlan::build(cudnn, graph, &dynamic),
+        }?;
+        self.built_with_kernels(&key, &cache, &built);
+        Ok(built)
     }
 
     /// Keeps the memory tier within `bytes` (the default is [`DEFAULT_BUDGET_BYTES`]), evicting
@@ -450,9 +615,13 @@ impl PlanCache {
         self.entries().contains_key(key)
     }
 
-    /// Forgets every entry held in memory, with the plans it shares (files stay).
+    /// Forgets every entry held in memory, with the plans it shares, and every kernel cache
+    /// (files stay; a plan still held elsewhere keeps its kernel cache).
     pub fn clear(&self) {
         self.entries().clear();
+        if let Some(kernels) = &self.kernels {
+            kernels.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
     }
 
     /// The counters so far, and the bytes held now.
@@ -469,6 +638,8 @@ impl PlanCache {
             bytes: entries.bytes(),
             pinned_bytes: entries.pinned_bytes(),
             budget: entries.budget(),
+            kernel_caches: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).len()),
+            kernel_bytes: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).bytes()),
         }
     }
 
@@ -502,7 +673,7 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        self.get_or_insert_with(cudnn, graph, expect, options, || Ok(ExecutionPlan::build(cudnn, graph, options)?))
+        self.get_or_insert_with(cudnn, graph, expect, options, || self.build(cudnn, graph, options))
     }
 
     /// [`PlanCache::get_or_build`] with the plan made by `make` on a miss (built with

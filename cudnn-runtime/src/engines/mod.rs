@@ -18,7 +18,7 @@ mod lru;
 
 pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
 pub use cache::{
-    CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, DEFAULT_BUDGET_BYTES,
-    SHARED_PLANS,
+    CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, StructureKey,
+    DEFAULT_BUDGET_BYTES, SHARED_PLANS,
 };
 pub use engine::{Engine, EngineId, Router};

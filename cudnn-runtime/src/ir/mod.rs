@@ -395,6 +395,60 @@ impl Graph {
         }
         h.finish()
     }
+
+    /// [`Graph::fingerprint`] without the extents: what graphs of one structure at any shape
+    /// share (the key of a kernel cache). Each tensor counts with its rank, its layout (the order
+    /// of its strides, largest first), which of its dims are 1 (those broadcast) and its type;
+    /// ops, attributes, uids and wiring as in [`Graph::fingerprint`].
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::{DataType, GraphBuilder};
+    /// let relu = |rows: i64| {
+    ///     let mut g = GraphBuilder::new("relu");
+    ///     let x = g.input("x", DataType::F16, &[rows, 256]).unwrap();
+    ///     let y = g.op("relu", &[x.into()], &[]).unwrap()[0];
+    ///     g.output(y, "y", DataType::F16).unwrap();
+    ///     g.build().unwrap()
+    /// };
+    /// assert_eq!(relu(64).structure_fingerprint(), relu(4096).structure_fingerprint());
+    /// assert_ne!(relu(64).fingerprint(), relu(4096).fingerprint());
+    /// // A dim of 1 broadcasts: another structure.
+    /// assert_ne!(relu(1).structure_fingerprint(), relu(64).structure_fingerprint());
+    /// ```
+    pub fn structure_fingerprint(&self) -> u64 {
+        let mut h = crate::Fnv::default();
+        h.write_str(&format!("{:?}", self.context));
+        for t in &self.tensors {
+            let mut order: Vec<usize> = (0..t.strides.len()).collect();
+            order.sort_by_key(|&i| (std::cmp::Reverse(t.strides[i]), i));
+            let ones: Vec<bool> = t.dims.iter().map(|&d| d == 1).collect();
+            h.write_str(&format!(
+                "T{}|{}|{:?}|{:?}|{}|{}|{:?}",
+                t.uid,
+                t.dims.len(),
+                order,
+                ones,
+                t.data_type,
+                t.is_virtual,
+                t.pass_by_value.map(f64::to_bits)
+            ));
+        }
+        for n in &self.nodes {
+            let wires = |ids: &[TensorId]| -> Vec<i64> {
+                ids.iter().map(|i| self.tensors.get(i.0).map_or(-1 - i.0 as i64, |t| t.uid)).collect()
+            };
+            h.write_str(&format!(
+                "N{}|{:?}|{:?}|{:?}|{}",
+                n.op.call_name(),
+                n.op.call_attrs(),
+                wires(&n.inputs),
+                wires(&n.outputs),
+                n.compute_data_type
+            ));
+        }
+        h.finish()
+    }
 }
 
 /// An attribute value as the DSL writes it: `6`, `0.5`, `[1, 1]`, `true`, `maxpool`.
