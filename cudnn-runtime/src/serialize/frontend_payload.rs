@@ -563,7 +563,7 @@ pub fn write_frontend_payload(
         // The context's dynamic-shape flag is how the plan was made (cudnn-frontend's
         // `set_dynamic_shape_enabled`), which the graph alone does not say.
         if let Some((_, Json::Obj(context))) = members.iter_mut().find(|(k, _)| k == "context") {
-            for (key, value) in context.iter_mut().filter(|(k, _)| k == "is_dynamic_shape_enabled") {
+            for (_, value) in context.iter_mut().filter(|(k, _)| k == "is_dynamic_shape_enabled") {
                 *value = Json::Bool(plan.is_dynamic_shape());
             }
         }
