@@ -133,6 +133,15 @@ fn graphs_cudnn_plans_only_as_ordinary_ones_fall_back() {
         assert_eq!(kernels.uses(), 0, "{what}");
         assert!(!kernels.is_finalized());
     }
+    // Through a plan cache with dynamic shapes: the structure is remembered as planning only
+    // statically, and its next shape is planned as an ordinary graph.
+    let cache = PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES);
+    let expect = Expect::default();
+    for rows in [64, 128] {
+        let built = cache.get_or_build(&cudnn, &add_relu(rows), &expect, &BuildOptions::default()).unwrap();
+        assert!(!built.plan.is_dynamic_shape());
+    }
+    assert_eq!(cache.kernel_cache(&cudnn, &add_relu(8)).unwrap().uses(), 0);
 }
 
 #[test]

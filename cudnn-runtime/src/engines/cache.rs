@@ -179,6 +179,10 @@ struct Kernels {
     /// The engine and knobs of the first dynamic-shape plan of one part made with the cache:
     /// a new shape is planned with it (no heuristics), its kernels found in the cache.
     engine: Option<EngineConfig>,
+    /// cuDNN planned no part of the structure as a dynamic-shape graph (attention backward and
+    /// graphs of pointwise ops alone, with cuDNN 9.19): later shapes are planned as ordinary
+    /// graphs at once.
+    static_only: bool,
 }
 
 impl Weigh for Kernels {
@@ -439,7 +443,8 @@ impl PlanCache {
     /// heuristics: a new shape costs lowering, one engine config and a plan finalize that finds
     /// its kernels compiled. Where that engine does not plan the new shape, heuristics run as
     /// usual; where cuDNN plans no dynamic-shape graph of the structure, the plan is an ordinary
-    /// one ([`ExecutionPlan::is_dynamic_shape`]). Options that choose the engine themselves
+    /// one ([`ExecutionPlan::is_dynamic_shape`]), and so are the structure's later plans, without
+    /// asking again. Options that choose the engine themselves
     /// (`engine`, `candidate`, `build_all`, or a `kernel_cache` of their own) are kept as given.
     /// Kernel caches are kept within `kernel_budget` bytes, least recently used first; one held
     /// by a plan (its kernels live there) is never evicted.
@@ -457,27 +462,30 @@ impl PlanCache {
     /// The kernel cache this cache plans `graph`'s structure with, made if there is none; `None`
     /// without [`PlanCache::dynamic_shapes`].
     pub fn kernel_cache(&self, cudnn: &Cudnn, graph: &Graph) -> Option<KernelCache> {
-        let (cache, _) = self.kernels_of(&StructureKey::new(cudnn, graph))?;
+        let (cache, _, _) = self.kernels_of(&StructureKey::new(cudnn, graph))?;
         Some(cache)
     }
 
-    /// The kernel cache of `key` and the engine recorded for it; made if missing.
-    fn kernels_of(&self, key: &StructureKey) -> Option<(KernelCache, Option<EngineConfig>)> {
+    /// The kernel cache of `key`, the engine recorded for it and whether the structure plans
+    /// only statically; made if missing.
+    fn kernels_of(&self, key: &StructureKey) -> Option<(KernelCache, Option<EngineConfig>, bool)> {
         let mut kernels = self.kernels.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(k) = kernels.get(key) {
-            return Some((k.cache.clone(), k.engine.clone()));
+            return Some((k.cache.clone(), k.engine.clone(), k.static_only));
         }
         let cache = KernelCache::new();
-        let evicted = kernels.insert(key.clone(), Kernels { cache: cache.clone(), bytes: 0, engine: None });
+        let entry = Kernels { cache: cache.clone(), bytes: 0, engine: None, static_only: false };
+        let evicted = kernels.insert(key.clone(), entry);
         drop(kernels);
         self.evicted_kernels(evicted);
-        Some((cache, None))
+        Some((cache, None, false))
     }
 
     /// After `plan` was built with `key`'s kernel cache: records its engine (the first time) and
     /// weighs the cache again.
     fn built_with_kernels(&self, key: &StructureKey, cache: &KernelCache, plan: &ExecutionPlan) {
         let Some(kernels) = &self.kernels else { return };
+        let static_only = plan.parts().iter().all(|p| !p.is_dynamic_shape());
         let engine = match (plan.is_dynamic_shape(), plan.parts()) {
             (true, [part]) => {
                 part.selected().engine_id.map(|id| EngineConfig { id, knobs: part.selected().knobs.clone() })
@@ -490,6 +498,7 @@ impl PlanCache {
         let updated = held.update(key, |k| {
             if k.cache == *cache {
                 k.bytes = bytes;
+                k.static_only = static_only;
                 if k.engine.is_none() {
                     k.engine = engine;
                 }
@@ -522,9 +531,12 @@ impl PlanCache {
             || options.kernel_cache.is_some();
         let key = StructureKey::new(cudnn, graph);
         let kernels = if chooses { None } else { self.kernels_of(&key) };
-        let Some((cache, engine)) = kernels else {
+        let Some((cache, engine, static_only)) = kernels else {
             return Ok(ExecutionPlan::build(cudnn, graph, options)?);
         };
+        if static_only {
+            return Ok(ExecutionPlan::build(cudnn, graph, options)?);
+        }
         let dynamic = options.clone().dynamic_shapes(cache.clone());
         let built = match engine {
             Some(engine) => {

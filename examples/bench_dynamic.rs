@@ -1,0 +1,194 @@
+//! Dynamic shapes on the GPU (issue 19): what a new shape of an already-built graph type costs
+//! on the host, with and without cuDNN's kernel cache, and what the dynamic-shape plans cost on
+//! the device against plans made for each shape by heuristics.
+//!
+//! ```text
+//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device] [--device-properties DEVPROP.json]
+//! ```
+//!
+//! With `--device-properties` (a deviceless context for the GPU it describes) only `host` runs.
+//!
+//! - `host`: for matmul + bias + relu (`[1, S, 4096] x [1, 4096, 4096]`), layer norm
+//!   (`[S, 4096]`), attention forward and backward (`[1, 16, S, 128]`, causal): the first shape
+//!   (S = 1024) built, then every other shape of S = 128 … 8192 (`--quick`: 4) built as a new
+//!   shape. `impl: static`: a plan cache without dynamic shapes (heuristics and compilation per
+//!   shape); `impl: dynamic`: `PlanCache::dynamic_shapes` (the structure's kernel cache and
+//!   engine). One line per shape: `host_ms` (the whole `get_or_build`), the build phases, whether
+//!   the plan is dynamic-shape and whether heuristics were skipped.
+//! - `device`: for each graph and S, the dynamic-shape plan (the engine the S = 1024 plan chose,
+//!   kernels from its cache) and the exact plan (heuristics for this S, no kernel cache), each
+//!   timed as autotuning times a candidate (`engines::measure`); `ratio` is dynamic / exact
+//!   (the issue's target: within 1.05).
+//!
+//! Every figure is one JSON object per line on stdout (`case`, `impl`, figures), as
+//! `examples/bench.rs` prints them.
+
+use std::time::Duration;
+
+use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
+use cudnn_graph::engines::{measure, AutotuneOptions, PlanCache, DEFAULT_BUDGET_BYTES};
+use cudnn_graph::ops::PointwiseMode;
+use cudnn_graph::serialize::plan::Expect;
+use cudnn_graph::{DataType, Graph, GraphBuilder, Operand};
+use serde_json::{json, Value};
+
+type Built = Result<Graph, Box<dyn std::error::Error>>;
+
+/// Inputs `names`, each of `dims`, bf16.
+fn inputs<const N: usize>(
+    g: &mut GraphBuilder,
+    names: [&str; N],
+    dims: &[i64],
+) -> Result<[Operand; N], Box<dyn std::error::Error>> {
+    let mut out = [Operand::Scalar(0.0); N];
+    for (slot, name) in out.iter_mut().zip(names) {
+        *slot = g.input(name, DataType::BF16, dims)?.into();
+    }
+    Ok(out)
+}
+
+/// `y = relu(a · b + bias)`, `[1, s, 4096] x [1, 4096, 4096]`, bf16.
+fn matmul_bias_relu(s: i64) -> Built {
+    let mut g = GraphBuilder::new("matmul_bias_relu");
+    let a = g.input("a", DataType::BF16, &[1, s, 4096])?;
+    let b = g.input("b", DataType::BF16, &[1, 4096, 4096])?;
+    let bias = g.input("bias", DataType::BF16, &[1, 1, 4096])?;
+    let c = g.matmul(a, b)?;
+    let d = g.pointwise(PointwiseMode::Add, &[c.into(), bias.into()])?;
+    let y = g.pointwise(PointwiseMode::Relu, &[d.into()])?;
+    g.output(y, "y", DataType::BF16)?;
+    Ok(g.build()?)
+}
+
+/// Layer norm (inference) of `[s, 4096]` bf16.
+fn layernorm(s: i64) -> Built {
+    let mut g = GraphBuilder::new("layernorm");
+    let x = g.input("x", DataType::BF16, &[s, 4096])?;
+    let scale = g.input("scale", DataType::F32, &[1, 4096])?;
+    let bias = g.input("bias", DataType::F32, &[1, 4096])?;
+    let ins = [x.into(), scale.into(), bias.into(), Operand::Scalar(1e-5)];
+    let outs = g.op("layernorm", &ins, &[])?;
+    g.output(outs[0], "y", DataType::BF16)?;
+    Ok(g.build()?)
+}
+
+/// Causal attention forward, `[1, 16, s, 128]` bf16.
+fn sdpa_forward(s: i64) -> Built {
+    let mut g = GraphBuilder::new("sdpa_fwd");
+    let qkv = inputs(&mut g, ["q", "k", "v"], &[1, 16, s, 128])?;
+    let outs = g.op("sdpa", &qkv, &[("causal".into(), true.into())])?;
+    g.output(outs[0], "o", DataType::BF16)?;
+    Ok(g.build()?)
+}
+
+/// Causal attention backward, `[1, 16, s, 128]` bf16.
+fn sdpa_backward(s: i64) -> Built {
+    let mut g = GraphBuilder::new("sdpa_bwd");
+    let dims = [1, 16, s, 128];
+    let mut ins = inputs(&mut g, ["q", "k", "v", "o", "d_o"], &dims)?.to_vec();
+    ins.push(g.input("stats", DataType::F32, &[1, 16, s, 1])?.into());
+    let outs = g.op("sdpa_backward", &ins, &[("causal".into(), true.into())])?;
+    for (t, n) in outs.iter().zip(["d_q", "d_k", "d_v"]) {
+        g.output(*t, n, DataType::BF16)?;
+    }
+    Ok(g.build()?)
+}
+
+type Family = (&'static str, fn(i64) -> Built);
+
+const FAMILIES: [Family; 4] = [
+    ("matmul_bias_relu", matmul_bias_relu),
+    ("layernorm", layernorm),
+    ("sdpa_fwd", sdpa_forward),
+    ("sdpa_bwd", sdpa_backward),
+];
+
+const FIRST: i64 = 1024;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn emit(line: Value) {
+    println!("{line}");
+}
+
+/// Host time of every new shape after the first, through a plan cache with or without dynamic
+/// shapes.
+fn host(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error>> {
+    for (case, graph) in FAMILIES {
+        for dynamic in [false, true] {
+            let cache = if dynamic {
+                PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES)
+            } else {
+                PlanCache::in_memory()
+            };
+            let imp = if dynamic { "dynamic" } else { "static" };
+            for &s in std::iter::once(&FIRST).chain(shapes.iter().filter(|&&s| s != FIRST)) {
+                let got = cache.get_or_build(cudnn, &graph(s)?, &Expect::default(), &BuildOptions::default())?;
+                let t = got.plan.timings();
+                emit(json!({
+                    "case": format!("{case}_new_shape"), "impl": imp, "s": s, "first": s == FIRST,
+                    "host_ms": ms(got.elapsed), "lower_ms": ms(t.lower), "heuristics_ms": ms(t.heuristics),
+                    "check_support_ms": ms(t.check_support), "plan_build_ms": ms(t.plan_build),
+                    "dynamic_shape": got.plan.is_dynamic_shape(), "engine": got.plan.selected().tag(),
+                }));
+            }
+            let stats = cache.stats();
+            emit(json!({
+                "case": format!("{case}_cache"), "impl": imp, "entries": stats.entries, "bytes": stats.bytes,
+                "kernel_caches": stats.kernel_caches, "kernel_bytes": stats.kernel_bytes,
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// Device time of the dynamic-shape plan of each shape against the exact plan.
+fn device(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error>> {
+    let options = AutotuneOptions::default();
+    for (case, graph) in FAMILIES {
+        let cache = PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES);
+        drop(cache.get_or_build(cudnn, &graph(FIRST)?, &Expect::default(), &BuildOptions::default())?);
+        for &s in shapes {
+            let g = graph(s)?;
+            let dynamic = cache.get_or_build(cudnn, &g, &Expect::default(), &BuildOptions::default())?.plan;
+            let exact = ExecutionPlan::build(cudnn, &g, &BuildOptions::default())?;
+            let d = measure(cudnn, &dynamic, &options)?;
+            let e = measure(cudnn, &exact, &options)?;
+            emit(json!({
+                "case": format!("{case}_device"), "impl": "dynamic_vs_exact", "s": s,
+                "dynamic_us": d.median_us, "exact_us": e.median_us, "ratio": d.median_us / e.median_us,
+                "dynamic_shape": dynamic.is_dynamic_shape(),
+                "dynamic_engine": dynamic.selected().tag(), "exact_engine": exact.selected().tag(),
+            }));
+        }
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(String::as_str);
+    let wants = |section: &str| only.is_none_or(|o| o.split(',').any(|s| s == section));
+    let shapes: Vec<i64> = if quick {
+        vec![128, 512, 2048, 8192]
+    } else {
+        (7..=13).map(|p| 1 << p).chain([384, 1536, 3072, 6144]).collect()
+    };
+    let devprop = args.iter().position(|a| a == "--device-properties").and_then(|i| args.get(i + 1));
+    let cudnn = match devprop {
+        Some(path) => Cudnn::deviceless(&std::fs::read_to_string(path)?)?,
+        None => Cudnn::new(cudnn_graph::backend::cuda_context(0)?.default_stream())?,
+    };
+    let online = devprop.is_none();
+    emit(json!({"case": "environment", "cudnn_version": cudnn.version(), "sm": cudnn.sm(), "online": online}));
+    if wants("host") {
+        host(&cudnn, &shapes)?;
+    }
+    if wants("device") && online {
+        device(&cudnn, &shapes)?;
+    }
+    Ok(())
+}
