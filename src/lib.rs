@@ -36,7 +36,7 @@
 
 pub use cudnn_macros::graph;
 pub use cudnn_runtime::{
-    dim, ops, reference, rng, serialize, ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph,
+    dim, ops, reference, rng, serialize, shape_class, ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph,
     GraphBuilder, GraphError, Operand, Tensor, TensorId,
 };
 
@@ -81,6 +81,7 @@ pub mod __private {
     pub use crate::__if_cudnn as if_cudnn;
     pub use cudnn_runtime::ops::AttrValue;
     pub use cudnn_runtime::reference::{run_arrays, Array, HostSlice};
+    pub use cudnn_runtime::shape_class::{Buckets, ClassError, ShapeClass};
     pub use cudnn_runtime::{
         ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph, GraphBuilder, GraphError, Operand,
     };

@@ -90,7 +90,8 @@ impl FuseDecl {
     }
 }
 
-/// `const M: usize` (checked at compile time) or `dyn B` (bound at run time).
+/// `const M: usize` (checked at compile time) or `dyn B` (bound at run time), the latter
+/// optionally with its range and classes (`dyn S: 1..=8192 pow2`).
 pub struct DimParam {
     /// The parameter's name.
     pub name: Ident,
@@ -98,6 +99,65 @@ pub struct DimParam {
     pub runtime: bool,
     /// The type written after `const M:`, which must be `usize`.
     pub ty: Option<syn::Type>,
+    /// What follows `dyn S:`, if anything.
+    pub class: Option<ClassDecl>,
+}
+
+/// A `dyn` dim's declared values: `1..=8192` (every value its own class), `1..=8192 pow2`,
+/// `64..=8192 multiple(64)`, `1..=8192 exact`, or a list of class ends `[128, 512, 2048]`
+/// (the range `1..=2048`).
+pub struct ClassDecl {
+    /// `min..=max`, absent for a list alone.
+    pub range: Option<(LitInt, LitInt)>,
+    /// How the range is grouped.
+    pub buckets: BucketsDecl,
+}
+
+/// The grouping after a `dyn` dim's range.
+pub enum BucketsDecl {
+    /// Nothing, or `exact`: every value its own class.
+    Exact,
+    /// `pow2`.
+    Pow2(Ident),
+    /// `multiple(64)`.
+    Multiple(LitInt),
+    /// `[128, 512, 2048]`, with the span of its brackets.
+    List(Vec<LitInt>, Span),
+}
+
+impl Parse for ClassDecl {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(token::Bracket) {
+            let content;
+            let brackets = bracketed!(content in input);
+            let ends = Punctuated::<LitInt, Token![,]>::parse_terminated(&content)?.into_iter().collect();
+            return Ok(ClassDecl { range: None, buckets: BucketsDecl::List(ends, brackets.span.join()) });
+        }
+        let min: LitInt = input.parse()?;
+        input.parse::<Token![..=]>()?;
+        let max: LitInt = input.parse()?;
+        let buckets = if input.peek(Ident) {
+            let word: Ident = input.parse()?;
+            match word.to_string().as_str() {
+                "pow2" => BucketsDecl::Pow2(word),
+                "exact" => BucketsDecl::Exact,
+                "multiple" => {
+                    let content;
+                    parenthesized!(content in input);
+                    BucketsDecl::Multiple(content.parse()?)
+                }
+                _ => {
+                    return Err(syn::Error::new(
+                        word.span(),
+                        format!("unknown classes `{word}`: write `pow2`, `multiple(N)`, `exact` or nothing after the range"),
+                    ))
+                }
+            }
+        } else {
+            BucketsDecl::Exact
+        };
+        Ok(ClassDecl { range: Some((min, max)), buckets })
+    }
 }
 
 /// `a: bf16[1, M, K]` (packed row-major, the default of every port), optionally with a layout:
@@ -395,11 +455,17 @@ impl Parse for GraphDef {
                     let name: Ident = input.parse()?;
                     input.parse::<Token![:]>()?;
                     let ty: syn::Type = input.parse()?;
-                    params.push(DimParam { name, runtime: false, ty: Some(ty) });
+                    params.push(DimParam { name, runtime: false, ty: Some(ty), class: None });
                 } else if input.peek(Token![dyn]) {
                     input.parse::<Token![dyn]>()?;
                     let name: Ident = input.parse()?;
-                    params.push(DimParam { name, runtime: true, ty: None });
+                    let class = if input.peek(Token![:]) {
+                        input.parse::<Token![:]>()?;
+                        Some(input.parse()?)
+                    } else {
+                        None
+                    };
+                    params.push(DimParam { name, runtime: true, ty: None, class });
                 } else {
                     return Err(input.error(
                         "expected a dim parameter: `const M: usize` (checked at compile time) or `dyn B` (bound at run time)",

@@ -22,6 +22,7 @@ pub mod ops;
 pub mod reference;
 pub mod rng;
 pub mod serialize;
+pub mod shape_class;
 
 #[cfg(feature = "cudnn")]
 pub mod backend;

@@ -10,8 +10,8 @@ use cudnn_runtime::DataType;
 use syn::ext::IdentExt;
 use syn::Ident;
 
-use super::{dims, Fusion, Port};
-use crate::parse::{DimExpr, FuseArg, GraphDef, LayoutDecl, PortDecl};
+use super::{dims, ClassBuckets, DimClass, Fusion, Port};
+use crate::parse::{BucketsDecl, ClassDecl, DimExpr, FuseArg, GraphDef, LayoutDecl, PortDecl};
 use crate::Ctxt;
 
 /// Dim parameters: `const X: usize` or `dyn X`, each once.
@@ -29,6 +29,93 @@ pub(super) fn check_params(cx: &Ctxt, def: &GraphDef) -> HashMap<String, bool> {
         }
     }
     params
+}
+
+/// Each `dyn` dim's range and classes, in declaration order (see [`check_class`]).
+pub(super) fn check_classes(cx: &Ctxt, def: &GraphDef) -> Vec<DimClass> {
+    def.params
+        .iter()
+        .filter(|p| p.runtime)
+        .map(|p| {
+            let name = p.name.to_string();
+            let any = DimClass { name: name.clone(), min: 1, max: usize::MAX, buckets: ClassBuckets::Exact };
+            match &p.class {
+                Some(decl) => check_class(cx, &name, decl).unwrap_or(any),
+                None => any,
+            }
+        })
+        .collect()
+}
+
+/// One `dyn` dim's declared values. The rules, each an error on the token at fault:
+/// - every number is a `usize` (`dyn S: 1..=-4` does not parse; `1..=1e3` is not an integer);
+/// - the range starts at 1 or more (`0..=8`: extents are positive);
+/// - the range is not empty (`8192..=1`);
+/// - `multiple(k)` has k ≥ 1 (`multiple(0)`);
+/// - a list is not empty, starts at 1 or more and ascends strictly (`[512, 128]`, `[64, 64]`).
+fn check_class(cx: &Ctxt, name: &str, decl: &ClassDecl) -> Option<DimClass> {
+    let value = |lit: &syn::LitInt| match lit.base10_parse::<usize>() {
+        Ok(v) => Some(v),
+        Err(_) => {
+            cx.error(lit, format!("`{lit}` is not a size: the values of dyn dim `{name}` are `usize`"));
+            None
+        }
+    };
+    let (min, max) = match (&decl.range, &decl.buckets) {
+        (Some((lo, hi)), _) => {
+            let (min, max) = (value(lo)?, value(hi)?);
+            if min == 0 {
+                cx.error(lo, format!("dyn dim `{name}` starts at 0, but extents are positive: start at 1"));
+                return None;
+            }
+            if min > max {
+                cx.error(hi, format!("dyn dim `{name}` has an empty range {min}..={max}: write the smaller bound first"));
+                return None;
+            }
+            (min, max)
+        }
+        (None, BucketsDecl::List(ends, span)) => {
+            let Some(last) = ends.last() else {
+                cx.error_span(*span, format!("dyn dim `{name}` lists no class: give at least one, e.g. `[128, 512]`"));
+                return None;
+            };
+            (1, value(last)?)
+        }
+        (None, _) => return None,
+    };
+    let buckets = match &decl.buckets {
+        BucketsDecl::Exact => ClassBuckets::Exact,
+        BucketsDecl::Pow2(_) => ClassBuckets::Pow2,
+        BucketsDecl::Multiple(k) => match value(k)? {
+            0 => {
+                cx.error(k, format!("dyn dim `{name}` has classes of `multiple(0)`: the step is 1 or more"));
+                return None;
+            }
+            k => ClassBuckets::Multiple(k),
+        },
+        BucketsDecl::List(ends, _) => {
+            let mut values = Vec::with_capacity(ends.len());
+            for (i, lit) in ends.iter().enumerate() {
+                let v = value(lit)?;
+                if v == 0 {
+                    cx.error(lit, format!("dyn dim `{name}` lists a class ending at 0, but extents are positive"));
+                    return None;
+                }
+                if let Some(&prev) = values.last() {
+                    if v <= prev {
+                        let msg = format!(
+                            "dyn dim `{name}` lists {v} after {prev}: list the classes' ends in ascending order, each once"
+                        );
+                        cx.error(&ends[i], msg);
+                        return None;
+                    }
+                }
+                values.push(v);
+            }
+            ClassBuckets::List(values)
+        }
+    };
+    Some(DimClass { name: name.to_string(), min, max, buckets })
 }
 
 /// `#[compute(f32)]` and `#[intermediate(f32)]`.

@@ -154,6 +154,35 @@ pub struct Checked {
     pub const_checks: Vec<ConstCheck>,
     /// The structural fingerprint of the graph type.
     pub fingerprint: u64,
+    /// Each `dyn` dim's declared range and classes, in declaration order.
+    pub classes: Vec<DimClass>,
+}
+
+/// A `dyn` dim's values and classes, checked (`dyn S: 1..=8192 pow2`); a dim declared without
+/// them takes every value of at least 1, each its own class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DimClass {
+    /// The dim.
+    pub name: String,
+    /// The smallest value allowed.
+    pub min: usize,
+    /// The largest value allowed.
+    pub max: usize,
+    /// How values are grouped.
+    pub buckets: ClassBuckets,
+}
+
+/// How a [`DimClass`] groups its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClassBuckets {
+    /// Every value its own class.
+    Exact,
+    /// Classes end at powers of two.
+    Pow2,
+    /// Classes end at multiples of this.
+    Multiple(usize),
+    /// Classes end at these values.
+    List(Vec<usize>),
 }
 
 /// A name in scope of the body: an input, a `let` binding or an assigned output.
@@ -209,6 +238,7 @@ struct Checker<'a> {
 /// something was wrong, so the fallback expansion keeps the user's crate type-checking).
 pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
     let params = decl::check_params(cx, def);
+    let classes = decl::check_classes(cx, def);
     let (compute, intermediate) = decl::check_settings(cx, def);
     let fusion = decl::check_fuse(cx, def);
     let inputs: Vec<Port> = def.inputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
@@ -248,7 +278,7 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
     let Checker { nodes, const_checks, .. } = ck;
     let settings = fingerprint::Settings { compute, intermediate, fusion };
     let fingerprint = fingerprint::fingerprint(def, &inputs, &outputs, &nodes, &bindings, settings);
-    Checked { compute, intermediate, fusion, inputs, outputs, nodes, bindings, const_checks, fingerprint }
+    Checked { compute, intermediate, fusion, inputs, outputs, nodes, bindings, const_checks, fingerprint, classes }
 }
 
 /// Every name the user gives: ports and `let` bindings.

@@ -661,3 +661,53 @@ fn a_failed_op_leaves_unknown_extents_and_checking_goes_on() {
     );
     assert_eq!(errors.len(), 1, "{errors:?}");
 }
+
+// Shape classes of `dyn` dims.
+
+#[test]
+fn dyn_dims_declare_ranges_and_classes() {
+    use super::{ClassBuckets, DimClass};
+    let ck = ok("G<dyn B, dyn S: 1..=8192 pow2, dyn T: 64..=4096 multiple(64), dyn U: [128, 512, 2048], dyn V: 2..=9 exact, dyn W: 3..=7>(\
+                 x: f32[B, S, T, U, V, W]) -> (y: f32[B, S, T, U, V, W]) { y = relu(x); }");
+    let class = |name: &str, min, max, buckets| DimClass { name: name.into(), min, max, buckets };
+    assert_eq!(
+        ck.classes,
+        [
+            class("B", 1, usize::MAX, ClassBuckets::Exact),
+            class("S", 1, 8192, ClassBuckets::Pow2),
+            class("T", 64, 4096, ClassBuckets::Multiple(64)),
+            class("U", 1, 2048, ClassBuckets::List(vec![128, 512, 2048])),
+            class("V", 2, 9, ClassBuckets::Exact),
+            class("W", 3, 7, ClassBuckets::Exact),
+        ]
+    );
+}
+
+#[test]
+fn bad_ranges_and_classes_are_reported_each_on_its_token() {
+    let g = |decl: &str| format!("G<dyn S: {decl}>(x: f32[S]) -> (y: f32[S]) {{ y = relu(x); }}");
+    let cases = [
+        ("0..=8", "dyn dim `S` starts at 0, but extents are positive: start at 1"),
+        ("8192..=1", "dyn dim `S` has an empty range 8192..=1: write the smaller bound first"),
+        ("1..=64 multiple(0)", "dyn dim `S` has classes of `multiple(0)`: the step is 1 or more"),
+        ("[512, 128]", "dyn dim `S` lists 128 after 512: list the classes' ends in ascending order, each once"),
+        ("[64, 64]", "dyn dim `S` lists 64 after 64: list the classes' ends in ascending order, each once"),
+        ("[0, 64]", "dyn dim `S` lists a class ending at 0, but extents are positive"),
+        ("[]", "dyn dim `S` lists no class: give at least one, e.g. `[128, 512]`"),
+        ("1..=99999999999999999999999", "`99999999999999999999999` is not a size: the values of dyn dim `S` are `usize`"),
+    ];
+    for (decl, want) in cases {
+        assert_eq!(error(&g(decl)), want, "{decl}");
+    }
+    // Every graph's mistakes in one pass, the rest of the graph still checked.
+    let both = errors("G<dyn S: 0..=8, dyn T: [4, 2]>(x: f32[S, T]) -> (y: f32[S]) { y = relu(x); }");
+    assert_eq!(both.len(), 3, "{both:?}");
+}
+
+#[test]
+fn an_unknown_class_word_is_a_parse_error_saying_what_to_write() {
+    let Err(e) = syn::parse_str::<GraphDef>("G<dyn S: 1..=64 pow3>(x: f32[S]) -> (y: f32[S]) { y = relu(x); }") else {
+        panic!("parsed");
+    };
+    assert_eq!(e.to_string(), "unknown classes `pow3`: write `pow2`, `multiple(N)`, `exact` or nothing after the range");
+}

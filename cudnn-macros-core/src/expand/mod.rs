@@ -178,6 +178,29 @@ impl<'a> Gen<'a> {
         quote!(::std::format!(#fmt #(, self.#runtime)*))
     }
 
+    /// `SHAPE_CLASSES`, one `ShapeClass` per `dyn` dim, and the tokens of each.
+    fn shape_classes(&self) -> (TokenStream, Vec<TokenStream>) {
+        use crate::check::ClassBuckets;
+        let p = &self.p;
+        let each: Vec<TokenStream> = self
+            .ck
+            .classes
+            .iter()
+            .map(|c| {
+                let (name, min, max) = (&c.name, c.min, c.max);
+                let buckets = match &c.buckets {
+                    ClassBuckets::Exact => quote!(#p::Buckets::Exact),
+                    ClassBuckets::Pow2 => quote!(#p::Buckets::Pow2),
+                    ClassBuckets::Multiple(k) => quote!(#p::Buckets::Multiple(#k)),
+                    ClassBuckets::List(ends) => quote!(#p::Buckets::List(&[#(#ends),*])),
+                };
+                quote!(#p::ShapeClass { dim: #name, min: #min, max: #max, buckets: #buckets })
+            })
+            .collect();
+        let n = each.len();
+        (quote!([#p::ShapeClass; #n]), each)
+    }
+
     /// The inherent impl: `FINGERPRINT`, `NAME`, the const checks, `new`, `binding`, `graph()`
     /// and `reference`.
     fn inherent_impl(&self) -> TokenStream {
@@ -190,9 +213,11 @@ impl<'a> Gen<'a> {
         let binding = self.binding();
         let new_doc = format!("The graph `{name_str}` with its runtime dims bound.");
         let graph_body = self.stub_or(|| bodies::graph_body(self.ck, name_str, &self.runtime_strs));
+        let (classes_ty, classes) = self.shape_classes();
+        let index: Vec<usize> = (0..runtime.len()).collect();
         let reference_body = self.stub_or(|| bodies::reference_body(self.ck, outputs_ty));
         quote! {
-            #[allow(non_snake_case, clippy::too_many_arguments)]
+            #[allow(non_snake_case, clippy::too_many_arguments, clippy::needless_update)]
             impl #generics_decl #name #generics_use {
                 /// The structural fingerprint of this graph type, computed at expansion.
                 pub const FINGERPRINT: u64 = #fingerprint;
@@ -207,6 +232,31 @@ impl<'a> Gen<'a> {
                     Self { #(#runtime: #runtime_args),* }
                 }
 
+                /// Each `dyn` dim's declared range and classes (`dyn S: 1..=8192 pow2`), in
+                /// declaration order; a dim declared without them takes every value of at least 1.
+                pub const SHAPE_CLASSES: #classes_ty = [#(#classes),*];
+
+                /// This value with each `dyn` dim rounded up to the bound of its class (itself
+                /// where the dim's values are exact); an error for a value outside its range.
+                pub fn class(&self) -> ::core::result::Result<Self, #p::ClassError> {
+                    ::core::result::Result::Ok(Self { #(#runtime: Self::SHAPE_CLASSES[#index].class_of(self.#runtime)?),* })
+                }
+
+                /// Every combination of the `dyn` dims' class bounds, to build ahead of time;
+                /// `None` if some dim's values are exact (each its own class).
+                pub fn class_values() -> ::core::option::Option<::std::vec::Vec<Self>> {
+                    #[allow(unused_mut)]
+                    let mut all = ::std::vec![Self { #(#runtime: 1),* }];
+                    #(
+                        let bounds = Self::SHAPE_CLASSES[#index].bounds()?;
+                        all = all
+                            .iter()
+                            .flat_map(|v| bounds.iter().map(move |&b| Self { #runtime: b, ..*v }))
+                            .collect();
+                    )*
+                    ::core::option::Option::Some(all)
+                }
+
                 /// The runtime-dim binding, as text (for errors and cache keys).
                 pub fn binding(&self) -> ::std::string::String {
                     #binding
@@ -216,6 +266,7 @@ impl<'a> Gen<'a> {
                 pub fn graph(&self) -> ::core::result::Result<#p::Graph, #p::ArgError> {
                     #[allow(clippy::let_unit_value)]
                     let () = Self::__CHECKS;
+                    self.class().map_err(|source| #p::ArgError::ShapeClass { graph: ::std::string::String::from(#name_str), source })?;
                     let build = || -> ::core::result::Result<#p::Graph, #p::GraphError> { #graph_body };
                     build().map_err(|source| #p::ArgError::Binding {
                         graph: ::std::string::String::from(#name_str),

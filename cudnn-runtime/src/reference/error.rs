@@ -2,6 +2,7 @@
 //! (and by the GPU backend above it for the same mistakes).
 
 use crate::ir::{GraphError, MemoryLayout};
+use crate::shape_class::ClassError;
 use crate::DataType;
 
 /// A wrong argument to an executed graph (reference or GPU).
@@ -80,6 +81,15 @@ pub enum ArgError {
         expected: usize,
         /// The slots given.
         found: usize,
+    },
+    /// A `dyn` dim's value outside the range its `graph!` declaration gives it
+    /// (`dyn S: 1..=8192`).
+    #[error("graph `{graph}`: {source}")]
+    ShapeClass {
+        /// The graph.
+        graph: String,
+        /// The dim, its value and its range.
+        source: ClassError,
     },
     /// A runtime dim that breaks a shape rule (wraps the validation error).
     #[error("graph `{graph}` with {binding}: {source}")]
