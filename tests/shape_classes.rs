@@ -1,5 +1,9 @@
 //! `dyn` dims with declared ranges and classes (issue 19): the generated `SHAPE_CLASSES`,
-//! `class()` and `class_values()`, and `graph()` refusing a value outside its range. CPU only.
+//! `class()` and `class_values()`, and `graph()` refusing a value outside its range; and plans of
+//! every class bound made ahead of time, deviceless, into a directory a service seeds its plan
+//! cache from.
+
+mod common;
 
 use cudnn_graph::shape_class::{Buckets, ShapeClass};
 use cudnn_graph::{graph, ArgError};
@@ -66,4 +70,43 @@ fn graph_refuses_a_value_outside_its_range_naming_the_dim() {
     let x: Vec<f32> = (0..3 * 100 * 32).map(|i| (i % 7) as f32 - 3.0).collect();
     let y = Classed::new(3, 100, 1).reference(ClassedInputs { x: &x }).unwrap().y;
     assert!(y.iter().zip(&x).all(|(y, x)| *y == x.max(0.0)));
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
+fn every_class_bound_is_planned_ahead_of_time_and_seeds_a_plan_cache() {
+    use cudnn_graph::backend::BuildOptions;
+    use cudnn_graph::engines::{CacheSource, PlanCache, DEFAULT_BUDGET_BYTES};
+    graph! {
+        pub Served<dyn S: 64..=512 pow2>(a: bf16[1, S, 64], b: bf16[1, 64, 128], bias: bf16[1, 1, 128]) -> (y: bf16[1, S, 128]) {
+            y = relu(add(matmul(a, b), bias));
+        }
+    }
+    let Some(cudnn) = common::deviceless() else { return };
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-classes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Ahead of time (deviceless, for the H200): one plan per class bound, written to `dir`; with
+    // dynamic shapes the first compiles the kernels and the others find them.
+    let aot = PlanCache::with_dir(&dir).unwrap().dynamic_shapes(DEFAULT_BUDGET_BYTES);
+    let classes = Served::class_values().unwrap();
+    assert_eq!(classes.iter().map(|v| v.S).collect::<Vec<_>>(), [64, 128, 256, 512]);
+    for v in &classes {
+        let (_, outcome) = v.build_cached(&aot, &cudnn, &BuildOptions::default()).unwrap();
+        assert_eq!(outcome.source, CacheSource::Built);
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), classes.len());
+    // The service: a fresh cache seeded from the directory serves every class bound without
+    // planning.
+    let served = PlanCache::in_memory();
+    assert_eq!(served.seed_from_dir(&dir).unwrap().seeded, classes.len());
+    for v in &classes {
+        let (plan, outcome) = v.build_cached(&served, &cudnn, &BuildOptions::default()).unwrap();
+        assert_eq!(outcome.source, CacheSource::Memory, "S = {}", v.S);
+        assert!(plan.plan().is_dynamic_shape(), "the payload keeps the flag");
+    }
+    // A value between bounds maps to its class, whose plan is there; cuDNN 9.19 runs a plan at
+    // its own shape only, so the call itself builds its exact plan.
+    assert_eq!(Served::new(100).class().unwrap().S, 128);
+    assert_eq!(served.stats().builds, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
