@@ -118,7 +118,7 @@ pub enum BucketsDecl {
     /// Nothing, or `exact`: every value its own class.
     Exact,
     /// `pow2`.
-    Pow2(Ident),
+    Pow2,
     /// `multiple(64)`.
     Multiple(LitInt),
     /// `[128, 512, 2048]`, with the span of its brackets.
@@ -136,25 +136,24 @@ impl Parse for ClassDecl {
         let min: LitInt = input.parse()?;
         input.parse::<Token![..=]>()?;
         let max: LitInt = input.parse()?;
-        let buckets = if input.peek(Ident) {
-            let word: Ident = input.parse()?;
-            match word.to_string().as_str() {
-                "pow2" => BucketsDecl::Pow2(word),
-                "exact" => BucketsDecl::Exact,
-                "multiple" => {
-                    let content;
-                    parenthesized!(content in input);
-                    BucketsDecl::Multiple(content.parse()?)
-                }
-                _ => {
-                    return Err(syn::Error::new(
-                        word.span(),
-                        format!("unknown classes `{word}`: write `pow2`, `multiple(N)`, `exact` or nothing after the range"),
-                    ))
-                }
+        if !input.peek(Ident) {
+            return Ok(ClassDecl { range: Some((min, max)), buckets: BucketsDecl::Exact });
+        }
+        let word: Ident = input.parse()?;
+        let buckets = match word.to_string().as_str() {
+            "pow2" => BucketsDecl::Pow2,
+            "exact" => BucketsDecl::Exact,
+            "multiple" => {
+                let content;
+                parenthesized!(content in input);
+                BucketsDecl::Multiple(content.parse()?)
             }
-        } else {
-            BucketsDecl::Exact
+            _ => {
+                let msg = format!(
+                    "unknown classes `{word}`: write `pow2`, `multiple(N)`, `exact` or nothing after the range"
+                );
+                return Err(syn::Error::new(word.span(), msg));
+            }
         };
         Ok(ClassDecl { range: Some((min, max)), buckets })
     }

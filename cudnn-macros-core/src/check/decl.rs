@@ -69,7 +69,10 @@ fn check_class(cx: &Ctxt, name: &str, decl: &ClassDecl) -> Option<DimClass> {
                 return None;
             }
             if min > max {
-                cx.error(hi, format!("dyn dim `{name}` has an empty range {min}..={max}: write the smaller bound first"));
+                cx.error(
+                    hi,
+                    format!("dyn dim `{name}` has an empty range {min}..={max}: write the smaller bound first"),
+                );
                 return None;
             }
             (min, max)
@@ -85,7 +88,7 @@ fn check_class(cx: &Ctxt, name: &str, decl: &ClassDecl) -> Option<DimClass> {
     };
     let buckets = match &decl.buckets {
         BucketsDecl::Exact => ClassBuckets::Exact,
-        BucketsDecl::Pow2(_) => ClassBuckets::Pow2,
+        BucketsDecl::Pow2 => ClassBuckets::Pow2,
         BucketsDecl::Multiple(k) => match value(k)? {
             0 => {
                 cx.error(k, format!("dyn dim `{name}` has classes of `multiple(0)`: the step is 1 or more"));

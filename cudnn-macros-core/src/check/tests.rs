@@ -694,7 +694,10 @@ fn bad_ranges_and_classes_are_reported_each_on_its_token() {
         ("[64, 64]", "dyn dim `S` lists 64 after 64: list the classes' ends in ascending order, each once"),
         ("[0, 64]", "dyn dim `S` lists a class ending at 0, but extents are positive"),
         ("[]", "dyn dim `S` lists no class: give at least one, e.g. `[128, 512]`"),
-        ("1..=99999999999999999999999", "`99999999999999999999999` is not a size: the values of dyn dim `S` are `usize`"),
+        (
+            "1..=99999999999999999999999",
+            "`99999999999999999999999` is not a size: the values of dyn dim `S` are `usize`",
+        ),
     ];
     for (decl, want) in cases {
         assert_eq!(error(&g(decl)), want, "{decl}");
@@ -709,5 +712,8 @@ fn an_unknown_class_word_is_a_parse_error_saying_what_to_write() {
     let Err(e) = syn::parse_str::<GraphDef>("G<dyn S: 1..=64 pow3>(x: f32[S]) -> (y: f32[S]) { y = relu(x); }") else {
         panic!("parsed");
     };
-    assert_eq!(e.to_string(), "unknown classes `pow3`: write `pow2`, `multiple(N)`, `exact` or nothing after the range");
+    assert_eq!(
+        e.to_string(),
+        "unknown classes `pow3`: write `pow2`, `multiple(N)`, `exact` or nothing after the range"
+    );
 }
