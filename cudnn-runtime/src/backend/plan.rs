@@ -274,6 +274,16 @@ impl ExecutionPlan {
         refused: Option<String>,
         validate: std::time::Duration,
     ) -> Result<Option<ExecutionPlan>, BackendError> {
+        // A kernel cache is finalized with the operation graph of its first plan, and serves the
+        // shapes of that one structure: the parts, each another structure, are planned without it.
+        let without_kernels;
+        let options = match options.kernel_cache {
+            Some(_) => {
+                without_kernels = BuildOptions { kernel_cache: None, ..options.clone() };
+                &without_kernels
+            }
+            None => options,
+        };
         let restrided = partition::restride(planned);
         let graph = &restrided;
         let alias = partition::aliases(graph);
@@ -499,8 +509,9 @@ impl ExecutionPlan {
     }
 
     /// Whether every part was planned as a dynamic-shape operation graph with a kernel cache
-    /// ([`BuildOptions::kernel_cache`]; a part cuDNN plans only as an ordinary graph is one);
-    /// for a plan loaded from JSON, whether its JSON says so.
+    /// ([`BuildOptions::kernel_cache`]; a part cuDNN plans only as an ordinary graph is one, and
+    /// so is every part of a partitioned plan: a kernel cache serves one structure); for a plan
+    /// loaded from JSON, whether its JSON says so.
     pub fn is_dynamic_shape(&self) -> bool {
         self.parts.iter().all(PlanPart::is_dynamic_shape)
     }
