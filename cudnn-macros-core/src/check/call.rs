@@ -416,7 +416,18 @@ impl Checker<'_> {
                 }
             }
             let message = format!("graph `{}`: {a} must equal {b}: {why}", self.def.name);
-            self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message });
+            let mut params = Vec::new();
+            for p in a.params().into_iter().chain(b.params()) {
+                if !params.contains(&p) {
+                    params.push(p);
+                }
+            }
+            let derived = [&a, &b]
+                .into_iter()
+                .filter(|side| matches!(side, SymDim::Expr(_)))
+                .map(|side| (side.to_string(), side.to_expr()))
+                .collect();
+            self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message, params, derived });
         }
     }
 }

@@ -120,6 +120,12 @@ pub struct ConstCheck {
     pub span: Span,
     /// The assertion's message.
     pub message: String,
+    /// The const parameters the two sides involve, each once, in order: the failed assertion
+    /// prints their values in the instantiation.
+    pub params: Vec<String>,
+    /// Each side that is an expression rather than a lone parameter or a literal, as written in
+    /// the message (`HQ * D`) and as a Rust expression: the failed assertion prints its value too.
+    pub derived: Vec<(String, String)>,
 }
 
 /// How many kernels the graph may become (`#[fuse(..)]`): the runtime's `Fusion`, which the

@@ -342,6 +342,20 @@ fn a_const_parameter_against_a_literal_defers_to_a_const_assertion() {
     let c = &ck.const_checks[0];
     assert_eq!((c.lhs.as_str(), c.rhs.as_str()), ("(K as i64)", "64"));
     assert_eq!(c.message, "graph `G`: K must equal 64: `matmul` (node `y`) needs it");
+    assert_eq!(c.params, ["K"]);
+    assert!(c.derived.is_empty(), "a lone parameter is printed as itself");
+}
+
+#[test]
+fn a_deferred_expression_names_its_parameters_and_itself() {
+    let ck = ok("G<const H: usize, const D: usize>(a: f32[2, H * D], b: f32[64, 3]) -> (y: f32[2, 3]) {
+        y = matmul(a, b);
+    }");
+    let c = &ck.const_checks[0];
+    assert_eq!(c.params, ["D", "H"]);
+    assert_eq!(c.derived.len(), 1);
+    assert_eq!(c.derived[0].0, "D * H");
+    assert_eq!(c.derived[0].1, c.lhs, "the value printed is the side compared");
 }
 
 #[test]
