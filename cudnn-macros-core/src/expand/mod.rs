@@ -165,7 +165,11 @@ impl<'a> Gen<'a> {
         let checks = self.ck.const_checks.iter().map(|c| {
             let parse = |e: &str| syn::parse_str::<syn::Expr>(e).map_or_else(|e| e.to_compile_error(), |e| quote!(#e));
             let (lhs, rhs, msg) = (parse(&c.lhs), parse(&c.rhs), &c.message);
-            quote_spanned!(c.span=> ::core::assert!(#lhs == #rhs, #msg);)
+            if c.at_most {
+                quote_spanned!(c.span=> ::core::assert!(#lhs <= #rhs, #msg);)
+            } else {
+                quote_spanned!(c.span=> ::core::assert!(#lhs == #rhs, #msg);)
+            }
         });
         quote!(#(#checks)*)
     }
