@@ -36,8 +36,9 @@ fn check(case: &str, got: &[bf16], want: &[bf16]) {
     let mut bad = 0usize;
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let (g, w) = (g.to_f64(), w.to_f64());
-        let excess = (g - w).abs() - (ATOL + RTOL * w.abs());
-        if !(excess <= 0.0) {
+        // NaN (memory no part wrote) never passes.
+        let within = (g - w).abs() <= ATOL + RTOL * w.abs();
+        if !within {
             bad += 1;
             worst = i;
         }

@@ -150,7 +150,7 @@ impl Dim for i64 {
         if step < 1 {
             return None;
         }
-        Some(limit.checked_sub(*start)?.checked_sub(1)?.div_euclid(step).checked_add(1)?)
+        limit.checked_sub(*start)?.checked_sub(1)?.div_euclid(step).checked_add(1)
     }
 }
 

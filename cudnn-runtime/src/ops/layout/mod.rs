@@ -883,7 +883,7 @@ mod tests {
         let s = slice_op(vec![0; 4], vec![1; 4]);
         let infer = |start: Vec<SymDim>, limit: Vec<SymDim>, cx: &mut Symbolic| {
             let given = [("start".to_string(), start), ("limit".to_string(), limit)];
-            s.infer_with(&[x.clone()], &Extents::given(&given), cx)
+            s.infer_with(std::slice::from_ref(&x), &Extents::given(&given), cx)
         };
         let zero = SymDim::Lit(0);
         let mut cx = Symbolic::default();
