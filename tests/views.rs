@@ -17,8 +17,8 @@ use cudnn_graph::reference::{self, Array};
 use cudnn_graph::rng::SplitMix64;
 use half::bf16;
 use views::{
-    PackedAttentionBlock, PackedAttentionBlockInputs, PackedHeads, PackedHeadsInputs, SeparateHeads,
-    SeparateHeadsInputs,
+    FirstColumns, FirstColumnsInputs, PackedAttentionBlock, PackedAttentionBlockInputs, PackedHeads, PackedHeadsInputs,
+    SeparateHeads, SeparateHeadsInputs,
 };
 
 const HQ: usize = 4;
@@ -72,6 +72,17 @@ fn packed_heads_equal_separate_heads_on_the_reference() {
     let separate = SeparateHeads::<2, 16>::new(b, s).reference(SeparateHeadsInputs { q: &q, k: &k, v: &v }).unwrap().o;
     assert!(packed.iter().any(|v| v.to_f64() != 0.0));
     assert_eq!(packed, separate);
+}
+
+#[test]
+fn dyn_slice_bounds_are_checked_when_the_graph_is_built() {
+    let x: Vec<f32> = (1..=8).map(|v| v as f32).collect();
+    let y = FirstColumns::new(4, 3).reference(FirstColumnsInputs { x: &x }).unwrap().y;
+    assert_eq!(y, [1.0, 2.0, 3.0, 5.0, 6.0, 7.0]);
+    let e = FirstColumns::new(4, 5).graph().unwrap_err();
+    println!("{e}");
+    let text = e.to_string();
+    assert!(text.contains("`limit` 5 of dim 1 reaches past X [2, 4], whose dim 1 is 4"), "{text}");
 }
 
 /// A graph's inputs, random and rounded to their types; the whole graph on the reference and

@@ -48,4 +48,10 @@ graph! {
     ) -> (o: bf16[B, H, S, D]) {
         o = sdpa(q, k, v);
     }
+
+    /// The first `K` columns of each row, through a ReLU (a slice that is itself a graph
+    /// output keeps the slice's strides): whether `K <= N` is known only when both are bound.
+    pub FirstColumns<dyn N, dyn K>(x: f32[2, N]) -> (y: f32[2, K]) {
+        y = relu(slice(x, start = [0, 0], limit = [2, K]));
+    }
 }
