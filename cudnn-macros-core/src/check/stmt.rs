@@ -6,7 +6,7 @@ use cudnn_runtime::dim::{shape_string, DimCx, Symbolic};
 use cudnn_runtime::DataType;
 use syn::Ident;
 
-use super::{Checker, Kind, Port, Unknowns, Value};
+use super::{port_memory, Checker, Kind, Port, Unknowns, Value};
 use crate::parse::{Expr, PortDecl, Stmt};
 
 impl Checker<'_> {
@@ -21,6 +21,7 @@ impl Checker<'_> {
                 span: decl.name.span(),
                 kind: Kind::Input,
                 used: false,
+                memory: port_memory(&port.dims, port.order.as_deref()),
             };
             self.env.entry(decl.name.to_string()).or_insert(value);
         }
@@ -182,6 +183,7 @@ impl Checker<'_> {
             span: target.span(),
             kind: Kind::Output,
             used: true,
+            memory: port_memory(&port.dims, port.order.as_deref()),
         };
         self.env.insert(target.to_string(), readable);
     }

@@ -675,3 +675,50 @@ fn a_failed_op_leaves_unknown_extents_and_checking_goes_on() {
     );
     assert_eq!(errors.len(), 1, "{errors:?}");
 }
+
+// Views: what the checker knows of each value's memory.
+
+#[test]
+fn reshapes_of_views_follow_the_memory_they_describe() {
+    // A BSHD input read as [B, H, S, D]: merging its heads again is a view of the input.
+    ok("G<dyn B, dyn S>(q: f32[B, 4, S, 8] order [0, 2, 1, 3]) -> (y: f32[B, S, 32]) {
+            y = reshape(transpose(q, permutation = [0, 2, 1, 3]), shape = [B, S, 32]);
+        }");
+    // Merging the input's heads with its tokens as declared ([B, H, S, D]) is not.
+    let e = error(
+        "G<dyn B, dyn S>(q: f32[B, 4, S, 8] order [0, 2, 1, 3]) -> (y: f32[B, 32, S]) {
+            y = reshape(q, shape = [B, 32, S]);
+        }",
+    );
+    assert!(e.contains("`reshape`: X [B, 4, S, 8] is a strided view (strides [32 * S, 8, 32, 1])"), "{e}");
+    assert!(e.ends_with("X is `q`"), "{e}");
+    // A computed tensor read through a transpose may be stored for the reshape (attention's O).
+    ok("G<dyn S>(a: f32[1, 4, S, 8], b: f32[1, 4, 8, 8]) -> (y: f32[1, S, 32]) {
+            y = reshape(transpose(matmul(a, b), permutation = [0, 2, 1, 3]), shape = [1, S, 32]);
+        }");
+    // A slice of a computed tensor pins it: its rows' gap is there for every later reshape.
+    let e = error(
+        "G<dyn S>(a: f32[1, S, 8], b: f32[1, 8, 24]) -> (y: f32[1, S * 8]) {
+            y = reshape(slice(matmul(a, b), start = [0, 0, 8], limit = [1, S, 16]), shape = [1, S * 8]);
+        }",
+    );
+    assert!(e.contains("whose dims 1 and 2 are not contiguous in memory"), "{e}");
+}
+
+#[test]
+fn slice_bounds_take_dims_and_indices() {
+    let ck = ok("G<const H: usize, dyn S>(x: f32[1, S, 3 * H]) -> (y: f32[1, S, H]) {
+            y = slice(x, start = [0, 0, H], limit = [1, S, 2 * H]);
+        }");
+    let slice = &ck.nodes[0];
+    let names: Vec<&str> = slice.extents.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["start", "limit"]);
+    assert!(ck.const_checks.is_empty());
+    // Only an instantiation decides `H <= N`: a const assertion `<=`.
+    let ck = ok("G<const N: usize, const H: usize>(x: f32[2, N]) -> (y: f32[2, H]) {
+            y = slice(x, start = [0, 0], limit = [2, H]);
+        }");
+    assert_eq!(ck.const_checks.len(), 1);
+    assert!(ck.const_checks[0].at_most);
+    assert_eq!(ck.const_checks[0].message, "graph `G`: H must be at most N: `slice` (node `y`) needs it");
+}

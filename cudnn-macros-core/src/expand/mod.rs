@@ -176,8 +176,9 @@ impl<'a> Gen<'a> {
                 let value = parse(expr);
                 quote!((#text, #value))
             });
+            let holds = if c.at_most { quote!(#lhs <= #rhs) } else { quote!(#lhs == #rhs) };
             quote_spanned! {c.span=>
-                if #lhs != #rhs {
+                if !(#holds) {
                     let unmet = #p::UnmetRequirement::new(#msg, &[#(#values),*], &[#(#derived),*]);
                     ::core::panic!("{}", unmet.text());
                 }

@@ -100,8 +100,9 @@ pub(crate) struct Group {
 
 /// The graph's views as aliases, where they can be: indexed by tensor, the alias of each
 /// view output. A view is an alias when its output is virtual (a graph output must be written
-/// by a kernel), its strides are exactly the view of its input's, a reshape's input is packed,
-/// and a slice starts at an aligned byte.
+/// by a kernel), its strides are exactly the view of its input's (`Layout::view_strides`: a
+/// reshape's input packed, or strided with runs the reshape keeps whole), and a slice starts
+/// at an aligned byte.
 pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
     let mut alias: Vec<Option<Alias>> = vec![None; graph.tensors.len()];
     for node in &graph.nodes {
@@ -111,10 +112,10 @@ pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
         }
         let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { continue };
         let (xt, yt) = (graph.tensor(x), graph.tensor(y));
-        if !yt.is_virtual || xt.pass_by_value.is_some() || yt.strides != layout.output_strides(&xt.strides, &yt.dims) {
-            continue;
-        }
-        if matches!(layout, crate::ops::Layout::Reshape { .. }) && xt.strides != packed_strides(&xt.dims) {
+        // The view's strides as its rule gives them from X's (a reshape that cannot be a view of
+        // X's memory is none).
+        let view = layout.view_strides(&xt.dims, &xt.strides, &yt.dims).ok();
+        if !yt.is_virtual || xt.pass_by_value.is_some() || view.as_ref() != Some(&yt.strides) {
             continue;
         }
         let Ok(offset) = u64::try_from(layout.offset(&xt.strides)) else { continue };
@@ -139,10 +140,11 @@ pub(crate) fn restride(graph: &Graph) -> Graph {
     let mut out = graph.clone();
     let producer = producers(graph);
     for node in &graph.nodes {
-        let Op::Layout(crate::ops::Layout::Reshape { .. }) = &node.op else { continue };
-        let Some(&t_out) = node.inputs.first() else { continue };
+        let Op::Layout(reshape @ crate::ops::Layout::Reshape { .. }) = &node.op else { continue };
+        let (Some(&t_out), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { continue };
         let packed = packed_strides(&out.tensor(t_out).dims);
-        if out.tensor(t_out).strides == packed {
+        let (x, y) = (out.tensor(t_out), out.tensor(y));
+        if reshape.view_strides(&x.dims, &x.strides, &y.dims).is_ok() {
             continue;
         }
         let Some(t) = producer[t_out.0].map(|p| &graph.nodes[p]) else { continue };
@@ -166,7 +168,7 @@ pub(crate) fn restride(graph: &Graph) -> Graph {
             match (0..rank).find(|&a| {
                 let mut s = unit.clone();
                 s[a] = 1;
-                layout.output_strides(&s, &out.tensor(t_out).dims) == probe
+                layout.output_strides(&graph.tensor(b).dims, &s, &out.tensor(t_out).dims) == probe
             }) {
                 Some(a) => strides[a] = stride,
                 None => ok = false,

@@ -453,7 +453,7 @@ impl GraphBuilder {
                     }
                     let x = &self.tensors[x.0];
                     let x_strides = x.strides.clone().unwrap_or_else(|| packed_strides(&x.dims));
-                    let strides = layout.output_strides(&x_strides, &self.tensors[y.0].dims);
+                    let strides = layout.output_strides(&x.dims, &x_strides, &self.tensors[y.0].dims);
                     self.tensors[y.0].strides = Some(strides);
                 }
                 OutputLayout::LikeInput => {

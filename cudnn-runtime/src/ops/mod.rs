@@ -92,6 +92,52 @@ impl Op {
         self.signature().name
     }
 
+    /// Where this op's output is its input's memory described again (reshape, transpose,
+    /// slice): Y's strides from X's dims and strides and Y's dims ([`Layout::view_strides`],
+    /// for concrete and symbolic dims alike), or the error of a reshape that no strides of that
+    /// memory express. `None` for an op that writes its output.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::ops::{AttrValue, Op};
+    /// let slice = Op::from_call(
+    ///     "slice",
+    ///     &[("start".into(), AttrValue::IntList(vec![0, 4])), ("limit".into(), AttrValue::IntList(vec![2, 8]))],
+    /// )
+    /// .unwrap();
+    /// // Columns 4..8 of a packed [2, 12]: rows keep their stride of 12.
+    /// assert_eq!(slice.view_strides(&[2i64, 12], &[12, 1], &[2, 4]).unwrap().unwrap(), vec![12, 1]);
+    /// // Merging them again is no view of that memory.
+    /// let reshape = Op::from_call("reshape", &[("shape".into(), AttrValue::IntList(vec![8]))]).unwrap();
+    /// assert!(reshape.view_strides(&[2i64, 4], &[12, 1], &[8]).unwrap().is_err());
+    /// assert!(Op::from_call("relu", &[]).unwrap().view_strides(&[2i64], &[1], &[2]).is_none());
+    /// ```
+    pub fn view_strides<D: Dim>(
+        &self,
+        x_dims: &[D],
+        x_strides: &[D],
+        y_dims: &[D],
+    ) -> Option<Result<Vec<D>, ShapeError>> {
+        match self {
+            Op::Layout(layout) if self.is_view() => Some(layout.view_strides(x_dims, x_strides, y_dims)),
+            _ => None,
+        }
+    }
+
+    /// Whether this op's output is its input's memory described again (reshape, transpose,
+    /// slice), so that [`Op::view_strides`] gives its strides.
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Layout(layout) if layout.is_view())
+    }
+
+    /// Whether this op is a view that reorders all of its input's dims and nothing else (a
+    /// transpose). The backend may store a computed tensor read only through such a view in the
+    /// order that makes a reshape of the view packed (attention's O stored BSHD, so that
+    /// `reshape(transpose(o))` merges its heads), which no other view allows.
+    pub fn is_reordering_view(&self) -> bool {
+        matches!(self, Op::Layout(Layout::Transpose { .. }))
+    }
+
     /// [`ShapeErrorKind::Arity`] unless `found` inputs are as many as [`Op::inputs`] lists.
     fn check_arity(&self, found: usize) -> Result<(), ShapeError> {
         let expected = self.inputs().len();
@@ -132,6 +178,7 @@ mod tests {
                         AttrKind::Int => AttrValue::Int(0),
                         AttrKind::IntList => AttrValue::IntList(vec![0]),
                         AttrKind::Dims => AttrValue::IntList(vec![1]),
+                        AttrKind::Indices => AttrValue::IntList(vec![0]),
                         AttrKind::Bool => AttrValue::Bool(true),
                         AttrKind::OneOf(names) => AttrValue::Name(names[0].to_string()),
                     };
