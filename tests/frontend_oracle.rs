@@ -177,10 +177,10 @@ const OUR_PAYLOADS_TO_FRONTEND: &[(&str, Expect)] = &[
     ("pointwise_chain", Expect::RoundTrips),
     ("rmsnorm_backward", Expect::RoundTrips),
     ("sdpa", Expect::RoundTrips),
-    ("sdpa_backward", Expect::Fails("convert: cudnn-frontend payload: `workspace_modifications`: the plan places 2 tensor(s) in the workspace, which this writer does not express as modifications")),
+    ("sdpa_backward", Expect::RoundTrips),
     ("sdpa_bshd_window", Expect::RoundTrips),
     ("sdpa_causal_training", Expect::RoundTrips),
-    ("slice_matmul", Expect::Fails("convert: cudnn-frontend payload: `variant_pack_replacements`: the plan binds 1 slice(s) by pointer offset, which this writer does not express as replacements")),
+    ("slice_matmul", Expect::RoundTrips),
 ];
 
 /// cudnn-frontend's plan payloads into our payload reader.
@@ -441,11 +441,14 @@ fn frontend_json_through_frontend() {
     check("FRONTEND_TO_FRONTEND", FRONTEND_TO_FRONTEND, &measured);
 }
 
-/// Our payload `bytes` loaded deviceless and written as cudnn-frontend's payload.
-fn to_frontend(cudnn: &cudnn_graph::backend::Cudnn, bytes: &[u8]) -> Result<Vec<u8>, String> {
+/// Our payload `bytes` loaded deviceless and written as cudnn-frontend's payload, with the
+/// plan's workspace size.
+fn to_frontend(cudnn: &cudnn_graph::backend::Cudnn, bytes: &[u8]) -> Result<(Vec<u8>, usize), String> {
     let payload = parse_payload(bytes).map_err(|e| format!("convert: {e}"))?;
     let plan = load_payload(cudnn, &payload, None, &PayloadExpect::default()).map_err(|e| format!("convert: {e}"))?;
-    write_frontend_payload(&plan, &payload.origin(), SerializeOptions::default()).map_err(|e| format!("convert: {e}"))
+    let bytes = write_frontend_payload(&plan, &payload.origin(), SerializeOptions::default())
+        .map_err(|e| format!("convert: {e}"))?;
+    Ok((bytes, plan.workspace_size()))
 }
 
 #[test]
@@ -455,18 +458,18 @@ fn our_payloads_through_frontend() {
     let payloads = files("fuzz/corpus/payload", "json");
     // Each payload converted to cudnn-frontend's layout (`serialize::frontend_payload`); those
     // that do not convert are measured as the conversion's error.
-    let converted: Vec<(String, Result<PathBuf, String>)> = payloads
+    let converted: Vec<(String, Result<(PathBuf, usize), String>)> = payloads
         .iter()
         .map(|(name, path)| {
-            let out = to_frontend(&cudnn, &std::fs::read(path).unwrap()).map(|bytes| {
+            let out = to_frontend(&cudnn, &std::fs::read(path).unwrap()).map(|(bytes, workspace)| {
                 let out = dir.join(format!("{name}.ubjson"));
                 std::fs::write(&out, bytes).unwrap();
-                out
+                (out, workspace)
             });
             (name.clone(), out)
         })
         .collect();
-    let paths: Vec<PathBuf> = converted.iter().filter_map(|(_, p)| p.as_ref().ok().cloned()).collect();
+    let paths: Vec<PathBuf> = converted.iter().filter_map(|(_, p)| p.as_ref().ok().map(|(p, _)| p.clone())).collect();
     let answers = oracle("load", &paths);
     std::fs::remove_dir_all(&dir).ok();
     let Some(answers) = answers else { return };
@@ -474,8 +477,16 @@ fn our_payloads_through_frontend() {
     let measured: Vec<(String, Result<(), String>)> = converted
         .into_iter()
         .map(|(name, path)| {
+            // Deserialized, and cudnn-frontend's execute asks for the workspace ours does (its
+            // `fe_workspace_size` in front of cuDNN's: the workspace tensors understood).
             let outcome = match path {
-                Ok(_) => answer(answers.next().unwrap(), None),
+                Ok((_, workspace)) => {
+                    let a = answers.next().unwrap();
+                    answer(a, None).and_then(|()| match a["workspace_size"].as_u64() {
+                        Some(w) if w == workspace as u64 => Ok(()),
+                        other => Err(format!("workspace: ours {workspace}, cudnn-frontend {other:?}")),
+                    })
+                }
                 Err(e) => Err(e),
             };
             (name, outcome)
