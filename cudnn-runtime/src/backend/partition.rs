@@ -111,7 +111,7 @@ pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
         }
         let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { continue };
         let (xt, yt) = (graph.tensor(x), graph.tensor(y));
-        if !yt.is_virtual || xt.pass_by_value.is_some() || yt.strides != layout.output_strides(&xt.strides, &yt.dims) {
+        if !yt.is_virtual || xt.is_by_value() || yt.strides != layout.output_strides(&xt.strides, &yt.dims) {
             continue;
         }
         if matches!(layout, crate::ops::Layout::Reshape { .. }) && xt.strides != packed_strides(&xt.dims) {
@@ -215,7 +215,7 @@ pub(crate) fn stored_type(graph: &Graph, t: TensorId, alias: &[Option<Alias>]) -
             .iter()
             .filter(|i| **i != t && alias[i.0].is_none_or(|a| a.base != t))
             .map(|i| graph.tensor(*i))
-            .filter(|o| o.pass_by_value.is_none() && o.dims.len() == tensor.dims.len() && o.data_type.is_float())
+            .filter(|o| !o.is_by_value() && o.dims.len() == tensor.dims.len() && o.data_type.is_float())
             .map(|o| o.data_type)
             .collect();
         let Some(&first) = peers.first() else { continue };

@@ -68,7 +68,7 @@ fn tensor_json(t: &Tensor) -> Json {
     let mut members = vec![
         ("data_type", Json::str(data_type_name(t.data_type))),
         ("dim", ints(&t.dims)),
-        ("is_pass_by_value", Json::Bool(t.pass_by_value.is_some())),
+        ("is_pass_by_value", Json::Bool(t.pass_by_value.is_some() || t.host_scalar)),
         ("is_virtual", Json::Bool(t.is_virtual)),
         ("name", Json::str(&t.name)),
         ("pass_by_value", Json::Null),
