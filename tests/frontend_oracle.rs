@@ -195,7 +195,12 @@ const FRONTEND_PAYLOADS_TO_OURS: &[(&str, Expect)] = &[
     ("layernorm_backward", Expect::RoundTrips),
     ("matmul", Expect::RoundTrips),
     ("pointwise_add", Expect::RoundTrips),
-    ("pointwise_cmp_gt", Expect::Fails("the payload's structure: the graph read is invalid: tensor `y` is declared f32 but its op produces bool")),
+    (
+        "pointwise_cmp_gt",
+        Expect::Fails(
+            "the payload's structure: the graph read is invalid: tensor `y` is declared f32 but its op produces bool",
+        ),
+    ),
     ("pointwise_leaky_relu", Expect::RoundTrips),
     ("pointwise_mul_by_value", Expect::RoundTrips),
     ("pointwise_relu", Expect::RoundTrips),
@@ -441,6 +446,10 @@ fn frontend_json_through_frontend() {
     check("FRONTEND_TO_FRONTEND", FRONTEND_TO_FRONTEND, &measured);
 }
 
+/// A payload converted to cudnn-frontend's layout, written to a file, with our plan's workspace
+/// size; or why it did not convert.
+type Converted = Result<(PathBuf, usize), String>;
+
 /// Our payload `bytes` loaded deviceless and written as cudnn-frontend's payload, with the
 /// plan's workspace size.
 fn to_frontend(cudnn: &cudnn_graph::backend::Cudnn, bytes: &[u8]) -> Result<(Vec<u8>, usize), String> {
@@ -458,7 +467,7 @@ fn our_payloads_through_frontend() {
     let payloads = files("fuzz/corpus/payload", "json");
     // Each payload converted to cudnn-frontend's layout (`serialize::frontend_payload`); those
     // that do not convert are measured as the conversion's error.
-    let converted: Vec<(String, Result<(PathBuf, usize), String>)> = payloads
+    let converted: Vec<(String, Converted)> = payloads
         .iter()
         .map(|(name, path)| {
             let out = to_frontend(&cudnn, &std::fs::read(path).unwrap()).map(|(bytes, workspace)| {

@@ -40,7 +40,10 @@ fn views(graph: &Graph) -> Result<Internals, BackendError> {
         if x.is_by_value() {
             return Err(unsupported(
                 node,
-                format!("cuDNN before 9.22 slices by pointer offset into device memory; `{}` is a by-value scalar", x.name),
+                format!(
+                    "cuDNN before 9.22 slices by pointer offset into device memory; `{}` is a by-value scalar",
+                    x.name
+                ),
             ));
         }
         if x.is_virtual {

@@ -467,12 +467,14 @@ fn parse_workspace_modifications(v: &Json) -> Result<Vec<(i64, usize)>, PayloadE
                     ),
                 ))
             }
-            1 => return Err(unsupported(
-                KEY,
-                format!(
+            1 => {
+                return Err(unsupported(
+                    KEY,
+                    format!(
                     "uid {uid}: cudnn-frontend zeroes its region before every execute, which cudnn-graph does not do"
                 ),
-            )),
+                ))
+            }
             other => return Err(key_error(KEY, format!("uid {uid}: operation {other} is not 0, 1 or 2"))),
         }
     }
