@@ -118,7 +118,7 @@ const FRONTEND_TO_OURS: &[(&str, Expect)] = &[
     ("pointwise_mul_by_value", Expect::RoundTrips),
     ("pointwise_relu", Expect::RoundTrips),
     ("reduction", Expect::RoundTrips),
-    ("reshape", Expect::Fails("re-print differs: nodes[0].dim: ours 3 items, cudnn-frontend 0; nodes[0].stride: ours 3 items, cudnn-frontend 0")),
+    ("reshape", Expect::RoundTrips),
     ("rmsnorm", Expect::RoundTrips),
     ("rmsnorm_backward", Expect::RoundTrips),
     ("sdpa_backward", Expect::RoundTrips),

@@ -138,7 +138,6 @@ fn node_json(g: &Graph, n: &Node) -> Json {
     let tensor = |id: &TensorId| g.tensors.get(id.0);
     let cx = WriteCx {
         input_dims: n.inputs.iter().map(|id| tensor(id).map(|t| t.dims.as_slice())).collect(),
-        output_strides: n.outputs.iter().map(|id| tensor(id).map(|t| t.strides.as_slice())).collect(),
     };
     let frontend = n.op.write_frontend(&cx);
     // The instance's ports (an op whose attributes add ports has more than its first few).
