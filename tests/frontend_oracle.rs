@@ -113,7 +113,7 @@ const FRONTEND_TO_OURS: &[(&str, Expect)] = &[
     ("layernorm_backward", Expect::RoundTrips),
     ("matmul", Expect::RoundTrips),
     ("pointwise_add", Expect::RoundTrips),
-    ("pointwise_cmp_gt", Expect::Fails("the graph read is invalid: tensor `y` is declared f32 but its op produces bool")),
+    ("pointwise_cmp_gt", Expect::RoundTrips),
     ("pointwise_leaky_relu", Expect::RoundTrips),
     ("pointwise_mul_by_value", Expect::RoundTrips),
     ("pointwise_relu", Expect::RoundTrips),
@@ -195,12 +195,7 @@ const FRONTEND_PAYLOADS_TO_OURS: &[(&str, Expect)] = &[
     ("layernorm_backward", Expect::RoundTrips),
     ("matmul", Expect::RoundTrips),
     ("pointwise_add", Expect::RoundTrips),
-    (
-        "pointwise_cmp_gt",
-        Expect::Fails(
-            "the payload's structure: the graph read is invalid: tensor `y` is declared f32 but its op produces bool",
-        ),
-    ),
+    ("pointwise_cmp_gt", Expect::RoundTrips),
     ("pointwise_leaky_relu", Expect::RoundTrips),
     ("pointwise_mul_by_value", Expect::RoundTrips),
     ("pointwise_relu", Expect::RoundTrips),
@@ -568,4 +563,37 @@ fn frontend_payloads_through_ours() {
         measured.push((name, read_frontend_payload(&cudnn, &bytes, None).map(|_| ()).map_err(|e| e.to_string())));
     }
     check("FRONTEND_PAYLOADS_TO_OURS", FRONTEND_PAYLOADS_TO_OURS, &measured);
+}
+
+/// A comparison written to a float output (cudnn-frontend's `cmp_gt` fixture does so) holds 0
+/// or 1: the reference computes that, and cuDNN plans it deviceless, as it plans
+/// cudnn-frontend's own. An integer output stays an error naming the tensor.
+#[test]
+fn comparisons_store_into_float_outputs() {
+    let build = |out: DataType| {
+        let mut g = GraphBuilder::new("gt");
+        let a = g.input("a", DataType::F32, &[1, 8, 16]).unwrap();
+        let b = g.input("b", DataType::F32, &[1, 8, 16]).unwrap();
+        let y = g.op("cmp_gt", &[a.into(), b.into()], &[]).unwrap()[0];
+        g.output(y, "y", out).map(|_| g.build().unwrap())
+    };
+    let graph = build(DataType::F32).unwrap();
+    let a: Vec<f32> = common::random(1, 128);
+    let b: Vec<f32> = common::random(2, 128);
+    let out = cudnn_graph::reference::run(&graph, &[("a", a.as_slice().into()), ("b", b.as_slice().into())]).unwrap();
+    let want: Vec<f64> = a.iter().zip(&b).map(|(x, y)| f64::from(u8::from(x > y))).collect();
+    assert_eq!(out[0].data, want);
+    assert!(want.contains(&0.0) && want.contains(&1.0));
+    let e = build(DataType::I32).unwrap_err();
+    assert!(matches!(e, cudnn_graph::GraphError::DeclaredType { ref tensor, .. } if tensor == "y"), "{e}");
+    // A logical op's bool stays bool: cuDNN 9.19 plans none into a float output.
+    let mut g = GraphBuilder::new("and");
+    let a = g.input("a", DataType::F32, &[1, 8, 16]).unwrap();
+    let x = g.op("cmp_gt", &[a.into(), 0.5.into()], &[]).unwrap()[0];
+    let z = g.op("cmp_lt", &[a.into(), 0.75.into()], &[]).unwrap()[0];
+    let y = g.op("logical_and", &[x.into(), z.into()], &[]).unwrap()[0];
+    let e = g.output(y, "y", DataType::F32).unwrap_err();
+    assert!(matches!(e, cudnn_graph::GraphError::DeclaredType { ref tensor, .. } if tensor == "y"), "{e}");
+    let Some(cudnn) = common::deviceless() else { return };
+    cudnn_graph::backend::ExecutionPlan::build(&cudnn, &graph, &Default::default()).unwrap();
 }

@@ -134,6 +134,12 @@ fn gpu_frontend_payload_reduction() {
     gpu_case::<f32>("reduction");
 }
 
+/// cuDNN writes the comparison's 0 or 1 into the f32 output.
+#[test]
+fn gpu_frontend_payload_pointwise_cmp_gt() {
+    gpu_case::<f32>("pointwise_cmp_gt");
+}
+
 #[test]
 fn gpu_frontend_payload_layernorm() {
     gpu_case::<f32>("layernorm");

@@ -163,8 +163,11 @@ struct Value {
     dims: Vec<SymDim>,
     dtype: DataType,
     /// The dtype the producing op forces on this tensor (`OutputMeta::dtype`), which a graph
-    /// output bound to it must declare.
+    /// output bound to it must declare ([`cudnn_runtime::ops::output_type_ok`]).
     forced: Option<DataType>,
+    /// Whether the producing op may store its forced `bool` as a float
+    /// (`Op::stores_bool_as_float`: a comparison).
+    bool_as_float: bool,
     span: Span,
     kind: Kind,
     used: bool,

@@ -393,7 +393,9 @@ impl GraphBuilder {
         if self.tensors[id.0].name != name {
             self.check_name(name)?;
         }
-        let forced = self.nodes.iter().find(|n| n.outputs.contains(&id)).and_then(|n| {
+        let producer = self.nodes.iter().find(|n| n.outputs.contains(&id));
+        let bool_as_float = producer.is_some_and(|n| n.op.stores_bool_as_float());
+        let forced = producer.and_then(|n| {
             let metas: Vec<TensorMeta<i64>> = n
                 .inputs
                 .iter()
@@ -405,7 +407,7 @@ impl GraphBuilder {
             n.op.infer(&metas, &mut Concrete).ok().and_then(|o| o[0].dtype)
         });
         if let Some(required) = forced {
-            if required != data_type {
+            if !crate::ops::output_type_ok(required, data_type, bool_as_float) {
                 return Err(GraphError::DeclaredType {
                     tensor: name.to_string(),
                     node: String::new(),

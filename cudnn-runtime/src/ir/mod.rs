@@ -354,7 +354,7 @@ impl Graph {
                     });
                 }
                 if let Some(dt) = meta.dtype {
-                    if dt != t.data_type {
+                    if !crate::ops::output_type_ok(dt, t.data_type, node.op.stores_bool_as_float()) {
                         return Err(GraphError::DeclaredType {
                             tensor: t.name.clone(),
                             node: node.name.clone(),

@@ -136,9 +136,7 @@ fn listed(g: &Graph, ids: &[TensorId]) -> Json {
 
 fn node_json(g: &Graph, n: &Node) -> Json {
     let tensor = |id: &TensorId| g.tensors.get(id.0);
-    let cx = WriteCx {
-        input_dims: n.inputs.iter().map(|id| tensor(id).map(|t| t.dims.as_slice())).collect(),
-    };
+    let cx = WriteCx { input_dims: n.inputs.iter().map(|id| tensor(id).map(|t| t.dims.as_slice())).collect() };
     let frontend = n.op.write_frontend(&cx);
     // The instance's ports (an op whose attributes add ports has more than its first few).
     let input_names: Vec<&'static str> = n.op.inputs().iter().map(|p| p.name).collect();
