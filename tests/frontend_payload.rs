@@ -301,3 +301,48 @@ fn replacements_and_workspace_tensors_are_written_as_cudnn_frontend_reads_them()
     let e = read_frontend_payload(&cudnn, &grown, None).unwrap_err();
     assert_eq!(key_of(&e), Some(("fe_workspace_size", false)), "{e}");
 }
+
+/// cudnn-frontend prints a payload's structure after lowering, where its composite attention
+/// node has transposed K in place (and the backward node K and V): we write ours so, and read
+/// either back as given. `cudnn_graph`'s own structural JSON (no plan) keeps K as given.
+#[test]
+fn attention_operands_are_transposed_in_payload_structures() {
+    let Some(cudnn) = common::deviceless() else { return };
+    for (name, ports) in [("sdpa", &["K"][..]), ("sdpa_backward", &["K", "V"][..])] {
+        let bytes = std::fs::read(format!("{}/fuzz/corpus/payload/{name}.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let payload = parse_payload(&bytes).unwrap();
+        let plan = load_payload(&cudnn, &payload, None, &Expect::default()).unwrap();
+        let written = write_frontend_payload(&plan, &payload.origin(), SerializeOptions::default()).unwrap();
+        let doc: Value = serde_json::from_str(&ubjson_to_json(&written).unwrap()).unwrap();
+        let node = &doc["nodes"][0];
+        let graph = plan.graph();
+        for port in ports {
+            let uid = node["inputs"][port].as_i64().unwrap();
+            let ours = graph.tensors.iter().find(|t| t.uid == uid).unwrap();
+            let (mut dims, mut strides) = (ours.dims.clone(), ours.strides.clone());
+            assert_ne!(dims[2], dims[3], "{name}: a shape whose transpose shows");
+            dims.swap(2, 3);
+            strides.swap(2, 3);
+            let theirs = doc["tensors"].as_array().unwrap().iter().find(|t| t["uid"] == uid).unwrap();
+            assert_eq!(theirs["dim"], json!(dims), "{name} {port}");
+            assert_eq!(theirs["stride"], json!(strides), "{name} {port}");
+        }
+        let back = parse_frontend_payload(&written).unwrap().structure.unwrap();
+        assert_eq!(&back, graph, "{name}: K (and V) read back as given");
+        // A unified (cuDNN `SDPA_FWD`) node leaves K as given: read as written.
+        if name == "sdpa" {
+            let unified = edited(&written, |m| {
+                m["nodes"][0]["implementation"] = json!("UNIFIED");
+                m.remove("cudnn_graph");
+                for t in m["tensors"].as_array_mut().unwrap() {
+                    t.as_object_mut().unwrap().remove("cudnn_graph");
+                }
+                for n in m["nodes"].as_array_mut().unwrap() {
+                    n.as_object_mut().unwrap().remove("cudnn_graph");
+                }
+            });
+            let e = parse_frontend_payload(&unified).unwrap_err();
+            assert!(e.to_string().contains("port K"), "a transposed K read as given fails K's shape rule: {e}");
+        }
+    }
+}

@@ -318,10 +318,13 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
     };
     let frontend_version = get("cudnn_frontend_version").map(|v| int("cudnn_frontend_version", v)).transpose()?;
 
-    // The structure: present when it has nodes or tensors (as cudnn-frontend decides).
+    // The structure: present when it has nodes or tensors (as cudnn-frontend decides). Printed
+    // after lowering (the payload's plan says so), so attention's K and V are as its lowering
+    // left them: transposed back first.
     let structure = if get("nodes").is_some() || get("tensors").is_some() {
-        let structural: Vec<(String, Json)> =
+        let mut structural: Vec<(String, Json)> =
             members.iter().filter(|(k, _)| STRUCTURE_FIELDS.contains(&k.as_str())).cloned().collect();
+        transpose_attention_operands(&mut structural);
         Some(graph_from_json(&Json::Obj(structural))?)
     } else {
         if let Some(key) = ["context", "gid", "cudnn_graph"].into_iter().find(|k| get(k).is_some()) {
@@ -536,6 +539,67 @@ fn plan_workspace_tensors(plan: &ExecutionPlan) -> Vec<(i64, usize)> {
     out
 }
 
+/// Swaps the last two dims and strides of the attention operands that cudnn-frontend's lowering
+/// transposes in place (`scaled_dot_product_flash_attention.h`): a composite forward node's K
+/// (`SDPA` with `implementation` `COMPOSITE`; `UNIFIED`, cuDNN's own `SDPA_FWD` operation, and
+/// a paged K cache take K as given) and a backward node's K and V (`SDPA_BWD`), each swap once
+/// per node, so a tensor two such nodes share is swapped back, as there. cudnn-frontend prints
+/// a payload's structure after lowering, so its K is `[b, h_k, d_qk, s_kv]`; ours is written so
+/// too and read back as given (`[b, h_k, s_kv, d_qk]`): the function is its own inverse. Only
+/// rank-4 tensors are touched; anything malformed is left for the structural reader to name.
+fn transpose_attention_operands(structure: &mut [(String, Json)]) {
+    let find = |structure: &[(String, Json)], key: &str| structure.iter().position(|(k, _)| k == key);
+    // The tensors each node swaps, by the key its ports refer to them by (a uid or a name).
+    let mut swaps: Vec<String> = Vec::new();
+    if let Some(Json::Arr(nodes)) = find(structure, "nodes").map(|i| &structure[i].1) {
+        for node in nodes {
+            let Json::Obj(fields) = node else { continue };
+            let field = |k: &str| fields.iter().find(|(name, _)| name == k).map(|(_, v)| v);
+            let ports: &[&str] = match (field("tag"), field("implementation")) {
+                (Some(Json::Str(t)), Some(Json::Str(i))) if t == "SDPA" && i == "COMPOSITE" => &["K"],
+                (Some(Json::Str(t)), _) if t == "SDPA_BWD" => &["K", "V"],
+                _ => continue,
+            };
+            let Some(Json::Obj(inputs)) = field("inputs") else { continue };
+            let refers = |port: &str| inputs.iter().find(|(p, _)| p == port).map(|(_, v)| v);
+            if refers("Page_table_K").is_some_and(|v| !matches!(v, Json::Null)) {
+                continue;
+            }
+            for port in ports {
+                match refers(port) {
+                    Some(Json::Int(uid)) => swaps.push(uid.to_string()),
+                    Some(Json::Str(key)) => swaps.push(key.clone()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let Some(Json::Arr(tensors)) = find(structure, "tensors").map(|i| &mut structure[i].1) else { return };
+    for tensor in tensors {
+        let Json::Obj(fields) = tensor else { continue };
+        let key = |k: &str| fields.iter().find(|(name, _)| name == k).map(|(_, v)| v);
+        let by_uid = match key("uid") {
+            Some(Json::Int(uid)) if !matches!(key("uid_assigned"), Some(Json::Bool(false))) => Some(uid.to_string()),
+            _ => None,
+        };
+        let by_name = match key("name") {
+            Some(Json::Str(name)) => Some(name.clone()),
+            _ => None,
+        };
+        let Some(refer) = by_uid.or(by_name) else { continue };
+        if swaps.iter().filter(|s| **s == refer).count() % 2 == 0 {
+            continue;
+        }
+        for (name, value) in fields.iter_mut() {
+            if let (true, Json::Arr(v)) = (name == "dim" || name == "stride", value) {
+                if v.len() == 4 {
+                    v.swap(2, 3);
+                }
+            }
+        }
+    }
+}
+
 /// The by-value scalars of `scalars` as (uid, type, value bits) records, for error messages.
 fn records(scalars: impl Iterator<Item = (i64, DataType, f64)>) -> Vec<(i64, DataType, String)> {
     scalars.map(|(uid, dt, v)| (uid, dt, format!("{:#018x}", v.to_bits()))).collect()
@@ -734,6 +798,8 @@ pub fn write_frontend_payload(
             Json::Obj(structure) => members.extend(structure),
             other => members.push(("structure".into(), other)),
         }
+        // As cudnn-frontend's lowering leaves them in the structure it prints with its plan.
+        transpose_attention_operands(&mut members);
     }
     let set = |members: &mut Vec<(String, Json)>, key: &str, value: Json| {
         members.retain(|(k, _)| k != key);
