@@ -43,6 +43,10 @@
 //! ([`super::ubjson::MAX_BYTES`], [`super::ubjson::MAX_DEPTH`], [`super::MAX_JSON_VALUES`]) and
 //! never panics.
 //!
+//! The structure is printed after lowering, as cudnn-frontend prints its own: its composite
+//! attention nodes have transposed K (and, backward, V) in place, so both directions swap those
+//! operands' last two dims and strides (`transpose_attention_operands`).
+//!
 //! Writing ([`write_frontend_payload`]) gives the bytes cudnn-frontend 1.32 itself writes for the
 //! same plan (keys sorted, as nlohmann keeps them). Our structure's `cudnn_graph` extension object
 //! rides along (cudnn-frontend ignores it), so reading the payload back gives the same graph,
