@@ -8,9 +8,19 @@
 
 mod common;
 
+use cudnn_graph::graph;
 use cudnn_graph::reference;
 use cudnn_graph::serialize::{structure_from_json, structure_to_json};
 use cudnn_graph::{DataType, Graph, GraphBuilder, GraphError};
+
+graph! {
+    /// A layer norm whose epsilon is given at execute: `host` marks a host scalar input.
+    pub LnHostEps<dyn N>(x: f32[N, 32], scale: f32[1, 32], bias: f32[1, 32], eps: f32[1, 1] host)
+        -> (y: f32[N, 32])
+    {
+        y = layernorm(x, scale, bias, eps);
+    }
+}
 
 /// A training layer norm over `[4, 32, 1, 1]` whose epsilon is a host scalar, or (`eps =
 /// Some(v)`) the constant `v`.
@@ -139,6 +149,38 @@ fn host_scalars_round_trip_through_the_structural_json() {
     assert_eq!(back.fingerprint(), graph.fingerprint());
 }
 
+/// `graph!`'s `host` port: a host scalar of the built graph, taken by value by the typed
+/// reference, part of the type's fingerprint.
+#[test]
+fn graph_macro_host_ports_are_host_scalars() {
+    let g = LnHostEps::new(4);
+    let graph = g.graph().unwrap();
+    let eps = graph.tensor_by_name("eps").unwrap();
+    assert!(eps.host_scalar && eps.dims == [1, 1]);
+    let x: Vec<f32> = common::random(4, 128);
+    let scale: Vec<f32> = common::random(5, 32);
+    let bias: Vec<f32> = common::random(6, 32);
+    let small = g.reference(LnHostEpsInputs { x: &x, scale: &scale, bias: &bias, eps: 1e-5 }).unwrap();
+    let large = g.reference(LnHostEpsInputs { x: &x, scale: &scale, bias: &bias, eps: 4.0 }).unwrap();
+    // The same as the graph with the value as a constant, for each value.
+    for (eps, out) in [(1e-5f32, &small), (4.0, &large)] {
+        let mut b = GraphBuilder::new("ln");
+        let xi = b.input("x", DataType::F32, &[4, 32]).unwrap();
+        let si = b.input("scale", DataType::F32, &[1, 32]).unwrap();
+        let bi = b.input("bias", DataType::F32, &[1, 32]).unwrap();
+        let y = b.op("layernorm", &[xi.into(), si.into(), bi.into(), f64::from(eps).into()], &[]).unwrap()[0];
+        b.output(y, "y", DataType::F32).unwrap();
+        let want = reference::run(
+            &b.build().unwrap(),
+            &[("x", x.as_slice().into()), ("scale", scale.as_slice().into()), ("bias", bias.as_slice().into())],
+        )
+        .unwrap();
+        let want: Vec<f32> = want[0].data.iter().map(|&v| v as f32).collect();
+        assert_eq!(out.y, want, "epsilon {eps}");
+    }
+    assert_ne!(small.y, large.y);
+}
+
 #[cfg(feature = "cudnn")]
 mod deviceless {
     use super::*;
@@ -176,6 +218,13 @@ mod deviceless {
         assert!(payload.plan.scalars.iter().all(|s| s.uid != uid), "no value recorded");
         let loaded = cudnn_graph::serialize::plan::load_payload(&cudnn, &payload, None, &Expect::default()).unwrap();
         assert!(loaded.graph().tensor_by_name("epsilon").unwrap().host_scalar);
+    }
+
+    /// A `graph!` type with a `host` port plans deviceless, its scalar bound at execute.
+    #[test]
+    fn graph_macro_host_ports_plan() {
+        let Some(cudnn) = common::deviceless() else { return };
+        LnHostEps::new(8).build(&cudnn, &BuildOptions::default()).unwrap();
     }
 
     /// cudnn-frontend's own layer norm payload: its epsilon is a host scalar of the graph read.

@@ -28,6 +28,13 @@ use half::{bf16, f16};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/frontend");
 
+cudnn_graph::graph! {
+    /// RMS norm with its epsilon a host scalar, given by value at each execute.
+    pub RmsHostEps<dyn N>(x: f32[N, 64], scale: f32[1, 64], eps: f32[1, 1] host) -> (y: f32[N, 64]) {
+        y = rmsnorm(x, scale, eps);
+    }
+}
+
 /// The value a host scalar input is given: positive, as an epsilon, a momentum or a scale is.
 fn host_value(i: usize) -> f64 {
     0.25 + 0.125 * i as f64
@@ -153,6 +160,30 @@ fn gpu_frontend_payload_rmsnorm() {
 #[test]
 fn gpu_frontend_payload_pointwise_mul_by_value() {
     gpu_case::<f32>("pointwise_mul_by_value");
+}
+
+/// A `graph!` type's `host` port: the typed execute takes the value itself, and each execute
+/// computes with the value it was given, as the typed reference does.
+#[test]
+fn gpu_graph_macro_host_scalar_by_value() {
+    let Some((stream, cudnn)) = gpu() else { return };
+    let n = 32;
+    let g = RmsHostEps::new(n);
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let x: Vec<f32> = uniform(80, n * 64, -1.0, 1.0);
+    let scale: Vec<f32> = uniform(81, 64, 0.5, 1.5);
+    let (x_d, scale_d) = (upload(&stream, &x), upload(&stream, &scale));
+    let mut y_d = poisoned::<f32>(&stream, n * 64);
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let mut outputs = Vec::new();
+    for eps in [1e-5f32, 2.0] {
+        plan.execute(&cudnn, RmsHostEpsArgs { x: &x_d, scale: &scale_d, eps, y: &mut y_d }, Some(&mut ws)).unwrap();
+        let got: Vec<f32> = stream.clone_dtoh(&y_d).unwrap();
+        let want = g.reference(RmsHostEpsInputs { x: &x, scale: &scale, eps }).unwrap().y;
+        check(&format!("rmsnorm, host epsilon {eps}"), "y", &got, &want);
+        outputs.push(got);
+    }
+    assert_ne!(outputs[0], outputs[1], "the second execute used its own epsilon");
 }
 
 /// The argument error inside a backend error.
