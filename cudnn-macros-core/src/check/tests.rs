@@ -666,3 +666,18 @@ fn a_failed_op_leaves_unknown_extents_and_checking_goes_on() {
     );
     assert_eq!(errors.len(), 1, "{errors:?}");
 }
+
+// Host scalars: `host` inputs, given by value at execute.
+
+#[test]
+fn a_host_input_is_a_host_scalar_of_the_type() {
+    let host = ok("G(x: f32[8], s: f32[1] host) -> (y: f32[8]) { y = mul(x, s); }");
+    assert!(host.inputs[1].host && !host.inputs[0].host);
+    let device = ok("G(x: f32[8], s: f32[1]) -> (y: f32[8]) { y = mul(x, s); }");
+    assert_ne!(host.fingerprint, device.fingerprint, "`host` is part of the type");
+    // A wrong one is one error, checked on as all 1s: the op reading it says nothing more.
+    let e = error("G(x: f32[8], s: f32[2] host) -> (y: f32[8]) { y = mul(x, s); }");
+    assert!(e.starts_with("host scalar `s` is one value given at execute"), "{e}");
+    let e = error("G(x: f32[8], s: f32[1]) -> (y: f32[8] host) { y = mul(x, s); }");
+    assert!(e.starts_with("output `y` cannot be `host`"), "{e}");
+}
