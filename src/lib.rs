@@ -137,7 +137,7 @@ pub mod __private {
 
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::backend::{
-        cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, InputBuffer, OutputBuffer,
+        cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar, InputBuffer, OutputBuffer,
     };
 
     /// The options a `graph!` type declaring `declared` plans with: `options` themselves, unless

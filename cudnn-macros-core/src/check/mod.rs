@@ -49,6 +49,8 @@ pub struct Port {
     /// The memory order of the dims, outermost first, when declared (`order [..]` or
     /// `channels_last`); row-major otherwise.
     pub order: Option<Vec<usize>>,
+    /// `host`: a host scalar, supplied by value at execute (`Tensor::host_scalar`).
+    pub host: bool,
 }
 
 /// An operand of a node, as the generated code will pass it.
@@ -194,8 +196,11 @@ struct Value {
     dims: Vec<SymDim>,
     dtype: DataType,
     /// The dtype the producing op forces on this tensor (`OutputMeta::dtype`), which a graph
-    /// output bound to it must declare.
+    /// output bound to it must declare ([`cudnn_runtime::ops::output_type_ok`]).
     forced: Option<DataType>,
+    /// Whether the producing op may store its forced `bool` as a float
+    /// (`Op::stores_bool_as_float`: a comparison).
+    bool_as_float: bool,
     span: Span,
     kind: Kind,
     used: bool,
@@ -279,8 +284,10 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
     let params = decl::check_params(cx, def);
     let (compute, intermediate) = decl::check_settings(cx, def);
     let fusion = decl::check_fuse(cx, def);
-    let inputs: Vec<Port> = def.inputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    let mut inputs: Vec<Port> = def.inputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    decl::check_host_inputs(cx, def, &mut inputs);
     let outputs: Vec<Port> = def.outputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    decl::check_host_outputs(cx, def);
     decl::check_port_names(cx, def);
     if def.inputs.is_empty() {
         cx.error(&def.name, format!("graph `{}` needs at least one input", def.name));

@@ -18,6 +18,7 @@ impl Checker<'_> {
                 dims: port.dims.clone(),
                 dtype: port.dtype.unwrap_or(DataType::F32),
                 forced: None,
+                bool_as_float: false,
                 span: decl.name.span(),
                 kind: Kind::Input,
                 used: false,
@@ -180,6 +181,7 @@ impl Checker<'_> {
             dims: port.dims.clone(),
             dtype: port.dtype.unwrap_or(value.dtype),
             forced: value.forced,
+            bool_as_float: value.bool_as_float,
             span: target.span(),
             kind: Kind::Output,
             used: true,
@@ -226,7 +228,7 @@ impl Checker<'_> {
             self.defer(sym, expr.span(), &why);
         }
         if let (Some(declared), Some(forced)) = (port.dtype, value.forced) {
-            if declared != forced {
+            if !cudnn_runtime::ops::output_type_ok(forced, declared, value.bool_as_float) {
                 self.cx.error(
                     &decl.dtype,
                     format!("output `{}` is declared {declared} but its op produces {forced}", decl.name),

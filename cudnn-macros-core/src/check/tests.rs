@@ -386,8 +386,13 @@ fn a_wrong_declared_output_shape_is_reported() {
 
 #[test]
 fn a_comparison_forces_bool() {
-    let e = error("G(a: f32[8], b: f32[8]) -> (y: f16[8]) { y = cmp_lt(a, b); }");
-    assert_eq!(e, "output `y` is declared f16 but its op produces bool");
+    let e = error("G(a: f32[8], b: f32[8]) -> (y: i32[8]) { y = cmp_lt(a, b); }");
+    assert_eq!(e, "output `y` is declared i32 but its op produces bool");
+    // A comparison's 0 or 1 may be stored in a float output (cuDNN writes it so); a logical
+    // op's may not (cuDNN 9.19 plans none).
+    ok("G(a: f32[8], b: f32[8]) -> (y: f16[8]) { y = cmp_lt(a, b); }");
+    let e = error("G(a: f32[8], b: f32[8]) -> (y: f32[8]) { y = logical_and(cmp_lt(a, b), cmp_gt(a, b)); }");
+    assert_eq!(e, "output `y` is declared f32 but its op produces bool");
     let ck = ok("G(a: f32[8], b: f32[8]) -> (y: bool[8]) { y = cmp_lt(a, b); }");
     assert_eq!(ck.outputs[0].dtype, Some(DataType::Bool));
 }
@@ -721,4 +726,19 @@ fn slice_bounds_take_dims_and_indices() {
     assert_eq!(ck.const_checks.len(), 1);
     assert!(ck.const_checks[0].at_most);
     assert_eq!(ck.const_checks[0].message, "graph `G`: H must be at most N: `slice` (node `y`) needs it");
+}
+
+// Host scalars: `host` inputs, given by value at execute.
+
+#[test]
+fn a_host_input_is_a_host_scalar_of_the_type() {
+    let host = ok("G(x: f32[8], s: f32[1] host) -> (y: f32[8]) { y = mul(x, s); }");
+    assert!(host.inputs[1].host && !host.inputs[0].host);
+    let device = ok("G(x: f32[8], s: f32[1]) -> (y: f32[8]) { y = mul(x, s); }");
+    assert_ne!(host.fingerprint, device.fingerprint, "`host` is part of the type");
+    // A wrong one is one error, checked on as all 1s: the op reading it says nothing more.
+    let e = error("G(x: f32[8], s: f32[2] host) -> (y: f32[8]) { y = mul(x, s); }");
+    assert!(e.starts_with("host scalar `s` is one value given at execute"), "{e}");
+    let e = error("G(x: f32[8], s: f32[1]) -> (y: f32[8] host) { y = mul(x, s); }");
+    assert!(e.starts_with("output `y` cannot be `host`"), "{e}");
 }

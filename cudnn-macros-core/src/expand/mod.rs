@@ -138,6 +138,9 @@ impl<'a> Gen<'a> {
         let input_fields = self.inputs.iter().map(|port| {
             let (n, t) = (&port.name, rust_type(port.dtype));
             let doc = port_doc(port);
+            if port.host {
+                return quote!(#[doc = #doc] pub #n: #t);
+            }
             quote!(#[doc = #doc] pub #n: &'a [#t])
         });
         let output_fields = self.outputs.iter().map(|port| {

@@ -115,7 +115,7 @@ pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
         // The view's strides as its rule gives them from X's (a reshape that cannot be a view of
         // X's memory is none).
         let view = layout.view_strides(&xt.dims, &xt.strides, &yt.dims).ok();
-        if !yt.is_virtual || xt.pass_by_value.is_some() || view.as_ref() != Some(&yt.strides) {
+        if !yt.is_virtual || xt.is_by_value() || view.as_ref() != Some(&yt.strides) {
             continue;
         }
         let Ok(offset) = u64::try_from(layout.offset(&xt.strides)) else { continue };
@@ -217,7 +217,7 @@ pub(crate) fn stored_type(graph: &Graph, t: TensorId, alias: &[Option<Alias>]) -
             .iter()
             .filter(|i| **i != t && alias[i.0].is_none_or(|a| a.base != t))
             .map(|i| graph.tensor(*i))
-            .filter(|o| o.pass_by_value.is_none() && o.dims.len() == tensor.dims.len() && o.data_type.is_float())
+            .filter(|o| !o.is_by_value() && o.dims.len() == tensor.dims.len() && o.data_type.is_float())
             .map(|o| o.data_type)
             .collect();
         let Some(&first) = peers.first() else { continue };

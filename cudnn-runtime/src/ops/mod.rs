@@ -25,6 +25,7 @@ mod window;
 
 use crate::array::Array;
 use crate::dim::{Dim, DimCx};
+use crate::DataType;
 pub use family::FusionRule;
 use family::{LayoutPolicy, OpFamily};
 
@@ -138,6 +139,36 @@ impl Op {
         matches!(self, Op::Layout(Layout::Transpose { .. }))
     }
 
+    /// Whether the `bool` its shape rule forces may be stored as 0 or 1 in a float output
+    /// instead: a comparison's, which cuDNN's pointwise engines write so (cudnn-frontend writes
+    /// `cmp_gt` into an `f32` tensor). cuDNN 9.19 plans no logical op into a float output
+    /// (heuristics propose no engine), so those stay `bool`. [`output_type_ok`] applies it.
+    pub fn stores_bool_as_float(&self) -> bool {
+        matches!(self, Op::Pointwise(p) if p.mode.is_comparison())
+    }
+}
+
+/// Whether an output declared `declared` may hold what its op produces, `produced` being the
+/// type the op's shape rule forces: that type, or, where the op
+/// [stores its `bool` as a float](Op::stores_bool_as_float), 0 or 1 in an `f64`, `f32`, `f16` or
+/// `bf16` tensor. `graph!`'s checker, the builder and [`crate::Graph::validate`] all ask this.
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::ops::output_type_ok;
+/// use cudnn_graph::DataType;
+/// assert!(output_type_ok(DataType::Bool, DataType::F32, true));
+/// assert!(!output_type_ok(DataType::Bool, DataType::F32, false));
+/// assert!(!output_type_ok(DataType::Bool, DataType::I32, true));
+/// ```
+pub fn output_type_ok(produced: DataType, declared: DataType, bool_as_float: bool) -> bool {
+    declared == produced
+        || (bool_as_float
+            && produced == DataType::Bool
+            && matches!(declared, DataType::F64 | DataType::F32 | DataType::F16 | DataType::BF16))
+}
+
+impl Op {
     /// [`ShapeErrorKind::Arity`] unless `found` inputs are as many as [`Op::inputs`] lists.
     fn check_arity(&self, found: usize) -> Result<(), ShapeError> {
         let expected = self.inputs().len();
