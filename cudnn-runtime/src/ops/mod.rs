@@ -25,6 +25,7 @@ mod window;
 
 use crate::array::Array;
 use crate::dim::{Dim, DimCx};
+use crate::DataType;
 pub use family::FusionRule;
 use family::{LayoutPolicy, OpFamily};
 
