@@ -208,7 +208,8 @@ fn outside<T: Element>(got: &[T], want: &[T], atol: f64, rtol: f64) -> (Vec<usiz
         let (g, w) = (g.to_f64_value(), w.to_f64_value());
         let err = (g - w).abs();
         worst = worst.max(err / scale);
-        if !(err <= atol + rtol * w.abs()) {
+        // A NaN error (a NaN output) is outside too.
+        if err.is_nan() || err > atol + rtol * w.abs() {
             bad.push(i);
         }
     }
