@@ -9,6 +9,7 @@
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{BuildOptions, ExecutionPlan, HeuristicMode};
+use cudnn_runtime::engines::{CacheSource, PlanCache};
 use cudnn_runtime::ops::{AttrValue, PointwiseMode};
 use cudnn_runtime::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_runtime::serialize::{structure_from_json, structure_to_json};
@@ -187,6 +188,26 @@ fn structure_and_payload_round_trip() {
             .unwrap();
     let (reloaded, _) = read_payload(&cudnn, &plan_only, Some(graph.clone()), &Expect::default()).unwrap();
     assert_eq!(reloaded.workspace_size(), built.workspace_size());
+}
+
+/// The plan cache serves fp8 graphs like any other: a miss builds, a repeat is a memory hit of
+/// the same plan, and a graph differing only in its output's fp8 format is another key.
+#[test]
+fn plan_cache_keys_fp8_graphs() {
+    let Some(cudnn) = deviceless() else { return };
+    let cache = PlanCache::in_memory();
+    let options = BuildOptions::default();
+    let graph = Fp8Matmul { out: E4, amax: Some(true), ..PLAIN }.graph("cached");
+    let cold = cache.get_or_build(&cudnn, &graph, &Expect::default(), &options).unwrap();
+    assert_eq!(cold.source, CacheSource::Built);
+    let warm = cache.get_or_build(&cudnn, &graph, &Expect::default(), &options).unwrap();
+    assert_eq!(warm.source, CacheSource::Memory);
+    assert!(std::sync::Arc::ptr_eq(&warm.plan, &cold.plan));
+    let e5 = Fp8Matmul { out: E5, amax: Some(true), ..PLAIN }.graph("cached");
+    assert_ne!(e5.fingerprint(), graph.fingerprint());
+    let other = cache.get_or_build(&cudnn, &e5, &Expect::default(), &options).unwrap();
+    assert_eq!(other.source, CacheSource::Built);
+    assert_eq!(cache.len(), 2);
 }
 
 /// The conversions `tests/gpu_fp8.rs` checks code by code on the H200 plan alone: f32 → fp8
