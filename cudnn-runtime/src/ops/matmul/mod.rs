@@ -77,21 +77,16 @@ impl Matmul {
                 ));
             }
         }
-        // fp8 only beside fp8: cuDNN 9.19 plans no matmul of an fp8 operand and a wider one.
+        // fp8 only beside fp8: cuDNN 9.19 plans no matmul of an fp8 operand and another type.
         if is_fp8(a.dtype) != is_fp8(b.dtype) {
-            let (i, other) = if is_fp8(a.dtype) { (1, "A") } else { (0, "B") };
+            let (i, expected) = if is_fp8(a.dtype) {
+                (1, "fp8_e4m3 or fp8_e5m2 beside an fp8 port A (cuDNN has no matmul of fp8 and another type: quantize B to fp8 too)")
+            } else {
+                (0, "fp8_e4m3 or fp8_e5m2 beside an fp8 port B (cuDNN has no matmul of fp8 and another type: quantize A to fp8 too)")
+            };
             return Err(ShapeError::at(
                 i,
-                ShapeErrorKind::DType {
-                    op: NAME,
-                    port: INPUTS[i].name,
-                    found: inputs[i].dtype,
-                    expected: if other == "A" {
-                        "fp8_e4m3 or fp8_e5m2 beside an fp8 port A (cuDNN has no matmul of fp8 and a wider type: quantize B too)"
-                    } else {
-                        "fp8_e4m3 or fp8_e5m2 beside an fp8 port B (cuDNN has no matmul of fp8 and a wider type: quantize A too)"
-                    },
-                },
+                ShapeErrorKind::DType { op: NAME, port: INPUTS[i].name, found: inputs[i].dtype, expected },
             ));
         }
         if a.dims.len() < 2 {
