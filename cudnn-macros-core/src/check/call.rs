@@ -312,6 +312,13 @@ impl Checker<'_> {
                 return self.despite(op, &metas, extents, &name);
             }
         };
+        let dtypes: Vec<_> = metas.iter().map(|m| m.dtype).collect();
+        if let Err(e) = op.check_compute(&dtypes, self.compute) {
+            self.cx.error_span(
+                func.span(),
+                format!("graph `{}`: {e}: put `#[compute(f32)]` on graph `{}`", self.def.name, self.def.name),
+            );
+        }
         let node = self.fresh(node_name.unwrap_or(&name), node_name.is_none());
         self.defer(sym, func.span(), &format!("`{name}` (node `{node}`) needs it"));
         let x = operands.first().and_then(|(_, v)| v.as_ref());

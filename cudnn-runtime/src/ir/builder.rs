@@ -319,12 +319,15 @@ impl GraphBuilder {
                 TensorMeta { dims: t.dims.clone(), dtype: t.data_type.unwrap_or(self.context.intermediate_data_type) }
             })
             .collect();
-        let outs = op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
+        let shape_error = |source: crate::ops::ShapeError| GraphError::Shape {
             node: node.to_string(),
             op: sig.name,
             port: source.arg.and_then(|a| ports.get(a).map(|p| p.name)),
             source,
-        })?;
+        };
+        let outs = op.infer(&metas, &mut Concrete).map_err(shape_error)?;
+        let dtypes: Vec<DataType> = metas.iter().map(|m| m.dtype).collect();
+        op.check_compute(&dtypes, self.context.compute_data_type).map_err(shape_error)?;
         let mut out_ids = Vec::with_capacity(outs.len());
         for (k, meta) in outs.into_iter().enumerate() {
             let ports = op.outputs();

@@ -330,12 +330,15 @@ impl Graph {
                 .iter()
                 .map(|i| TensorMeta { dims: self.tensor(*i).dims.clone(), dtype: self.tensor(*i).data_type })
                 .collect();
-            let inferred = node.op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
+            let shape_error = |source: crate::ops::ShapeError| GraphError::Shape {
                 node: node.name.clone(),
                 op: node.op.call_name(),
                 port: source.arg.and_then(|a| node.op.inputs().get(a).map(|p| p.name)),
                 source,
-            })?;
+            };
+            let inferred = node.op.infer(&metas, &mut Concrete).map_err(shape_error)?;
+            let dtypes: Vec<DataType> = metas.iter().map(|m| m.dtype).collect();
+            node.op.check_compute(&dtypes, self.context.compute_data_type).map_err(shape_error)?;
             if inferred.len() != node.outputs.len() {
                 return Err(GraphError::OutputCount {
                     node: node.name.clone(),
