@@ -1,5 +1,5 @@
-//! A pre-norm transformer block as one `graph!`: RMSNorm → Q/K/V projections → causal GQA
-//! attention → output projection + residual → RMSNorm → MLP (GELU) + residual.
+//! A pre-norm transformer block as one `graph!`: RMSNorm → one fused Q/K/V projection → causal
+//! GQA attention → output projection + residual → RMSNorm → MLP (GELU) + residual.
 //!
 //! ```text
 //! cargo run --release --example transformer_block            # CPU reference engine, a small block
@@ -7,11 +7,12 @@
 //!                                                            # the CPU, then a large one timed
 //! ```
 //!
-//! cuDNN fuses one matmul, norm or attention per kernel, so `build` plans the block as parts (the
-//! norms, each projection with its epilogue, the attention), run in order on the stream with the
-//! intermediates in the workspace; `plan().parts()` lists them and why each boundary is there. Q,
-//! K, V reach the attention, and its output the projection, as views of that memory (`reshape`
-//! and `transpose` cost nothing between parts), so nothing is copied.
+//! cuDNN fuses one matmul, norm or attention per kernel, so `build` plans the block as 7 parts
+//! (the norms, each projection with its epilogue, the attention), run in order on the stream
+//! with the intermediates in the workspace; `plan().parts()` lists them and why each boundary is
+//! there. Q, K and V are slices of the one packed projection `[B, S, HQ + 2·HKV, D]`, and the
+//! attention reads them, and the output projection reads its output, as views of that memory
+//! (`reshape`, `slice` and `transpose` cost nothing between parts), so nothing is copied.
 
 use cudnn_graph::graph;
 use cudnn_graph::rng::SplitMix64;
@@ -22,18 +23,20 @@ graph! {
     pub Block<const E: usize, const HQ: usize, const HKV: usize, const D: usize, const FF: usize, dyn B, dyn S>(
         x: bf16[B, S, E],
         g1: bf16[1, 1, E],
-        wq: bf16[1, E, HQ * D],
-        wk: bf16[1, E, HKV * D],
-        wv: bf16[1, E, HKV * D],
+        wqkv: bf16[1, E, (HQ + 2 * HKV) * D],
         wo: bf16[1, HQ * D, E],
         g2: bf16[1, 1, E],
         w1: bf16[1, E, FF],
         w2: bf16[1, FF, E],
     ) -> (y: bf16[B, S, E]) {
         let h = rmsnorm(x, g1, 1e-5);
-        let q = transpose(reshape(matmul(h, wq), shape = [B, S, HQ, D]), permutation = [0, 2, 1, 3]);
-        let k = transpose(reshape(matmul(h, wk), shape = [B, S, HKV, D]), permutation = [0, 2, 1, 3]);
-        let v = transpose(reshape(matmul(h, wv), shape = [B, S, HKV, D]), permutation = [0, 2, 1, 3]);
+        let qkv = reshape(matmul(h, wqkv), shape = [B, S, HQ + 2 * HKV, D]);
+        let q = transpose(slice(qkv, start = [0, 0, 0, 0], limit = [B, S, HQ, D]), permutation = [0, 2, 1, 3]);
+        let k = transpose(slice(qkv, start = [0, 0, HQ, 0], limit = [B, S, HQ + HKV, D]), permutation = [0, 2, 1, 3]);
+        let v = transpose(
+            slice(qkv, start = [0, 0, HQ + HKV, 0], limit = [B, S, HQ + 2 * HKV, D]),
+            permutation = [0, 2, 1, 3],
+        );
         let o = sdpa(q, k, v, causal = true);
         let merged = reshape(transpose(o, permutation = [0, 2, 1, 3]), shape = [B, S, HQ * D]);
         let x2 = add(matmul(merged, wo), x);
@@ -42,12 +45,11 @@ graph! {
     }
 }
 
-/// The block's weights (host), `E` model width, `QD = HQ·D`, `KVD = HKV·D`, `FF` MLP width.
+/// The block's weights (host), `E` model width, `QD = HQ·D`, `KVD = HKV·D`, `FF` MLP width;
+/// `wqkv` is `[wq | wk | wv]`, each row of E the three projections' rows side by side.
 struct Weights {
     g1: Vec<bf16>,
-    wq: Vec<bf16>,
-    wk: Vec<bf16>,
-    wv: Vec<bf16>,
+    wqkv: Vec<bf16>,
     wo: Vec<bf16>,
     g2: Vec<bf16>,
     w1: Vec<bf16>,
@@ -65,15 +67,23 @@ impl Weights {
         let s = |fan_in: usize| 1.0 / (fan_in as f64).sqrt();
         Weights {
             g1: random(1, e, 1.0).iter().map(|v| bf16::from_f64(1.0 + 0.1 * v.to_f64())).collect(),
-            wq: random(2, e * qd, s(e)),
-            wk: random(3, e * kvd, s(e)),
-            wv: random(4, e * kvd, s(e)),
+            wqkv: packed_rows(&[
+                (random(2, e * qd, s(e)), qd),
+                (random(3, e * kvd, s(e)), kvd),
+                (random(4, e * kvd, s(e)), kvd),
+            ]),
             wo: random(5, qd * e, s(qd)),
             g2: random(6, e, 1.0).iter().map(|v| bf16::from_f64(1.0 + 0.1 * v.to_f64())).collect(),
             w1: random(7, e * ff, s(e)),
             w2: random(8, ff * e, s(ff)),
         }
     }
+}
+
+/// Row-major matrices of one row count, each `(values, columns)`, joined along their columns.
+fn packed_rows(parts: &[(Vec<bf16>, usize)]) -> Vec<bf16> {
+    let rows = parts.first().map_or(0, |(v, c)| v.len() / c);
+    (0..rows).flat_map(|r| parts.iter().flat_map(move |(v, c)| v[r * c..(r + 1) * c].iter().copied())).collect()
 }
 
 /// The block on the CPU reference engine.
@@ -83,8 +93,7 @@ fn reference<const E: usize, const HQ: usize, const HKV: usize, const D: usize, 
     x: &[bf16],
     w: &Weights,
 ) -> Result<Vec<bf16>, cudnn_graph::ArgError> {
-    let inputs =
-        BlockInputs { x, g1: &w.g1, wq: &w.wq, wk: &w.wk, wv: &w.wv, wo: &w.wo, g2: &w.g2, w1: &w.w1, w2: &w.w2 };
+    let inputs = BlockInputs { x, g1: &w.g1, wqkv: &w.wqkv, wo: &w.wo, g2: &w.g2, w1: &w.w1, w2: &w.w2 };
     Ok(Block::<E, HQ, HKV, D, FF>::new(b, s).reference(inputs)?.y)
 }
 
@@ -156,12 +165,12 @@ mod gpu {
             println!("  part {k}: {part}");
         }
         let up = |v: &[bf16]| stream.clone_htod(v);
-        let (x_d, g1, wq, wk, wv, wo, g2, w1, w2) =
-            (up(x)?, up(&w.g1)?, up(&w.wq)?, up(&w.wk)?, up(&w.wv)?, up(&w.wo)?, up(&w.g2)?, up(&w.w1)?, up(&w.w2)?);
+        let (x_d, g1, wqkv, wo, g2, w1, w2) =
+            (up(x)?, up(&w.g1)?, up(&w.wqkv)?, up(&w.wo)?, up(&w.g2)?, up(&w.w1)?, up(&w.w2)?);
         let mut y = stream.alloc_zeros::<bf16>(b * s * E)?;
         let mut ws = stream.alloc_zeros::<u8>(p.workspace_size().max(1))?;
         let run = |y: &mut CudaSlice<bf16>, ws: &mut CudaSlice<u8>| {
-            let args = BlockArgs { x: &x_d, g1: &g1, wq: &wq, wk: &wk, wv: &wv, wo: &wo, g2: &g2, w1: &w1, w2: &w2, y };
+            let args = BlockArgs { x: &x_d, g1: &g1, wqkv: &wqkv, wo: &wo, g2: &g2, w1: &w1, w2: &w2, y };
             plan.execute(cudnn, args, Some(ws))
         };
         run(&mut y, &mut ws)?;

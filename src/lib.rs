@@ -36,7 +36,7 @@
 
 pub use cudnn_macros::graph;
 pub use cudnn_runtime::{
-    dim, ops, reference, rng, serialize, shape_class, ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3,
+    dim, fp8, ops, reference, rng, serialize, shape_class, ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3,
     Fp8E5M2, Graph, GraphBuilder, GraphError, Operand, Tensor, TensorId,
 };
 
@@ -138,7 +138,7 @@ pub mod __private {
 
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::backend::{
-        cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, InputBuffer, OutputBuffer,
+        cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar, InputBuffer, OutputBuffer,
     };
 
     /// The options a `graph!` type declaring `declared` plans with: `options` themselves, unless
@@ -164,6 +164,89 @@ pub mod __private {
         load_payload, parse_payload, parse_signed_payload, write_payload, write_signed_payload, Expect, Payload,
         PayloadKey, PlanOrigin, SerializeOptions,
     };
+
+    /// The message of a `graph!` requirement on const parameters that the macro could only defer
+    /// and that this instantiation breaks, built at compile time: the requirement, then the values
+    /// the instantiation gives, `here K = 32` (each parameter it involves, then each side that is
+    /// an expression: `so HQ * D = 256`). The generated const panics with [`text`](Self::text), so
+    /// the error points at the op that needs it. Text past 1 KiB is cut.
+    pub struct UnmetRequirement {
+        buf: [u8; UNMET_CAP],
+        len: usize,
+    }
+
+    const UNMET_CAP: usize = 1024;
+
+    impl UnmetRequirement {
+        /// The message for `requirement` with the values of `params` and `derived`.
+        pub const fn new(requirement: &str, params: &[(&str, i64)], derived: &[(&str, i64)]) -> Self {
+            let mut buf = [0u8; UNMET_CAP];
+            let mut n = push_str(&mut buf, 0, requirement);
+            let mut i = 0;
+            while i < params.len() {
+                n = push_str(&mut buf, n, if i == 0 { "; here " } else { ", " });
+                n = push_str(&mut buf, n, params[i].0);
+                n = push_str(&mut buf, n, " = ");
+                n = push_int(&mut buf, n, params[i].1);
+                i += 1;
+            }
+            let mut i = 0;
+            while i < derived.len() {
+                n = push_str(&mut buf, n, if i == 0 { ", so " } else { " and " });
+                n = push_str(&mut buf, n, derived[i].0);
+                n = push_str(&mut buf, n, " = ");
+                n = push_int(&mut buf, n, derived[i].1);
+                i += 1;
+            }
+            UnmetRequirement { buf, len: n }
+        }
+
+        /// The message (up to the last whole character, where the cut fell inside one).
+        pub const fn text(&self) -> &str {
+            let bytes = self.buf.split_at(self.len).0;
+            match core::str::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(e) => match core::str::from_utf8(bytes.split_at(e.valid_up_to()).0) {
+                    Ok(text) => text,
+                    Err(_) => "",
+                },
+            }
+        }
+    }
+
+    /// Appends `text` at `at`, as much as fits; the new end.
+    const fn push_str(buf: &mut [u8; UNMET_CAP], mut at: usize, text: &str) -> usize {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() && at < UNMET_CAP {
+            buf[at] = bytes[i];
+            at += 1;
+            i += 1;
+        }
+        at
+    }
+
+    /// Appends `value` in decimal at `at`, as much as fits; the new end.
+    const fn push_int(buf: &mut [u8; UNMET_CAP], at: usize, value: i64) -> usize {
+        let mut digits = [0u8; 20];
+        let mut len = 0;
+        let mut rest = value.unsigned_abs();
+        loop {
+            digits[len] = b'0' + (rest % 10) as u8;
+            len += 1;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let mut at = if value < 0 { push_str(buf, at, "-") } else { at };
+        while len > 0 && at < UNMET_CAP {
+            len -= 1;
+            buf[at] = digits[len];
+            at += 1;
+        }
+        at
+    }
 
     /// A dim parameter's value as an extent: `usize` values past `i64::MAX` are an error naming
     /// the dim, not a wrapped extent.
@@ -226,5 +309,29 @@ pub mod __private {
         workspace: Option<&mut cudarc::driver::CudaSlice<u8>>,
     ) -> Result<(), Error> {
         Ok(plan.execute_named(cudnn, io, workspace)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::__private::UnmetRequirement;
+
+    #[test]
+    fn an_unmet_requirement_gives_the_instantiation_values() {
+        const M: UnmetRequirement =
+            UnmetRequirement::new("D * H must equal 64", &[("D", 8), ("H", -4)], &[("D * H", -32)]);
+        assert_eq!(M.text(), "D * H must equal 64; here D = 8, H = -4, so D * H = -32");
+        assert_eq!(UnmetRequirement::new("K must equal 64", &[("K", 0)], &[]).text(), "K must equal 64; here K = 0");
+        let extreme = UnmetRequirement::new("", &[("A", i64::MIN), ("B", i64::MAX)], &[]);
+        assert_eq!(extreme.text(), "; here A = -9223372036854775808, B = 9223372036854775807");
+    }
+
+    #[test]
+    fn an_unmet_requirement_is_cut_at_a_whole_character() {
+        // 1 + 2 · 600 bytes: the 1 KiB cut falls inside the 512th `é`.
+        let long = format!("x{}", "é".repeat(600));
+        let text = UnmetRequirement::new(&long, &[("K", 1)], &[]).text().to_string();
+        assert_eq!(text.len(), 1023);
+        assert!(long.starts_with(&text));
     }
 }

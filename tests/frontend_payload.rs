@@ -60,11 +60,21 @@ fn each_wrong_key_is_a_typed_error_naming_it() {
     let set = |key: &'static str, v: Value| -> Edit { Box::new(move |m| drop(m.insert(key.into(), v))) };
     let cases: Vec<(&str, bool, Edit)> = vec![
         ("workspace_modifications", true, set("workspace_modifications", json!({"9": [0, 0, [1.0]]}))),
+        ("workspace_modifications", true, set("workspace_modifications", json!({"9": [1, 0, [512.0]]}))),
+        ("workspace_modifications", false, set("workspace_modifications", json!({"9": [2, 0, [1.0]]}))),
+        ("workspace_modifications", false, set("workspace_modifications", json!({"9": [7, 0, []]}))),
+        ("workspace_modifications", false, set("workspace_modifications", json!({"9": [2, -256, []]}))),
+        ("workspace_modifications", false, set("workspace_modifications", json!({"9": [2, 0]}))),
+        ("workspace_modifications", false, set("workspace_modifications", json!({"x9": [2, 0, []]}))),
+        // A region past `fe_workspace_size` (0 in the fixture).
+        ("workspace_modifications", false, set("workspace_modifications", json!({"9": [2, 0, []]}))),
         ("workspace_modifications", false, set("workspace_modifications", json!(3))),
-        ("variant_pack_replacements", true, set("variant_pack_replacements", json!([[1, [9, 64]]]))),
+        ("variant_pack_replacements", false, set("variant_pack_replacements", json!([[1, 9, 64]]))),
+        ("variant_pack_replacements", false, set("variant_pack_replacements", json!([[1, [9, -64]]]))),
+        ("variant_pack_replacements", false, set("variant_pack_replacements", json!([[1, [9, 64]], [1, [8, 0]]]))),
+        ("variant_pack_replacements", false, set("variant_pack_replacements", json!({"1": [9, 64]}))),
         ("tensors_to_dump", true, set("tensors_to_dump", json!([[3, 100]]))),
         ("aligned_operands", true, set("aligned_operands", json!({"1": [16, 4096]}))),
-        ("fe_workspace_size", true, set("fe_workspace_size", json!(256))),
         ("fe_workspace_size", false, set("fe_workspace_size", json!(-1))),
         ("fe_workspace_size", false, set("fe_workspace_size", json!("0"))),
         ("pass_by_values", false, set("pass_by_values", json!({"x": {"index": 3, "value": "3F800000"}}))),
@@ -103,8 +113,9 @@ fn each_wrong_key_is_a_typed_error_naming_it() {
     }
 }
 
-/// What only the loaded plan can tell: the variant pack, the by-value scalars, the behavior notes
-/// and the cuDNN version must be the plan's.
+/// What only the loaded plan can tell: the variant pack, the by-value scalars, the pointer
+/// replacements, the workspace tensors, the behavior notes and the cuDNN version must be the
+/// plan's.
 #[test]
 fn keys_that_disagree_with_the_loaded_plan_are_refused() {
     let Some(cudnn) = common::deviceless() else { return };
@@ -119,6 +130,19 @@ fn keys_that_disagree_with_the_loaded_plan_are_refused() {
             edited(&base, |m| drop(m.insert("pass_by_values".into(), json!({"7": {"index": 3, "value": "3F800000"}})))),
         ),
         ("behavior_notes", edited(&base, |m| drop(m.insert("behavior_notes".into(), json!([[]]))))),
+        // A slice by pointer offset, a workspace tensor, a front-end workspace the plan lacks.
+        (
+            "variant_pack_replacements",
+            edited(&base, |m| drop(m.insert("variant_pack_replacements".into(), json!([[1, [3, 64]]])))),
+        ),
+        (
+            "variant_pack_uids",
+            edited(&base, |m| {
+                m.insert("workspace_modifications".into(), json!({"9": [2, 0, []]}));
+                m.insert("fe_workspace_size".into(), json!(256));
+            }),
+        ),
+        ("fe_workspace_size", edited(&base, |m| drop(m.insert("fe_workspace_size".into(), json!(256))))),
         ("cudnn_backend_version", edited(&base, |m| drop(m.insert("cudnn_backend_version".into(), json!("9.18.0"))))),
     ];
     for (key, bytes) in cases {
@@ -155,7 +179,7 @@ fn keys_that_disagree_with_the_loaded_plan_are_refused() {
 #[test]
 fn round_trips_keep_the_graph() {
     let Some(cudnn) = common::deviceless() else { return };
-    for name in ["conv_bias_relu", "matmul_bias_relu", "layernorm_training", "sdpa"] {
+    for name in ["conv_bias_relu", "matmul_bias_relu", "layernorm_training", "sdpa", "sdpa_backward", "slice_matmul"] {
         let ours = std::fs::read(format!("{}/fuzz/corpus/payload/{name}.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
         let payload = parse_payload(&ours).unwrap();
         let plan = load_payload(&cudnn, &payload, None, &Expect::default()).unwrap();
@@ -215,4 +239,110 @@ fn scalar_members_widen_exactly() {
     assert_eq!(FrontendScalar::F16(0x3C00).value(), 1.0);
     assert_eq!(FrontendScalar::BF16(0x3F80).data_type(), cudnn_graph::DataType::BF16);
     assert_eq!(FrontendScalar::I32(-3).value(), -3.0);
+}
+
+/// A slice bound by pointer offset is written as cudnn-frontend's `variant_pack_replacements`
+/// (the sliced input's uid → the slice's uid and byte offset), tensors in the workspace as
+/// `workspace_modifications` regions (operation 2) with `fe_workspace_size`; each, edited, is
+/// refused on reading naming the key.
+#[test]
+fn replacements_and_workspace_tensors_are_written_as_cudnn_frontend_reads_them() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let ours = |name: &str| {
+        let bytes = std::fs::read(format!("{}/fuzz/corpus/payload/{name}.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let payload = parse_payload(&bytes).unwrap();
+        let plan = load_payload(&cudnn, &payload, None, &Expect::default()).unwrap();
+        let written = write_frontend_payload(&plan, &payload.origin(), SerializeOptions::default()).unwrap();
+        (plan, written)
+    };
+
+    let (plan, written) = ours("slice_matmul");
+    let layout = plan.layout();
+    let &(position, io, offset) = layout.views().first().expect("slice_matmul binds its slice by pointer offset");
+    let doc: Value = serde_json::from_str(&ubjson_to_json(&written).unwrap()).unwrap();
+    let from = plan.graph().tensor(layout.io()[io]).uid;
+    let to = layout.uids()[position];
+    assert!(offset > 0, "a slice that does not start at the tensor's front");
+    assert_eq!(doc["variant_pack_replacements"], json!([[from, [to, offset]]]));
+    // The slice is bound (cudnn-frontend binds it from the replacement), the sliced tensor is not.
+    let uids: Vec<i64> = doc["variant_pack_uids"].as_array().unwrap().iter().map(|u| u.as_i64().unwrap()).collect();
+    assert!(uids.contains(&to) && !uids.contains(&from), "{uids:?}");
+    let parsed = parse_frontend_payload(&written).unwrap();
+    assert_eq!(parsed.replacements.len(), 1);
+    let shifted =
+        edited(&written, |m| drop(m.insert("variant_pack_replacements".into(), json!([[from, [to, offset + 2]]]))));
+    let e = read_frontend_payload(&cudnn, &shifted, None).unwrap_err();
+    assert_eq!(key_of(&e), Some(("variant_pack_replacements", false)), "{e}");
+
+    let (plan, written) = ours("sdpa_backward");
+    let layout = plan.layout();
+    assert_eq!(layout.workspace_tensors().len(), 2);
+    let doc: Value = serde_json::from_str(&ubjson_to_json(&written).unwrap()).unwrap();
+    assert_eq!(doc["fe_workspace_size"], json!(layout.workspace_prefix()));
+    assert!(layout.workspace_prefix() > 0);
+    for &(position, offset) in layout.workspace_tensors() {
+        let uid = layout.uids()[position].to_string();
+        assert_eq!(doc["workspace_modifications"][&uid], json!([2, offset, []]), "uid {uid}");
+    }
+    let parsed = parse_frontend_payload(&written).unwrap();
+    assert_eq!(parsed.fe_workspace_size, layout.workspace_prefix());
+    // Another offset, another front-end workspace size: not where the plan puts them.
+    let (first, _) = parsed.workspace_tensors[0];
+    let moved = edited(&written, |m| {
+        let size = m["fe_workspace_size"].as_u64().unwrap();
+        m["workspace_modifications"][first.to_string()] = json!([2, size - 4, []]);
+    });
+    let e = read_frontend_payload(&cudnn, &moved, None).unwrap_err();
+    assert_eq!(key_of(&e), Some(("workspace_modifications", false)), "{e}");
+    let grown = edited(&written, |m| {
+        let size = m["fe_workspace_size"].as_u64().unwrap();
+        m.insert("fe_workspace_size".into(), json!(size + 256));
+    });
+    let e = read_frontend_payload(&cudnn, &grown, None).unwrap_err();
+    assert_eq!(key_of(&e), Some(("fe_workspace_size", false)), "{e}");
+}
+
+/// cudnn-frontend prints a payload's structure after lowering, where its composite attention
+/// node has transposed K in place (and the backward node K and V): we write ours so, and read
+/// either back as given. `cudnn_graph`'s own structural JSON (no plan) keeps K as given.
+#[test]
+fn attention_operands_are_transposed_in_payload_structures() {
+    let Some(cudnn) = common::deviceless() else { return };
+    for (name, ports) in [("sdpa", &["K"][..]), ("sdpa_backward", &["K", "V"][..])] {
+        let bytes = std::fs::read(format!("{}/fuzz/corpus/payload/{name}.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let payload = parse_payload(&bytes).unwrap();
+        let plan = load_payload(&cudnn, &payload, None, &Expect::default()).unwrap();
+        let written = write_frontend_payload(&plan, &payload.origin(), SerializeOptions::default()).unwrap();
+        let doc: Value = serde_json::from_str(&ubjson_to_json(&written).unwrap()).unwrap();
+        let node = &doc["nodes"][0];
+        let graph = plan.graph();
+        for port in ports {
+            let uid = node["inputs"][port].as_i64().unwrap();
+            let ours = graph.tensors.iter().find(|t| t.uid == uid).unwrap();
+            let (mut dims, mut strides) = (ours.dims.clone(), ours.strides.clone());
+            assert_ne!(dims[2], dims[3], "{name}: a shape whose transpose shows");
+            dims.swap(2, 3);
+            strides.swap(2, 3);
+            let theirs = doc["tensors"].as_array().unwrap().iter().find(|t| t["uid"] == uid).unwrap();
+            assert_eq!(theirs["dim"], json!(dims), "{name} {port}");
+            assert_eq!(theirs["stride"], json!(strides), "{name} {port}");
+        }
+        let back = parse_frontend_payload(&written).unwrap().structure.unwrap();
+        assert_eq!(&back, graph, "{name}: K (and V) read back as given");
+        // A unified (cuDNN `SDPA_FWD`) node leaves K as given: read as written.
+        if name == "sdpa" {
+            let unified = edited(&written, |m| {
+                m["nodes"][0]["implementation"] = json!("UNIFIED");
+                m.remove("cudnn_graph");
+                for t in m["tensors"].as_array_mut().unwrap() {
+                    t.as_object_mut().unwrap().remove("cudnn_graph");
+                }
+                for n in m["nodes"].as_array_mut().unwrap() {
+                    n.as_object_mut().unwrap().remove("cudnn_graph");
+                }
+            });
+            let e = parse_frontend_payload(&unified).unwrap_err();
+            assert!(e.to_string().contains("port K"), "a transposed K read as given fails K's shape rule: {e}");
+        }
+    }
 }

@@ -176,12 +176,15 @@ pub struct PortDecl {
     pub layout: Option<LayoutDecl>,
 }
 
-/// A port's declared memory layout.
+/// A port's declared memory layout, or `host`: the port is a host scalar (a by-value scalar
+/// supplied at execute, `eps: f32[1, 1] host`).
 pub enum LayoutDecl {
     /// `order [0, 2, 1, 3]`: the tokens of the list and the span of its brackets.
     Order(Vec<LitInt>, Span),
     /// `channels_last`: the keyword's span.
     ChannelsLast(Span),
+    /// `host`: the keyword's span.
+    Host(Span),
 }
 
 /// A dim as written, in a port's dims or in a list attribute: a literal, a dim parameter, or an
@@ -515,10 +518,13 @@ impl Parse for PortDecl {
                 Some(LayoutDecl::Order(items, bracket.span.join()))
             }
             Some(k) if k == "channels_last" => Some(LayoutDecl::ChannelsLast(input.parse::<Ident>()?.span())),
+            Some(k) if k == "host" => Some(LayoutDecl::Host(input.parse::<Ident>()?.span())),
             Some(k) => {
                 return Err(syn::Error::new(
                     k.span(),
-                    format!("expected `,`, `order [..]` or `channels_last` after the dims of `{name}`, found `{k}`"),
+                    format!(
+                        "expected `,`, `order [..]`, `channels_last` or `host` after the dims of `{name}`, found `{k}`"
+                    ),
                 ))
             }
             None => None,

@@ -35,6 +35,10 @@ pub trait Dim: Clone + PartialEq + fmt::Display {
     fn sum(terms: &[Self]) -> Option<Self>;
     /// The product of extents (an element count); `None` if known extents overflow `i64`.
     fn product(factors: &[Self]) -> Option<Self>;
+    /// `ceil((limit - start) / step)` for `start < limit` and `step >= 1`: the extent of a
+    /// slice (written `(limit - start - 1) / step + 1`, floor division, so that no step
+    /// overflows); `None` if a step of it overflows `i64` or `step < 1`.
+    fn slice_extent(start: &Self, limit: &Self, step: i64) -> Option<Self>;
 }
 
 /// The highest rank a graph's tensors may have (cuDNN itself takes at most 8; the structural JSON
@@ -141,6 +145,12 @@ impl Dim for i64 {
     }
     fn product(factors: &[Self]) -> Option<Self> {
         factors.iter().try_fold(1i64, |a, b| a.checked_mul(*b))
+    }
+    fn slice_extent(start: &Self, limit: &Self, step: i64) -> Option<Self> {
+        if step < 1 {
+            return None;
+        }
+        limit.checked_sub(*start)?.checked_sub(1)?.div_euclid(step).checked_add(1)
     }
 }
 
@@ -398,6 +408,26 @@ impl Poly {
         }
     }
 
+    /// For a polynomial over parameters alone (no floor quotients) whose non-constant terms all
+    /// have one sign: `(true, least)` when they are all positive, `(false, most)` when all
+    /// negative, the bound being its value with every parameter 1 (the smallest extent).
+    /// A constant is both; `None` for anything else.
+    fn extreme_at_ones(&self) -> Option<(bool, i64)> {
+        let params_only = self.0.keys().all(|m| m.iter().all(|a| matches!(a, Atom::Param(_))));
+        if !params_only {
+            return None;
+        }
+        let at_ones = self.0.values().try_fold(0i64, |acc, c| acc.checked_add(*c))?;
+        let terms = || self.0.iter().filter(|(m, _)| !m.is_empty()).map(|(_, c)| *c);
+        if terms().all(|c| c > 0) && at_ones >= 0 {
+            Some((true, at_ones))
+        } else if terms().all(|c| c < 0) {
+            Some((false, at_ones))
+        } else {
+            None
+        }
+    }
+
     fn collect_params(&self, out: &mut Vec<String>) {
         for mono in self.0.keys() {
             for atom in mono {
@@ -518,6 +548,12 @@ impl Dim for SymDim {
         let total = factors.iter().try_fold(Poly::constant(1), |acc, f| acc.times(&f.poly()))?;
         Some(SymDim::from_poly(total))
     }
+    fn slice_extent(start: &Self, limit: &Self, step: i64) -> Option<Self> {
+        if let (Some(a), Some(b)) = (start.as_lit(), limit.as_lit()) {
+            return Some(SymDim::Lit(<i64 as Dim>::slice_extent(&a, &b, step)?));
+        }
+        limit.checked_sub(start)?.checked_sub(&SymDim::Lit(1))?.checked_div_floor(step)?.checked_add(&SymDim::Lit(1))
+    }
 }
 
 /// Decides dimension equalities for a shape rule.
@@ -530,6 +566,11 @@ pub trait DimCx<D: Dim> {
     /// which are positive), to be equal, as [`DimCx::require_eq`] does. A count that overflows
     /// `i64` differs from every count.
     fn require_eq_count(&mut self, a: &[D], b: &[D]) -> bool;
+
+    /// Requires `a <= b` (a slice's bounds against an extent). Returns false if `a > b` for
+    /// every value of the parameters; may record the requirement for later when it cannot be
+    /// decided now.
+    fn require_le(&mut self, a: &D, b: &D) -> bool;
 }
 
 /// Concrete dimensions: equality is decided now.
@@ -544,6 +585,10 @@ impl DimCx<i64> for Concrete {
     fn require_eq_count(&mut self, a: &[i64], b: &[i64]) -> bool {
         <i64 as Dim>::product(a).zip(<i64 as Dim>::product(b)).is_some_and(|(x, y)| x == y)
     }
+
+    fn require_le(&mut self, a: &i64, b: &i64) -> bool {
+        a <= b
+    }
 }
 
 /// Symbolic dimensions: collects the equalities that only instantiation can decide (a name
@@ -552,6 +597,8 @@ impl DimCx<i64> for Concrete {
 pub struct Symbolic {
     /// Pairs that must be equal once the parameters are known.
     pub deferred: Vec<(SymDim, SymDim)>,
+    /// Pairs `(a, b)` with `a <= b` required once the parameters are known.
+    pub deferred_le: Vec<(SymDim, SymDim)>,
 }
 
 impl Symbolic {
@@ -628,6 +675,22 @@ impl DimCx<SymDim> for Symbolic {
         match (product(ca, &fa), product(cb, &fb)) {
             (Some(pa), Some(pb)) => self.require_eq(&SymDim::from_poly(pa), &SymDim::from_poly(pb)),
             _ => false,
+        }
+    }
+
+    /// Decided by the sign of `b - a` where every parameter is at least 1 (each is an extent):
+    /// a constant decides; so does a polynomial over parameters alone whose terms all have one
+    /// sign beyond the constant (`H - 1` is at least 0, `-H` at most -1); anything else waits.
+    fn require_le(&mut self, a: &SymDim, b: &SymDim) -> bool {
+        // `b - a`; a coefficient that overflows belongs to no extent.
+        let Some(d) = a.poly().scaled(-1).and_then(|minus_a| b.poly().plus(&minus_a)) else { return false };
+        match d.extreme_at_ones() {
+            Some((true, least)) if least >= 0 => true,
+            Some((false, most)) if most < 0 => false,
+            _ => {
+                self.deferred_le.push((a.clone(), b.clone()));
+                true
+            }
         }
     }
 }

@@ -117,7 +117,8 @@ impl DataType {
     }
 
     /// Rounds an `f64` to the nearest value this type can store, as storage in a tensor of this
-    /// type would. Integers saturate; `bool` stores `x != 0`.
+    /// type would. Integers saturate, and so do the fp8 types (as cuDNN converts: see
+    /// [`Fp8E4M3::from_f64`]); `bool` stores `x != 0`.
     pub fn round(self, x: f64) -> f64 {
         match self {
             DataType::F64 => x,
@@ -251,83 +252,146 @@ impl Bits {
     }
 }
 
-/// An 8-bit float with 4 exponent and 3 mantissa bits (OCP "E4M3FN": no infinities, one NaN
-/// pattern per sign, largest finite 448). Conversions round to nearest, ties to even, and saturate.
+/// An 8-bit float with 4 exponent and 3 mantissa bits (OCP "E4M3FN", cuDNN's `FP8_E4M3`): no
+/// infinities, one NaN per sign (`S.1111.111`), largest finite ±448, smallest subnormal 2⁻⁹.
+///
+/// Conversions from wider types round as cuDNN's kernels do (see [`Fp8E4M3::from_f64`]).
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::Fp8E4M3;
+/// assert_eq!(Fp8E4M3::from_f64(1.0625).to_f64(), 1.0); // a tie: to the even code
+/// assert_eq!(Fp8E4M3::from_f64(1e6).to_f64(), 448.0); // beyond the range: saturates
+/// assert_eq!(Fp8E4M3::from_f64(f64::INFINITY), Fp8E4M3::MAX);
+/// assert!(Fp8E4M3::from_f64(f64::NAN).to_f64().is_nan());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[repr(transparent)]
 pub struct Fp8E4M3(pub u8);
 
-/// An 8-bit float with 5 exponent and 2 mantissa bits (IEEE-like, with infinities; largest finite
-/// 57344). Conversions round to nearest, ties to even, and saturate to the largest finite value.
+/// An 8-bit float with 5 exponent and 2 mantissa bits (OCP "E5M2", cuDNN's `FP8_E5M2`): IEEE-like,
+/// with infinities (`S.11111.00`) and NaNs (`S.11111.xx`, `xx` ≠ 0), largest finite ±57344,
+/// smallest subnormal 2⁻¹⁶.
+///
+/// Conversions from wider types round as cuDNN's kernels do (see [`Fp8E5M2::from_f64`]): an
+/// infinity is stored as ±57344, never as an infinity.
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::Fp8E5M2;
+/// assert_eq!(Fp8E5M2(0x7c).to_f64(), f64::INFINITY);
+/// assert_eq!(Fp8E5M2::from_f64(f64::INFINITY), Fp8E5M2::MAX);
+/// assert_eq!(Fp8E5M2::from_f64(0.875).to_f64(), 0.875);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[repr(transparent)]
 pub struct Fp8E5M2(pub u8);
 
-/// Decodes a small float with `e` exponent bits and `m` mantissa bits (sign bit on top).
-fn decode_minifloat(bits: u8, e: u32, m: u32, has_inf: bool) -> f64 {
-    let sign = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
-    let exp = u32::from(bits >> m) & ((1 << e) - 1);
-    let man = u32::from(bits) & ((1 << m) - 1);
-    let bias = (1i32 << (e - 1)) - 1;
-    let max_exp = (1 << e) - 1;
-    if exp == max_exp {
-        if has_inf {
-            return if man == 0 { sign * f64::INFINITY } else { f64::NAN };
-        }
-        if man == (1 << m) - 1 {
-            return f64::NAN;
-        }
-    }
-    if exp == 0 {
-        sign * f64::from(man) * 2f64.powi(1 - bias - m as i32)
-    } else {
-        sign * (1.0 + f64::from(man) / f64::from(1u32 << m)) * 2f64.powi(exp as i32 - bias)
-    }
+/// The layout of one 8-bit float format: a sign bit over `8 - 1 - man_bits` exponent bits and
+/// `man_bits` mantissa bits, exponent bias `bias`; magnitudes above `max_code` are NaN (or, with
+/// `inf_code`, that one code is infinity).
+struct Fp8Format {
+    man_bits: u32,
+    bias: i32,
+    /// The largest finite magnitude's code (sign bit clear).
+    max_code: u8,
+    /// The code of +infinity, for formats that have one.
+    inf_code: Option<u8>,
 }
 
-/// Encodes by searching the 128 non-negative codes for the nearest value (ties to the even code).
-/// Exhaustive search is exact by construction and fast enough for a reference engine.
-fn encode_minifloat(x: f64, e: u32, m: u32, has_inf: bool, nan: u8) -> u8 {
-    if x.is_nan() {
-        return nan;
+const E4M3: Fp8Format = Fp8Format { man_bits: 3, bias: 7, max_code: 0x7e, inf_code: None };
+const E5M2: Fp8Format = Fp8Format { man_bits: 2, bias: 15, max_code: 0x7b, inf_code: Some(0x7c) };
+
+/// The NaN a conversion produces (PTX's canonical NaN of both formats: every bit but the sign).
+const CANONICAL_NAN: u8 = 0x7f;
+
+/// `2^k` for the small exponents the fp8 formats need, exactly.
+fn pow2(k: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&k));
+    f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+impl Fp8Format {
+    fn min_exponent(&self) -> i32 {
+        1 - self.bias
     }
-    let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
-    let a = x.abs();
-    let mut best = 0u8;
-    let mut best_err = f64::INFINITY;
-    for code in 0u8..0x80 {
-        let v = decode_minifloat(code, e, m, has_inf);
-        if !v.is_finite() {
-            continue;
+
+    /// The value of `code`, exactly.
+    fn decode(&self, code: u8) -> f64 {
+        let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
+        let mag = code & 0x7f;
+        if mag > self.max_code {
+            return if Some(mag) == self.inf_code { sign * f64::INFINITY } else { f64::NAN };
         }
-        let err = (v - a).abs();
-        if err < best_err || (err == best_err && code % 2 == 0) {
-            best = code;
-            best_err = err;
+        let exp = i32::from(mag >> self.man_bits);
+        let man = f64::from(mag & ((1 << self.man_bits) - 1));
+        let m = self.man_bits as i32;
+        if exp == 0 {
+            sign * man * pow2(self.min_exponent() - m)
+        } else {
+            sign * (pow2(m) + man) * pow2(exp - self.bias - m)
         }
     }
-    sign | best
+
+    /// The code of `x` as PTX's `cvt.rn.satfinite` stores it: round to nearest, ties to the even
+    /// code; a magnitude beyond the largest finite one (an infinity included) becomes the
+    /// largest finite one of `x`'s sign; NaN becomes the canonical NaN; `-0.0` keeps its sign.
+    fn encode(&self, x: f64) -> u8 {
+        if x.is_nan() {
+            return CANONICAL_NAN;
+        }
+        let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+        let a = x.abs();
+        if a >= self.decode(self.max_code) {
+            return sign | self.max_code;
+        }
+        // The binade of `a` (subnormals share the smallest normal one), and `a` in units of
+        // that binade's spacing: dividing by a power of two is exact.
+        let emin = self.min_exponent();
+        let biased = ((a.to_bits() >> 52) & 0x7ff) as i32;
+        let e = if biased == 0 { emin } else { (biased - 1023).max(emin) };
+        let m = self.man_bits as i32;
+        let units = (a / pow2(e - m)).round_ties_even();
+        // Counting codes from the smallest binade: each binade above it adds 2^m codes; a
+        // rounding up to 2^(m+1) units carries into the next binade's first code. Below the
+        // largest finite value the sum stays at or below `max_code`.
+        let code = (((e - emin) << m) as f64 + units) as u8;
+        debug_assert!(code <= self.max_code);
+        sign | code
+    }
 }
 
 impl Fp8E4M3 {
-    /// The value, exactly.
+    /// The largest finite value, 448.
+    pub const MAX: Fp8E4M3 = Fp8E4M3(0x7e);
+
+    /// The value, exactly (`S.1111.111` is NaN).
     pub fn to_f64(self) -> f64 {
-        decode_minifloat(self.0, 4, 3, false)
+        E4M3.decode(self.0)
     }
-    /// The nearest representable value, saturating at ±448.
+
+    /// The nearest value, as cuDNN's kernels convert (PTX `cvt.rn.satfinite.e4m3x2.f32`, the
+    /// conversion Hopper has): round to nearest, ties to even; beyond ±448 (infinities included)
+    /// saturate to ±448; NaN is NaN (`0x7f`).
     pub fn from_f64(x: f64) -> Self {
-        Fp8E4M3(encode_minifloat(x, 4, 3, false, 0x7f))
+        Fp8E4M3(E4M3.encode(x))
     }
 }
 
 impl Fp8E5M2 {
-    /// The value, exactly.
+    /// The largest finite value, 57344.
+    pub const MAX: Fp8E5M2 = Fp8E5M2(0x7b);
+
+    /// The value, exactly (`S.11111.00` is ±infinity, `S.11111.xx` otherwise NaN).
     pub fn to_f64(self) -> f64 {
-        decode_minifloat(self.0, 5, 2, true)
+        E5M2.decode(self.0)
     }
-    /// The nearest finite value, saturating at ±57344.
+
+    /// The nearest finite value, as cuDNN's kernels convert (PTX `cvt.rn.satfinite.e5m2x2.f32`):
+    /// round to nearest, ties to even; beyond ±57344 (infinities included) saturate to ±57344;
+    /// NaN is NaN (`0x7f`).
     pub fn from_f64(x: f64) -> Self {
-        Fp8E5M2(encode_minifloat(x, 5, 2, true, 0x7f))
+        Fp8E5M2(E5M2.encode(x))
     }
 }
 
@@ -363,29 +427,136 @@ mod tests {
         assert_eq!(DataType::from_name("float"), None);
     }
 
-    #[test]
-    fn fp8_e4m3_known_values() {
-        assert_eq!(Fp8E4M3(0x7e).to_f64(), 448.0);
-        assert!(Fp8E4M3(0x7f).to_f64().is_nan());
-        assert_eq!(Fp8E4M3(0x08).to_f64(), 2f64.powi(-6));
-        assert_eq!(Fp8E4M3(0x01).to_f64(), 2f64.powi(-9));
-        assert_eq!(Fp8E4M3::from_f64(1000.0).to_f64(), 448.0);
-        assert_eq!(Fp8E4M3::from_f64(-1.0625).to_f64(), -1.0);
-        assert_eq!(Fp8E4M3::from_f64(1.1875).to_f64(), 1.25);
-        for code in 0u8..=255 {
-            let v = Fp8E4M3(code).to_f64();
-            if v.is_finite() && v != 0.0 {
-                assert_eq!(Fp8E4M3::from_f64(v).0, code, "code {code:#x}");
+    /// The oracle the conversions are checked against: the nearest finite code by exhaustive
+    /// search (ties to the even code), saturating beyond the largest finite value.
+    fn nearest_by_search(format: &Fp8Format, x: f64) -> u8 {
+        let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+        let a = x.abs().min(format.decode(format.max_code));
+        let mut best = (0u8, f64::INFINITY);
+        for code in 0..=format.max_code {
+            let err = (format.decode(code) - a).abs();
+            if err < best.1 || (err == best.1 && code % 2 == 0) {
+                best = (code, err);
             }
+        }
+        sign | best.0
+    }
+
+    /// Every code's value from the format's definition, written independently of `decode`:
+    /// `(-1)^s · 2^(E − bias) · (1 + M/2^m)`, subnormal `(-1)^s · 2^(1 − bias) · M/2^m`.
+    fn by_definition(code: u8, exp_bits: u32, man_bits: u32) -> f64 {
+        let s = if code >> 7 == 1 { -1.0 } else { 1.0 };
+        let e = i32::from(code >> man_bits) & ((1 << exp_bits) - 1);
+        let m = f64::from(code & ((1 << man_bits) - 1)) / f64::from(1u32 << man_bits);
+        let bias = (1 << (exp_bits - 1)) - 1;
+        if e == 0 {
+            s * 2f64.powi(1 - bias) * m
+        } else {
+            s * 2f64.powi(e - bias) * (1.0 + m)
         }
     }
 
     #[test]
-    fn fp8_e5m2_known_values() {
+    fn e4m3_decodes_all_256_codes() {
+        let mut finite = 0;
+        for code in 0..=255u8 {
+            let v = Fp8E4M3(code).to_f64();
+            if code & 0x7f == 0x7f {
+                assert!(v.is_nan(), "{code:#04x}");
+                continue;
+            }
+            finite += 1;
+            assert_eq!(v.to_bits(), by_definition(code, 4, 3).to_bits(), "{code:#04x}");
+        }
+        assert_eq!(finite, 254);
+        assert_eq!(Fp8E4M3(0x7e).to_f64(), 448.0);
+        assert_eq!(Fp8E4M3(0x08).to_f64(), 2f64.powi(-6));
+        assert_eq!(Fp8E4M3(0x01).to_f64(), 2f64.powi(-9));
+        assert_eq!(Fp8E4M3(0x38).to_f64(), 1.0);
+        assert_eq!(Fp8E4M3(0x80).to_f64().to_bits(), (-0.0f64).to_bits());
+    }
+
+    #[test]
+    fn e5m2_decodes_all_256_codes() {
+        let mut finite = 0;
+        for code in 0..=255u8 {
+            let v = Fp8E5M2(code).to_f64();
+            match code & 0x7f {
+                0x7c => assert_eq!(v, if code & 0x80 == 0 { f64::INFINITY } else { f64::NEG_INFINITY }),
+                0x7d..=0x7f => assert!(v.is_nan(), "{code:#04x}"),
+                _ => {
+                    finite += 1;
+                    assert_eq!(v.to_bits(), by_definition(code, 5, 2).to_bits(), "{code:#04x}");
+                }
+            }
+        }
+        assert_eq!(finite, 248);
         assert_eq!(Fp8E5M2(0x7b).to_f64(), 57344.0);
-        assert_eq!(Fp8E5M2(0x7c).to_f64(), f64::INFINITY);
-        assert_eq!(Fp8E5M2::from_f64(1e9).to_f64(), 57344.0);
-        assert_eq!(Fp8E5M2::from_f64(0.75).to_f64(), 0.75);
+        assert_eq!(Fp8E5M2(0x01).to_f64(), 2f64.powi(-16));
+        assert_eq!(Fp8E5M2(0x3c).to_f64(), 1.0);
+    }
+
+    /// Every finite code encodes back to itself; every midpoint between neighbours goes to the
+    /// even code, and just off it to the nearer one; all as the search oracle says.
+    fn round_trip_and_ties(format: &Fp8Format, decode: fn(u8) -> f64, encode: fn(f64) -> u8) {
+        for code in 0..=255u8 {
+            let v = decode(code);
+            if v.is_nan() {
+                assert_eq!(encode(v), CANONICAL_NAN);
+                continue;
+            }
+            let want = if v.is_infinite() { (code & 0x80) | format.max_code } else { code };
+            assert_eq!(encode(v), want, "{code:#04x} = {v}");
+        }
+        for code in 0..format.max_code {
+            let (lo, hi) = (decode(code), decode(code + 1));
+            let mid = (lo + hi) / 2.0;
+            let even = if code % 2 == 0 { code } else { code + 1 };
+            for sign in [0u8, 0x80] {
+                let s = if sign == 0 { 1.0 } else { -1.0 };
+                assert_eq!(encode(s * mid), sign | even, "tie {lo}..{hi}");
+                let below = s * (mid - (hi - lo) * 1e-6);
+                let above = s * (mid + (hi - lo) * 1e-6);
+                assert_eq!(encode(below), sign | code, "{below}");
+                assert_eq!(encode(above), sign | (code + 1), "{above}");
+                for x in [s * mid, below, above] {
+                    assert_eq!(encode(x), nearest_by_search(format, x), "{x}");
+                }
+            }
+        }
+        let max = decode(format.max_code);
+        for x in [max * 1.01, max * 2.0, 1e300, f64::INFINITY, f64::MAX] {
+            assert_eq!(encode(x), format.max_code, "{x} saturates");
+            assert_eq!(encode(-x), 0x80 | format.max_code, "-{x} saturates");
+        }
+        assert_eq!(encode(f64::NAN), CANONICAL_NAN);
+        assert_eq!(encode(-f64::NAN), CANONICAL_NAN);
+        assert_eq!(encode(-0.0), 0x80);
+        assert_eq!(encode(f64::MIN_POSITIVE / 4.0), 0x00);
+        // Below half the smallest subnormal: zero; above: the smallest subnormal.
+        let tiny = decode(1);
+        assert_eq!(encode(tiny * 0.5), 0x00);
+        assert_eq!(encode(tiny * 0.51), 0x01);
+        let mut rng = crate::rng::SplitMix64::new(20);
+        for x in rng.uniform_vec(20_000, -1.2 * max, 1.2 * max) {
+            let x = x * pow2((x.to_bits() % 24) as i32 - 20);
+            assert_eq!(encode(x), nearest_by_search(format, x), "{x}");
+        }
+    }
+
+    #[test]
+    fn e4m3_rounds_to_nearest_even_and_saturates() {
+        round_trip_and_ties(&E4M3, |c| Fp8E4M3(c).to_f64(), |x| Fp8E4M3::from_f64(x).0);
+        assert_eq!(Fp8E4M3::from_f64(-1.0625).to_f64(), -1.0);
+        assert_eq!(Fp8E4M3::from_f64(1.1875).to_f64(), 1.25);
+        assert_eq!(Fp8E4M3::from_f64(464.0).to_f64(), 448.0);
+    }
+
+    #[test]
+    fn e5m2_rounds_to_nearest_even_and_saturates() {
+        round_trip_and_ties(&E5M2, |c| Fp8E5M2(c).to_f64(), |x| Fp8E5M2::from_f64(x).0);
+        assert_eq!(Fp8E5M2::from_f64(61440.0).to_f64(), 57344.0);
+        assert_eq!(Fp8E5M2::from_f64(f64::NEG_INFINITY).to_f64(), -57344.0);
     }
 
     #[test]

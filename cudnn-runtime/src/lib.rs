@@ -17,6 +17,7 @@ mod cudnn;
 pub mod dim;
 pub mod dtype;
 pub mod error;
+pub mod fp8;
 pub mod ir;
 pub mod ops;
 pub mod reference;

@@ -860,13 +860,12 @@ fn error_duplicate_uid() {
 
 #[test]
 fn error_unsupported_features() {
-    let cases: [(&str, Value, &str); 6] = [
+    let cases: [(&str, Value, &str); 5] = [
         ("/tensors/1/reordering_type", json!("F16x16"), "tensors[\"1\"].reordering_type"),
         ("/tensors/1/ragged_offset_uid", json!(3), "tensors[\"1\"].ragged_offset_uid"),
         ("/nodes/0/padding_value", json!(1.5), "nodes[0].padding_value"),
         ("/nodes/0/inputs/M_override", json!(3), "nodes[0].inputs.M_override"),
         ("/nodes/4/is_deterministic", json!(true), "nodes[4].is_deterministic"),
-        ("/tensors/6/pass_by_value", Value::Null, "tensors[\"6\"].pass_by_value"),
     ];
     for (pointer, value, expected) in cases {
         let e = read_mutated(|v| set(v, pointer, value));
@@ -1276,7 +1275,11 @@ fn layout_ops_round_trip_and_read_from_cudnn_frontend_fields() {
     let mut v: Value = serde_json::from_str(&text).unwrap();
     let nodes = v["nodes"].as_array().unwrap();
     assert_eq!(nodes[0]["tag"], "RESHAPE");
-    assert_eq!(nodes[0]["dim"], json!([2, 3, 8]));
+    // Written as cudnn-frontend writes it: the node's `dim`/`stride` empty, Y's tensor with them.
+    assert_eq!(nodes[0]["dim"], json!([]));
+    let y_uid = &nodes[0]["outputs"]["Y"];
+    let y_tensor = v["tensors"].as_array().unwrap().iter().find(|t| &t["uid"] == y_uid).unwrap();
+    assert_eq!(y_tensor["dim"], json!([2, 3, 8]));
     assert_eq!(nodes[0]["reshape_mode"], "VIEW_ONLY");
     assert_eq!(nodes[1]["tag"], "TRANSPOSE");
     assert_eq!(nodes[1]["permutation"], json!([2, 0, 1]));
@@ -1284,8 +1287,8 @@ fn layout_ops_round_trip_and_read_from_cudnn_frontend_fields() {
     assert_eq!(nodes[3]["slices"], json!([[0, 2], [1, 5], [0, 4]]));
     assert_eq!(nodes[3]["slice_strides"], json!([1, 2, 1]));
     strip_extension(&mut v);
-    // cudnn-frontend may leave `dim` empty and set Y's dims instead.
-    v["nodes"][0]["dim"] = json!([]);
+    // cudnn-frontend may set the node's `dim` too.
+    v["nodes"][0]["dim"] = json!([2, 3, 8]);
     let back = structure_from_json(&v.to_string()).unwrap();
     assert_eq!(back.nodes[0].op, g.nodes[0].op);
     assert_eq!(back.nodes[1].op, g.nodes[1].op);
@@ -1351,13 +1354,15 @@ fn concatenation_round_trips_with_inputs_by_position() {
 }
 
 #[test]
-fn a_by_value_scalar_without_a_value_is_refused_naming_the_field() {
+fn a_by_value_scalar_without_a_value_is_a_host_scalar() {
     // cudnn-frontend's layernorm epsilon: `is_pass_by_value` with no value, supplied at execute.
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/frontend/layernorm.json");
     let text = std::fs::read_to_string(path).unwrap();
-    let e = structure_from_json(&text);
-    assert!(
-        matches!(&e, Err(SerializeError::Unsupported { path, feature }) if path == "tensors[\"4\"].pass_by_value" && feature.contains("supplied at execution")),
-        "{e:?}"
-    );
+    let g = structure_from_json(&text).unwrap();
+    let eps = g.tensor_by_name("epsilon").unwrap();
+    assert!(eps.host_scalar && eps.pass_by_value.is_none() && eps.dims == [1, 1, 1, 1]);
+    // A constant of our document edited into one: another graph, which the stored fingerprint
+    // tells.
+    let e = read_mutated(|v| set(v, "/tensors/6/pass_by_value", Value::Null));
+    assert!(matches!(e, Err(SerializeError::FingerprintMismatch { .. })), "{e:?}");
 }

@@ -262,7 +262,7 @@ fn value_of_kind(u: &mut Unstructured<'_>, kind: AttrKind) -> AttrValue {
     match kind {
         AttrKind::Float => AttrValue::Float(float(u)),
         AttrKind::Int => AttrValue::Int(int(u)),
-        AttrKind::IntList | AttrKind::Dims => AttrValue::IntList(ints(u)),
+        AttrKind::IntList | AttrKind::Dims | AttrKind::Indices => AttrValue::IntList(ints(u)),
         AttrKind::Bool => AttrValue::Bool(byte(u) & 1 == 1),
         AttrKind::OneOf(names) => {
             let b = usize::from(byte(u));
@@ -586,7 +586,7 @@ fn encode_op(
                 w.byte(1);
                 w.int(*v);
             }
-            (AttrKind::IntList | AttrKind::Dims, AttrValue::IntList(v)) => {
+            (AttrKind::IntList | AttrKind::Dims | AttrKind::Indices, AttrValue::IntList(v)) => {
                 w.byte(1);
                 w.ints(v)?;
             }

@@ -6,7 +6,8 @@
 
 The Rust test writes one folder a case into DIR: `payload.ubjson` (the plan we built, written as
 cudnn-frontend's payload by `serialize::frontend_payload`), each input's and each of our outputs'
-bytes (`<uid>.bin`) and `manifest.json`. Here cudnn-frontend deserializes the payload on the GPU,
+bytes (`<uid>.bin`) and `manifest.json` (a host scalar, role `host_scalar`, is given to
+cudnn-frontend as a CPU tensor, by value). Here cudnn-frontend deserializes the payload on the GPU,
 executes it on the same inputs (outputs poisoned with NaN first) and each output is compared with
 ours bit for bit: same plan, same engine, same inputs. Needs torch (CUDA) and cudnn-frontend on
 PYTHONPATH. Exits 1 if any output differs or any case fails.
@@ -39,6 +40,10 @@ def run_case(handle, case_dir):
             host = torch.frombuffer(bytearray(f.read()), dtype=dtype)
         if t["role"] == "input":
             pack[t["uid"]] = host.cuda()
+        elif t["role"] == "host_scalar":
+            # A by-value scalar supplied at execute: cudnn-frontend passes a CPU tensor's
+            # address, which cuDNN reads from host memory.
+            pack[t["uid"]] = host
         else:
             ours[t["uid"]] = (t["name"], host)
             pack[t["uid"]] = torch.full_like(host, float("nan")).cuda()

@@ -11,7 +11,9 @@ and SDPA's validate query the device and fail. Needs only the standard library a
                                line per file: {"ok": true, "json": <cudnn-frontend's re-print>}
                                or {"ok": false, "stage": <step>, "error": <its exact message>}
   oracle.py load FILE...       deserialize each plan payload (bytes) into a graph; print one JSON
-                               line per file: {"ok": true} or {"ok": false, "stage", "error"}
+                               line per file: {"ok": true, "workspace_size": <its execute's
+                               workspace: its own front part and cuDNN's>} or {"ok": false,
+                               "stage", "error"}
   oracle.py fixtures DIR       build a graph of each family with cudnn-frontend's API and write
                                DIR/<family>.json (its structural JSON), DIR/<family>.ubjson (its
                                plan payload, where it plans deviceless) and DIR/manifest.json (what
@@ -89,7 +91,11 @@ def load(path, devprop):
         g.deserialize(data)
     except Exception as e:
         return {"ok": False, "stage": "deserialize", "error": str(e)}
-    return {"ok": True}
+    try:
+        workspace = g.get_workspace_size()
+    except Exception as e:
+        return {"ok": False, "stage": "get_workspace_size", "error": str(e)}
+    return {"ok": True, "workspace_size": workspace}
 
 
 # ---- one graph per family, with cudnn-frontend's API -------------------------------------------

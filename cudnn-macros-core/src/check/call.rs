@@ -8,7 +8,7 @@ use proc_macro2::Span;
 use quote::ToTokens;
 use syn::Ident;
 
-use super::{dims, Checker, ConstCheck, Kind, Node, Operand, Unknowns, Value};
+use super::{dims, is_unknown, strides_in_order, Checker, ConstCheck, Kind, Memory, Node, Operand, Unknowns, Value};
 use crate::parse::{Arg, AttrLit, DimExpr, Expr};
 
 /// An operand as checked: what the generated code passes, and the value's metadata when it is a
@@ -54,9 +54,11 @@ impl Checker<'_> {
                 dims: v.dims.clone(),
                 dtype: v.dtype,
                 forced: v.forced,
+                bool_as_float: v.bool_as_float,
                 span: id.span(),
                 kind: v.kind,
                 used: true,
+                memory: v.memory.clone(),
             });
         }
         if self.def.outputs.iter().any(|o| o.name == key) {
@@ -210,7 +212,7 @@ impl Checker<'_> {
                 AttrKind::Float => s.trim().parse::<f64>().is_ok(),
                 AttrKind::Bool => matches!(s.trim(), "true" | "false"),
                 AttrKind::OneOf(names) => names.contains(&s.trim()),
-                AttrKind::IntList | AttrKind::Dims => false,
+                AttrKind::IntList | AttrKind::Dims | AttrKind::Indices => false,
             };
             let hint = if unquoted { format!(": write `{key} = {}`", s.trim()) } else { String::new() };
             self.cx.error_span(*span, format!("attribute `{key}` of `{func}` takes {}, not a string{hint}", spec.kind));
@@ -310,8 +312,17 @@ impl Checker<'_> {
                 return self.despite(op, &metas, extents, &name);
             }
         };
+        let dtypes: Vec<_> = metas.iter().map(|m| m.dtype).collect();
+        if let Err(e) = op.check_compute(&dtypes, self.compute) {
+            self.cx.error_span(
+                func.span(),
+                format!("graph `{}`: {e}: put `#[compute(f32)]` on graph `{}`", self.def.name, self.def.name),
+            );
+        }
         let node = self.fresh(node_name.unwrap_or(&name), node_name.is_none());
         self.defer(sym, func.span(), &format!("`{name}` (node `{node}`) needs it"));
+        let x = operands.first().and_then(|(_, v)| v.as_ref());
+        let memory: Vec<Memory> = outs.iter().map(|o| self.memory(op, x, &o.dims, call)).collect();
         let out_names: Vec<String> = if outs.len() == 1 {
             vec![node.clone()]
         } else {
@@ -330,18 +341,50 @@ impl Checker<'_> {
             inputs: operands.into_iter().map(|(o, _)| o).collect(),
             outputs: out_names.clone(),
         });
-        let values = outs.into_iter().zip(out_names).map(|(o, tensor)| {
+        let values = outs.into_iter().zip(out_names).zip(memory).map(|((o, tensor), memory)| {
             Some(Value {
                 tensor,
                 dims: o.dims,
                 dtype: o.dtype.unwrap_or(self.intermediate),
                 forced: o.dtype,
+                bool_as_float: op.stores_bool_as_float(),
                 span: func.span(),
                 kind: Kind::Intermediate,
                 used: false,
+                memory,
             })
         });
         Some(values.collect())
+    }
+
+    /// The memory of an op's output of dims `y`: a computed output is packed; a view's follows
+    /// from its input `x`'s by the op's own rule (`Op::view_strides`). A reshape that no strides
+    /// of X's memory express is an error on X, naming the tensor and the dims it cannot merge
+    /// or split, unless the library may still lay X's base out for it ([`Memory::Relayable`]).
+    fn memory(&self, op: &Op, x: Option<&Value>, y: &[SymDim], call: &Call<'_>) -> Memory {
+        let computed = || strides_in_order(y, None).map_or(Memory::Unknown, Memory::Computed);
+        let Some(x) = x else { return computed() };
+        let (strides, relayable) = match &x.memory {
+            Memory::Fixed(s) | Memory::Computed(s) => (s, false),
+            Memory::Relayable(s) => (s, true),
+            Memory::Unknown => return if op.is_view() { Memory::Unknown } else { computed() },
+        };
+        if x.dims.iter().chain(y).any(is_unknown) {
+            return Memory::Unknown;
+        }
+        match op.view_strides(&x.dims, strides, y) {
+            None => computed(),
+            Some(Ok(view)) if op.is_reordering_view() && matches!(x.memory, Memory::Computed(_)) => {
+                Memory::Relayable(view)
+            }
+            Some(Ok(view)) => Memory::Fixed(view),
+            Some(Err(_)) if relayable => strides_in_order(y, None).map_or(Memory::Unknown, Memory::Fixed),
+            Some(Err(e)) => {
+                let span = call.args.first().map_or_else(|| call.func.span(), |a| a.expr.span());
+                self.cx.error_span(span, format!("graph `{}`: {e}; X is `{}`", self.def.name, x.tensor));
+                Memory::Unknown
+            }
+        }
     }
 
     /// A node name not taken by any user name or other node.
@@ -376,9 +419,11 @@ impl Checker<'_> {
                 dims: o.dims.iter().map(|_| self.unknown()).collect(),
                 dtype: o.dtype.unwrap_or(self.intermediate),
                 forced: o.dtype,
+                bool_as_float: op.stores_bool_as_float(),
                 span: Span::call_site(),
                 kind: Kind::Intermediate,
                 used: false,
+                memory: Memory::Unknown,
             })
         });
         Some(values.collect())
@@ -416,7 +461,14 @@ impl Checker<'_> {
                 }
             }
             let message = format!("graph `{}`: {a} must equal {b}: {why}", self.def.name);
-            self.const_checks.push(ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), span, message });
+            self.const_checks.push(ConstCheck::new(&a, &b, false, span, message));
+        }
+        for (a, b) in sym.deferred_le {
+            let params: Vec<String> = a.params().into_iter().chain(b.params()).collect();
+            if params.iter().all(|p| self.params.get(p) == Some(&false)) {
+                let message = format!("graph `{}`: {a} must be at most {b}: {why}", self.def.name);
+                self.const_checks.push(ConstCheck::new(&a, &b, true, span, message));
+            }
         }
     }
 }
@@ -431,6 +483,10 @@ impl DimCx<SymDim> for Granting {
     }
 
     fn require_eq_count(&mut self, _: &[SymDim], _: &[SymDim]) -> bool {
+        true
+    }
+
+    fn require_le(&mut self, _: &SymDim, _: &SymDim) -> bool {
         true
     }
 }
@@ -461,13 +517,14 @@ impl Checker<'_> {
             let value = match v {
                 AttrLit::Float(f, _) => AttrValue::Float(*f),
                 AttrLit::Int(i, _) => AttrValue::Int(*i),
-                AttrLit::List(items, _) if kind == Some(AttrKind::Dims) => {
-                    let dims: Vec<Option<SymDim>> = items.iter().map(|d| self.extent(func, k, d)).collect();
+                AttrLit::List(items, _) if matches!(kind, Some(AttrKind::Dims | AttrKind::Indices)) => {
+                    let index = kind == Some(AttrKind::Indices);
+                    let dims: Vec<Option<SymDim>> = items.iter().map(|d| self.extent(func, k, d, index)).collect();
                     let Some(dims) = dims.into_iter().collect::<Option<Vec<SymDim>>>() else {
                         ok = false;
                         continue;
                     };
-                    let placeholder = dims.iter().map(|d| d.as_lit().unwrap_or(1)).collect();
+                    let placeholder = dims.iter().map(|d| d.as_lit().unwrap_or(i64::from(!index))).collect();
                     extents.push((k.to_string(), dims));
                     AttrValue::IntList(placeholder)
                 }
@@ -507,9 +564,22 @@ impl Checker<'_> {
     }
 
     /// One extent of a `Dims` attribute: a dim as a port declares one, and positive where it is
-    /// a constant.
-    fn extent(&self, func: &Ident, attr: &Ident, d: &DimExpr) -> Option<SymDim> {
+    /// a constant; or one index of an `Indices` attribute, written alike, and not negative where
+    /// it is a constant.
+    fn extent(&self, func: &Ident, attr: &Ident, d: &DimExpr, index: bool) -> Option<SymDim> {
         let dim = dims::sym_dim(self.cx, d, &self.params)?;
+        if index {
+            if let Some(n) = dim.as_lit().filter(|&n| n < 0) {
+                self.cx.error(
+                    d,
+                    format!(
+                        "attribute `{attr}` of `{func}` takes indices (0, integers, dim parameters or expressions over them); `{n}` is negative"
+                    ),
+                );
+                return None;
+            }
+            return Some(dim);
+        }
         if let Some(n) = dims::non_positive(&dim) {
             self.cx.error(
                 d,
@@ -538,7 +608,7 @@ fn adding_outputs(
         let values: Vec<(AttrValue, String)> = match a.kind {
             AttrKind::Bool => vec![(AttrValue::Bool(true), "true".to_string())],
             AttrKind::OneOf(names) => names.iter().map(|n| (AttrValue::Name(n.to_string()), n.to_string())).collect(),
-            AttrKind::Float | AttrKind::Int | AttrKind::IntList | AttrKind::Dims => Vec::new(),
+            AttrKind::Float | AttrKind::Int | AttrKind::IntList | AttrKind::Dims | AttrKind::Indices => Vec::new(),
         };
         values.into_iter().map(move |(value, shown)| (a.name, value, shown))
     });

@@ -203,7 +203,49 @@ pub(super) fn check_port(cx: &Ctxt, p: &PortDecl, params: &HashMap<String, bool>
     }
     let dims = p.dims.iter().map(|d| check_dim(cx, p, d, params)).collect();
     let order = p.layout.as_ref().and_then(|layout| check_layout(cx, p, layout));
-    Port { name: p.name.clone(), dtype, dims, order }
+    let host = matches!(p.layout, Some(LayoutDecl::Host(_)));
+    Port { name: p.name.clone(), dtype, dims, order, host }
+}
+
+/// A `host` input is one numeric value: every dim a literal 1 (its rank is the operands' it
+/// meets), not `bool`. A wrong one is reported and checked on as all 1s, so the ops reading it
+/// report nothing more.
+pub(super) fn check_host_inputs(cx: &Ctxt, def: &GraphDef, inputs: &mut [Port]) {
+    let one = |d: &DimExpr| matches!(d, DimExpr::Lit { minus: None, lit } if lit.base10_parse::<i64>().ok() == Some(1));
+    for (p, port) in def.inputs.iter().zip(inputs) {
+        let Some(LayoutDecl::Host(span)) = &p.layout else { continue };
+        if port.dtype == Some(DataType::Bool) {
+            cx.error_span(
+                *span,
+                format!("host scalar `{}` cannot be bool: cuDNN takes numeric scalars by value", p.name),
+            );
+        }
+        if !p.dims.iter().all(one) {
+            cx.error_span(
+                p.bracket,
+                format!(
+                    "host scalar `{}` is one value given at execute: every dim must be 1 (e.g. `{}: {}[1, 1] host`)",
+                    p.name, p.name, p.dtype
+                ),
+            );
+            port.dims = vec![SymDim::Lit(1); port.dims.len().max(1)];
+        }
+    }
+}
+
+/// `host` marks an input: a value the caller supplies at execute. An output is computed.
+pub(super) fn check_host_outputs(cx: &Ctxt, def: &GraphDef) {
+    for p in &def.outputs {
+        if let Some(LayoutDecl::Host(span)) = &p.layout {
+            cx.error_span(
+                *span,
+                format!(
+                    "output `{}` cannot be `host`: a host scalar is an input whose value is given at execute",
+                    p.name
+                ),
+            );
+        }
+    }
 }
 
 /// One dim of a port: a positive literal, a declared parameter or an expression over them
@@ -239,6 +281,8 @@ fn check_layout(cx: &Ctxt, p: &PortDecl, layout: &LayoutDecl) -> Option<Vec<usiz
                 None
             }
         }
+        // Checked as an input's (`check_host_inputs`) or refused as an output's.
+        LayoutDecl::Host(_) => None,
         LayoutDecl::ChannelsLast(span) => {
             let order = channels_last_order(p.dims.len());
             if order.is_none() {

@@ -45,6 +45,10 @@ pub(super) fn fingerprint(
             if let Some(order) = p.order.as_deref().filter(|o| MemoryLayout::from_order(o) != MemoryLayout::RowMajor) {
                 h.write_str(&format!("layout|{order:?}"));
             }
+            // So is a host scalar: its value is given at execute, not in device memory.
+            if p.host {
+                h.write_str("host");
+            }
         }
     }
     for n in nodes {

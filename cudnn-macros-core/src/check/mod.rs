@@ -49,6 +49,8 @@ pub struct Port {
     /// The memory order of the dims, outermost first, when declared (`order [..]` or
     /// `channels_last`); row-major otherwise.
     pub order: Option<Vec<usize>>,
+    /// `host`: a host scalar, supplied by value at execute (`Tensor::host_scalar`).
+    pub host: bool,
 }
 
 /// An operand of a node, as the generated code will pass it.
@@ -99,6 +101,10 @@ impl DimCx<SymDim> for Unknowns<'_> {
     fn require_eq_count(&mut self, a: &[SymDim], b: &[SymDim]) -> bool {
         a.iter().chain(b).any(is_unknown) || self.0.require_eq_count(a, b)
     }
+
+    fn require_le(&mut self, a: &SymDim, b: &SymDim) -> bool {
+        is_unknown(a) || is_unknown(b) || self.0.require_le(a, b)
+    }
 }
 
 impl Checker<'_> {
@@ -109,17 +115,44 @@ impl Checker<'_> {
     }
 }
 
-/// An equality over const parameters that only instantiation decides: two `i64` expressions.
+/// A requirement over const parameters that only instantiation decides: two `i64` expressions,
+/// equal or ordered.
 #[derive(Debug, Clone)]
 pub struct ConstCheck {
     /// The left side, as a Rust expression over the const parameters.
     pub lhs: String,
     /// The right side, likewise.
     pub rhs: String,
+    /// `lhs <= rhs` (a slice's bound) rather than `lhs == rhs`.
+    pub at_most: bool,
     /// Where the failed assertion points.
     pub span: Span,
     /// The assertion's message.
     pub message: String,
+    /// The const parameters the two sides involve, each once, in order: the failed assertion
+    /// prints their values in the instantiation.
+    pub params: Vec<String>,
+    /// Each side that is an expression rather than a lone parameter or a literal, as written in
+    /// the message (`HQ * D`) and as a Rust expression: the failed assertion prints its value too.
+    pub derived: Vec<(String, String)>,
+}
+
+impl ConstCheck {
+    /// The requirement `a == b` (or `a <= b` where `at_most`) with `message`, spanned on `span`.
+    pub(super) fn new(a: &SymDim, b: &SymDim, at_most: bool, span: Span, message: String) -> Self {
+        let mut params = Vec::new();
+        for p in a.params().into_iter().chain(b.params()) {
+            if !params.contains(&p) {
+                params.push(p);
+            }
+        }
+        let derived = [a, b]
+            .into_iter()
+            .filter(|side| matches!(side, SymDim::Expr(_)))
+            .map(|side| (side.to_string(), side.to_expr()))
+            .collect();
+        ConstCheck { lhs: a.to_expr(), rhs: b.to_expr(), at_most, span, message, params, derived }
+    }
 }
 
 /// How many kernels the graph may become (`#[fuse(..)]`): the runtime's `Fusion`, which the
@@ -192,11 +225,51 @@ struct Value {
     dims: Vec<SymDim>,
     dtype: DataType,
     /// The dtype the producing op forces on this tensor (`OutputMeta::dtype`), which a graph
-    /// output bound to it must declare.
+    /// output bound to it must declare ([`cudnn_runtime::ops::output_type_ok`]).
     forced: Option<DataType>,
+    /// Whether the producing op may store its forced `bool` as a float
+    /// (`Op::stores_bool_as_float`: a comparison).
+    bool_as_float: bool,
     span: Span,
     kind: Kind,
     used: bool,
+    /// What is known of its memory, for the views that read it.
+    memory: Memory,
+}
+
+/// A value's memory as the views reading it see it ([`cudnn_runtime::ops::Op::view_strides`]).
+#[derive(Debug, Clone)]
+enum Memory {
+    /// Laid out as these strides say, whatever reads it: a graph port (its declared layout),
+    /// or a view that a slice pinned (a slice reads its base in place, as the library lays it).
+    Fixed(Vec<SymDim>),
+    /// Computed by an op: packed, as the library lays it out by default.
+    Computed(Vec<SymDim>),
+    /// A reordering view (a transpose) of a computed tensor: the library may store that tensor
+    /// in the order that makes a reshape of this view packed (attention's O stored BSHD so that
+    /// its merged heads are a view), so a reshape of it is never refused here.
+    Relayable(Vec<SymDim>),
+    /// After an error (reported).
+    Unknown,
+}
+
+/// Packed strides of `dims` in a memory `order` (outermost first; row-major without one);
+/// `None` where a stride overflows or the order is not one of `dims` (both reported elsewhere).
+fn strides_in_order(dims: &[SymDim], order: Option<&[usize]>) -> Option<Vec<SymDim>> {
+    let row_major: Vec<usize> = (0..dims.len()).collect();
+    let order = order.unwrap_or(&row_major);
+    let mut strides = vec![SymDim::Lit(1); dims.len()];
+    let mut next = SymDim::Lit(1);
+    for &d in order.iter().rev() {
+        *strides.get_mut(d)? = next.clone();
+        next = next.checked_mul(dims.get(d)?)?;
+    }
+    Some(strides)
+}
+
+/// A graph port's memory: its declared layout.
+fn port_memory(dims: &[SymDim], order: Option<&[usize]>) -> Memory {
+    strides_in_order(dims, order).map_or(Memory::Unknown, Memory::Fixed)
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -241,8 +314,10 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
     let classes = decl::check_classes(cx, def);
     let (compute, intermediate) = decl::check_settings(cx, def);
     let fusion = decl::check_fuse(cx, def);
-    let inputs: Vec<Port> = def.inputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    let mut inputs: Vec<Port> = def.inputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    decl::check_host_inputs(cx, def, &mut inputs);
     let outputs: Vec<Port> = def.outputs.iter().map(|p| decl::check_port(cx, p, &params)).collect();
+    decl::check_host_outputs(cx, def);
     decl::check_port_names(cx, def);
     if def.inputs.is_empty() {
         cx.error(&def.name, format!("graph `{}` needs at least one input", def.name));

@@ -6,7 +6,7 @@ use cudnn_runtime::dim::{shape_string, DimCx, Symbolic};
 use cudnn_runtime::DataType;
 use syn::Ident;
 
-use super::{Checker, Kind, Port, Unknowns, Value};
+use super::{port_memory, Checker, Kind, Port, Unknowns, Value};
 use crate::parse::{Expr, PortDecl, Stmt};
 
 impl Checker<'_> {
@@ -18,9 +18,11 @@ impl Checker<'_> {
                 dims: port.dims.clone(),
                 dtype: port.dtype.unwrap_or(DataType::F32),
                 forced: None,
+                bool_as_float: false,
                 span: decl.name.span(),
                 kind: Kind::Input,
                 used: false,
+                memory: port_memory(&port.dims, port.order.as_deref()),
             };
             self.env.entry(decl.name.to_string()).or_insert(value);
         }
@@ -179,9 +181,11 @@ impl Checker<'_> {
             dims: port.dims.clone(),
             dtype: port.dtype.unwrap_or(value.dtype),
             forced: value.forced,
+            bool_as_float: value.bool_as_float,
             span: target.span(),
             kind: Kind::Output,
             used: true,
+            memory: port_memory(&port.dims, port.order.as_deref()),
         };
         self.env.insert(target.to_string(), readable);
     }
@@ -224,7 +228,7 @@ impl Checker<'_> {
             self.defer(sym, expr.span(), &why);
         }
         if let (Some(declared), Some(forced)) = (port.dtype, value.forced) {
-            if declared != forced {
+            if !cudnn_runtime::ops::output_type_ok(forced, declared, value.bool_as_float) {
                 self.cx.error(
                     &decl.dtype,
                     format!("output `{}` is declared {declared} but its op produces {forced}", decl.name),

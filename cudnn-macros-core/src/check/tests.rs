@@ -342,6 +342,20 @@ fn a_const_parameter_against_a_literal_defers_to_a_const_assertion() {
     let c = &ck.const_checks[0];
     assert_eq!((c.lhs.as_str(), c.rhs.as_str()), ("(K as i64)", "64"));
     assert_eq!(c.message, "graph `G`: K must equal 64: `matmul` (node `y`) needs it");
+    assert_eq!(c.params, ["K"]);
+    assert!(c.derived.is_empty(), "a lone parameter is printed as itself");
+}
+
+#[test]
+fn a_deferred_expression_names_its_parameters_and_itself() {
+    let ck = ok("G<const H: usize, const D: usize>(a: f32[2, H * D], b: f32[64, 3]) -> (y: f32[2, 3]) {
+        y = matmul(a, b);
+    }");
+    let c = &ck.const_checks[0];
+    assert_eq!(c.params, ["D", "H"]);
+    assert_eq!(c.derived.len(), 1);
+    assert_eq!(c.derived[0].0, "D * H");
+    assert_eq!(c.derived[0].1, c.lhs, "the value printed is the side compared");
 }
 
 #[test]
@@ -372,8 +386,13 @@ fn a_wrong_declared_output_shape_is_reported() {
 
 #[test]
 fn a_comparison_forces_bool() {
-    let e = error("G(a: f32[8], b: f32[8]) -> (y: f16[8]) { y = cmp_lt(a, b); }");
-    assert_eq!(e, "output `y` is declared f16 but its op produces bool");
+    let e = error("G(a: f32[8], b: f32[8]) -> (y: i32[8]) { y = cmp_lt(a, b); }");
+    assert_eq!(e, "output `y` is declared i32 but its op produces bool");
+    // A comparison's 0 or 1 may be stored in a float output (cuDNN writes it so); a logical
+    // op's may not (cuDNN 9.19 plans none).
+    ok("G(a: f32[8], b: f32[8]) -> (y: f16[8]) { y = cmp_lt(a, b); }");
+    let e = error("G(a: f32[8], b: f32[8]) -> (y: f32[8]) { y = logical_and(cmp_lt(a, b), cmp_gt(a, b)); }");
+    assert_eq!(e, "output `y` is declared f32 but its op produces bool");
     let ck = ok("G(a: f32[8], b: f32[8]) -> (y: bool[8]) { y = cmp_lt(a, b); }");
     assert_eq!(ck.outputs[0].dtype, Some(DataType::Bool));
 }
@@ -716,4 +735,66 @@ fn an_unknown_class_word_is_a_parse_error_saying_what_to_write() {
         e.to_string(),
         "unknown classes `pow3`: write `pow2`, `multiple(N)`, `exact` or nothing after the range"
     );
+}
+
+// Views: what the checker knows of each value's memory.
+
+#[test]
+fn reshapes_of_views_follow_the_memory_they_describe() {
+    // A BSHD input read as [B, H, S, D]: merging its heads again is a view of the input.
+    ok("G<dyn B, dyn S>(q: f32[B, 4, S, 8] order [0, 2, 1, 3]) -> (y: f32[B, S, 32]) {
+            y = reshape(transpose(q, permutation = [0, 2, 1, 3]), shape = [B, S, 32]);
+        }");
+    // Merging the input's heads with its tokens as declared ([B, H, S, D]) is not.
+    let e = error(
+        "G<dyn B, dyn S>(q: f32[B, 4, S, 8] order [0, 2, 1, 3]) -> (y: f32[B, 32, S]) {
+            y = reshape(q, shape = [B, 32, S]);
+        }",
+    );
+    assert!(e.contains("`reshape`: X [B, 4, S, 8] is a strided view (strides [32 * S, 8, 32, 1])"), "{e}");
+    assert!(e.ends_with("X is `q`"), "{e}");
+    // A computed tensor read through a transpose may be stored for the reshape (attention's O).
+    ok("G<dyn S>(a: f32[1, 4, S, 8], b: f32[1, 4, 8, 8]) -> (y: f32[1, S, 32]) {
+            y = reshape(transpose(matmul(a, b), permutation = [0, 2, 1, 3]), shape = [1, S, 32]);
+        }");
+    // A slice of a computed tensor pins it: its rows' gap is there for every later reshape.
+    let e = error(
+        "G<dyn S>(a: f32[1, S, 8], b: f32[1, 8, 24]) -> (y: f32[1, S * 8]) {
+            y = reshape(slice(matmul(a, b), start = [0, 0, 8], limit = [1, S, 16]), shape = [1, S * 8]);
+        }",
+    );
+    assert!(e.contains("whose dims 1 and 2 are not contiguous in memory"), "{e}");
+}
+
+#[test]
+fn slice_bounds_take_dims_and_indices() {
+    let ck = ok("G<const H: usize, dyn S>(x: f32[1, S, 3 * H]) -> (y: f32[1, S, H]) {
+            y = slice(x, start = [0, 0, H], limit = [1, S, 2 * H]);
+        }");
+    let slice = &ck.nodes[0];
+    let names: Vec<&str> = slice.extents.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["start", "limit"]);
+    assert!(ck.const_checks.is_empty());
+    // Only an instantiation decides `H <= N`: a const assertion `<=`.
+    let ck = ok("G<const N: usize, const H: usize>(x: f32[2, N]) -> (y: f32[2, H]) {
+            y = slice(x, start = [0, 0], limit = [2, H]);
+        }");
+    assert_eq!(ck.const_checks.len(), 1);
+    assert!(ck.const_checks[0].at_most);
+    assert_eq!(ck.const_checks[0].message, "graph `G`: H must be at most N: `slice` (node `y`) needs it");
+}
+
+// Host scalars: `host` inputs, given by value at execute.
+
+#[test]
+fn a_host_input_is_a_host_scalar_of_the_type() {
+    let host = ok("G(x: f32[8], s: f32[1] host) -> (y: f32[8]) { y = mul(x, s); }");
+    assert!(host.inputs[1].host && !host.inputs[0].host);
+    let device = ok("G(x: f32[8], s: f32[1]) -> (y: f32[8]) { y = mul(x, s); }");
+    assert_ne!(host.fingerprint, device.fingerprint, "`host` is part of the type");
+    // A wrong one is one error, checked on as all 1s: the op reading it says nothing more.
+    let e = error("G(x: f32[8], s: f32[2] host) -> (y: f32[8]) { y = mul(x, s); }");
+    assert!(e.starts_with("host scalar `s` is one value given at execute"), "{e}");
+    let e = error("G(x: f32[8], s: f32[1]) -> (y: f32[8] host) { y = mul(x, s); }");
+    assert!(e.starts_with("output `y` cannot be `host`"), "{e}");
 }

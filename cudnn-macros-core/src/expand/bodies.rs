@@ -18,6 +18,10 @@ pub(super) fn graph_body(ck: &Checked, name: &str, runtime: &[String]) -> TokenS
         let n = port.name.to_string();
         let dt = dtype_tokens(port.dtype.unwrap_or(DataType::F32));
         let dims = dims_tokens(&port.dims, runtime);
+        if port.host {
+            let rank = port.dims.len();
+            return quote!(let #var = b.host_scalar(#n, #dt, #rank)?;);
+        }
         let order = port.order.as_ref().map(|o| quote!(b.set_dim_order(#var, &[#(#o),*])?;));
         quote!(let #var = b.input(#n, #dt, &#dims)?; #order)
     });
@@ -68,6 +72,10 @@ pub(super) fn reference_body(ck: &Checked, outputs_ty: &Ident) -> TokenStream {
     let p = quote!(::cudnn_graph::__private);
     let gathers = ck.inputs.iter().map(|port| {
         let (n, s) = (&port.name, port.name.to_string());
+        if port.host {
+            // A host scalar's value, as the one element of its tensor.
+            return quote!(#p::set_input(&graph, &mut values, #s, #p::HostSlice::from(::core::slice::from_ref(&inputs.#n)))?;);
+        }
         quote!(#p::set_input(&graph, &mut values, #s, #p::HostSlice::from(inputs.#n))?;)
     });
     let outs = ck.outputs.iter().map(|port| {
@@ -86,8 +94,24 @@ pub(super) fn reference_body(ck: &Checked, outputs_ty: &Ident) -> TokenStream {
 /// `execute()`: each port's device buffer (packed bits for `bool`), by name.
 pub(super) fn execute_body(ck: &Checked) -> TokenStream {
     let p = quote!(::cudnn_graph::__private);
+    // Host scalars' values, stored in their types for cuDNN to read when the work is enqueued.
+    let hosts: Vec<TokenStream> = ck
+        .inputs
+        .iter()
+        .filter(|port| port.host)
+        .map(|port| {
+            let n = &port.name;
+            let var = quote::format_ident!("__host_{}", n);
+            let dt = dtype_tokens(port.dtype.unwrap_or(DataType::F32));
+            quote!(let #var = #p::HostScalar::new(#dt, #p::Element::to_f64_value(args.#n));)
+        })
+        .collect();
     let ins = ck.inputs.iter().map(|port| {
         let (n, s) = (&port.name, port.name.to_string());
+        if port.host {
+            let var = quote::format_ident!("__host_{}", n);
+            return quote!((#s, #p::DeviceBuffer::host_scalar(&#var)));
+        }
         if port.dtype == Some(DataType::Bool) {
             quote!((#s, #p::DeviceBuffer::bits_input_dyn(args.#n)))
         } else {
@@ -103,6 +127,7 @@ pub(super) fn execute_body(ck: &Checked) -> TokenStream {
         }
     });
     quote! {
+        #(#hosts)*
         let mut io = [#(#ins,)* #(#outs,)*];
         #p::execute_named(&self.plan, cudnn, &mut io, workspace)
     }

@@ -33,6 +33,9 @@ impl Gen<'_> {
         let device_input_fields = self.inputs.iter().map(|port| {
             let (n, t) = (&port.name, device_type(port.dtype));
             let doc = port_doc(port);
+            if port.host {
+                return quote!(#[doc = #doc] pub #n: #t);
+            }
             quote!(#[doc = #doc] pub #n: &'a dyn #p::InputBuffer<#t>)
         });
         let device_output_fields = self.outputs.iter().map(|port| {

@@ -18,6 +18,7 @@ use syn::Ident;
 
 use crate::check::{Checked, Port};
 use crate::parse::GraphDef;
+use cudnn_runtime::dim::SymDim;
 use tokens::{port_doc, rust_type};
 
 /// Emits one graph. `ok` is false when checking failed: then bodies are stubs.
@@ -137,6 +138,9 @@ impl<'a> Gen<'a> {
         let input_fields = self.inputs.iter().map(|port| {
             let (n, t) = (&port.name, rust_type(port.dtype));
             let doc = port_doc(port);
+            if port.host {
+                return quote!(#[doc = #doc] pub #n: #t);
+            }
             quote!(#[doc = #doc] pub #n: &'a [#t])
         });
         let output_fields = self.outputs.iter().map(|port| {
@@ -160,12 +164,28 @@ impl<'a> Gen<'a> {
     }
 
     /// The const assertions over const parameters that only instantiation decides, each spanned
-    /// on the call that needs it.
+    /// on the call that needs it. A failed one stops the build with its message and the values
+    /// this instantiation gives (`here K = 32`), so the error names both requirements.
     fn const_checks(&self) -> TokenStream {
+        let p = &self.p;
         let checks = self.ck.const_checks.iter().map(|c| {
             let parse = |e: &str| syn::parse_str::<syn::Expr>(e).map_or_else(|e| e.to_compile_error(), |e| quote!(#e));
             let (lhs, rhs, msg) = (parse(&c.lhs), parse(&c.rhs), &c.message);
-            quote_spanned!(c.span=> ::core::assert!(#lhs == #rhs, #msg);)
+            let values = c.params.iter().map(|name| {
+                let value = parse(&SymDim::Param(name.clone()).to_expr());
+                quote!((#name, #value))
+            });
+            let derived = c.derived.iter().map(|(text, expr)| {
+                let value = parse(expr);
+                quote!((#text, #value))
+            });
+            let holds = if c.at_most { quote!(#lhs <= #rhs) } else { quote!(#lhs == #rhs) };
+            quote_spanned! {c.span=>
+                if !(#holds) {
+                    let unmet = #p::UnmetRequirement::new(#msg, &[#(#values),*], &[#(#derived),*]);
+                    ::core::panic!("{}", unmet.text());
+                }
+            }
         });
         quote!(#(#checks)*)
     }
@@ -223,12 +243,12 @@ impl<'a> Gen<'a> {
                 pub const FINGERPRINT: u64 = #fingerprint;
                 /// The graph's name.
                 pub const NAME: &'static str = #name_str;
-                const __CHECKS: () = { #checks };
+                const SHAPE_REQUIREMENTS: () = { #checks };
 
                 #[doc = #new_doc]
                 pub const fn new(#(#runtime_args: usize),*) -> Self {
                     #[allow(clippy::let_unit_value)]
-                    let () = Self::__CHECKS;
+                    let () = Self::SHAPE_REQUIREMENTS;
                     Self { #(#runtime: #runtime_args),* }
                 }
 
@@ -265,7 +285,7 @@ impl<'a> Gen<'a> {
                 /// The graph IR with every dim concrete, validated.
                 pub fn graph(&self) -> ::core::result::Result<#p::Graph, #p::ArgError> {
                     #[allow(clippy::let_unit_value)]
-                    let () = Self::__CHECKS;
+                    let () = Self::SHAPE_REQUIREMENTS;
                     self.class().map_err(|source| #p::ArgError::ShapeClass { graph: ::std::string::String::from(#name_str), source })?;
                     let build = || -> ::core::result::Result<#p::Graph, #p::GraphError> { #graph_body };
                     build().map_err(|source| #p::ArgError::Binding {

@@ -115,8 +115,9 @@ pub(super) fn tensor_var(name: &str) -> Ident {
 /// `` `x`: f16[N, C, H, W] channels-last ``: the port's type in the runtime's one spelling.
 pub(super) fn port_doc(port: &Port) -> String {
     let layout = port.order.as_deref().map_or(MemoryLayout::RowMajor, MemoryLayout::from_order);
+    let host = if port.host { ", a host scalar given by value at execute" } else { "" };
     match port.dtype {
-        Some(dtype) => format!("`{}`: {}", port.name, type_string(dtype, &port.dims, &layout)),
-        None => format!("`{}`", port.name),
+        Some(dtype) => format!("`{}`: {}{host}", port.name, type_string(dtype, &port.dims, &layout)),
+        None => format!("`{}`{host}", port.name),
     }
 }

@@ -9,6 +9,7 @@ use cudarc::driver::{
     SyncOnDrop,
 };
 
+use super::variant::ScalarStorage;
 use crate::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
 
 // SAFETY: both are `#[repr(transparent)]` over `u8`, valid for every bit pattern, and hold no
@@ -72,6 +73,53 @@ impl<T> OutputBuffer<T> for CudaViewMut<'_, T> {}
 pub(super) enum Access<'a> {
     Read(&'a dyn erased::ReadPtr),
     Write(&'a mut dyn erased::WritePtr),
+    Host(&'a HostScalar),
+}
+
+/// The value of a host scalar input ([`crate::Tensor::host_scalar`]: a by-value scalar supplied
+/// at execute, such as cudnn-frontend's epsilon), stored in its data type in host memory, where
+/// cuDNN reads it when the work is enqueued. Pass it with [`DeviceBuffer::host_scalar`].
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::HostScalar;
+/// use cudnn_graph::DataType;
+/// let eps = HostScalar::new(DataType::F32, 1e-5);
+/// assert_eq!(eps.bytes(), &1e-5f32.to_ne_bytes());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostScalar {
+    data_type: DataType,
+    value: f64,
+    storage: ScalarStorage,
+}
+
+impl HostScalar {
+    /// `value` stored as `data_type` (rounded as that type stores it).
+    pub fn new(data_type: DataType, value: f64) -> Self {
+        HostScalar { data_type, value, storage: ScalarStorage::new(data_type, value) }
+    }
+
+    /// Its data type.
+    pub fn data_type(&self) -> DataType {
+        self.data_type
+    }
+
+    /// The value as given.
+    pub fn value(&self) -> f64 {
+        self.value
+    }
+
+    /// The bytes cuDNN reads (native endian, `data_type.size_bytes()` long).
+    pub fn bytes(&self) -> &[u8] {
+        self.storage.bytes(self.data_type.size_bytes())
+    }
+
+    /// The host address cuDNN is given ([`super::ExecutionPlan::execute_raw`] takes it as the
+    /// tensor's pointer).
+    pub fn address(&self) -> u64 {
+        self.storage.ptr() as u64
+    }
 }
 
 /// One graph input or output on the device, its element type and length erased (and checked
@@ -90,6 +138,7 @@ impl std::fmt::Debug for DeviceBuffer<'_> {
         let kind = match self.access {
             Access::Read(_) => "input",
             Access::Write(_) => "output",
+            Access::Host(_) => "host_scalar",
         };
         write!(f, "DeviceBuffer::{kind}({}[{}])", self.data_type, self.len)
     }
@@ -115,6 +164,12 @@ impl<'a> DeviceBuffer<'a> {
     /// [`DeviceBuffer::output`] for a buffer behind a trait object.
     pub fn output_dyn<T: Element + DeviceRepr>(buffer: &'a mut dyn OutputBuffer<T>) -> Self {
         DeviceBuffer { len: buffer.elements(), access: Access::Write(buffer), data_type: T::DTYPE, packed: false }
+    }
+
+    /// A host scalar input's value ([`crate::Tensor::host_scalar`]), passed by value: cuDNN reads
+    /// it from host memory when the work is enqueued, so it may change between executes.
+    pub fn host_scalar(value: &'a HostScalar) -> Self {
+        DeviceBuffer { len: 1, access: Access::Host(value), data_type: value.data_type, packed: false }
     }
 
     /// A `bool` graph input's buffer of packed [`Bits`] (8 elements each).
@@ -164,17 +219,26 @@ impl<'a> DeviceBuffer<'a> {
         self.len == 0
     }
 
-    pub(super) fn context(&self) -> &Arc<CudaContext> {
+    /// The CUDA context of device memory; `None` for a host scalar.
+    pub(super) fn context(&self) -> Option<&Arc<CudaContext>> {
         match &self.access {
-            Access::Read(b) => b.context(),
-            Access::Write(b) => b.context(),
+            Access::Read(b) => Some(b.context()),
+            Access::Write(b) => Some(b.context()),
+            Access::Host(_) => None,
         }
+    }
+
+    /// Whether it is a host scalar's value.
+    pub(super) fn is_host(&self) -> bool {
+        matches!(self.access, Access::Host(_))
     }
 
     pub(super) fn pointer<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
         match &mut self.access {
             Access::Read(b) => b.read_ptr(stream),
             Access::Write(b) => b.write_ptr(stream),
+            // Host memory cuDNN reads while enqueuing: no stream ordering to record.
+            Access::Host(v) => (v.address(), SyncOnDrop::Record(None)),
         }
     }
 }

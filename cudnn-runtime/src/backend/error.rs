@@ -83,7 +83,8 @@ with_call_failures! {
             /// The output.
             tensor: String,
         },
-        /// A device buffer not aligned as cuDNN's tensor descriptors promise (16 bytes).
+        /// A device buffer not aligned as cuDNN's tensor descriptors promise (16 bytes), or a host
+        /// scalar's address null or not aligned for its type.
         #[error("the buffer of tensor `{tensor}` starts at {address:#x}, which is not {alignment}-byte aligned")]
         Misaligned {
             /// The tensor.

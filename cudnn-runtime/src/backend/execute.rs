@@ -35,7 +35,7 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::buffer::Access;
-pub use super::buffer::{DeviceBuffer, InputBuffer, OutputBuffer};
+pub use super::buffer::{DeviceBuffer, HostScalar, InputBuffer, OutputBuffer};
 pub use super::cuda_graph::{GraphMode, PlanGraph};
 pub use super::pack::PACK_SLOTS;
 use super::partition::Place;
@@ -105,7 +105,9 @@ impl ExecutionPlan {
     /// Every pointer must address device memory of the context's device, aligned to 16 bytes,
     /// holding at least the storage of its tensor (dims and strides) in its data type, valid
     /// (and, for outputs, not otherwise accessed) until the enqueued work completes; likewise the
-    /// workspace.
+    /// workspace. A host scalar's ([`crate::Tensor::host_scalar`]) is instead the address of its
+    /// value in host memory, in its data type ([`super::HostScalar::address`]), valid until this
+    /// call returns.
     pub unsafe fn execute_raw(&self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
         let (handle, _) = self.target(cudnn)?;
         self.check_raw(io, workspace)?;
@@ -120,9 +122,11 @@ impl ExecutionPlan {
             return Err(BackendError::Workspace { required: self.workspace_size(), given: 0 });
         }
         for (&address, id) in io.iter().zip(self.layout().io()) {
-            if address % ALIGNMENT != 0 {
-                let tensor = self.graph().tensor(*id).name.clone();
-                return Err(BackendError::Misaligned { tensor, address, alignment: ALIGNMENT });
+            let t = self.graph().tensor(*id);
+            // A host scalar is read from host memory, aligned for its type.
+            let alignment = if t.host_scalar { t.data_type.size_bytes().max(1) as u64 } else { ALIGNMENT };
+            if (t.host_scalar && address == 0) || address % alignment != 0 {
+                return Err(BackendError::Misaligned { tensor: t.name.clone(), address, alignment });
             }
         }
         Ok(())
@@ -197,6 +201,9 @@ impl ExecutionPlan {
             let Some(buffer) = io.slot(i).as_deref() else {
                 return Err(ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() }.into());
             };
+            if buffer.is_host() != t.host_scalar {
+                return Err(ArgError::HostScalar { tensor: t.name.clone(), host_scalar: t.host_scalar }.into());
+            }
             if buffer.data_type != t.data_type {
                 return Err(
                     ArgError::DType { tensor: t.name.clone(), expected: t.data_type, found: buffer.data_type }.into()
@@ -219,7 +226,7 @@ impl ExecutionPlan {
             if layout.is_output(i) && matches!(buffer.access, Access::Read(_)) {
                 return Err(BackendError::ReadOnlyOutput { tensor: t.name.clone() });
             }
-            if **buffer.context() != **stream.context() {
+            if buffer.context().is_some_and(|c| **c != **stream.context()) {
                 return Err(BackendError::ForeignContext { what: format!("the buffer of tensor `{}`", t.name) });
             }
         }
@@ -245,9 +252,11 @@ impl ExecutionPlan {
         };
         for (i, id) in layout.io().iter().enumerate() {
             let Some(buffer) = io.slot(i).take() else { continue };
+            let host = buffer.is_host();
             let (address, guard) = buffer.pointer(stream);
             *guards.slot(i) = Some(guard);
-            if address % ALIGNMENT != 0 {
+            // A host scalar's storage is aligned for its type; cuDNN's 16 bytes are device memory's.
+            if !host && address % ALIGNMENT != 0 {
                 let tensor = graph.tensor(*id).name.clone();
                 return Err(BackendError::Misaligned { tensor, address, alignment: ALIGNMENT });
             }

@@ -37,7 +37,16 @@ fn views(graph: &Graph) -> Result<Internals, BackendError> {
         let Op::Layout(slice @ Layout::Slice { .. }) = &node.op else { continue };
         let (x_id, y_id) = (node.inputs[0], node.outputs[0]);
         let (x, y) = (graph.tensor(x_id), graph.tensor(y_id));
-        if x.is_virtual || x.pass_by_value.is_some() {
+        if x.is_by_value() {
+            return Err(unsupported(
+                node,
+                format!(
+                    "cuDNN before 9.22 slices by pointer offset into device memory; `{}` is a by-value scalar",
+                    x.name
+                ),
+            ));
+        }
+        if x.is_virtual {
             return Err(unsupported(
                 node,
                 format!(
@@ -87,7 +96,7 @@ fn node_cx<'a>(graph: &'a Graph, node: &'a Node, tensors: &'a [Option<Descriptor
             strides: t.strides.clone(),
             data_type: t.data_type,
             is_virtual: t.is_virtual,
-            by_value: t.pass_by_value.is_some(),
+            by_value: t.is_by_value(),
             producer: graph.nodes.iter().find(|n| n.outputs.contains(id)).map(|n| n.op.call_name()),
             readers: graph.nodes.iter().filter(|n| n.inputs.contains(id)).count(),
         }
@@ -149,7 +158,7 @@ fn tensor_descriptor(tensor: &Tensor, node: &Node) -> Result<Descriptor, Backend
     d.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[tensor.uid])?;
     d.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[ALIGNMENT as i64])?;
     d.set_bool(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, tensor.is_virtual)?;
-    if tensor.pass_by_value.is_some() {
+    if tensor.is_by_value() {
         d.set_bool(A::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
     }
     d.finalize()?;

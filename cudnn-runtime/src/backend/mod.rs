@@ -62,7 +62,7 @@ pub use candidate::{
     BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
 };
 pub use error::BackendError;
-pub use execute::{DeviceBuffer, GraphMode, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
+pub use execute::{DeviceBuffer, GraphMode, HostScalar, InputBuffer, OutputBuffer, PlanGraph, INLINE_IO, PACK_SLOTS};
 pub use mismatch::PlanMismatch;
 pub use options::{BuildOptions, BuildTimings, EngineConfig, Fusion};
 pub use partition::{Cut, CutReason};

@@ -94,14 +94,17 @@ pub(crate) struct Group {
     anchor: Option<FusionRule>,
     /// The node of its anchor.
     anchor_node: Option<usize>,
-    /// An anchor that ends an epilogue joined: nothing more fuses.
-    closed: bool,
+    /// The anchor that ended the epilogue (a reduction after a matmul): nothing reading it
+    /// fuses, and no other anchor; an elementwise op on the epilogue's other tensors still does
+    /// (an fp8 matmul's scale beside the `amax` of the same values, whichever comes first).
+    closed_by: Option<usize>,
 }
 
 /// The graph's views as aliases, where they can be: indexed by tensor, the alias of each
 /// view output. A view is an alias when its output is virtual (a graph output must be written
-/// by a kernel), its strides are exactly the view of its input's, a reshape's input is packed,
-/// and a slice starts at an aligned byte.
+/// by a kernel), its strides are exactly the view of its input's (`Layout::view_strides`: a
+/// reshape's input packed, or strided with runs the reshape keeps whole), and a slice starts
+/// at an aligned byte.
 pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
     let mut alias: Vec<Option<Alias>> = vec![None; graph.tensors.len()];
     for node in &graph.nodes {
@@ -111,10 +114,10 @@ pub(crate) fn aliases(graph: &Graph) -> Vec<Option<Alias>> {
         }
         let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { continue };
         let (xt, yt) = (graph.tensor(x), graph.tensor(y));
-        if !yt.is_virtual || xt.pass_by_value.is_some() || yt.strides != layout.output_strides(&xt.strides, &yt.dims) {
-            continue;
-        }
-        if matches!(layout, crate::ops::Layout::Reshape { .. }) && xt.strides != packed_strides(&xt.dims) {
+        // The view's strides as its rule gives them from X's (a reshape that cannot be a view of
+        // X's memory is none).
+        let view = layout.view_strides(&xt.dims, &xt.strides, &yt.dims).ok();
+        if !yt.is_virtual || xt.is_by_value() || view.as_ref() != Some(&yt.strides) {
             continue;
         }
         let Ok(offset) = u64::try_from(layout.offset(&xt.strides)) else { continue };
@@ -139,10 +142,11 @@ pub(crate) fn restride(graph: &Graph) -> Graph {
     let mut out = graph.clone();
     let producer = producers(graph);
     for node in &graph.nodes {
-        let Op::Layout(crate::ops::Layout::Reshape { .. }) = &node.op else { continue };
-        let Some(&t_out) = node.inputs.first() else { continue };
+        let Op::Layout(reshape @ crate::ops::Layout::Reshape { .. }) = &node.op else { continue };
+        let (Some(&t_out), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { continue };
         let packed = packed_strides(&out.tensor(t_out).dims);
-        if out.tensor(t_out).strides == packed {
+        let (x, y) = (out.tensor(t_out), out.tensor(y));
+        if reshape.view_strides(&x.dims, &x.strides, &y.dims).is_ok() {
             continue;
         }
         let Some(t) = producer[t_out.0].map(|p| &graph.nodes[p]) else { continue };
@@ -166,7 +170,7 @@ pub(crate) fn restride(graph: &Graph) -> Graph {
             match (0..rank).find(|&a| {
                 let mut s = unit.clone();
                 s[a] = 1;
-                layout.output_strides(&s, &out.tensor(t_out).dims) == probe
+                layout.output_strides(&graph.tensor(b).dims, &s, &out.tensor(t_out).dims) == probe
             }) {
                 Some(a) => strides[a] = stride,
                 None => ok = false,
@@ -215,7 +219,7 @@ pub(crate) fn stored_type(graph: &Graph, t: TensorId, alias: &[Option<Alias>]) -
             .iter()
             .filter(|i| **i != t && alias[i.0].is_none_or(|a| a.base != t))
             .map(|i| graph.tensor(*i))
-            .filter(|o| o.pass_by_value.is_none() && o.dims.len() == tensor.dims.len() && o.data_type.is_float())
+            .filter(|o| !o.is_by_value() && o.dims.len() == tensor.dims.len() && o.data_type.is_float())
             .map(|o| o.data_type)
             .collect();
         let Some(&first) = peers.first() else { continue };
@@ -287,7 +291,8 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
         let joined = match (rule, link) {
             (FusionRule::Elementwise, Some((_, g))) => {
                 let to = &groups[g];
-                (!to.closed && to.anchor.is_none_or(|a| matches!(a, FusionRule::Anchor { epilogue: true, .. })))
+                let reads_closer = to.closed_by.is_some_and(|c| node.inputs.iter().any(|t| producer[t.0] == Some(c)));
+                (!reads_closer && to.anchor.is_none_or(|a| matches!(a, FusionRule::Anchor { epilogue: true, .. })))
                     .then_some(g)
             }
             (FusionRule::Elementwise, None) => {
@@ -295,7 +300,8 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
                 groups.len().checked_sub(1).filter(|&g| g >= floor && groups[g].anchor.is_none())
             }
             (FusionRule::Anchor { follows: true, .. }, Some((_, g)))
-                if !groups[g].closed && matches!(groups[g].anchor, Some(FusionRule::Anchor { epilogue: true, .. })) =>
+                if groups[g].closed_by.is_none()
+                    && matches!(groups[g].anchor, Some(FusionRule::Anchor { epilogue: true, .. })) =>
             {
                 Some(g)
             }
@@ -307,7 +313,7 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
             to.nodes.push(n);
             if let FusionRule::Anchor { follows, .. } = rule {
                 if to.anchor.is_some() && follows {
-                    to.closed = true;
+                    to.closed_by = Some(n);
                 } else {
                     to.anchor = Some(rule);
                     to.anchor_node = Some(n);
@@ -337,8 +343,8 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
             Cut { before: node_ref(&graph.nodes[before]), after: node_ref(node), reason }
         });
         let anchor = matches!(rule, FusionRule::Anchor { .. }).then_some(rule);
-        let closed = matches!(rule, FusionRule::Anchor { epilogue: false, follows: true, .. });
-        groups.push(Group { nodes: vec![n], cut, anchor, anchor_node: anchor.map(|_| n), closed });
+        let closed_by = matches!(rule, FusionRule::Anchor { epilogue: false, follows: true, .. }).then_some(n);
+        groups.push(Group { nodes: vec![n], cut, anchor, anchor_node: anchor.map(|_| n), closed_by });
         group_of[n] = Some(groups.len() - 1);
     }
     groups
@@ -378,7 +384,7 @@ pub(crate) fn split(graph: &Graph, group: &Group, why: &str) -> Option<Vec<Group
         let anchor_node =
             nodes.iter().copied().find(|&n| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. }));
         let anchor = anchor_node.map(|n| graph.nodes[n].op.fusion());
-        out.push(Group { nodes, cut, anchor, anchor_node, closed: false });
+        out.push(Group { nodes, cut, anchor, anchor_node, closed_by: None });
     }
     Some(out)
 }
@@ -416,7 +422,7 @@ pub(crate) fn from_names<'a>(
         if nodes.windows(2).any(|w| w[0] >= w[1]) {
             return Err(format!("part {g} lists its nodes out of graph order"));
         }
-        groups.push(Group { nodes, cut: None, anchor: None, anchor_node: None, closed: false });
+        groups.push(Group { nodes, cut: None, anchor: None, anchor_node: None, closed_by: None });
     }
     let producer = producers(graph);
     for (n, node) in graph.nodes.iter().enumerate() {
@@ -701,6 +707,43 @@ mod tests {
         let first = extract(&graph, &groups, 0, &alias);
         assert_eq!(first.graph.outputs().len(), 1);
         assert!(first.graph.validate().is_ok());
+    }
+
+    /// cudnn-frontend's scaled fp8 matmul: `d = (a·b)·da·db`, `amax = reduce_amax(d)`,
+    /// `y = d·scale`. cuDNN plans it as one kernel; so does the table, whether the scale is
+    /// written before or after the `amax` that ends the epilogue, but not an op reading `amax`.
+    #[test]
+    fn an_epilogue_op_beside_its_reduction_shares_the_kernel() {
+        use crate::ops::{AttrValue, PointwiseMode::Mul};
+        let build = |amax_first: bool, read_amax: bool| {
+            let mut g = GraphBuilder::new("fp8");
+            let a = g.input("a", DataType::Fp8E4M3, &[1, 64, 32]).unwrap();
+            let b = g.input("b", DataType::Fp8E4M3, &[1, 32, 16]).unwrap();
+            let da = g.input("da", DataType::F32, &[1, 1, 1]).unwrap();
+            let scale = g.input("scale", DataType::F32, &[1, 1, 1]).unwrap();
+            let c = g.matmul(a, b).unwrap();
+            let d = g.pointwise(Mul, &[c.into(), da.into()]).unwrap();
+            let dims = [("dims".to_string(), AttrValue::IntList(vec![0, 1, 2]))];
+            let amax = |g: &mut GraphBuilder| g.op("reduce_amax", &[d.into()], &dims).unwrap()[0];
+            let (y, m) = if amax_first {
+                let m = amax(&mut g);
+                (g.pointwise(Mul, &[d.into(), if read_amax { m } else { scale }.into()]).unwrap(), m)
+            } else {
+                let y = g.pointwise(Mul, &[d.into(), scale.into()]).unwrap();
+                (y, amax(&mut g))
+            };
+            g.output(m, "amax", DataType::F32).unwrap();
+            g.output(y, "y", DataType::Fp8E4M3).unwrap();
+            g.build().unwrap()
+        };
+        for amax_first in [false, true] {
+            let graph = build(amax_first, false);
+            assert_eq!(group(&graph, None).len(), 1, "amax first: {amax_first}");
+        }
+        let graph = build(true, true);
+        let groups = group(&graph, None);
+        assert_eq!(names(&graph, &groups), [vec!["matmul", "mul", "reduce_amax"], vec!["mul"]]);
+        assert_eq!(groups[1].cut.as_ref().unwrap().reason, CutReason::NoEpilogue);
     }
 
     #[test]

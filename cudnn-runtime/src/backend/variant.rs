@@ -10,23 +10,11 @@ use crate::{DataType, Fp8E4M3, Fp8E5M2};
 /// bytes, a `bf16` one 2), aligned for any of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(8))]
-struct ScalarStorage([u8; 8]);
+pub(crate) struct ScalarStorage([u8; 8]);
 
-/// A by-value scalar of the variant pack: cuDNN reads it from host memory at execute.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ByValueScalar {
-    /// The tensor's uid.
-    pub uid: i64,
-    /// Its position in [`VariantLayout::uids`].
-    pub position: usize,
-    /// Its data type.
-    pub data_type: DataType,
-    value: f64,
-    storage: ScalarStorage,
-}
-
-impl ByValueScalar {
-    pub(crate) fn new(uid: i64, position: usize, data_type: DataType, value: f64) -> Self {
+impl ScalarStorage {
+    /// `value` stored as `data_type` (rounded, saturated, as cuDNN reads that type).
+    pub(crate) fn new(data_type: DataType, value: f64) -> Self {
         let mut b = [0u8; 8];
         let n = data_type.size_bytes();
         let bytes: [u8; 8] = match data_type {
@@ -43,7 +31,35 @@ impl ByValueScalar {
             DataType::Fp8E5M2 => widen(&[Fp8E5M2::from_f64(value).0]),
         };
         b[..n].copy_from_slice(&bytes[..n]);
-        ByValueScalar { uid, position, data_type, value, storage: ScalarStorage(b) }
+        ScalarStorage(b)
+    }
+
+    /// The first `n` bytes.
+    pub(crate) fn bytes(&self, n: usize) -> &[u8] {
+        &self.0[..n]
+    }
+
+    pub(crate) fn ptr(&self) -> *const u8 {
+        self.0.as_ptr()
+    }
+}
+
+/// A by-value scalar of the variant pack: cuDNN reads it from host memory at execute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByValueScalar {
+    /// The tensor's uid.
+    pub uid: i64,
+    /// Its position in [`VariantLayout::uids`].
+    pub position: usize,
+    /// Its data type.
+    pub data_type: DataType,
+    value: f64,
+    storage: ScalarStorage,
+}
+
+impl ByValueScalar {
+    pub(crate) fn new(uid: i64, position: usize, data_type: DataType, value: f64) -> Self {
+        ByValueScalar { uid, position, data_type, value, storage: ScalarStorage::new(data_type, value) }
     }
 
     /// The value as given (before it is stored as `data_type`).
@@ -53,11 +69,11 @@ impl ByValueScalar {
 
     /// The value's bytes as cuDNN reads them (native endian, `data_type.size_bytes()` long).
     pub fn bytes(&self) -> &[u8] {
-        &self.storage.0[..self.data_type.size_bytes()]
+        self.storage.bytes(self.data_type.size_bytes())
     }
 
     pub(crate) fn host_ptr(&self) -> *const u8 {
-        self.storage.0.as_ptr()
+        self.storage.ptr()
     }
 }
 

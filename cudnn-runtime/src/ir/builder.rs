@@ -60,6 +60,7 @@ struct Pending {
     data_type: Option<DataType>,
     is_virtual: bool,
     pass_by_value: Option<f64>,
+    host_scalar: bool,
     produced: bool,
 }
 
@@ -108,6 +109,48 @@ impl GraphBuilder {
             data_type: Some(data_type),
             is_virtual: false,
             pass_by_value: None,
+            host_scalar: false,
+            produced: false,
+        }))
+    }
+
+    /// A by-value scalar supplied at execute ([`crate::Tensor::host_scalar`]): a graph input of
+    /// `rank` dims of 1 whose value the caller passes with each execute, for an op's scalar
+    /// port (an epsilon, a pointwise operand) or any operand a one-element tensor fits.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::{DataType, GraphBuilder};
+    /// let mut g = GraphBuilder::new("scaled");
+    /// let x = g.input("x", DataType::F32, &[2, 3]).unwrap();
+    /// let s = g.host_scalar("s", DataType::F32, 2).unwrap();
+    /// let y = g.op("mul", &[x.into(), s.into()], &[]).unwrap()[0];
+    /// g.output(y, "y", DataType::F32).unwrap();
+    /// let graph = g.build().unwrap();
+    /// assert_eq!(graph.inputs().len(), 2, "x and s are bound at execute");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::DuplicateName`]; [`GraphError::BadDims`] for a rank of 0,
+    /// [`GraphError::RankTooHigh`] above [`crate::dim::MAX_RANK`].
+    pub fn host_scalar(&mut self, name: &str, data_type: DataType, rank: usize) -> Result<TensorId, GraphError> {
+        self.check_name(name)?;
+        if rank == 0 {
+            return Err(GraphError::BadDims { tensor: name.to_string(), dims: Vec::new() });
+        }
+        if rank > crate::dim::MAX_RANK {
+            return Err(GraphError::RankTooHigh { tensor: name.to_string(), rank, max: crate::dim::MAX_RANK });
+        }
+        Ok(self.push(Pending {
+            name: name.to_string(),
+            uid: None,
+            dims: vec![1; rank],
+            strides: None,
+            data_type: Some(data_type),
+            is_virtual: false,
+            pass_by_value: None,
+            host_scalar: true,
             produced: false,
         }))
     }
@@ -263,6 +306,7 @@ impl GraphBuilder {
                         data_type: Some(dt),
                         is_virtual: false,
                         pass_by_value: Some(dt.round(v)),
+                        host_scalar: false,
                         produced: false,
                     }));
                 }
@@ -275,12 +319,15 @@ impl GraphBuilder {
                 TensorMeta { dims: t.dims.clone(), dtype: t.data_type.unwrap_or(self.context.intermediate_data_type) }
             })
             .collect();
-        let outs = op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
+        let shape_error = |source: crate::ops::ShapeError| GraphError::Shape {
             node: node.to_string(),
             op: sig.name,
             port: source.arg.and_then(|a| ports.get(a).map(|p| p.name)),
             source,
-        })?;
+        };
+        let outs = op.infer(&metas, &mut Concrete).map_err(shape_error)?;
+        let dtypes: Vec<DataType> = metas.iter().map(|m| m.dtype).collect();
+        op.check_compute(&dtypes, self.context.compute_data_type).map_err(shape_error)?;
         let mut out_ids = Vec::with_capacity(outs.len());
         for (k, meta) in outs.into_iter().enumerate() {
             let ports = op.outputs();
@@ -300,6 +347,7 @@ impl GraphBuilder {
                 data_type: meta.dtype.or(Some(self.context.intermediate_data_type)),
                 is_virtual: true,
                 pass_by_value: None,
+                host_scalar: false,
                 produced: true,
             }));
         }
@@ -348,7 +396,9 @@ impl GraphBuilder {
         if self.tensors[id.0].name != name {
             self.check_name(name)?;
         }
-        let forced = self.nodes.iter().find(|n| n.outputs.contains(&id)).and_then(|n| {
+        let producer = self.nodes.iter().find(|n| n.outputs.contains(&id));
+        let bool_as_float = producer.is_some_and(|n| n.op.stores_bool_as_float());
+        let forced = producer.and_then(|n| {
             let metas: Vec<TensorMeta<i64>> = n
                 .inputs
                 .iter()
@@ -360,7 +410,7 @@ impl GraphBuilder {
             n.op.infer(&metas, &mut Concrete).ok().and_then(|o| o[0].dtype)
         });
         if let Some(required) = forced {
-            if required != data_type {
+            if !crate::ops::output_type_ok(required, data_type, bool_as_float) {
                 return Err(GraphError::DeclaredType {
                     tensor: name.to_string(),
                     node: String::new(),
@@ -453,7 +503,7 @@ impl GraphBuilder {
                     }
                     let x = &self.tensors[x.0];
                     let x_strides = x.strides.clone().unwrap_or_else(|| packed_strides(&x.dims));
-                    let strides = layout.output_strides(&x_strides, &self.tensors[y.0].dims);
+                    let strides = layout.output_strides(&x.dims, &x_strides, &self.tensors[y.0].dims);
                     self.tensors[y.0].strides = Some(strides);
                 }
                 OutputLayout::LikeInput => {
@@ -505,6 +555,7 @@ impl GraphBuilder {
                     data_type: p.data_type.unwrap_or(self.context.intermediate_data_type),
                     is_virtual: p.is_virtual,
                     pass_by_value: p.pass_by_value,
+                    host_scalar: p.host_scalar,
                 }
             })
             .collect();

@@ -124,6 +124,20 @@ pub enum GraphError {
         /// The tensor.
         tensor: String,
     },
+    /// A host scalar (supplied at execute) that also holds a value.
+    #[error("host scalar `{tensor}` is supplied at execute and cannot also hold a value (pass_by_value)")]
+    HostScalarWithValue {
+        /// The tensor.
+        tensor: String,
+    },
+    /// A host scalar (supplied at execute) that a node writes.
+    #[error("host scalar `{tensor}` is a graph input supplied at execute, but node `{node}` writes it")]
+    HostScalarProduced {
+        /// The tensor.
+        tensor: String,
+        /// The node writing it.
+        node: String,
+    },
     /// A node refers to a tensor index outside the graph.
     #[error("node `{node}` refers to tensor #{index}, which the graph does not have")]
     UnknownTensor {

@@ -68,9 +68,22 @@ pub struct Tensor {
     pub is_virtual: bool,
     /// A by-value scalar's value (stored as the nearest value of `data_type`).
     pub pass_by_value: Option<f64>,
+    /// A by-value scalar supplied at execute: a graph input (every dim 1, never virtual, never
+    /// produced, without [`Tensor::pass_by_value`]) whose value the caller passes by value with
+    /// each execute (the CPU reference's one-element array, [`crate::backend`]'s host scalar),
+    /// lowered as a by-value tensor bound to a host pointer. Graphs record its type and shape
+    /// only; cudnn-frontend writes it as `is_pass_by_value` without a value.
+    #[serde(default)]
+    pub host_scalar: bool,
 }
 
 impl Tensor {
+    /// Whether cuDNN reads it by value from host memory: a constant
+    /// ([`Tensor::pass_by_value`]) or a host scalar supplied at execute ([`Tensor::host_scalar`]).
+    pub fn is_by_value(&self) -> bool {
+        self.pass_by_value.is_some() || self.host_scalar
+    }
+
     /// The number of elements, saturating at `i64::MAX` (which a validated graph's tensors stay
     /// within).
     pub fn element_count(&self) -> i64 {
@@ -259,14 +272,24 @@ impl Graph {
             // Checked before any rule multiplies dims or strides: within a valid graph no element
             // count, span or offset overflows `i64`.
             check_fits(&t.name, &t.dims, Some(&t.strides), t.data_type, !t.is_virtual)?;
-            if t.pass_by_value.is_some() && (t.is_virtual || t.dims.iter().any(|&d| d != 1)) {
+            let by_value = t.pass_by_value.is_some() || t.host_scalar;
+            if by_value && (t.is_virtual || t.dims.iter().any(|&d| d != 1)) {
                 return Err(GraphError::BadScalar { tensor: t.name.clone() });
+            }
+            if t.host_scalar && t.pass_by_value.is_some() {
+                return Err(GraphError::HostScalarWithValue { tensor: t.name.clone() });
             }
         }
         let mut defined: Vec<bool> = vec![false; self.tensors.len()];
         let producer = self.producer();
         for (i, d) in defined.iter_mut().enumerate() {
             *d = producer[i].is_none();
+            if let (Some(node), true) = (producer[i], self.tensors[i].host_scalar) {
+                return Err(GraphError::HostScalarProduced {
+                    tensor: self.tensors[i].name.clone(),
+                    node: self.nodes[node].name.clone(),
+                });
+            }
             if producer[i].is_none() && self.tensors[i].is_virtual {
                 return Err(GraphError::NeverProduced { tensor: self.tensors[i].name.clone() });
             }
@@ -307,12 +330,15 @@ impl Graph {
                 .iter()
                 .map(|i| TensorMeta { dims: self.tensor(*i).dims.clone(), dtype: self.tensor(*i).data_type })
                 .collect();
-            let inferred = node.op.infer(&metas, &mut Concrete).map_err(|source| GraphError::Shape {
+            let shape_error = |source: crate::ops::ShapeError| GraphError::Shape {
                 node: node.name.clone(),
                 op: node.op.call_name(),
                 port: source.arg.and_then(|a| node.op.inputs().get(a).map(|p| p.name)),
                 source,
-            })?;
+            };
+            let inferred = node.op.infer(&metas, &mut Concrete).map_err(shape_error)?;
+            let dtypes: Vec<DataType> = metas.iter().map(|m| m.dtype).collect();
+            node.op.check_compute(&dtypes, self.context.compute_data_type).map_err(shape_error)?;
             if inferred.len() != node.outputs.len() {
                 return Err(GraphError::OutputCount {
                     node: node.name.clone(),
@@ -331,7 +357,7 @@ impl Graph {
                     });
                 }
                 if let Some(dt) = meta.dtype {
-                    if dt != t.data_type {
+                    if !crate::ops::output_type_ok(dt, t.data_type, node.op.stores_bool_as_float()) {
                         return Err(GraphError::DeclaredType {
                             tensor: t.name.clone(),
                             node: node.name.clone(),
@@ -373,6 +399,10 @@ impl Graph {
                 t.is_virtual,
                 t.pass_by_value.map(f64::to_bits)
             ));
+            // Only when set, so fingerprints of graphs without host scalars are unchanged.
+            if t.host_scalar {
+                h.write_str("|host");
+            }
         }
         // Written as `{:?}` of the uids (`[1, 2]`) was, so fingerprints of valid graphs (stored
         // in plan payloads and cache keys) are unchanged.

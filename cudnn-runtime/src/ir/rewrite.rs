@@ -216,6 +216,7 @@ fn chain(bn: &Node, ports: &BatchnormPorts, out: &mut Graph, names: &mut Names) 
                     data_type: bn.compute_data_type,
                     is_virtual: true,
                     pass_by_value: None,
+                    host_scalar: false,
                 });
                 (name, TensorId(out.tensors.len() - 1))
             }

@@ -140,7 +140,7 @@ impl<'a> Attrs<'a> {
             let ok = match (spec.kind, value) {
                 (AttrKind::Float, AttrValue::Float(_) | AttrValue::Int(_))
                 | (AttrKind::Int, AttrValue::Int(_))
-                | (AttrKind::IntList | AttrKind::Dims, AttrValue::IntList(_))
+                | (AttrKind::IntList | AttrKind::Dims | AttrKind::Indices, AttrValue::IntList(_))
                 | (AttrKind::Bool, AttrValue::Bool(_)) => true,
                 (AttrKind::OneOf(names), AttrValue::Name(n)) => names.contains(&n.as_str()),
                 _ => false,

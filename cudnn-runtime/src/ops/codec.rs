@@ -193,6 +193,4 @@ impl FrontendFields {
 pub(crate) struct WriteCx<'a> {
     /// Each input's dims (`None` for a reference to a tensor the graph does not have).
     pub(crate) input_dims: Vec<Option<&'a [i64]>>,
-    /// Each output's strides.
-    pub(crate) output_strides: Vec<Option<&'a [i64]>>,
 }

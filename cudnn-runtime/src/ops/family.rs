@@ -11,6 +11,7 @@ use super::Layout;
 use crate::array::Array;
 use crate::codec::json::Obj;
 use crate::dim::{Dim, DimCx};
+use crate::DataType;
 
 /// One op family: the type an [`Op`](super::Op) variant holds.
 pub(crate) trait OpFamily: Sized {
@@ -66,6 +67,13 @@ pub(crate) trait OpFamily: Sized {
         extents: &Extents<'_, D>,
         cx: &mut impl DimCx<D>,
     ) -> Result<Vec<OutputMeta<D>>, ShapeError>;
+
+    /// The rule this op puts on the graph's compute type, given its inputs' types (an fp8
+    /// matmul computes in f32). Checked with the shape rule wherever it runs: `graph!`'s checker,
+    /// the builder and [`Graph::validate`](crate::Graph::validate). Most ops take any compute type.
+    fn compute_rule(&self, _inputs: &[DataType], _compute: DataType) -> Result<(), ShapeError> {
+        Ok(())
+    }
 
     /// The op on the CPU, on as many inputs as [`OpFamily::inputs`] lists.
     fn reference(&self, inputs: &[&Array]) -> Vec<Array>;

@@ -207,6 +207,24 @@ macro_rules! families {
                 }
             }
 
+            /// The rule this op puts on the graph's compute type, given its inputs' types
+            /// (`OpFamily::compute_rule`: an fp8 matmul computes in f32).
+            ///
+            /// ```
+            /// # use cudnn_runtime as cudnn_graph;
+            /// use cudnn_graph::ops::Op;
+            /// use cudnn_graph::DataType;
+            /// let mm = Op::from_call("matmul", &[]).unwrap();
+            /// let fp8 = [DataType::Fp8E4M3, DataType::Fp8E4M3];
+            /// assert!(mm.check_compute(&fp8, DataType::F32).is_ok());
+            /// assert!(mm.check_compute(&fp8, DataType::F16).is_err());
+            /// ```
+            pub fn check_compute(&self, inputs: &[DataType], compute: DataType) -> Result<(), ShapeError> {
+                match self {
+                    $( Op::$name(op) => OpFamily::compute_rule(op, inputs, compute), )*
+                }
+            }
+
             /// How this op shares a cuDNN kernel with its neighbours.
             pub fn fusion(&self) -> FusionRule {
                 match self {

@@ -25,6 +25,7 @@ mod window;
 
 use crate::array::Array;
 use crate::dim::{Dim, DimCx};
+use crate::DataType;
 pub use family::FusionRule;
 use family::{LayoutPolicy, OpFamily};
 
@@ -92,6 +93,82 @@ impl Op {
         self.signature().name
     }
 
+    /// Where this op's output is its input's memory described again (reshape, transpose,
+    /// slice): Y's strides from X's dims and strides and Y's dims ([`Layout::view_strides`],
+    /// for concrete and symbolic dims alike), or the error of a reshape that no strides of that
+    /// memory express. `None` for an op that writes its output.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::ops::{AttrValue, Op};
+    /// let slice = Op::from_call(
+    ///     "slice",
+    ///     &[("start".into(), AttrValue::IntList(vec![0, 4])), ("limit".into(), AttrValue::IntList(vec![2, 8]))],
+    /// )
+    /// .unwrap();
+    /// // Columns 4..8 of a packed [2, 12]: rows keep their stride of 12.
+    /// assert_eq!(slice.view_strides(&[2i64, 12], &[12, 1], &[2, 4]).unwrap().unwrap(), vec![12, 1]);
+    /// // Merging them again is no view of that memory.
+    /// let reshape = Op::from_call("reshape", &[("shape".into(), AttrValue::IntList(vec![8]))]).unwrap();
+    /// assert!(reshape.view_strides(&[2i64, 4], &[12, 1], &[8]).unwrap().is_err());
+    /// assert!(Op::from_call("relu", &[]).unwrap().view_strides(&[2i64], &[1], &[2]).is_none());
+    /// ```
+    pub fn view_strides<D: Dim>(
+        &self,
+        x_dims: &[D],
+        x_strides: &[D],
+        y_dims: &[D],
+    ) -> Option<Result<Vec<D>, ShapeError>> {
+        match self {
+            Op::Layout(layout) if self.is_view() => Some(layout.view_strides(x_dims, x_strides, y_dims)),
+            _ => None,
+        }
+    }
+
+    /// Whether this op's output is its input's memory described again (reshape, transpose,
+    /// slice), so that [`Op::view_strides`] gives its strides.
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Layout(layout) if layout.is_view())
+    }
+
+    /// Whether this op is a view that reorders all of its input's dims and nothing else (a
+    /// transpose). The backend may store a computed tensor read only through such a view in the
+    /// order that makes a reshape of the view packed (attention's O stored BSHD, so that
+    /// `reshape(transpose(o))` merges its heads), which no other view allows.
+    pub fn is_reordering_view(&self) -> bool {
+        matches!(self, Op::Layout(Layout::Transpose { .. }))
+    }
+
+    /// Whether the `bool` its shape rule forces may be stored as 0 or 1 in a float output
+    /// instead: a comparison's, which cuDNN's pointwise engines write so (cudnn-frontend writes
+    /// `cmp_gt` into an `f32` tensor). cuDNN 9.19 plans no logical op into a float output
+    /// (heuristics propose no engine), so those stay `bool`. [`output_type_ok`] applies it.
+    pub fn stores_bool_as_float(&self) -> bool {
+        matches!(self, Op::Pointwise(p) if p.mode.is_comparison())
+    }
+}
+
+/// Whether an output declared `declared` may hold what its op produces, `produced` being the
+/// type the op's shape rule forces: that type, or, where the op
+/// [stores its `bool` as a float](Op::stores_bool_as_float), 0 or 1 in an `f64`, `f32`, `f16` or
+/// `bf16` tensor. `graph!`'s checker, the builder and [`crate::Graph::validate`] all ask this.
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::ops::output_type_ok;
+/// use cudnn_graph::DataType;
+/// assert!(output_type_ok(DataType::Bool, DataType::F32, true));
+/// assert!(!output_type_ok(DataType::Bool, DataType::F32, false));
+/// assert!(!output_type_ok(DataType::Bool, DataType::I32, true));
+/// ```
+pub fn output_type_ok(produced: DataType, declared: DataType, bool_as_float: bool) -> bool {
+    declared == produced
+        || (bool_as_float
+            && produced == DataType::Bool
+            && matches!(declared, DataType::F64 | DataType::F32 | DataType::F16 | DataType::BF16))
+}
+
+impl Op {
     /// [`ShapeErrorKind::Arity`] unless `found` inputs are as many as [`Op::inputs`] lists.
     fn check_arity(&self, found: usize) -> Result<(), ShapeError> {
         let expected = self.inputs().len();
@@ -132,6 +209,7 @@ mod tests {
                         AttrKind::Int => AttrValue::Int(0),
                         AttrKind::IntList => AttrValue::IntList(vec![0]),
                         AttrKind::Dims => AttrValue::IntList(vec![1]),
+                        AttrKind::Indices => AttrValue::IntList(vec![0]),
                         AttrKind::Bool => AttrValue::Bool(true),
                         AttrKind::OneOf(names) => AttrValue::Name(names[0].to_string()),
                     };

@@ -43,6 +43,10 @@ pub enum AttrKind {
     /// expression over them (`[B, S, H, D]`, `[B, S, H * D]`), which the shape rule reads through
     /// [`Extents`] and the generated code evaluates when it builds the graph.
     Dims,
+    /// A list of indices into dims, `[0, 0, H, 0]`: non-negative integers in a call at run time
+    /// (an [`AttrValue::IntList`]); in `graph!` written as [`AttrKind::Dims`] extents are, 0
+    /// allowed (a slice's `start`), and read through [`Extents`] alike.
+    Indices,
     /// `true` or `false`.
     Bool,
     /// One of these names, written bare: `mode = cross_correlation`.
@@ -56,6 +60,7 @@ impl fmt::Display for AttrKind {
             AttrKind::Int => "an integer",
             AttrKind::IntList => "a list of integers",
             AttrKind::Dims => "a list of extents",
+            AttrKind::Indices => "a list of indices",
             AttrKind::Bool => "`true` or `false`",
             AttrKind::OneOf(names) => {
                 let list: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
@@ -123,7 +128,7 @@ impl<const N: usize> From<[i64; N]> for AttrValue {
     }
 }
 
-/// The extents of a call's [`AttrKind::Dims`] attributes as a shape rule reads them: at run
+/// The extents of a call's [`AttrKind::Dims`] (and [`AttrKind::Indices`]) attributes as a shape rule reads them: at run
 /// time the op's own values ([`Extents::own`]); in the `graph!` checker the symbolic ones the
 /// call wrote ([`Extents::given`]), which may name dim parameters. An op the checker builds holds
 /// a placeholder in such an attribute (its literal extents, 1 for each symbolic one), which the

@@ -48,6 +48,22 @@ pub enum ArgError {
         /// The tensor.
         tensor: String,
     },
+    /// A host scalar ([`crate::Tensor::host_scalar`]) given a device buffer, or a tensor in
+    /// device memory given a host scalar.
+    #[error(
+        "tensor `{tensor}` {}",
+        if *.host_scalar {
+            "is a host scalar supplied by value at execute: give it `DeviceBuffer::host_scalar(&HostScalar::new(data_type, value))`, not a device buffer"
+        } else {
+            "is in device memory: give it a device buffer, not a host scalar"
+        }
+    )]
+    HostScalar {
+        /// The tensor.
+        tensor: String,
+        /// Whether the tensor is a host scalar (and was given a device buffer).
+        host_scalar: bool,
+    },
     /// An input the graph does not have, or given twice.
     #[error("`{tensor}` is not an input of graph `{graph}`, or is given twice")]
     Unexpected {

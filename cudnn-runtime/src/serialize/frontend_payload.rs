@@ -13,25 +13,39 @@
 //!   "variant_pack_uids": [3, 2, 1],          the plan's tensors bound at execute (a set)
 //!   "behavior_notes": [["RUNTIME_COMPILATION"]],   the selected engine's behavior notes
 //!   "pass_by_values": {"4": {"index": 3, "value": "3DCCCCCD"}},   by-value scalars it fills in
-//!   "workspace_modifications": {},           workspace regions it initialises before execute
+//!   "workspace_modifications": {"9": [2, 0, []]},   tensors it places in its own workspace
 //!   "aligned_operands": {},                  pointer alignments it checks at execute
-//!   "variant_pack_replacements": [],         pointers it derives from others (ptr + offset)
-//!   "fe_workspace_size": 0,                  workspace bytes it keeps in front of cuDNN's
+//!   "variant_pack_replacements": [[1, [7, 256]]],   pointers it derives: uid 7 = uid 1 + 256 bytes
+//!   "fe_workspace_size": 256,                workspace bytes it keeps in front of cuDNN's
 //!   "tensors_to_dump": []                    tensors it logs after execute
 //! }
 //! ```
+//!
+//! `variant_pack_replacements` is how cudnn-frontend binds a slice before cuDNN 9.22 (which has
+//! no slice operation): the slice's output uid is bound to its input's pointer plus a byte
+//! offset, exactly what our lowering does ([`crate::backend::VariantLayout::views`]).
+//! `workspace_modifications` places tensors in the front `fe_workspace_size` bytes of the
+//! workspace, cuDNN's own workspace following them (attention backward's dQ accumulator and
+//! softmax sums, [`crate::backend::VariantLayout::workspace_tensors`]); each is `[operation,
+//! byte offset, values]`, operation 2 being a region left as it is, 0 a host copy of `values`
+//! (floats) into it before every execute and 1 a memset of `values[0]` bytes to zero.
 //!
 //! Reading ([`parse_frontend_payload`], then [`load_frontend_payload`]) checks every key. The
 //! structure is read with the structural reader (so a feature it refuses is refused here too, as
 //! [`PayloadError::Structure`]); `cudnn_backend_data` goes through [`ExecutionPlan::from_json`],
 //! which checks it against the graph's lowering before cuDNN sees it; the variant pack, the
-//! by-value scalars and the behavior notes must be the loaded plan's. What cudnn-graph cannot
-//! honour — a workspace region to initialise, a derived pointer, an alignment requirement of its
-//! own, a front-end workspace, a tensor to dump — is a [`PayloadError::FrontendUnsupported`]
-//! naming the key, never dropped; a key missing, unknown or of the wrong shape is a
-//! [`PayloadError::FrontendKey`] naming it. Reading is bounded by the UBJSON reader's limits
+//! by-value scalars, the pointer replacements, the workspace tensors (offsets and
+//! `fe_workspace_size` included) and the behavior notes must be the loaded plan's. What
+//! cudnn-graph cannot honour — a workspace region to initialise (operations 0 and 1), an
+//! alignment requirement of its own, a tensor to dump — is a
+//! [`PayloadError::FrontendUnsupported`] naming the key, never dropped; a key missing, unknown or
+//! of the wrong shape is a [`PayloadError::FrontendKey`] naming it. Reading is bounded by the UBJSON reader's limits
 //! ([`super::ubjson::MAX_BYTES`], [`super::ubjson::MAX_DEPTH`], [`super::MAX_JSON_VALUES`]) and
 //! never panics.
+//!
+//! The structure is printed after lowering, as cudnn-frontend prints its own: its composite
+//! attention nodes have transposed K (and, backward, V) in place, so both directions swap those
+//! operands' last two dims and strides (`transpose_attention_operands`).
 //!
 //! Writing ([`write_frontend_payload`]) gives the bytes cudnn-frontend 1.32 itself writes for the
 //! same plan (keys sorted, as nlohmann keeps them). Our structure's `cudnn_graph` extension object
@@ -186,7 +200,32 @@ pub struct FrontendPayload {
     pub behavior_notes: Vec<Vec<BehaviorNote>>,
     /// `pass_by_values` by uid, ascending.
     pub pass_by_values: Vec<(i64, FrontendScalar)>,
+    /// `variant_pack_replacements`, by source uid ascending.
+    pub replacements: Vec<PointerReplacement>,
+    /// `workspace_modifications` (each a region left as it is: operation 2) as (uid, byte offset
+    /// into the workspace), by uid ascending.
+    pub workspace_tensors: Vec<(i64, usize)>,
+    /// `fe_workspace_size`: the bytes at the front of the workspace that
+    /// [`FrontendPayload::workspace_tensors`] take, cuDNN's own workspace following them.
+    pub fe_workspace_size: usize,
 }
+
+/// One entry of `variant_pack_replacements`: at execute, the pointer bound to uid `to` is the one
+/// bound to uid `from` plus `byte_offset` (a slice bound by pointer offset: `from` is the sliced
+/// input, `to` the slice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PointerReplacement {
+    /// The uid whose pointer is offset (the sliced tensor).
+    pub from: i64,
+    /// The uid bound to the offset pointer (the slice).
+    pub to: i64,
+    /// The offset in bytes.
+    pub byte_offset: i64,
+}
+
+/// The operation cudnn-frontend records for a workspace tensor it leaves as it is (its
+/// `collect_tensors_in_workspace_node`: 0 copies host values in, 1 zeroes, 2 only places).
+const WORKSPACE_REGION: i64 = 2;
 
 fn key_error(key: &str, reason: impl Into<String>) -> PayloadError {
     PayloadError::FrontendKey { key: key.to_string(), reason: reason.into() }
@@ -283,10 +322,13 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
     };
     let frontend_version = get("cudnn_frontend_version").map(|v| int("cudnn_frontend_version", v)).transpose()?;
 
-    // The structure: present when it has nodes or tensors (as cudnn-frontend decides).
+    // The structure: present when it has nodes or tensors (as cudnn-frontend decides). Printed
+    // after lowering (the payload's plan says so), so attention's K and V are as its lowering
+    // left them: transposed back first.
     let structure = if get("nodes").is_some() || get("tensors").is_some() {
-        let structural: Vec<(String, Json)> =
+        let mut structural: Vec<(String, Json)> =
             members.iter().filter(|(k, _)| STRUCTURE_FIELDS.contains(&k.as_str())).cloned().collect();
+        transpose_attention_operands(&mut structural);
         Some(graph_from_json(&Json::Obj(structural))?)
     } else {
         if let Some(key) = ["context", "gid", "cudnn_graph"].into_iter().find(|k| get(k).is_some()) {
@@ -358,29 +400,25 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
         other => return Err(key_error("pass_by_values", format!("must be an object, found {}", other.kind()))),
     };
 
-    // What cudnn-frontend does around cuDNN's execute that cudnn-graph does not.
-    require_empty(
-        "workspace_modifications",
-        req("workspace_modifications")?,
-        "workspace region(s) to set up before execute",
-    )?;
-    if let Some(aligned) = get("aligned_operands") {
-        require_empty("aligned_operands", aligned, "pointer alignment check(s) of cudnn-frontend's own at execute")?;
-    }
-    require_empty(
-        "variant_pack_replacements",
-        req("variant_pack_replacements")?,
-        "pointer(s) derived from other pointers at execute",
-    )?;
-    match int("fe_workspace_size", req("fe_workspace_size")?)? {
-        0 => {}
+    let workspace_tensors = parse_workspace_modifications(req("workspace_modifications")?)?;
+    let replacements = parse_replacements(req("variant_pack_replacements")?)?;
+    let fe_workspace_size = match int("fe_workspace_size", req("fe_workspace_size")?)? {
         n if n < 0 => return Err(key_error("fe_workspace_size", format!("{n} is negative"))),
         n => {
-            return Err(unsupported(
-                "fe_workspace_size",
-                format!("asks for {n} bytes of cudnn-frontend's own workspace, which cudnn-graph does not keep"),
-            ))
+            usize::try_from(n).map_err(|_| key_error("fe_workspace_size", format!("{n} bytes do not fit in memory")))?
         }
+    };
+    if let Some((uid, offset)) = workspace_tensors.iter().find(|(_, offset)| *offset >= fe_workspace_size) {
+        return Err(key_error(
+            "workspace_modifications",
+            format!(
+                "uid {uid} is placed at byte {offset}, outside the {fe_workspace_size} bytes of `fe_workspace_size`"
+            ),
+        ));
+    }
+    // What cudnn-frontend does around cuDNN's execute that cudnn-graph does not.
+    if let Some(aligned) = get("aligned_operands") {
+        require_empty("aligned_operands", aligned, "pointer alignment check(s) of cudnn-frontend's own at execute")?;
     }
     if let Some(dump) = get("tensors_to_dump") {
         require_empty("tensors_to_dump", dump, "tensor(s) to dump after execute")?;
@@ -394,7 +432,176 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
         variant_pack_uids,
         behavior_notes,
         pass_by_values,
+        replacements,
+        workspace_tensors,
+        fe_workspace_size,
     })
+}
+
+/// `workspace_modifications`: uid → `[operation, byte offset, values]`. Only regions left as they
+/// are (operation 2, no values) are what cudnn-graph's plans place there; a host copy (0) or a
+/// memset (1) before execute is refused naming the uid.
+fn parse_workspace_modifications(v: &Json) -> Result<Vec<(i64, usize)>, PayloadError> {
+    const KEY: &str = "workspace_modifications";
+    let Json::Obj(entries) = v else {
+        return Err(key_error(KEY, format!("must be an object, found {}", v.kind())));
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for (uid_text, entry) in entries {
+        let uid = uid_text
+            .parse::<i64>()
+            .ok()
+            .filter(|u| u.to_string() == *uid_text)
+            .ok_or_else(|| key_error(KEY, format!("{uid_text:?} is not a uid")))?;
+        let malformed = || key_error(KEY, format!("uid {uid}: not an [operation, byte offset, [values…]] triple"));
+        let Json::Arr(triple) = entry else { return Err(malformed()) };
+        let [operation, offset, Json::Arr(values)] = triple.as_slice() else { return Err(malformed()) };
+        let (Json::Int(operation), Json::Int(offset)) = (operation, offset) else { return Err(malformed()) };
+        let offset = usize::try_from(*offset)
+            .map_err(|_| key_error(KEY, format!("uid {uid}: byte offset {offset} is negative")))?;
+        match *operation {
+            WORKSPACE_REGION if values.is_empty() => out.push((uid, offset)),
+            WORKSPACE_REGION => {
+                return Err(key_error(KEY, format!("uid {uid}: a region (operation 2) with {} value(s)", values.len())))
+            }
+            0 => {
+                return Err(unsupported(
+                    KEY,
+                    format!(
+                        "uid {uid}: cudnn-frontend copies {} host value(s) into its workspace before every execute, \
+                         which cudnn-graph does not do",
+                        values.len()
+                    ),
+                ))
+            }
+            1 => {
+                return Err(unsupported(
+                    KEY,
+                    format!(
+                    "uid {uid}: cudnn-frontend zeroes its region before every execute, which cudnn-graph does not do"
+                ),
+                ))
+            }
+            other => return Err(key_error(KEY, format!("uid {uid}: operation {other} is not 0, 1 or 2"))),
+        }
+    }
+    out.sort_unstable();
+    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(key_error(KEY, format!("lists uid {} twice", w[0].0)));
+    }
+    Ok(out)
+}
+
+/// `variant_pack_replacements`: `[[from uid, [to uid, byte offset]], …]` (a map from the source
+/// uid, as nlohmann writes one whose keys are not strings).
+fn parse_replacements(v: &Json) -> Result<Vec<PointerReplacement>, PayloadError> {
+    const KEY: &str = "variant_pack_replacements";
+    let Json::Arr(entries) = v else {
+        return Err(key_error(KEY, format!("must be a list, found {}", v.kind())));
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let malformed = || key_error(KEY, "an entry is not [from uid, [to uid, byte offset]]");
+        let Json::Arr(pair) = entry else { return Err(malformed()) };
+        let [Json::Int(from), Json::Arr(target)] = pair.as_slice() else { return Err(malformed()) };
+        let [Json::Int(to), Json::Int(byte_offset)] = target.as_slice() else { return Err(malformed()) };
+        if *byte_offset < 0 {
+            return Err(key_error(KEY, format!("uid {to} = uid {from} + {byte_offset} bytes: a negative offset")));
+        }
+        out.push(PointerReplacement { from: *from, to: *to, byte_offset: *byte_offset });
+    }
+    out.sort_unstable();
+    if let Some(w) = out.windows(2).find(|w| w[0].from == w[1].from) {
+        return Err(key_error(KEY, format!("lists source uid {} twice", w[0].from)));
+    }
+    Ok(out)
+}
+
+/// The loaded plan's slices bound by pointer offset, as cudnn-frontend's replacements, by
+/// source uid.
+fn plan_replacements(plan: &ExecutionPlan) -> Vec<PointerReplacement> {
+    let layout = plan.layout();
+    let mut out: Vec<PointerReplacement> = layout
+        .views()
+        .iter()
+        .map(|&(position, io, offset)| PointerReplacement {
+            from: plan.graph().tensor(layout.io()[io]).uid,
+            to: layout.uids()[position],
+            byte_offset: offset as i64,
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The loaded plan's workspace tensors as (uid, byte offset), by uid.
+fn plan_workspace_tensors(plan: &ExecutionPlan) -> Vec<(i64, usize)> {
+    let layout = plan.layout();
+    let mut out: Vec<(i64, usize)> =
+        layout.workspace_tensors().iter().map(|&(position, offset)| (layout.uids()[position], offset)).collect();
+    out.sort_unstable();
+    out
+}
+
+/// Swaps the last two dims and strides of the attention operands that cudnn-frontend's lowering
+/// transposes in place (`scaled_dot_product_flash_attention.h`): a composite forward node's K
+/// (`SDPA` with `implementation` `COMPOSITE`; `UNIFIED`, cuDNN's own `SDPA_FWD` operation, and
+/// a paged K cache take K as given) and a backward node's K and V (`SDPA_BWD`), each swap once
+/// per node, so a tensor two such nodes share is swapped back, as there. cudnn-frontend prints
+/// a payload's structure after lowering, so its K is `[b, h_k, d_qk, s_kv]`; ours is written so
+/// too and read back as given (`[b, h_k, s_kv, d_qk]`): the function is its own inverse. Only
+/// rank-4 tensors are touched; anything malformed is left for the structural reader to name.
+fn transpose_attention_operands(structure: &mut [(String, Json)]) {
+    let find = |structure: &[(String, Json)], key: &str| structure.iter().position(|(k, _)| k == key);
+    // The tensors each node swaps, by the key its ports refer to them by (a uid or a name).
+    let mut swaps: Vec<String> = Vec::new();
+    if let Some(Json::Arr(nodes)) = find(structure, "nodes").map(|i| &structure[i].1) {
+        for node in nodes {
+            let Json::Obj(fields) = node else { continue };
+            let field = |k: &str| fields.iter().find(|(name, _)| name == k).map(|(_, v)| v);
+            let ports: &[&str] = match (field("tag"), field("implementation")) {
+                (Some(Json::Str(t)), Some(Json::Str(i))) if t == "SDPA" && i == "COMPOSITE" => &["K"],
+                (Some(Json::Str(t)), _) if t == "SDPA_BWD" => &["K", "V"],
+                _ => continue,
+            };
+            let Some(Json::Obj(inputs)) = field("inputs") else { continue };
+            let refers = |port: &str| inputs.iter().find(|(p, _)| p == port).map(|(_, v)| v);
+            if refers("Page_table_K").is_some_and(|v| !matches!(v, Json::Null)) {
+                continue;
+            }
+            for port in ports {
+                match refers(port) {
+                    Some(Json::Int(uid)) => swaps.push(uid.to_string()),
+                    Some(Json::Str(key)) => swaps.push(key.clone()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let Some(Json::Arr(tensors)) = find(structure, "tensors").map(|i| &mut structure[i].1) else { return };
+    for tensor in tensors {
+        let Json::Obj(fields) = tensor else { continue };
+        let key = |k: &str| fields.iter().find(|(name, _)| name == k).map(|(_, v)| v);
+        let by_uid = match key("uid") {
+            Some(Json::Int(uid)) if !matches!(key("uid_assigned"), Some(Json::Bool(false))) => Some(uid.to_string()),
+            _ => None,
+        };
+        let by_name = match key("name") {
+            Some(Json::Str(name)) => Some(name.clone()),
+            _ => None,
+        };
+        let Some(refer) = by_uid.or(by_name) else { continue };
+        if swaps.iter().filter(|s| **s == refer).count() % 2 == 0 {
+            continue;
+        }
+        for (name, value) in fields.iter_mut() {
+            if let (true, Json::Arr(v)) = (name == "dim" || name == "stride", value) {
+                if v.len() == 4 {
+                    v.swap(2, 3);
+                }
+            }
+        }
+    }
 }
 
 /// The by-value scalars of `scalars` as (uid, type, value bits) records, for error messages.
@@ -439,10 +646,11 @@ pub fn load_frontend_payload(
         ExecutionPlan::from_json(cudnn, graph, &payload.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
     let layout = plan.layout();
 
-    // cudnn-frontend binds `variant_pack_uids` and fills `pass_by_values` in: together they are
-    // the plan's variant pack.
+    // cudnn-frontend binds `variant_pack_uids`, fills `pass_by_values` in and points the
+    // workspace tensors into its workspace: together they are the plan's variant pack.
     let mut bound: BTreeSet<i64> = payload.variant_pack_uids.iter().copied().collect();
     bound.extend(payload.pass_by_values.iter().map(|(uid, _)| *uid));
+    bound.extend(payload.workspace_tensors.iter().map(|(uid, _)| *uid));
     if !bound.iter().copied().eq(layout.uids().iter().copied()) {
         return Err(PayloadError::VariantPack { payload: bound.into_iter().collect(), graph: layout.uids().to_vec() });
     }
@@ -457,6 +665,35 @@ pub fn load_frontend_payload(
             payload: records(payload.pass_by_values.iter().map(|(uid, s)| (*uid, s.data_type(), s.value()))),
             graph: records(layout.scalars().iter().map(|s| (s.uid, s.data_type, s.value()))),
         });
+    }
+    // The slices bound by pointer offset and the tensors in the workspace, each where the plan
+    // puts it.
+    let replacements = plan_replacements(&plan);
+    if payload.replacements != replacements {
+        return Err(key_error(
+            "variant_pack_replacements",
+            format!("{:?} are not the loaded plan's slices by pointer offset {replacements:?}", payload.replacements),
+        ));
+    }
+    let workspace = plan_workspace_tensors(&plan);
+    if payload.workspace_tensors != workspace {
+        return Err(key_error(
+            "workspace_modifications",
+            format!(
+                "places (uid, byte offset) {:?}; the loaded plan places {workspace:?} in the workspace",
+                payload.workspace_tensors
+            ),
+        ));
+    }
+    if payload.fe_workspace_size != layout.workspace_prefix() {
+        return Err(key_error(
+            "fe_workspace_size",
+            format!(
+                "is {} bytes; the loaded plan's workspace tensors take {}",
+                payload.fe_workspace_size,
+                layout.workspace_prefix()
+            ),
+        ));
     }
     // The notes describe the selected engine: they must be the loaded plan's.
     let loaded: BTreeSet<String> = plan.selected().behavior_notes.iter().map(ToString::to_string).collect();
@@ -492,11 +729,13 @@ pub fn read_frontend_payload(cudnn: &Cudnn, bytes: &[u8], graph: Option<Graph>) 
 /// # Errors
 ///
 /// [`PayloadError::FrontendUnsupported`] naming the key for what cudnn-frontend's payload would
-/// need and this writer does not produce: a plan whose lowering binds a slice by pointer offset
-/// (`variant_pack_replacements`) or places tensors in the workspace (`workspace_modifications`),
-/// a partitioned plan (`cudnn_backend_data` holds one plan), a by-value scalar of a type cudnn-frontend's variant has no member for (`pass_by_values`), a
+/// need and cannot hold: a partitioned plan (`cudnn_backend_data` holds one plan), one tensor
+/// bound by pointer offset to two slices (`variant_pack_replacements` keeps one per source uid),
+/// a by-value scalar of a type cudnn-frontend's variant has no member for (`pass_by_values`), a
 /// behavior note cudnn-frontend does not name (`behavior_notes`); [`PayloadError::Save`] when
-/// cuDNN cannot give the plan's JSON.
+/// cuDNN cannot give the plan's JSON. Slices bound by pointer offset are written as
+/// `variant_pack_replacements`, tensors in the workspace as `workspace_modifications` (regions,
+/// operation 2) with `fe_workspace_size`.
 pub fn write_frontend_payload(
     plan: &ExecutionPlan,
     origin: &PlanOrigin,
@@ -514,24 +753,27 @@ pub fn write_frontend_payload(
         ));
     }
     let layout = plan.layout();
-    if !layout.views().is_empty() {
+    // cudnn-frontend keeps one replacement per source uid (a map): two slices of one tensor
+    // bound by pointer offset cannot be written.
+    let replacements = plan_replacements(plan);
+    if let Some(w) = replacements.windows(2).find(|w| w[0].from == w[1].from) {
+        let name = plan.graph().tensors.iter().find(|t| t.uid == w[0].from).map_or("?", |t| t.name.as_str());
         return Err(unsupported(
             "variant_pack_replacements",
             format!(
-                "the plan binds {} slice(s) by pointer offset, which this writer does not express as replacements",
-                layout.views().len()
+                "tensor `{name}` (uid {}) is bound by pointer offset to two slices (uids {} and {}), and \
+                 cudnn-frontend keeps one replacement per source uid",
+                w[0].from, w[0].to, w[1].to
             ),
         ));
     }
-    if !layout.workspace_tensors().is_empty() {
-        return Err(unsupported(
-            "workspace_modifications",
-            format!(
-                "the plan places {} tensor(s) in the workspace, which this writer does not express as modifications",
-                layout.workspace_tensors().len()
-            ),
-        ));
-    }
+    let workspace_modifications: Vec<(String, Json)> = plan_workspace_tensors(plan)
+        .into_iter()
+        .map(|(uid, offset)| {
+            let triple = [Json::Int(WORKSPACE_REGION), Json::Int(offset as i64), Json::Arr(Vec::new())];
+            (uid.to_string(), Json::Arr(triple.into()))
+        })
+        .collect();
     let mut pass_by_values = Vec::with_capacity(layout.scalars().len());
     for s in layout.scalars() {
         let scalar = FrontendScalar::of(s.data_type, s.value()).ok_or_else(|| {
@@ -567,6 +809,8 @@ pub fn write_frontend_payload(
                 *value = Json::Bool(plan.is_dynamic_shape());
             }
         }
+        // As cudnn-frontend's lowering leaves them in the structure it prints with its plan.
+        transpose_attention_operands(&mut members);
     }
     let set = |members: &mut Vec<(String, Json)>, key: &str, value: Json| {
         members.retain(|(k, _)| k != key);
@@ -580,10 +824,13 @@ pub fn write_frontend_payload(
     set(&mut members, "variant_pack_uids", Json::Arr(layout.uids().iter().map(|&u| Json::Int(u)).collect()));
     set(&mut members, "behavior_notes", Json::Arr(vec![Json::Arr(notes)]));
     set(&mut members, "pass_by_values", Json::Obj(pass_by_values));
-    set(&mut members, "workspace_modifications", Json::Obj(Vec::new()));
+    set(&mut members, "workspace_modifications", Json::Obj(workspace_modifications));
     set(&mut members, "aligned_operands", Json::Obj(Vec::new()));
-    set(&mut members, "variant_pack_replacements", Json::Arr(Vec::new()));
-    set(&mut members, "fe_workspace_size", Json::Int(0));
+    let replacements = replacements
+        .iter()
+        .map(|r| Json::Arr(vec![Json::Int(r.from), Json::Arr(vec![Json::Int(r.to), Json::Int(r.byte_offset)])]));
+    set(&mut members, "variant_pack_replacements", Json::Arr(replacements.collect()));
+    set(&mut members, "fe_workspace_size", Json::Int(layout.workspace_prefix() as i64));
     set(&mut members, "tensors_to_dump", Json::Arr(Vec::new()));
     // nlohmann keeps an object's keys sorted; so does cudnn-frontend's payload.
     members.sort_by(|a, b| a.0.cmp(&b.0));

@@ -68,7 +68,7 @@ fn tensor_json(t: &Tensor) -> Json {
     let mut members = vec![
         ("data_type", Json::str(data_type_name(t.data_type))),
         ("dim", ints(&t.dims)),
-        ("is_pass_by_value", Json::Bool(t.pass_by_value.is_some())),
+        ("is_pass_by_value", Json::Bool(t.pass_by_value.is_some() || t.host_scalar)),
         ("is_virtual", Json::Bool(t.is_virtual)),
         ("name", Json::str(&t.name)),
         ("pass_by_value", Json::Null),
@@ -136,10 +136,7 @@ fn listed(g: &Graph, ids: &[TensorId]) -> Json {
 
 fn node_json(g: &Graph, n: &Node) -> Json {
     let tensor = |id: &TensorId| g.tensors.get(id.0);
-    let cx = WriteCx {
-        input_dims: n.inputs.iter().map(|id| tensor(id).map(|t| t.dims.as_slice())).collect(),
-        output_strides: n.outputs.iter().map(|id| tensor(id).map(|t| t.strides.as_slice())).collect(),
-    };
+    let cx = WriteCx { input_dims: n.inputs.iter().map(|id| tensor(id).map(|t| t.dims.as_slice())).collect() };
     let frontend = n.op.write_frontend(&cx);
     // The instance's ports (an op whose attributes add ports has more than its first few).
     let input_names: Vec<&'static str> = n.op.inputs().iter().map(|p| p.name).collect();

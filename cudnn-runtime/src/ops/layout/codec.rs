@@ -1,5 +1,6 @@
 //! Layout ops in cudnn-frontend's JSON: `RESHAPE` (`dim`, `stride`: Y's, and `reshape_mode`
-//! `VIEW_ONLY`; a node with an empty `dim` takes Y's dims), `TRANSPOSE` (`permutation`), `SLICE`
+//! `VIEW_ONLY`; a node with an empty `dim` takes Y's dims, and we write it empty, as
+//! cudnn-frontend's Python does: Y's tensor carries its dims and strides), `TRANSPOSE` (`permutation`), `SLICE`
 //! (`slices`, one `[start, limit]` pair per dim, and `slice_strides`) and `CONCATENATE` (`axis`,
 //! `in_place_index`; its `inputs` are keyed by position, `{"0": .., "1": ..}`, not by port name).
 
@@ -143,11 +144,12 @@ fn reshape_from_fields(fe: &FrontendNode, _inputs: usize, label: &str) -> Result
 }
 
 /// The fields of a layout node.
-pub(crate) fn write(op: &Layout, cx: &WriteCx<'_>) -> FrontendFields {
+pub(crate) fn write(op: &Layout, _cx: &WriteCx<'_>) -> FrontendFields {
     let mut fields = match op {
-        Layout::Reshape { shape } => {
-            let strides = cx.output_strides.first().copied().flatten().unwrap_or_default();
-            vec![("dim", ints(shape)), ("reshape_mode", Json::str("VIEW_ONLY")), ("stride", ints(strides))]
+        // Y's tensor is always written with its dims (the shape) and strides, so the node's own
+        // are left empty, as cudnn-frontend writes a reshape whose output's dims were set.
+        Layout::Reshape { .. } => {
+            vec![("dim", Json::Arr(Vec::new())), ("reshape_mode", Json::str("VIEW_ONLY")), ("stride", Json::Arr(Vec::new()))]
         }
         Layout::Transpose { permutation } => vec![("permutation", ints(permutation))],
         Layout::Slice { start, limit, .. } => {

@@ -71,8 +71,8 @@ const OUTPUTS: &[&str] = &["Y"];
 const RESHAPE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "shape", kind: AttrKind::Dims, required: true }];
 const TRANSPOSE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "permutation", kind: AttrKind::IntList, required: true }];
 const SLICE_ATTRS: &[AttrSpec] = &[
-    AttrSpec { name: "start", kind: AttrKind::IntList, required: true },
-    AttrSpec { name: "limit", kind: AttrKind::IntList, required: true },
+    AttrSpec { name: "start", kind: AttrKind::Indices, required: true },
+    AttrSpec { name: "limit", kind: AttrKind::Dims, required: true },
     AttrSpec { name: "step", kind: AttrKind::IntList, required: false },
 ];
 const CONCAT_ATTRS: &[AttrSpec] = &[
@@ -291,33 +291,9 @@ impl Layout {
                 };
                 axes.iter().map(|&a| x.dims[a].clone()).collect()
             }
-            Layout::Slice { start, limit, step } => {
-                let steps = self.steps(x.dims.len());
-                let rank = x.dims.len();
-                let bad = |rule: String| Err(ShapeError::at(0, ShapeErrorKind::Rule { op, rule }));
-                if start.len() != rank || limit.len() != rank || steps.len() != rank {
-                    return bad(format!(
-                        "`start` {start:?}, `limit` {limit:?} and `step` {step:?} need one value per dim of X {} ({rank})",
-                        shape_string(&x.dims)
-                    ));
-                }
-                let mut dims = Vec::with_capacity(rank);
-                for i in 0..rank {
-                    let extent = x.dims[i].as_lit();
-                    let inside = 0 <= start[i] && start[i] < limit[i] && extent.is_none_or(|e| limit[i] <= e);
-                    if !inside || steps[i] < 1 {
-                        return bad(format!(
-                            "dim {i} of X {} cannot be sliced {}:{}:{} (it needs 0 <= start < limit <= {} and step >= 1)",
-                            shape_string(&x.dims),
-                            start[i],
-                            limit[i],
-                            steps[i],
-                            x.dims[i]
-                        ));
-                    }
-                    dims.push(D::lit(slice_extent(start[i], limit[i], steps[i])));
-                }
-                dims
+            Layout::Slice { start, limit, .. } => {
+                let (start, limit) = (extents.read("start", start), extents.read("limit", limit));
+                slice_infer(op, x, &start, &limit, &self.steps(x.dims.len()), cx)?
             }
             Layout::Concatenate { .. } => unreachable!("returned above"),
         };
@@ -345,24 +321,77 @@ impl Layout {
         }
     }
 
-    /// Y's strides from X's: a transpose permutes them; a reshape is packed.
-    pub fn output_strides(&self, x_strides: &[i64], y_dims: &[i64]) -> Vec<i64> {
+    /// Y's strides from X's (dims `x_dims`, strides `x_strides`): a transpose permutes them, a
+    /// slice multiplies them by its steps, a reshape keeps the memory where its strides can
+    /// ([`Layout::view_strides`]) and is packed otherwise (where the backend lays out its input
+    /// packed, or refuses it); a concatenation's Y is packed in `X[0]`'s dim order.
+    pub fn output_strides(&self, x_dims: &[i64], x_strides: &[i64], y_dims: &[i64]) -> Vec<i64> {
+        match self {
+            Layout::Concatenate { .. } => crate::dim::strides_in_order_of(x_strides, y_dims),
+            _ => self.view_strides(x_dims, x_strides, y_dims).unwrap_or_else(|_| crate::dim::packed_strides(y_dims)),
+        }
+    }
+
+    /// Y's strides as a view of X's memory (X of dims `x_dims` and strides `x_strides`), for
+    /// concrete and symbolic dims alike: the one rule the `graph!` checker and the runtime use.
+    ///
+    /// - transpose: X's strides permuted (cudnn-frontend's rule);
+    /// - slice: X's strides times the steps (a dim of one element keeps X's stride: it takes no
+    ///   step);
+    /// - reshape: as NumPy and PyTorch's `view`: X's dims fall into runs that are contiguous in
+    ///   memory (`stride[i] = stride[i + 1] · X[i + 1]`, dims of extent 1 aside); Y must split
+    ///   and merge dims within runs only, each run's element count being a product of
+    ///   consecutive Y dims. A packed X is one run, so any reshape of it is packed.
+    ///
+    /// # Errors
+    ///
+    /// A reshape that would merge or split dims across a gap in X's memory: the error names the
+    /// two X dims and their strides. A concatenation is no view.
+    pub fn view_strides<D: Dim>(&self, x_dims: &[D], x_strides: &[D], y_dims: &[D]) -> Result<Vec<D>, ShapeError> {
+        let op = self.kind().name();
+        let overflow = || {
+            ShapeError::at(0, ShapeErrorKind::Rule { op, rule: format!("the strides of X {} overflow i64", shape_string(x_dims)) })
+        };
         match self {
             Layout::Transpose { permutation } => match Layout::axes(permutation, x_strides.len()) {
-                Some(axes) => axes.iter().map(|&a| x_strides[a]).collect(),
-                None => crate::dim::packed_strides(y_dims),
+                Some(axes) => Ok(axes.iter().map(|&a| x_strides[a].clone()).collect()),
+                None => Err(ShapeError::on_attr(
+                    "permutation",
+                    ShapeErrorKind::Rule { op, rule: format!("{permutation:?} is not a permutation of X's dims") },
+                )),
             },
-            Layout::Reshape { .. } => crate::dim::packed_strides(y_dims),
-            // A dim of one element has no step to take (and a step past X's extent, of any
-            // size, leaves one): its stride stays X's. Elsewhere `step < X[i]`, so the product is
-            // within X's span; it saturates for a graph that validation then rejects.
             Layout::Slice { .. } => x_strides
                 .iter()
                 .zip(self.steps(x_strides.len()))
                 .zip(y_dims)
-                .map(|((s, step), &y)| if y == 1 { *s } else { s.saturating_mul(step) })
-                .collect(),
-            Layout::Concatenate { .. } => crate::dim::strides_in_order_of(x_strides, y_dims),
+                .map(|((s, step), y)| if y.is_one() { Some(s.clone()) } else { D::product(&[s.clone(), D::lit(step)]) })
+                .collect::<Option<Vec<D>>>()
+                .ok_or_else(overflow),
+            Layout::Reshape { .. } => {
+                if packed(x_dims).as_deref() == Some(x_strides) {
+                    return packed(y_dims).ok_or_else(overflow);
+                }
+                reshape_view(x_dims, x_strides, y_dims).map_err(|(outer, inner)| {
+                    ShapeError::at(
+                        0,
+                        ShapeErrorKind::Rule {
+                            op,
+                            rule: format!(
+                                "X {} is a strided view (strides {}) whose dims {outer} and {inner} are not \
+                                 contiguous in memory, and {} merges or splits across them: reshape the base \
+                                 before slicing or transposing it, or keep dims {outer} and {inner} apart",
+                                shape_string(x_dims),
+                                shape_string(x_strides),
+                                shape_string(y_dims)
+                            ),
+                        },
+                    )
+                })
+            }
+            Layout::Concatenate { .. } => Err(ShapeError::general(ShapeErrorKind::Rule {
+                op,
+                rule: "a concatenation writes a new tensor; it is no view".into(),
+            })),
         }
     }
 
@@ -469,6 +498,123 @@ fn reshape_infer<D: Dim>(
 /// step overflows (`limit - start + step - 1` does for a step near `i64::MAX`).
 fn slice_extent(start: i64, limit: i64, step: i64) -> i64 {
     (limit - start - 1) / step + 1
+}
+
+/// Packed row-major strides of `dims`; `None` if a stride overflows `i64`.
+fn packed<D: Dim>(dims: &[D]) -> Option<Vec<D>> {
+    let mut strides = vec![D::lit(1); dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = D::product(&[strides[i + 1].clone(), dims[i + 1].clone()])?;
+    }
+    Some(strides)
+}
+
+/// A contiguous run of X's dims: its element count, the stride of its innermost dim, and its
+/// outermost and innermost dims.
+struct Run<D> {
+    count: D,
+    stride: D,
+    outer: usize,
+    inner: usize,
+}
+
+/// A reshape of strided X as a view ([`Layout::view_strides`]): Y's strides, or the two X dims
+/// (outer, inner) across whose gap Y would have to merge or split. Equalities are exact (over
+/// [`SymDim`](crate::dim::SymDim), equal canonical forms), so a symbolic run that only some
+/// parameter values would match counts as a gap.
+fn reshape_view<D: Dim>(x_dims: &[D], x_strides: &[D], y_dims: &[D]) -> Result<Vec<D>, (usize, usize)> {
+    let kept: Vec<usize> = (0..x_dims.len()).filter(|&i| !x_dims[i].is_one()).collect();
+    let mut runs: Vec<Run<D>> = Vec::new();
+    for &i in kept.iter().rev() {
+        if let Some(run) = runs.last_mut() {
+            let next = D::product(&[x_strides[run.outer].clone(), x_dims[run.outer].clone()]);
+            if next.as_ref() == Some(&x_strides[i]) {
+                run.count = D::product(&[run.count.clone(), x_dims[i].clone()]).ok_or((i, run.outer))?;
+                run.outer = i;
+                continue;
+            }
+        }
+        runs.push(Run { count: x_dims[i].clone(), stride: x_strides[i].clone(), outer: i, inner: i });
+    }
+    let gap = |r: usize| match (runs.get(r), runs.get(r + 1)) {
+        (Some(run), Some(next)) => (next.inner, run.outer),
+        (Some(run), None) => (run.outer, run.inner),
+        (None, _) => (0, 0),
+    };
+    let mut strides = vec![D::lit(1); y_dims.len()];
+    let (mut r, mut acc) = (0usize, D::lit(1));
+    for (j, y) in y_dims.iter().enumerate().rev() {
+        let Some(run) = runs.get(r) else {
+            // Past X's last run only dims of one element remain (the counts are equal).
+            if !y.is_one() {
+                return Err(gap(runs.len().saturating_sub(1)));
+            }
+            continue;
+        };
+        strides[j] = D::product(&[run.stride.clone(), acc.clone()]).ok_or(gap(r))?;
+        if y.is_one() {
+            continue;
+        }
+        acc = D::product(&[acc.clone(), y.clone()]).ok_or(gap(r))?;
+        if acc == run.count {
+            (r, acc) = (r + 1, D::lit(1));
+        }
+    }
+    if r < runs.len() {
+        return Err(gap(r));
+    }
+    Ok(strides)
+}
+
+/// A slice's rule: one `start`, `limit` and `step` per dim of X with `0 <= start < limit <=
+/// X[i]` and `step >= 1`; `Y[i] = ceil((limit - start) / step)`. Bounds may be symbolic
+/// (`start = [0, 0, H, 0]`, `limit = [B, S, 2 * H, D]`): an inequality that holds or fails
+/// whatever the parameters is decided now, any other waits for them ([`DimCx::require_le`]).
+fn slice_infer<D: Dim>(
+    op: &'static str,
+    x: &TensorMeta<D>,
+    start: &[D],
+    limit: &[D],
+    steps: &[i64],
+    cx: &mut impl DimCx<D>,
+) -> Result<Vec<D>, ShapeError> {
+    let rank = x.dims.len();
+    let x_shape = shape_string(&x.dims);
+    let rule = |attr: &'static str, rule: String| Err(ShapeError::on_attr(attr, ShapeErrorKind::Rule { op, rule }));
+    for (attr, list) in [("start", start.len()), ("limit", limit.len()), ("step", steps.len())] {
+        if list != rank {
+            return rule(attr, format!("`{attr}` has {list} values, but X {x_shape} has {rank} dims: give one per dim"));
+        }
+    }
+    let mut dims = Vec::with_capacity(rank);
+    for i in 0..rank {
+        let (s, l, step) = (&start[i], &limit[i], steps[i]);
+        if step < 1 {
+            return rule("step", format!("`step` {step} of dim {i} must be at least 1"));
+        }
+        if !cx.require_le(&D::lit(0), s) {
+            return rule("start", format!("`start` {s} of dim {i} is negative"));
+        }
+        if !cx.require_le(l, &x.dims[i]) {
+            return rule(
+                "limit",
+                format!(
+                    "`limit` {l} of dim {i} reaches past X {x_shape}, whose dim {i} is {}: a slice is a view \
+                     and stays inside its base",
+                    x.dims[i]
+                ),
+            );
+        }
+        let first_past = D::sum(&[s.clone(), D::lit(1)]);
+        if !first_past.is_some_and(|p| cx.require_le(&p, l)) {
+            return rule("limit", format!("dim {i} is sliced {s}..{l}, which is empty: `start` must be less than `limit`"));
+        }
+        let Some(extent) = D::slice_extent(s, l, step) else {
+            return rule("limit", format!("dim {i} sliced {s}..{l} by {step} overflows i64"));
+        };
+        dims.push(extent);
+    }
+    Ok(dims)
 }
 
 /// A concatenation's rule: one rank, equal dims outside `axis`, Y's `axis` the sum; the in-place
@@ -710,16 +856,106 @@ mod tests {
         let e = s.infer(&[meta(vec![4i64, 10, 8])], &mut Concrete).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "`slice`: dim 1 of X [4, 10, 8] cannot be sliced 4:12:2 (it needs 0 <= start < limit <= 10 and step >= 1)"
+            "`slice`: `limit` 12 of dim 1 reaches past X [4, 10, 8], whose dim 1 is 10: a slice is a view and stays inside its base"
         );
+        assert_eq!(e.attr, Some("limit"));
         let Op::Layout(l) = s else { unreachable!() };
-        assert_eq!(l.output_strides(&[128, 8, 1], &[2, 4, 8]), vec![128, 16, 1]);
+        assert_eq!(l.output_strides(&[4, 16, 8], &[128, 8, 1], &[2, 4, 8]), vec![128, 16, 1]);
         assert_eq!(l.offset(&[128, 8, 1]), 128 + 32);
         let x = Array::from_fn(&[4, 16, 8], |i| i as f64);
         let y = l.reference(&[&x]);
         assert_eq!(y.dims, vec![2, 4, 8]);
         assert_eq!(y.data[0], 160.0);
         assert_eq!(y.data[8], 176.0);
+    }
+
+    fn slice_op(start: Vec<i64>, limit: Vec<i64>) -> Op {
+        Op::from_call("slice", &[("start".into(), AttrValue::IntList(start)), ("limit".into(), AttrValue::IntList(limit))])
+            .unwrap()
+    }
+
+    #[test]
+    fn symbolic_slice_bounds_are_decided_where_the_parameters_do_not_matter() {
+        let p = |n: &str| SymDim::Param(n.into());
+        let times = |k: i64, d: SymDim| SymDim::Lit(k).checked_mul(&d).unwrap();
+        // The packed QKV projection [B, S, 3·H, D]; K is heads H..2·H.
+        let x = meta(vec![p("B"), p("S"), times(3, p("H")), p("D")]);
+        let s = slice_op(vec![0; 4], vec![1; 4]);
+        let infer = |start: Vec<SymDim>, limit: Vec<SymDim>, cx: &mut Symbolic| {
+            let given = [("start".to_string(), start), ("limit".to_string(), limit)];
+            s.infer_with(std::slice::from_ref(&x), &Extents::given(&given), cx)
+        };
+        let zero = SymDim::Lit(0);
+        let mut cx = Symbolic::default();
+        let k = infer(
+            vec![zero.clone(), zero.clone(), p("H"), zero.clone()],
+            vec![p("B"), p("S"), times(2, p("H")), p("D")],
+            &mut cx,
+        )
+        .unwrap();
+        assert_eq!(k[0].dims, vec![p("B"), p("S"), p("H"), p("D")]);
+        assert!(cx.deferred_le.is_empty(), "{:?}", cx.deferred_le);
+        // Past the base for every H: an error now, on `limit`.
+        let e = infer(
+            vec![zero.clone(), zero.clone(), times(2, p("H")), zero.clone()],
+            vec![p("B"), p("S"), times(4, p("H")), p("D")],
+            &mut cx,
+        )
+        .unwrap_err();
+        assert_eq!(e.attr, Some("limit"));
+        assert_eq!(
+            e.to_string(),
+            "`slice`: `limit` 4 * H of dim 2 reaches past X [B, S, 3 * H, D], whose dim 2 is 3 * H: a slice is a view and stays inside its base"
+        );
+        // Empty for every H.
+        let e = infer(
+            vec![zero.clone(), zero.clone(), times(2, p("H")), zero.clone()],
+            vec![p("B"), p("S"), p("H"), p("D")],
+            &mut cx,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("dim 2 is sliced 2 * H..H, which is empty"), "{e}");
+        // `E` against `3 * H`: it depends, so it waits.
+        let y = infer(vec![zero.clone(); 4], vec![p("B"), p("S"), p("E"), p("D")], &mut cx).unwrap();
+        assert_eq!(y[0].dims[2], p("E"));
+        assert_eq!(cx.deferred_le, vec![(p("E"), times(3, p("H")))]);
+    }
+
+    #[test]
+    fn views_of_strided_memory() {
+        // Q of a packed [2, 5, 3·4, 8] QKV buffer, then its heads merged: a view, since each
+        // head's 4 × 8 is contiguous.
+        let qkv = packed(&[2i64, 5, 12, 8]).unwrap();
+        let Op::Layout(q) = slice_op(vec![0, 0, 4, 0], vec![2, 5, 8, 8]) else { unreachable!() };
+        let q_strides = q.view_strides(&[2i64, 5, 12, 8], &qkv, &[2, 5, 4, 8]).unwrap();
+        assert_eq!(q_strides, vec![480, 96, 8, 1]);
+        assert_eq!(q.offset(&qkv), 32);
+        let Op::Layout(merge) = op("reshape", "shape", vec![2, 5, 32]) else { unreachable!() };
+        assert_eq!(merge.view_strides(&[2i64, 5, 4, 8], &q_strides, &[2, 5, 32]).unwrap(), vec![480, 96, 1]);
+        // Heads split again, a unit dim added: still a view.
+        let Op::Layout(split) = op("reshape", "shape", vec![2, 5, 1, 2, 2, 8]) else { unreachable!() };
+        assert_eq!(
+            split.view_strides(&[2i64, 5, 4, 8], &q_strides, &[2, 5, 1, 2, 2, 8]).unwrap(),
+            vec![480, 96, 96, 16, 8, 1]
+        );
+        // Merging tokens with heads crosses the gap between Q's rows: not a view.
+        let Op::Layout(flat) = op("reshape", "shape", vec![2, 160]) else { unreachable!() };
+        let e = flat.view_strides(&[2i64, 5, 4, 8], &q_strides, &[2, 160]).unwrap_err();
+        assert_eq!(e.arg, Some(0));
+        assert!(e.to_string().contains("whose dims 1 and 2 are not contiguous in memory"), "{e}");
+        // The builder's default then is packed (the backend refuses such a reshape of a view).
+        assert_eq!(flat.output_strides(&[2, 5, 4, 8], &q_strides, &[2, 160]), vec![160, 1]);
+        // Symbolic: the same rule over parameters.
+        let p = |n: &str| SymDim::Param(n.into());
+        let (b, sq, h, d) = (p("B"), p("S"), p("H"), p("D"));
+        let three_h = SymDim::Lit(3).checked_mul(&h).unwrap();
+        let base = packed(&[b.clone(), sq.clone(), three_h, d.clone()]).unwrap();
+        let q_sym = q.view_strides(&[b.clone(), sq.clone(), h.clone(), d.clone()], &base, &[b.clone(), sq.clone(), h.clone(), d.clone()]).unwrap();
+        let hd = h.checked_mul(&d).unwrap();
+        let merged = merge.view_strides(&[b.clone(), sq.clone(), h.clone(), d.clone()], &q_sym, &[b.clone(), sq.clone(), hd.clone()]);
+        assert_eq!(merged.unwrap()[2], SymDim::Lit(1));
+        let all = sq.checked_mul(&hd).unwrap();
+        assert!(flat.view_strides(&[b.clone(), sq, h, d], &q_sym, &[b, all]).is_err());
     }
 
     #[test]
@@ -737,7 +973,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.infer(&[meta(vec![4i64, 8])], &mut Concrete).unwrap()[0].dims, vec![1, 3]);
         let Op::Layout(l) = &s else { unreachable!() };
-        assert_eq!(l.output_strides(&[8, 1], &[1, 3]), vec![8, 3]);
+        assert_eq!(l.output_strides(&[4, 8], &[8, 1], &[1, 3]), vec![8, 3]);
         assert_eq!(l.reference(&[&Array::from_fn(&[4, 8], |i| i as f64)]).data, vec![8.0, 11.0, 14.0]);
         // Concatenated extents that overflow are an error naming them, not a saturated extent.
         let ins = [meta(vec![2i64, big - 1]), meta(vec![2, 2])];
@@ -830,8 +1066,8 @@ mod tests {
         }
         assert!(y.data.iter().all(|&v| v != 0.0));
         // Y keeps X[0]'s dim order: channels-last in, channels-last out.
-        assert_eq!(l.output_strides(&[48, 1, 12, 4], &[2, 6, 3, 4]), vec![72, 1, 24, 6]);
-        assert_eq!(l.output_strides(&[12, 4, 1], &[2, 3, 7]), vec![21, 7, 1]);
+        assert_eq!(l.output_strides(&[2, 4, 3, 4], &[48, 1, 12, 4], &[2, 6, 3, 4]), vec![72, 1, 24, 6]);
+        assert_eq!(l.output_strides(&[2, 3, 4], &[12, 4, 1], &[2, 3, 7]), vec![21, 7, 1]);
         assert!(!l.is_view());
     }
 
@@ -840,9 +1076,9 @@ mod tests {
         let x = Array::from_fn(&[2, 3], |i| i as f64);
         let Op::Layout(t) = op("transpose", "permutation", vec![1, 0]) else { unreachable!() };
         assert_eq!(t.reference(&[&x]).data, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
-        assert_eq!(t.output_strides(&[3, 1], &[3, 2]), vec![1, 3]);
+        assert_eq!(t.output_strides(&[2, 3], &[3, 1], &[3, 2]), vec![1, 3]);
         let Op::Layout(r) = op("reshape", "shape", vec![3, 2]) else { unreachable!() };
         assert_eq!(r.reference(&[&x]).data, x.data);
-        assert_eq!(r.output_strides(&[3, 1], &[3, 2]), vec![2, 1]);
+        assert_eq!(r.output_strides(&[2, 3], &[3, 1], &[3, 2]), vec![2, 1]);
     }
 }

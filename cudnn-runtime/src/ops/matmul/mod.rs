@@ -3,6 +3,11 @@
 //! Shape rule (cudnn-frontend's, plus a check of K that it leaves to cuDNN): A and B have the same
 //! rank ≥ 2; C has A's rank with `C[-2] = A[-2]`, `C[-1] = B[-1]`; batch dims broadcast (NumPy);
 //! `A[-1]` must equal `B[-2]`. Inputs are floating point or `i8`.
+//!
+//! fp8 (cuDNN 9.19 on Hopper, deviceless with the H200's properties): A and B are both fp8, in any
+//! of the four `fp8_e4m3`/`fp8_e5m2` pairings (an fp8 operand beside a bf16 one has no engine),
+//! and the graph computes in f32 (an f16 compute type has no engine). The scaled fp8 matmul of
+//! cudnn-frontend is this op followed by pointwise `mul`s by the descales (see `docs/ops.md`).
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +42,10 @@ pub fn signature() -> OpSignature {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Matmul {}
 
+fn is_fp8(dtype: DataType) -> bool {
+    matches!(dtype, DataType::Fp8E4M3 | DataType::Fp8E5M2)
+}
+
 fn takes(dtype: DataType) -> bool {
     matches!(
         dtype,
@@ -67,6 +76,18 @@ impl Matmul {
                     },
                 ));
             }
+        }
+        // fp8 only beside fp8: cuDNN 9.19 plans no matmul of an fp8 operand and another type.
+        if is_fp8(a.dtype) != is_fp8(b.dtype) {
+            let (i, expected) = if is_fp8(a.dtype) {
+                (1, "fp8_e4m3 or fp8_e5m2 beside an fp8 port A (cuDNN has no matmul of fp8 and another type: quantize B to fp8 too)")
+            } else {
+                (0, "fp8_e4m3 or fp8_e5m2 beside an fp8 port B (cuDNN has no matmul of fp8 and another type: quantize A to fp8 too)")
+            };
+            return Err(ShapeError::at(
+                i,
+                ShapeErrorKind::DType { op: NAME, port: INPUTS[i].name, found: inputs[i].dtype, expected },
+            ));
         }
         if a.dims.len() < 2 {
             return Err(ShapeError::at(
@@ -183,6 +204,23 @@ impl OpFamily for Matmul {
         Matmul::infer(self, inputs, cx).map(|o| vec![o])
     }
 
+    fn compute_rule(&self, inputs: &[DataType], compute: DataType) -> Result<(), ShapeError> {
+        // fp8 tensor cores accumulate in f32; cuDNN 9.19 has no engine for another compute type.
+        match inputs.iter().position(|&d| is_fp8(d)) {
+            Some(i) if compute != DataType::F32 => Err(ShapeError::at(
+                i,
+                ShapeErrorKind::Rule {
+                    op: NAME,
+                    rule: format!(
+                        "an fp8 matmul (port {} is {}) computes in f32, but the graph's compute type is {compute}",
+                        INPUTS[i].name, inputs[i]
+                    ),
+                },
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         vec![Matmul::reference(self, inputs[0], inputs[1])]
     }
@@ -276,6 +314,27 @@ mod tests {
             )
             .unwrap_err();
         assert!(e.to_string().contains("A[-1] = K must equal B[-2] = J"), "{e}");
+    }
+
+    #[test]
+    fn fp8_pairs_and_compute_type() {
+        use DataType::{Fp8E4M3 as E4, Fp8E5M2 as E5, BF16, F16, F32};
+        let op = Op::Matmul(Matmul {});
+        let infer = |a, b| op.infer(&[meta(vec![1, 4, 8], a), meta(vec![1, 8, 2], b)], &mut Concrete);
+        for (a, b) in [(E4, E4), (E4, E5), (E5, E4), (E5, E5)] {
+            assert_eq!(infer(a, b).unwrap()[0].dims, vec![1, 4, 2]);
+            assert!(op.check_compute(&[a, b], F32).is_ok());
+            let e = op.check_compute(&[a, b], F16).unwrap_err();
+            assert_eq!(e.arg, Some(0));
+            assert!(e.to_string().contains("computes in f32, but the graph's compute type is f16"), "{e}");
+        }
+        let e = infer(E4, BF16).unwrap_err();
+        assert_eq!(e.arg, Some(1));
+        assert!(e.to_string().starts_with("`matmul` port B does not take bf16; it takes fp8_e4m3 or fp8_e5m2 beside an fp8 port A"), "{e}");
+        let e = infer(F16, E5).unwrap_err();
+        assert_eq!(e.arg, Some(0));
+        assert!(e.to_string().contains("port A does not take f16"), "{e}");
+        assert!(op.check_compute(&[BF16, BF16], F16).is_ok());
     }
 
     #[test]

@@ -241,6 +241,11 @@ modes! {
 }
 
 impl PointwiseMode {
+    /// A comparison (`cmp_eq` .. `cmp_ge`): numbers in, `bool` out.
+    pub fn is_comparison(self) -> bool {
+        self.class() == Class::Compare
+    }
+
     /// Looks up a mode by its DSL call name.
     pub fn from_name(name: &str) -> Option<PointwiseMode> {
         PointwiseMode::ALL.iter().copied().find(|m| m.name() == name)

@@ -126,6 +126,7 @@ pub(super) fn assemble(
             data_type,
             is_virtual: t.is_virtual,
             pass_by_value,
+            host_scalar: t.host_scalar,
         });
     }
     let ids = |v: &[usize]| v.iter().map(|&i| TensorId(position[i])).collect();

@@ -27,6 +27,8 @@ pub(super) struct RawTensor {
     pub(super) data_type: Option<DataType>,
     pub(super) is_virtual: bool,
     pub(super) pass_by_value: Option<Scalar>,
+    /// `is_pass_by_value` without a value: a host scalar supplied at execute.
+    pub(super) host_scalar: bool,
 }
 
 /// A by-value scalar's value as read.
@@ -135,8 +137,12 @@ fn read_tensor(key: &str, value: &Json) -> Result<RawTensor> {
     if let Some(uid) = uid.filter(|u| !(1..=crate::ir::MAX_UID).contains(u)) {
         return Err(GraphError::BadUid { tensor: name, uid }.into());
     }
-    let pass_by_value = read_scalar(&t, &name)?;
-    Ok(RawTensor { key: key.to_string(), name, uid, dims, strides, data_type, is_virtual, pass_by_value })
+    let (pass_by_value, host_scalar) = match read_scalar(&t, &name)? {
+        ByValue::No => (None, false),
+        ByValue::Value(s) => (Some(s), false),
+        ByValue::AtExecute => (None, true),
+    };
+    Ok(RawTensor { key: key.to_string(), name, uid, dims, strides, data_type, is_virtual, pass_by_value, host_scalar })
 }
 
 /// A by-value scalar as cudnn-frontend's variant holds it.
@@ -147,7 +153,17 @@ enum FrontendScalar {
     F64(Option<f64>),
 }
 
-fn read_scalar(t: &Obj<'_>, name: &str) -> Result<Option<Scalar>> {
+/// What a tensor's `is_pass_by_value` and `pass_by_value` say.
+enum ByValue {
+    /// Not by value.
+    No,
+    /// A by-value scalar with its value.
+    Value(Scalar),
+    /// A by-value scalar without a value: supplied at execute.
+    AtExecute,
+}
+
+fn read_scalar(t: &Obj<'_>, name: &str) -> Result<ByValue> {
     let is_pass_by_value = t.bool_or("is_pass_by_value", false)?;
     let ext = t.opt_obj(EXT)?;
     let exact = match &ext {
@@ -159,19 +175,15 @@ fn read_scalar(t: &Obj<'_>, name: &str) -> Result<Option<Scalar>> {
     };
     let bad = |reason: &str| SerializeError::BadScalar { tensor: name.to_string(), reason: reason.to_string() };
     let Some(variant) = t.get("pass_by_value") else {
-        if is_pass_by_value {
-            return Err(SerializeError::Unsupported {
-                path: t.field_path("pass_by_value"),
-                feature: "a by-value scalar supplied at execution (is_pass_by_value without a value)".into(),
-            });
-        }
         if let Some(e) = &ext {
             return Err(SerializeError::ExtensionMismatch {
                 path: e.field_path("pass_by_value"),
                 field: t.field_path("pass_by_value"),
             });
         }
-        return Ok(None);
+        // cudnn-frontend's by-value scalar without a value (an epsilon, a scale): the caller
+        // supplies it at execute.
+        return Ok(if is_pass_by_value { ByValue::AtExecute } else { ByValue::No });
     };
     if !is_pass_by_value {
         return Err(bad("pass_by_value is set but is_pass_by_value is false"));
@@ -210,7 +222,7 @@ fn read_scalar(t: &Obj<'_>, name: &str) -> Result<Option<Scalar>> {
             FrontendScalar::F64(Some(d)) => d,
             FrontendScalar::F64(None) => return Err(bad("the double value is null")),
         };
-        return Ok(Some(Scalar { value, exact: false }));
+        return Ok(ByValue::Value(Scalar { value, exact: false }));
     };
     // Our extension refines cudnn-frontend's value; it must agree with it.
     let agrees = match fe {
@@ -223,5 +235,5 @@ fn read_scalar(t: &Obj<'_>, name: &str) -> Result<Option<Scalar>> {
         let path = ext.as_ref().map_or_else(String::new, |e| e.field_path("pass_by_value"));
         return Err(SerializeError::ExtensionMismatch { path, field: value_path });
     }
-    Ok(Some(Scalar { value: x, exact: true }))
+    Ok(ByValue::Value(Scalar { value: x, exact: true }))
 }

@@ -1,0 +1,291 @@
+//! fp8 matmul on the GPU (issue 20): e4m3 · e4m3 with per-tensor descales → bf16, plain and with
+//! a bias + relu epilogue, as `shared/bench/anchor_cudnn_frontend.py --only fp8_matmul` measures
+//! cudnn-frontend and `torch._scaled_mm` (A `[1, M, K]` row-major, B `[1, K, N]` column-major,
+//! descales `f32[1, 1, 1]` on the device). See `docs/benchmarks.md`.
+//!
+//! ```text
+//! cargo run --release --example bench_fp8 -- [--json PATH] [--size 8192] [--max-cfg 48]
+//! ```
+//!
+//! Each graph is timed several ways, every one with [`measure`] (CUDA events around batches of
+//! back-to-back executes, the median of stable samples, on scratch buffers of random values):
+//!
+//! - `cudnn-graph`: the heuristics' pick (default `BuildOptions`);
+//! - `cudnn-graph-autotuned`: every candidate of heuristics A, B and fallback built and
+//!   [`autotune`]d;
+//! - `cudnn-graph-kernel-cfg`: cuDNN 9.19 plans fp8 matmuls on engine 7 alone (runtime-compiled),
+//!   whose `KERNEL_CFG` knob picks the kernel configuration; every value up to `--max-cfg` is
+//!   built explicitly (`BuildOptions::engine_config`) and timed, one row each;
+//! - for the bias + relu form, two kernels: the GEMM with the descales (and the bias) writing
+//!   bf16, then the rest of the epilogue (`cudnn-graph-split-*`), each kernel's best time summed,
+//!   as the autotuner times a partitioned plan's parts (the intermediate is stored in bf16, as
+//!   `torch._scaled_mm(bias)` + `relu` stores it);
+//! - `cudnn-graph-best`: the fastest of the above for the case.
+//!
+//! Every figure is one JSON object per line on stdout (and in `--json PATH`), in the schema of
+//! `examples/bench.rs` and the anchor script (`case`, `impl`, `gpu_ms`, `tflops`, `engine`, ...);
+//! case names are the anchor's, so the rows sit beside cudnn-frontend's and torch's.
+
+use std::io::Write;
+use std::time::Instant;
+
+use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode, Knob};
+use cudnn_graph::engines::{autotune, measure, AutotuneOptions, Timing};
+use cudnn_graph::ops::PointwiseMode;
+use cudnn_graph::{DataType, Graph, GraphBuilder, GraphError, TensorId};
+use serde_json::{json, Value};
+
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+/// Writes each record as a JSON line to stdout and to the `--json` file.
+struct Out {
+    file: Option<std::fs::File>,
+}
+
+impl Out {
+    fn record(&mut self, case: &str, implementation: &str, figures: Value) {
+        let mut row = json!({"case": case, "impl": implementation});
+        if let (Some(row), Value::Object(f)) = (row.as_object_mut(), figures) {
+            row.extend(f);
+        }
+        let line = row.to_string();
+        println!("{line}");
+        if let Some(f) = &mut self.file {
+            // A full disk loses the file, not the run: stdout has every line.
+            let _ = writeln!(f, "{line}").and_then(|()| f.flush());
+        }
+    }
+}
+
+struct Args {
+    json: Option<String>,
+    size: i64,
+    max_cfg: i64,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args { json: None, size: 8192, max_cfg: 48 };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
+            "--size" => a.size = it.next().ok_or("--size needs a number")?.parse()?,
+            "--max-cfg" => a.max_cfg = it.next().ok_or("--max-cfg needs a number")?.parse()?,
+            other => return Err(format!("unknown argument {other}; see the top of examples/bench_fp8.rs").into()),
+        }
+    }
+    Ok(a)
+}
+
+/// What follows the GEMM and its descales.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Epilogue {
+    None,
+    Bias,
+    BiasRelu,
+}
+
+/// `(A·B)·descale_a·descale_b [+ bias [, relu]]` → bf16: A e4m3 `[1, m, k]` row-major, B e4m3
+/// `[1, k, n]` column-major, as the anchor's `fe_fp8_matmul`.
+fn fp8_matmul(name: &str, m: i64, n: i64, k: i64, epilogue: Epilogue) -> Result<Graph, GraphError> {
+    let mut g = GraphBuilder::new(name);
+    let a = g.input("a", DataType::Fp8E4M3, &[1, m, k])?;
+    let b = g.input("b", DataType::Fp8E4M3, &[1, k, n])?;
+    g.set_dim_order(b, &[0, 2, 1])?;
+    let da = g.input("descale_a", DataType::F32, &[1, 1, 1])?;
+    let db = g.input("descale_b", DataType::F32, &[1, 1, 1])?;
+    let c = g.matmul(a, b)?;
+    let c = g.pointwise(PointwiseMode::Mul, &[c.into(), da.into()])?;
+    let mut y = g.pointwise(PointwiseMode::Mul, &[c.into(), db.into()])?;
+    if epilogue != Epilogue::None {
+        let bias = g.input("bias", DataType::BF16, &[1, 1, n])?;
+        y = g.pointwise(PointwiseMode::Add, &[y.into(), bias.into()])?;
+    }
+    if epilogue == Epilogue::BiasRelu {
+        y = g.pointwise(PointwiseMode::Relu, &[y.into()])?;
+    }
+    g.output(y, "y", DataType::BF16)?;
+    g.build()
+}
+
+/// The second kernel of a split epilogue: `relu(x [+ bias])`, bf16 `[1, m, n]`.
+fn epilogue_kernel(m: i64, n: i64, with_bias: bool) -> Result<Graph, GraphError> {
+    let mut g = GraphBuilder::new(if with_bias { "bias_relu" } else { "relu" });
+    let x = g.input("x", DataType::BF16, &[1, m, n])?;
+    let mut y: TensorId = x;
+    if with_bias {
+        let bias = g.input("bias", DataType::BF16, &[1, 1, n])?;
+        y = g.pointwise(PointwiseMode::Add, &[y.into(), bias.into()])?;
+    }
+    y = g.pointwise(PointwiseMode::Relu, &[y.into()])?;
+    g.output(y, "y", DataType::BF16)?;
+    g.build()
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A timing's figures; `flops` for a GEMM (the epilogue kernels of a split have none of their
+/// own: their time counts toward the GEMM's case).
+fn figures(t: &Timing, flops: Option<f64>) -> Value {
+    json!({"gpu_ms": t.median_us * 1e-3, "gpu_ms_min": t.min_us * 1e-3, "runs": t.runs, "engine": t.tag,
+           "tflops": flops.map(|f| f / (t.median_us * 1e-6) / 1e12)})
+}
+
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
+}
+
+/// The best device time (µs) found for `graph` and the engine that gave it.
+struct Best {
+    us: f64,
+    how: String,
+}
+
+impl Best {
+    fn offer(best: &mut Option<Best>, us: f64, how: String) {
+        if best.as_ref().is_none_or(|b| us < b.us) {
+            *best = Some(Best { us, how });
+        }
+    }
+}
+
+/// Times `graph` every way the top of this file lists (rows under `case` when `record`), and
+/// returns its best time.
+fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: Option<f64>, max_cfg: i64) -> Result<Best> {
+    let tune = AutotuneOptions::default();
+    let mut best = None;
+    let started = Instant::now();
+    let pick = ExecutionPlan::build(cudnn, graph, &BuildOptions::default())?;
+    let build_ms = ms(started.elapsed());
+    let t = measure(cudnn, &pick, &tune)?;
+    out.record(
+        case,
+        "cudnn-graph",
+        merge(figures(&t, flops), json!({"build_ms": build_ms, "parts": pick.parts().len()})),
+    );
+    Best::offer(&mut best, t.median_us, format!("heuristics' pick {}", t.tag));
+
+    let all = BuildOptions::default().modes(&[HeuristicMode::A, HeuristicMode::B, HeuristicMode::Fallback]).all_plans();
+    let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
+    let report = autotune(cudnn, &mut plan, &tune)?;
+    eprint!("{case}: {report}");
+    if let Some(t) = report.timing(report.selected) {
+        out.record(
+            case,
+            "cudnn-graph-autotuned",
+            merge(figures(t, flops), json!({"built": plan.built().len(), "tune_ms": ms(report.elapsed)})),
+        );
+        Best::offer(&mut best, t.median_us, format!("autotuned {}", t.tag));
+    }
+
+    // Engine 7's kernel configurations, one by one.
+    let selected = pick.selected();
+    let engine = selected.engine_id;
+    let cfg_kind = selected.knobs.iter().find(|k| k.name() == Some("KERNEL_CFG")).map(|k| k.kind);
+    if let (Some(engine), Some(kind)) = (engine, cfg_kind) {
+        let (mut built, mut refused) = (0, 0);
+        for value in 0..max_cfg {
+            let options = BuildOptions::default().engine_config(engine, &[Knob { kind, value }]);
+            let Ok(p) = ExecutionPlan::build(cudnn, graph, &options) else {
+                refused += 1;
+                continue;
+            };
+            built += 1;
+            match measure(cudnn, &p, &tune) {
+                Ok(t) => {
+                    out.record(case, "cudnn-graph-kernel-cfg", merge(figures(&t, flops), json!({"kernel_cfg": value})));
+                    Best::offer(&mut best, t.median_us, format!("engine {engine} KERNEL_CFG={value}"));
+                }
+                Err(e) => {
+                    out.record(case, "cudnn-graph-kernel-cfg", json!({"kernel_cfg": value, "error": e.to_string()}))
+                }
+            }
+        }
+        eprintln!("{case}: engine {engine}: {built} kernel configurations built, {refused} refused of 0..{max_cfg}");
+    }
+    best.ok_or_else(|| format!("{case}: nothing ran").into())
+}
+
+fn main() -> Result<()> {
+    let args = args()?;
+    let mut out = Out { file: args.json.as_ref().map(std::fs::File::create).transpose()? };
+    if !cudnn_graph::backend::libraries_present() {
+        return Err("the benchmark needs libcudnn and a GPU driver".into());
+    }
+    let ctx = cudnn_graph::backend::cuda_context(0)?;
+    let cudnn = Cudnn::new(ctx.default_stream())?;
+    let n = args.size;
+    out.record(
+        "env",
+        "cudnn-graph",
+        json!({"cudnn_version": cudnn.version(), "sm": cudnn.sm(), "gpu": ctx.name().ok(), "size": n}),
+    );
+    let flops = 2.0 * (n as f64).powi(3);
+    let plain_case = format!("fp8_matmul_e4m3_descale_bf16_{n}x{n}x{n}");
+    let epi_case = format!("fp8_matmul_e4m3_descale_bias_relu_bf16_{n}x{n}x{n}");
+
+    let run = |out: &mut Out, case: &str, f: &mut dyn FnMut(&mut Out) -> Result<Best>| -> Option<Best> {
+        match f(out) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                out.record(case, "cudnn-graph", json!({"error": e.to_string()}));
+                None
+            }
+        }
+    };
+    let plain = run(&mut out, &plain_case, &mut |out| {
+        tune(out, &cudnn, &plain_case, &fp8_matmul("fp8_matmul", n, n, n, Epilogue::None)?, Some(flops), args.max_cfg)
+    });
+    let fused = run(&mut out, &epi_case, &mut |out| {
+        tune(
+            out,
+            &cudnn,
+            &epi_case,
+            &fp8_matmul("fp8_matmul_bias_relu", n, n, n, Epilogue::BiasRelu)?,
+            Some(flops),
+            args.max_cfg,
+        )
+    });
+    // Two kernels: the GEMM (+ bias) to bf16, then relu (+ bias); each part at its best.
+    let gemm_bias = run(&mut out, &format!("{epi_case}/gemm_bias"), &mut |out| {
+        let case = format!("{epi_case}/gemm_bias");
+        tune(out, &cudnn, &case, &fp8_matmul("fp8_matmul_bias", n, n, n, Epilogue::Bias)?, Some(flops), args.max_cfg)
+    });
+    let relu = run(&mut out, &format!("{epi_case}/relu"), &mut |out| {
+        tune(out, &cudnn, &format!("{epi_case}/relu"), &epilogue_kernel(n, n, false)?, None, 0)
+    });
+    let bias_relu = run(&mut out, &format!("{epi_case}/bias_relu"), &mut |out| {
+        tune(out, &cudnn, &format!("{epi_case}/bias_relu"), &epilogue_kernel(n, n, true)?, None, 0)
+    });
+    let tflops = |us: f64| flops / (us * 1e-6) / 1e12;
+    let mut epi_best = fused.map(|b| (b.us, format!("fused: {}", b.how)));
+    for (name, first, second) in [
+        ("cudnn-graph-split-gemm_bias+relu", &gemm_bias, &relu),
+        ("cudnn-graph-split-gemm+bias_relu", &plain, &bias_relu),
+    ] {
+        if let (Some(a), Some(b)) = (first, second) {
+            let us = a.us + b.us;
+            out.record(
+                &epi_case,
+                name,
+                json!({"gpu_ms": us * 1e-3, "tflops": tflops(us), "kernels": [a.how, b.how],
+                       "kernel_ms": [a.us * 1e-3, b.us * 1e-3], "intermediate": "bf16",
+                       "method": "sum of each kernel's best median, each timed alone"}),
+            );
+            if epi_best.as_ref().is_none_or(|(best, _)| us < *best) {
+                epi_best = Some((us, format!("{name}: {} | {}", a.how, b.how)));
+            }
+        }
+    }
+    for (case, best) in [(&plain_case, plain.map(|b| (b.us, b.how))), (&epi_case, epi_best)] {
+        if let Some((us, how)) = best {
+            out.record(case, "cudnn-graph-best", json!({"gpu_ms": us * 1e-3, "tflops": tflops(us), "how": how}));
+        }
+    }
+    Ok(())
+}
