@@ -32,7 +32,7 @@ pub enum AdapterError {
         found: Vec<usize>,
     },
     /// A tensor of another element type than the port's.
-    #[error("graph `{graph}`, input `{port}`: the port is {expected}, the tensor is {found:?}")]
+    #[error("graph `{graph}`, input `{port}`: the port is {expected}, the tensor is {}", found.as_str())]
     DType {
         /// The graph.
         graph: String,
