@@ -113,9 +113,9 @@ macro_rules! __if_cudnn {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::__if_cudnn as if_cudnn;
+    pub use crate::GraphType;
     pub use cudnn_runtime::ops::AttrValue;
     pub use cudnn_runtime::reference::{run_arrays, Array, HostSlice};
-    pub use crate::GraphType;
     pub use cudnn_runtime::{
         ArgError, Bits, Context, DataType, Element, Error, Fp8E4M3, Fp8E5M2, Graph, GraphBuilder, GraphError, Operand,
     };

@@ -116,7 +116,8 @@ impl Devices {
             };
             views.push(View::of(storage, port, offset, graph)?);
         }
-        let mut outputs = prepared.outputs.iter().map(|p| Output::alloc(dev, p, graph)).collect::<candle_core::Result<Vec<_>>>()?;
+        let mut outputs =
+            prepared.outputs.iter().map(|p| Output::alloc(dev, p, graph)).collect::<candle_core::Result<Vec<_>>>()?;
         let state = self.state(dev)?;
         {
             let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);

@@ -106,7 +106,9 @@ pub enum AdapterError {
         hint: &'static str,
     },
     /// A tensor whose storage is shorter than its layout claims (a candle invariant broken).
-    #[error("graph `{graph}`, input `{port}`: the tensor's storage holds {held} elements, its layout reaches {needed}")]
+    #[error(
+        "graph `{graph}`, input `{port}`: the tensor's storage holds {held} elements, its layout reaches {needed}"
+    )]
     Storage {
         /// The graph.
         graph: String,

@@ -190,7 +190,12 @@ impl Runner {
     }
 
     /// The prepared graph for `graph` on `key`, made on first use.
-    fn prepared<G: GraphType>(&self, graph: &G, key: DeviceKey, device: &Device) -> Result<Arc<Prepared>, AdapterError> {
+    fn prepared<G: GraphType>(
+        &self,
+        graph: &G,
+        key: DeviceKey,
+        device: &Device,
+    ) -> Result<Arc<Prepared>, AdapterError> {
         // The entry for `TypeId::of::<G>()` is only ever a `PerType<G>`.
         let found = self
             .prepared

@@ -47,8 +47,7 @@ pub(crate) fn ports(graph: &Graph) -> Result<(Vec<Port>, Vec<Port>), AdapterErro
             dtype,
             dims: t.dims.clone(),
             strides: t.strides.clone(),
-            // A validated graph's spans fit in `i64`, and in memory.
-            span: usize::try_from(t.storage_len()).unwrap_or(usize::MAX),
+            span: t.storage_len(),
         })
     };
     let inputs = graph.inputs().into_iter().map(port).collect::<Result<_, _>>()?;
@@ -61,8 +60,8 @@ impl Port {
     /// not matter). Returns the tensor's first element's offset in its storage.
     pub(crate) fn check(&self, graph: &str, tensor: &Tensor) -> Result<usize, AdapterError> {
         let layout = tensor.layout();
-        let dims_match =
-            layout.dims().len() == self.dims.len() && layout.dims().iter().zip(&self.dims).all(|(&d, &p)| d as i64 == p);
+        let dims_match = layout.dims().len() == self.dims.len()
+            && layout.dims().iter().zip(&self.dims).all(|(&d, &p)| d as i64 == p);
         if !dims_match {
             return Err(AdapterError::Shape {
                 graph: graph.to_string(),

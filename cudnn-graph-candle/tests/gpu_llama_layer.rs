@@ -7,7 +7,9 @@
 
 #![cfg(feature = "cuda")]
 
+// Shared with the examples; each target uses part of it.
 #[path = "../examples/llama/layer.rs"]
+#[allow(dead_code)]
 mod layer;
 
 use candle_core::{DType, Device, Tensor};

@@ -3,7 +3,9 @@
 //! for a prefill and a decode step after a KV cache. bf16 storage: the largest difference is
 //! bounded relative to candle's largest output value.
 
+// Shared with the examples; each target uses part of it.
 #[path = "../examples/llama/layer.rs"]
+#[allow(dead_code)]
 mod layer;
 
 use candle_core::{DType, Device, Tensor};

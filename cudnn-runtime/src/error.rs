@@ -45,7 +45,10 @@ impl From<cudarc::driver::DriverError> for Error {
     /// A failed CUDA driver call made through cudarc (an allocation or copy by the caller, a
     /// framework's stream) is a [`Error::Backend`] one, [`BackendError::Driver`](crate::backend::BackendError::Driver).
     fn from(e: cudarc::driver::DriverError) -> Self {
-        Error::Backend(crate::backend::BackendError::Driver { call: "a CUDA driver call (cudarc)", message: e.to_string() })
+        Error::Backend(crate::backend::BackendError::Driver {
+            call: "a CUDA driver call (cudarc)",
+            message: e.to_string(),
+        })
     }
 }
 

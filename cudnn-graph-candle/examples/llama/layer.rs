@@ -157,8 +157,7 @@ impl Layer {
         let (hkv, d) = (self.cfg.kv_heads, self.cfg.head_dim());
         let k = random(&[b, past, hkv, d], 1.0, 11, device)?;
         let v = random(&[b, past, hkv, d], 1.0, 12, device)?;
-        let candle =
-            Cache { k: k.transpose(1, 2)?.contiguous()?, v: v.transpose(1, 2)?.contiguous()? };
+        let candle = Cache { k: k.transpose(1, 2)?.contiguous()?, v: v.transpose(1, 2)?.contiguous()? };
         Ok((candle, Cache { k, v }))
     }
 
@@ -226,8 +225,7 @@ impl Layer {
         let [x1] =
             outputs(runner.run(&ProjResidual::new(t, e, e), &[&o, &as_port(&self.o)?, &x.reshape((1, t, e))?])?)?;
         let n2 = rms_norm(&x1, &self.mlp_norm, self.cfg.eps)?;
-        let [mlp] =
-            outputs(runner.run(&SwiGlu::new(t, e, f), &[&n2, &as_port(&self.gate)?, &as_port(&self.up)?])?)?;
+        let [mlp] = outputs(runner.run(&SwiGlu::new(t, e, f), &[&n2, &as_port(&self.gate)?, &as_port(&self.up)?])?)?;
         let [y] = outputs(runner.run(&ProjResidual::new(t, f, e), &[&mlp, &as_port(&self.down)?, &x1])?)?;
         y.reshape((b, s, e))
     }
