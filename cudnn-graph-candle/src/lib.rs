@@ -45,8 +45,8 @@
 //! ## CUDA
 //!
 //! With the `cuda` feature (which enables candle-core's `cuda`), a graph on CUDA tensors is
-//! planned with cuDNN for the tensors' device (through a [`PlanCache`](cudnn_graph::engines::PlanCache),
-//! in memory or on disk: [`Runner::with_plan_cache`]) and enqueued on candle's stream for that
+//! planned with cuDNN for the tensors' device (through a cudnn-graph `PlanCache`,
+//! in memory or on disk: `Runner::with_plan_cache`) and enqueued on candle's stream for that
 //! device; its workspace is kept per device. candle-core links cudarc (`dynamic-linking`), so a
 //! process using it needs libcudnn at start; `docs/frameworks.md` explains the linking modes.
 
@@ -129,8 +129,7 @@ fn device_key<G: GraphType>(device: &Device) -> Result<DeviceKey, AdapterError> 
 
 impl Runner {
     /// A runner with no plans yet; CUDA plans are kept in memory
-    /// ([`PlanCache::in_memory`](cudnn_graph::engines::PlanCache::in_memory)) and built with the
-    /// default [`BuildOptions`](cudnn_graph::backend::BuildOptions).
+    /// (`PlanCache::in_memory`) and built with the default `BuildOptions`.
     pub fn new() -> Self {
         Runner {
             prepared: Mutex::new(HashMap::new()),
