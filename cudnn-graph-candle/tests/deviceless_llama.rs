@@ -21,7 +21,10 @@ fn deviceless() -> Option<Cudnn> {
     match Cudnn::deviceless(&json) {
         Ok(cudnn) => Some(cudnn),
         Err(e @ CudnnError::LibraryMissing { .. }) => {
-            assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}");
+            assert!(
+                std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"),
+                "CUDNN_GRAPH_REQUIRE_CUDNN=1 but {e}"
+            );
             println!("skipped: {e}");
             None
         }

@@ -7,6 +7,9 @@
 //!
 //! Shared by `examples/llama_layer.rs`, `examples/llama_bench.rs` and the crate's tests.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_thd};
@@ -111,6 +114,9 @@ pub struct Layer {
     gate: Linear,
     up: Linear,
     down: Linear,
+    /// candle's causal masks by (queries, keys), made once each, as candle-transformers' Llama
+    /// keeps them.
+    masks: Mutex<HashMap<(usize, usize), Tensor>>,
 }
 
 /// `w` (`[out, in]`) as the graphs' `[1, in, out]` port: a transposed view.
@@ -137,6 +143,7 @@ impl Layer {
             gate: linear(cfg.intermediate, e, 6)?,
             up: linear(cfg.intermediate, e, 7)?,
             down: linear(e, cfg.intermediate, 8)?,
+            masks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -182,7 +189,7 @@ impl Layer {
         // Attention in f32, as candle-transformers' Llama computes it.
         let (q, k, v) = (q.to_dtype(DType::F32)?, k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?);
         let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
-        let scores = if s == 1 { scores } else { causal_mask(&scores, past)? };
+        let scores = if s == 1 { scores } else { self.masked(&scores, past)? };
         let attn = softmax_last_dim(&scores)?.matmul(&v.contiguous()?)?.to_dtype(DType::BF16)?;
         let attn = attn.transpose(1, 2)?.reshape((b, s, e))?;
         let x1 = (self.o.forward(&attn)? + x)?;
@@ -231,6 +238,28 @@ impl Layer {
     }
 }
 
+impl Layer {
+    /// `scores` with key `j` masked for query `i` where `j > i + past` (bottom-right causal), with
+    /// `-inf`; the mask is made once per shape.
+    fn masked(&self, scores: &Tensor, past: usize) -> Result<Tensor> {
+        let (s, skv) = (scores.dim(D::Minus2)?, scores.dim(D::Minus1)?);
+        let mask = {
+            let mut masks = self.masks.lock().unwrap_or_else(PoisonError::into_inner);
+            match masks.get(&(s, skv)) {
+                Some(mask) => mask.clone(),
+                None => {
+                    let mask: Vec<u8> = (0..s).flat_map(|i| (0..skv).map(move |j| u8::from(j > i + past))).collect();
+                    let mask = Tensor::from_vec(mask, (s, skv), scores.device())?;
+                    masks.insert((s, skv), mask.clone());
+                    mask
+                }
+            }
+        };
+        let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?.broadcast_as(scores.shape())?;
+        mask.broadcast_as(scores.shape())?.where_cond(&neg_inf, scores)
+    }
+}
+
 /// A bf16 tensor of `dims` with values of standard deviation `std` (uniform, from a fixed-seed
 /// xorshift: candle's CPU generator cannot be seeded).
 pub fn random(dims: &[usize], std: f32, seed: u64, device: &Device) -> Result<Tensor> {
@@ -261,13 +290,4 @@ fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
     }
     let (b, hkv, s, d) = x.dims4()?;
     Tensor::cat(&vec![x; n_rep], 2)?.reshape((b, hkv * n_rep, s, d))
-}
-
-/// Masks key `j` for query `i` where `j > i + past` (bottom-right causal), with `-inf`.
-fn causal_mask(scores: &Tensor, past: usize) -> Result<Tensor> {
-    let (s, skv) = (scores.dim(D::Minus2)?, scores.dim(D::Minus1)?);
-    let mask: Vec<u8> = (0..s).flat_map(|i| (0..skv).map(move |j| u8::from(j > i + past))).collect();
-    let mask = Tensor::from_vec(mask, (s, skv), scores.device())?.broadcast_as(scores.shape())?;
-    let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?.broadcast_as(scores.shape())?;
-    mask.where_cond(&neg_inf, scores)
 }
