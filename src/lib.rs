@@ -47,6 +47,40 @@ pub use cudnn_runtime::engines;
 
 pub mod env_report;
 
+/// What every [`graph!`] type is, for code generic over graph types: framework adapters such as
+/// `cudnn-graph-candle`, caches keyed by graph type and runtime dims. The macro implements it
+/// with the type's own items (`Name::NAME`, `Name::graph`, ...), which `docs/generated.md`
+/// describes.
+///
+/// ```
+/// use cudnn_graph::{graph, GraphType};
+///
+/// graph! {
+///     pub Scale<dyn N>(x: f32[N]) -> (y: f32[N]) {
+///         y = mul(x, x);
+///     }
+/// }
+///
+/// fn describe<G: GraphType>(g: &G) -> String {
+///     format!("{} ({}): {} tensors", G::NAME, g.binding(), g.graph().map(|g| g.tensors.len()).unwrap_or(0))
+/// }
+/// assert_eq!(describe(&Scale::new(4)), "Scale (N = 4): 2 tensors");
+/// ```
+pub trait GraphType: Copy + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static {
+    /// The graph's name.
+    const NAME: &'static str;
+    /// The structural fingerprint of the graph type, computed at expansion.
+    const FINGERPRINT: u64;
+    /// Whether the graph declares `#[fuse(single)]`: its plans must be one cuDNN kernel.
+    const SINGLE_KERNEL: bool;
+    /// The graph IR with every dim concrete, validated.
+    fn graph(&self) -> Result<Graph, ArgError>;
+    /// The runtime-dim binding as text (`M = 3`), for errors and cache keys.
+    fn binding(&self) -> String;
+    /// The runtime dims by name, in declaration order (`[("M", 3)]`).
+    fn runtime_dims(&self) -> Vec<(&'static str, usize)>;
+}
+
 /// Where the plan of a `graph!` type's `build_cached` came from.
 #[cfg(feature = "cudnn")]
 #[derive(Debug, Clone)]
@@ -79,6 +113,7 @@ macro_rules! __if_cudnn {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::__if_cudnn as if_cudnn;
+    pub use crate::GraphType;
     pub use cudnn_runtime::ops::AttrValue;
     pub use cudnn_runtime::reference::{run_arrays, Array, HostSlice};
     pub use cudnn_runtime::shape_class::{Buckets, ClassError, ShapeClass};

@@ -41,6 +41,18 @@ impl From<crate::backend::BackendError> for Error {
 }
 
 #[cfg(feature = "cudnn")]
+impl From<cudarc::driver::DriverError> for Error {
+    /// A failed CUDA driver call made through cudarc (an allocation or copy by the caller, a
+    /// framework's stream) is a [`Error::Backend`] one, [`BackendError::Driver`](crate::backend::BackendError::Driver).
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        Error::Backend(crate::backend::BackendError::Driver {
+            call: "a CUDA driver call (cudarc)",
+            message: e.to_string(),
+        })
+    }
+}
+
+#[cfg(feature = "cudnn")]
 impl From<crate::cudnn::CudnnError> for Error {
     /// A failure of the cuDNN layer is a [`Error::Backend`] one.
     fn from(e: crate::cudnn::CudnnError) -> Self {

@@ -236,6 +236,8 @@ impl<'a> Gen<'a> {
         let (classes_ty, classes) = self.shape_classes();
         let index: Vec<usize> = (0..runtime.len()).collect();
         let reference_body = self.stub_or(|| bodies::reference_body(self.ck, outputs_ty));
+        let single_kernel = matches!(self.ck.fusion, crate::check::Fusion::Single);
+        let runtime_strs = &self.runtime_strs;
         quote! {
             #[allow(non_snake_case, clippy::too_many_arguments, clippy::needless_update)]
             impl #generics_decl #name #generics_use {
@@ -298,6 +300,22 @@ impl<'a> Gen<'a> {
                 /// Runs the graph on the CPU reference engine.
                 pub fn reference(&self, inputs: #inputs_ty<'_>) -> ::core::result::Result<#outputs_ty, #p::ArgError> {
                     #reference_body
+                }
+            }
+
+            // For code generic over graph types (framework adapters): forwards to the items above.
+            impl #generics_decl #p::GraphType for #name #generics_use {
+                const NAME: &'static str = Self::NAME;
+                const FINGERPRINT: u64 = Self::FINGERPRINT;
+                const SINGLE_KERNEL: bool = #single_kernel;
+                fn graph(&self) -> ::core::result::Result<#p::Graph, #p::ArgError> {
+                    Self::graph(self)
+                }
+                fn binding(&self) -> ::std::string::String {
+                    Self::binding(self)
+                }
+                fn runtime_dims(&self) -> ::std::vec::Vec<(&'static str, usize)> {
+                    ::std::vec![#((#runtime_strs, self.#runtime)),*]
                 }
             }
         }

@@ -1,7 +1,14 @@
 //! Loading checks. cudarc opens libcudnn and libcuda lazily and *panics* when one is missing; every
 //! entry point of this layer calls these checks first, so a missing library is a
 //! [`CudnnError::LibraryMissing`], never a panic.
+//!
+//! The checks are our own (`libloading`, which cudarc depends on in every mode): cudarc's
+//! `is_culib_present` and `culib` exist only when cudarc loads dynamically, and cudarc may link
+//! instead, when another crate of the build asks for `dynamic-linking` (candle-core's `cuda` does)
+//! or when the `dynamic-linking` feature of this crate does. Linked, both libraries were loaded at
+//! process start (a missing one stops the process before `main`), and these checks find them.
 
+use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
 use std::sync::OnceLock;
 
 use cudarc::cudnn::sys;
@@ -35,18 +42,39 @@ pub(crate) fn require_cudnn() -> Result<usize, CudnnError> {
 pub(super) fn cudnn_version() -> Option<usize> {
     static VERSION: OnceLock<Option<usize>> = OnceLock::new();
     *VERSION.get_or_init(|| {
-        // SAFETY: `is_culib_present` only tries to dlopen the candidate names (running the
-        // library's initialisers, which loading cuDNN requires anyway) and closes them again;
-        // once it is present, cudarc's loader finds it and `cudnnGetVersion` takes no arguments.
-        unsafe { sys::is_culib_present().then(|| sys::cudnnGetVersion()) }
+        // SAFETY: once a candidate opens, cudarc's loader (which tries these names among others)
+        // finds a libcudnn rather than panicking, and a linked cudarc has it loaded already;
+        // `cudnnGetVersion` takes no arguments.
+        open_any("cudnn", &["9"]).is_some().then(|| unsafe { sys::cudnnGetVersion() })
     })
 }
 
 /// Whether libcuda (the driver, or the CI stand-in) can be opened. Looked up once per process.
 pub(super) fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: as in `cudnn_version`.
-    *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
+    *PRESENT.get_or_init(|| open_driver().is_some())
+}
+
+/// Opens libcuda (the driver, or the CI stand-in) by the names cudarc's loader tries first, for
+/// looking its symbols up; `None` when none opens.
+pub(super) fn open_driver() -> Option<libloading::Library> {
+    open_any("cuda", &["1"]).or_else(|| open_any("nvcuda", &[]))
+}
+
+/// Opens the first of `lib`'s candidate file names that loads, in the order cudarc's loader tries
+/// them: `libcudnn.so`, `libcudnn64_9.so`, `libcudnn.so.9` for `("cudnn", ["9"])` on Linux
+/// (`cudnn.dll`, `cudnn64_9.dll` on Windows). Every candidate is one that cudarc tries too, so
+/// whenever this finds a library, cudarc finds one instead of panicking.
+fn open_any(lib: &str, sonames: &[&str]) -> Option<libloading::Library> {
+    let plain = format!("{DLL_PREFIX}{lib}{DLL_SUFFIX}");
+    let windows = sonames.iter().map(|v| format!("{DLL_PREFIX}{lib}64_{v}{DLL_SUFFIX}"));
+    let versioned = sonames.iter().map(|v| format!("{DLL_PREFIX}{lib}{DLL_SUFFIX}.{v}"));
+    std::iter::once(plain).chain(windows).chain(versioned).find_map(|name| {
+        // SAFETY: loading a library runs its initialisers, which using it needs anyway; the
+        // handle is dropped by the caller (the library stays loaded while cudarc or cuDNN holds
+        // it, or while the process was linked against it).
+        unsafe { libloading::Library::new(&name) }.ok()
+    })
 }
 
 /// Checks that libcuda (the driver, or the CI stand-in) can be opened. cuDNN opens it itself, even

@@ -90,12 +90,11 @@ fn succeeded(result: cu::CUresult) -> bool {
 }
 
 fn probe_driver() -> DriverProbe {
-    if !library::driver_present() {
+    // The copy cudarc's loader opens (the same candidates, in its order), or the one the process
+    // was linked against.
+    let Some(lib) = library::open_driver() else {
         return DriverProbe::Missing;
-    }
-    // SAFETY: libcuda can be opened (checked above), so cudarc's loader opens it rather than
-    // panicking.
-    let lib = unsafe { cu::culib() };
+    };
     let lacks: Vec<&'static str> = DRIVER_CALLS
         .into_iter()
         // SAFETY: only looks the symbol up (as a pointer, never called here).

@@ -1,0 +1,293 @@
+//! A Llama-style decoder layer (RMSNorm, Q/K/V projections, rotary embedding, causal
+//! grouped-query attention over a KV cache, SwiGLU MLP, residuals), written twice on the same
+//! weights: [`Layer::forward_candle`], candle's own implementation (candle-nn's `Linear`,
+//! `rms_norm`, `rope` and `softmax_last_dim`, as candle-transformers' Llama does it), and
+//! [`Layer::forward_graphs`], where the projections with their epilogues and the attention are
+//! cudnn-graph types run through [`Runner`]. RMSNorm and the rotary embedding are candle's in both.
+//!
+//! Shared by `examples/llama_layer.rs`, `examples/llama_bench.rs` and the crate's tests.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_nn::ops::{rms_norm, softmax_last_dim};
+use candle_nn::rotary_emb::{rope, rope_thd};
+use candle_nn::Linear;
+use cudnn_graph::graph;
+use cudnn_graph_candle::Runner;
+
+graph! {
+    /// The Q, K and V projections of `x` (weights in candle's `[out, in]` layout, seen as
+    /// `[in, out]`): three GEMMs of one graph.
+    pub Qkv<dyn T, dyn E, dyn HD, dyn KD>(
+        x: bf16[1, T, E],
+        wq: bf16[1, E, HD] order [0, 2, 1],
+        wk: bf16[1, E, KD] order [0, 2, 1],
+        wv: bf16[1, E, KD] order [0, 2, 1],
+    ) -> (q: bf16[1, T, HD], k: bf16[1, T, KD], v: bf16[1, T, KD]) {
+        q = matmul(x, wq);
+        k = matmul(x, wk);
+        v = matmul(x, wv);
+    }
+
+    /// Causal grouped-query attention on candle's `[B, S, H, D]` activations, seen as
+    /// `[B, H, S, D]`. The last query sees every key (bottom-right), so one graph serves prefill
+    /// (`SQ = SKV`) and decode after a KV cache (`SQ = 1`).
+    pub Attention<dyn B, dyn H, dyn HKV, dyn SQ, dyn SKV, dyn DH>(
+        q: bf16[B, H, SQ, DH] order [0, 2, 1, 3],
+        k: bf16[B, HKV, SKV, DH] order [0, 2, 1, 3],
+        v: bf16[B, HKV, SKV, DH] order [0, 2, 1, 3],
+    ) -> (o: bf16[B, H, SQ, DH] order [0, 2, 1, 3]) {
+        o = sdpa(q, k, v, causal = true, alignment = bottom_right);
+    }
+
+    /// A projection with the residual added in the GEMM's epilogue: `y = x · wᵀ + r`.
+    pub ProjResidual<dyn T, dyn IN, dyn OUT>(
+        x: bf16[1, T, IN],
+        w: bf16[1, IN, OUT] order [0, 2, 1],
+        r: bf16[1, T, OUT],
+    ) -> (y: bf16[1, T, OUT]) {
+        y = add(matmul(x, w), r);
+    }
+
+    /// The SwiGLU MLP's first half, the activation in the GEMMs' epilogues:
+    /// `silu(x · w_gateᵀ) * (x · w_upᵀ)`.
+    pub SwiGlu<dyn T, dyn E, dyn F>(
+        x: bf16[1, T, E],
+        wg: bf16[1, E, F] order [0, 2, 1],
+        wu: bf16[1, E, F] order [0, 2, 1],
+    ) -> (h: bf16[1, T, F]) {
+        h = mul(swish(matmul(x, wg)), matmul(x, wu));
+    }
+}
+
+/// The layer's sizes.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Hidden size `E`.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (grouped-query attention: `heads % kv_heads == 0`).
+    pub kv_heads: usize,
+    /// The MLP's inner size.
+    pub intermediate: usize,
+    /// RMSNorm's epsilon.
+    pub eps: f32,
+    /// The rotary embedding's base.
+    pub rope_theta: f32,
+}
+
+impl Config {
+    /// Llama 3 8B's layer: E = 4096, 32 heads over 8 KV heads of 128, MLP 14336.
+    pub const LLAMA3_8B: Config =
+        Config { hidden: 4096, heads: 32, kv_heads: 8, intermediate: 14336, eps: 1e-5, rope_theta: 500000.0 };
+
+    /// The head size.
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+}
+
+/// A KV cache: keys and values of the past positions, in the layout each implementation keeps
+/// (candle's `[B, HKV, P, D]`, the graphs' `[B, P, HKV, D]`).
+#[derive(Debug, Clone)]
+pub struct Cache {
+    /// Keys.
+    pub k: Tensor,
+    /// Values.
+    pub v: Tensor,
+}
+
+/// The layer's weights (candle's `[out, in]` layout, bf16) and, for the graphs, the same tensors
+/// seen as `[1, in, out]` (views, no copies).
+pub struct Layer {
+    /// Sizes.
+    pub cfg: Config,
+    attn_norm: Tensor,
+    mlp_norm: Tensor,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    /// candle's causal masks by (queries, keys), made once each, as candle-transformers' Llama
+    /// keeps them.
+    masks: Mutex<HashMap<(usize, usize), Tensor>>,
+}
+
+/// `w` (`[out, in]`) as the graphs' `[1, in, out]` port: a transposed view.
+fn as_port(w: &Linear) -> Result<Tensor> {
+    w.weight().t()?.unsqueeze(0)
+}
+
+impl Layer {
+    /// Random weights (scaled like an initialised layer, so activations stay O(1)) on `device`.
+    pub fn random(cfg: Config, device: &Device, seed: u64) -> Result<Self> {
+        let (e, d) = (cfg.hidden, cfg.head_dim());
+        let linear = |out: usize, inp: usize, k: u64| -> Result<Linear> {
+            Ok(Linear::new(random(&[out, inp], 1.0 / (inp as f32).sqrt(), seed * 16 + k, device)?, None))
+        };
+        let norm = |k: u64| -> Result<Tensor> { random(&[e], 0.1, seed * 16 + k, device)? + 1.0 };
+        Ok(Layer {
+            cfg,
+            attn_norm: norm(0)?,
+            mlp_norm: norm(1)?,
+            q: linear(cfg.heads * d, e, 2)?,
+            k: linear(cfg.kv_heads * d, e, 3)?,
+            v: linear(cfg.kv_heads * d, e, 4)?,
+            o: linear(e, cfg.heads * d, 5)?,
+            gate: linear(cfg.intermediate, e, 6)?,
+            up: linear(cfg.intermediate, e, 7)?,
+            down: linear(e, cfg.intermediate, 8)?,
+            masks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The rotary tables for positions `start..start + len`, `[len, D / 2]` each (cos, sin), as
+    /// candle-transformers' Llama makes them.
+    pub fn rope_tables(&self, start: usize, len: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+        let d = self.cfg.head_dim();
+        let inv_freq: Vec<f32> =
+            (0..d).step_by(2).map(|i| 1.0 / self.cfg.rope_theta.powf(i as f32 / d as f32)).collect();
+        let inv_freq = Tensor::from_vec(inv_freq, (1, d / 2), device)?;
+        let positions = Tensor::arange(start as u32, (start + len) as u32, device)?.to_dtype(DType::F32)?;
+        let freqs = positions.reshape((len, 1))?.matmul(&inv_freq)?;
+        Ok((freqs.cos()?.to_dtype(DType::BF16)?, freqs.sin()?.to_dtype(DType::BF16)?))
+    }
+
+    /// A random KV cache of `past` positions for batch `b`, in both layouts (candle's, the graphs').
+    pub fn random_cache(&self, b: usize, past: usize, device: &Device) -> Result<(Cache, Cache)> {
+        let (hkv, d) = (self.cfg.kv_heads, self.cfg.head_dim());
+        let k = random(&[b, past, hkv, d], 1.0, 11, device)?;
+        let v = random(&[b, past, hkv, d], 1.0, 12, device)?;
+        let candle = Cache { k: k.transpose(1, 2)?.contiguous()?, v: v.transpose(1, 2)?.contiguous()? };
+        Ok((candle, Cache { k, v }))
+    }
+
+    /// candle's own layer: `x` `[B, S, E]` at positions `past..past + S` (`cos`, `sin` from
+    /// [`Layer::rope_tables`]), after `cache` (`[B, HKV, P, D]`) if any.
+    pub fn forward_candle(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, cache: Option<&Cache>) -> Result<Tensor> {
+        let (b, s, e) = x.dims3()?;
+        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
+        let n = rms_norm(x, &self.attn_norm, self.cfg.eps)?;
+        let q = self.q.forward(&n)?.reshape((b, s, h, d))?.transpose(1, 2)?.contiguous()?;
+        let k = self.k.forward(&n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?.contiguous()?;
+        let v = self.v.forward(&n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?;
+        let q = rope(&q, cos, sin)?;
+        let k = rope(&k, cos, sin)?;
+        let (k, v) = match cache {
+            Some(c) => (Tensor::cat(&[&c.k, &k], 2)?, Tensor::cat(&[&c.v, &v], 2)?),
+            None => (k, v.contiguous()?),
+        };
+        let past = k.dim(2)? - s;
+        let k = repeat_kv(&k, h / hkv)?;
+        let v = repeat_kv(&v, h / hkv)?;
+        // Attention in f32, as candle-transformers' Llama computes it.
+        let (q, k, v) = (q.to_dtype(DType::F32)?, k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?);
+        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+        let scores = if s == 1 { scores } else { self.masked(&scores, past)? };
+        let attn = softmax_last_dim(&scores)?.matmul(&v.contiguous()?)?.to_dtype(DType::BF16)?;
+        let attn = attn.transpose(1, 2)?.reshape((b, s, e))?;
+        let x1 = (self.o.forward(&attn)? + x)?;
+        let n2 = rms_norm(&x1, &self.mlp_norm, self.cfg.eps)?;
+        let mlp = (candle_nn::ops::silu(&self.gate.forward(&n2)?)? * self.up.forward(&n2)?)?;
+        self.down.forward(&mlp)? + x1
+    }
+
+    /// The same layer with cudnn-graph types: `cache` in `[B, P, HKV, D]`.
+    pub fn forward_graphs(
+        &self,
+        runner: &Runner,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        cache: Option<&Cache>,
+    ) -> Result<Tensor> {
+        let (b, s, e) = x.dims3()?;
+        let (h, hkv, d, f) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim(), self.cfg.intermediate);
+        let t = b * s;
+        let n = rms_norm(x, &self.attn_norm, self.cfg.eps)?.reshape((1, t, e))?;
+        let [q, k, v] = outputs(runner.run(
+            &Qkv::new(t, e, h * d, hkv * d),
+            &[&n, &as_port(&self.q)?, &as_port(&self.k)?, &as_port(&self.v)?],
+        )?)?;
+        let q = rope_thd(&q.reshape((b, s, h, d))?, cos, sin)?;
+        let k = rope_thd(&k.reshape((b, s, hkv, d))?, cos, sin)?;
+        let v = v.reshape((b, s, hkv, d))?;
+        let (k, v) = match cache {
+            Some(c) => (Tensor::cat(&[&c.k, &k], 1)?, Tensor::cat(&[&c.v, &v], 1)?),
+            None => (k, v),
+        };
+        let skv = k.dim(1)?;
+        let [o] = outputs(runner.run(
+            &Attention::new(b, h, hkv, s, skv, d),
+            &[&q.transpose(1, 2)?, &k.transpose(1, 2)?, &v.transpose(1, 2)?],
+        )?)?;
+        // `o` is `[B, H, S, D]` over `[B, S, H, D]` storage: back to `[1, T, E]` without a copy.
+        let o = o.transpose(1, 2)?.reshape((1, t, e))?;
+        let [x1] =
+            outputs(runner.run(&ProjResidual::new(t, e, e), &[&o, &as_port(&self.o)?, &x.reshape((1, t, e))?])?)?;
+        let n2 = rms_norm(&x1, &self.mlp_norm, self.cfg.eps)?;
+        let [mlp] = outputs(runner.run(&SwiGlu::new(t, e, f), &[&n2, &as_port(&self.gate)?, &as_port(&self.up)?])?)?;
+        let [y] = outputs(runner.run(&ProjResidual::new(t, f, e), &[&mlp, &as_port(&self.down)?, &x1])?)?;
+        y.reshape((b, s, e))
+    }
+}
+
+impl Layer {
+    /// `scores` with key `j` masked for query `i` where `j > i + past` (bottom-right causal), with
+    /// `-inf`; the mask is made once per shape.
+    fn masked(&self, scores: &Tensor, past: usize) -> Result<Tensor> {
+        let (s, skv) = (scores.dim(D::Minus2)?, scores.dim(D::Minus1)?);
+        let mask = {
+            let mut masks = self.masks.lock().unwrap_or_else(PoisonError::into_inner);
+            match masks.get(&(s, skv)) {
+                Some(mask) => mask.clone(),
+                None => {
+                    let mask: Vec<u8> = (0..s).flat_map(|i| (0..skv).map(move |j| u8::from(j > i + past))).collect();
+                    let mask = Tensor::from_vec(mask, (s, skv), scores.device())?;
+                    masks.insert((s, skv), mask.clone());
+                    mask
+                }
+            }
+        };
+        let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?.broadcast_as(scores.shape())?;
+        mask.broadcast_as(scores.shape())?.where_cond(&neg_inf, scores)
+    }
+}
+
+/// A bf16 tensor of `dims` with values of standard deviation `std` (uniform, from a fixed-seed
+/// xorshift: candle's CPU generator cannot be seeded).
+pub fn random(dims: &[usize], std: f32, seed: u64, device: &Device) -> Result<Tensor> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let n: usize = dims.iter().product();
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Uniform on [-√3, √3): standard deviation 1.
+            ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * 3f32.sqrt() * std
+        })
+        .collect();
+    Tensor::from_vec(values, dims, device)?.to_dtype(DType::BF16)
+}
+
+/// A graph's outputs as an array (the graphs above declare how many).
+fn outputs<const N: usize>(tensors: Vec<Tensor>) -> Result<[Tensor; N]> {
+    let found = tensors.len();
+    tensors.try_into().map_err(|_| candle_core::Error::msg(format!("expected {N} outputs, got {found}")))
+}
+
+/// candle-transformers' `repeat_kv`: each KV head repeated for its `n_rep` query heads.
+fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
+    if n_rep == 1 {
+        return Ok(x.clone());
+    }
+    let (b, hkv, s, d) = x.dims4()?;
+    Tensor::cat(&vec![x; n_rep], 2)?.reshape((b, hkv * n_rep, s, d))
+}

@@ -1,0 +1,239 @@
+//! # cudnn-graph-candle
+//!
+//! Runs every [`graph!`](cudnn_graph::graph) type on [candle](https://docs.rs/candle-core)
+//! tensors: CPU tensors through cudnn-graph's CPU reference engine, CUDA tensors (feature `cuda`)
+//! through cuDNN on the tensor's own device and stream. Outputs are allocated by candle; plans are
+//! built once per (graph type, runtime dims, device) and kept.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use cudnn_graph::graph;
+//! use cudnn_graph_candle::Runner;
+//!
+//! graph! {
+//!     /// y = relu(x · w + b)
+//!     pub Dense<const IN: usize, const OUT: usize, dyn T>(
+//!         x: f32[1, T, IN],
+//!         w: f32[1, IN, OUT],
+//!         b: f32[1, 1, OUT],
+//!     ) -> (y: f32[1, T, OUT]) {
+//!         y = relu(add(matmul(x, w), b));
+//!     }
+//! }
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let runner = Runner::new();
+//! let x = Tensor::new(&[[[1f32, 2.0], [3.0, -4.0]]], &Device::Cpu)?;
+//! let w = Tensor::new(&[[[1f32, 0.0, 1.0], [0.0, 1.0, 1.0]]], &Device::Cpu)?;
+//! let b = Tensor::new(&[[[0f32, 0.0, -1.0]]], &Device::Cpu)?;
+//! let [y] = runner.run(&Dense::<2, 3>::new(2), &[&x, &w, &b])?.try_into().unwrap();
+//! assert_eq!(y.to_vec3::<f32>()?, [[[1.0, 2.0, 2.0], [3.0, 0.0, 0.0]]]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## What a tensor must be
+//!
+//! Inputs are passed in the graph's input order (its declaration order). Each must have the
+//! port's dims and element type, be on the first input's device, and have the port's strides:
+//! a contiguous tensor for a row-major port (any storage offset: a narrowed tensor works in
+//! place). A transposed or otherwise strided view is refused by name
+//! ([`AdapterError::Layout`]), never copied silently: call `.contiguous()` if you want the copy.
+//! Every mismatch is a candle error whose message names the graph and the port. Element types:
+//! `f32`, `f64`, `f16`, `bf16`, `u8`, `i32`, `i64` (candle has no `bool`, `i8` or fp8 e5m2 tensors).
+//!
+//! ## CUDA
+//!
+//! With the `cuda` feature (which enables candle-core's `cuda`), a graph on CUDA tensors is
+//! planned with cuDNN for the tensors' device (through a cudnn-graph `PlanCache`,
+//! in memory or on disk: `Runner::with_plan_cache`) and enqueued on candle's stream for that
+//! device; its workspace is kept per device. candle-core links cudarc (`dynamic-linking`), so a
+//! process using it needs libcudnn at start; `docs/frameworks.md` explains the linking modes.
+
+#![warn(missing_docs)]
+
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod error;
+mod ports;
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use candle_core::{Device, Tensor};
+use cudnn_graph::{Graph, GraphType};
+
+pub use error::AdapterError;
+use ports::Port;
+
+/// Runs `graph!` types on candle tensors, keeping what each (graph type, runtime dims, device)
+/// needs: the graph's IR and ports, and on CUDA its plan. `Send + Sync`: one runner serves every
+/// thread.
+pub struct Runner {
+    /// Per graph type (by `TypeId`), a `HashMap<(G, DeviceKey), Arc<Prepared>>`.
+    prepared: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    #[cfg(feature = "cuda")]
+    cuda: cuda::Devices,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let types = self.prepared.lock().map(|m| m.len()).unwrap_or_default();
+        f.debug_struct("Runner").field("graph_types", &types).finish_non_exhaustive()
+    }
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Where a graph runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum DeviceKey {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(candle_core::cuda_backend::DeviceId),
+}
+
+/// What running one graph value on one device needs, made once.
+pub(crate) struct Prepared {
+    pub(crate) graph: Graph,
+    pub(crate) inputs: Vec<Port>,
+    pub(crate) outputs: Vec<Port>,
+    /// For each output, the order its dims are allocated in (`Port::packed_order`).
+    pub(crate) output_orders: Vec<Vec<usize>>,
+    #[cfg(feature = "cuda")]
+    pub(crate) plan: Option<Arc<cudnn_graph::backend::ExecutionPlan>>,
+}
+
+type PerType<G> = HashMap<(G, DeviceKey), Arc<Prepared>>;
+
+/// Which engine `device` is: the CPU, a CUDA device (with the `cuda` feature), or unsupported.
+fn device_key<G: GraphType>(device: &Device) -> Result<DeviceKey, AdapterError> {
+    match device {
+        Device::Cpu => Ok(DeviceKey::Cpu),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(cuda) => Ok(DeviceKey::Cuda(cuda.id())),
+        #[allow(unreachable_patterns)]
+        other => Err(AdapterError::UnsupportedDevice {
+            graph: G::NAME.to_string(),
+            device: format!("{:?}", other.location()),
+            hint: if other.is_cuda() { ": build cudnn-graph-candle with its `cuda` feature" } else { "" },
+        }),
+    }
+}
+
+impl Runner {
+    /// A runner with no plans yet; CUDA plans are kept in memory
+    /// (`PlanCache::in_memory`) and built with the default `BuildOptions`.
+    pub fn new() -> Self {
+        Runner {
+            prepared: Mutex::new(HashMap::new()),
+            #[cfg(feature = "cuda")]
+            cuda: cuda::Devices::new(
+                cudnn_graph::engines::PlanCache::in_memory(),
+                cudnn_graph::backend::BuildOptions::default(),
+            ),
+        }
+    }
+
+    /// A runner whose CUDA plans come from `cache` (a directory cache makes a warm start of a new
+    /// process load its plans instead of building them) and are built with `options` (with
+    /// `fusion` forced to one kernel for a graph declaring `#[fuse(single)]`).
+    #[cfg(feature = "cuda")]
+    pub fn with_plan_cache(
+        cache: cudnn_graph::engines::PlanCache,
+        options: cudnn_graph::backend::BuildOptions,
+    ) -> Self {
+        Runner { prepared: Mutex::new(HashMap::new()), cuda: cuda::Devices::new(cache, options) }
+    }
+
+    /// Runs `graph` on `inputs` (in the graph's input order) and returns its outputs (in its
+    /// output order), on the inputs' device. See the crate docs for what each tensor must be.
+    pub fn run<G: GraphType>(&self, graph: &G, inputs: &[&Tensor]) -> candle_core::Result<Vec<Tensor>> {
+        let device = inputs.first().map_or(Device::Cpu, |t| t.device().clone());
+        let key = device_key::<G>(&device)?;
+        let prepared = self.prepared(graph, key, &device)?;
+        let name = &prepared.graph.name;
+        if inputs.len() != prepared.inputs.len() {
+            return Err(AdapterError::InputCount {
+                graph: name.clone(),
+                expected: prepared.inputs.len(),
+                ports: prepared.inputs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+                found: inputs.len(),
+            }
+            .into());
+        }
+        let mut offsets = Vec::with_capacity(inputs.len());
+        for (port, tensor) in prepared.inputs.iter().zip(inputs) {
+            if !tensor.device().same_device(&device) {
+                return Err(AdapterError::Device {
+                    graph: name.clone(),
+                    port: port.name.clone(),
+                    expected: format!("{:?}", device.location()),
+                    found: format!("{:?}", tensor.device().location()),
+                }
+                .into());
+            }
+            offsets.push(port.check(name, tensor)?);
+        }
+        match key {
+            DeviceKey::Cpu => cpu::run(&prepared, inputs, &offsets),
+            #[cfg(feature = "cuda")]
+            DeviceKey::Cuda(_) => self.cuda.run(&prepared, &device, inputs, &offsets),
+        }
+    }
+
+    /// The prepared graph for `graph` on `key`, made on first use.
+    fn prepared<G: GraphType>(
+        &self,
+        graph: &G,
+        key: DeviceKey,
+        device: &Device,
+    ) -> Result<Arc<Prepared>, AdapterError> {
+        // The entry for `TypeId::of::<G>()` is only ever a `PerType<G>`.
+        let found = self
+            .prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&TypeId::of::<G>())
+            .and_then(|m| m.downcast_ref::<PerType<G>>())
+            .and_then(|m| m.get(&(*graph, key)).cloned());
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        // Made without the lock held: planning takes a while, and other graphs may run meanwhile.
+        let made = Arc::new(self.prepare(graph, device)?);
+        let mut map = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
+        let per_type = map.entry(TypeId::of::<G>()).or_insert_with(|| Box::new(PerType::<G>::new()));
+        match per_type.downcast_mut::<PerType<G>>() {
+            Some(m) => Ok(m.entry((*graph, key)).or_insert(made).clone()),
+            None => Ok(made),
+        }
+    }
+
+    fn prepare<G: GraphType>(&self, graph: &G, device: &Device) -> Result<Prepared, AdapterError> {
+        let ir = graph.graph()?;
+        let (inputs, outputs) = ports::ports(&ir)?;
+        let output_orders = outputs.iter().map(|p| p.packed_order(&ir.name)).collect::<Result<_, _>>()?;
+        #[cfg(feature = "cuda")]
+        let plan = match device {
+            Device::Cuda(cuda) => Some(self.cuda.plan(graph, &ir, cuda)?),
+            _ => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let _ = device;
+        Ok(Prepared {
+            graph: ir,
+            inputs,
+            outputs,
+            output_orders,
+            #[cfg(feature = "cuda")]
+            plan,
+        })
+    }
+}
