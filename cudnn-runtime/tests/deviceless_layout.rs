@@ -86,7 +86,7 @@ fn slices_of_graph_inputs_plan_as_pointer_offsets() {
     let s = g.op("slice", &[a.into()], &attrs).unwrap()[0];
     g.output(s, "s", F16).unwrap();
     let e = ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()).unwrap_err();
-    assert!(e.to_string().contains("Y must feed another op"), "{e}");
+    assert!(e.to_string().contains("Y must feed another op; `s` is a graph output, delivered packed"), "{e}");
 }
 
 /// Declares `ports` channels-last, as cuDNN's fused convolution engines want them.
@@ -204,4 +204,50 @@ fn concatenations() {
         },
         "is computed by a relu, not a conv_fprop",
     );
+}
+
+/// A view whose output is a graph output: the port is packed like every other (the builder gives
+/// it no view strides), so delivering it is a copy, and cuDNN 9.19 has no operation that copies
+/// a view (no slice operation, no engine for a reshape or transpose). Each form stops at a typed
+/// error before anything runs: the slice's names the node, a transpose's or a reshape's is
+/// `NoPlan` (the whole graph's, after the partitioner's split into the computing part and the
+/// view found no plan either). None delivers a strided buffer.
+#[test]
+fn a_view_output_port_is_packed_and_cudnn_9_19_cannot_copy_it() {
+    let Some(cudnn) = deviceless() else { return };
+    use DataType::{F16, F32};
+    let slice = [
+        ("start".to_string(), AttrValue::IntList(vec![0, 0, 16])),
+        ("limit".to_string(), AttrValue::IntList(vec![2, 64, 48])),
+    ];
+    let cases = [
+        ("slice_alone", "slice", slice.to_vec(), false, [2, 64, 32]),
+        ("transpose_alone", "transpose", ints("permutation", &[0, 2, 1]), false, [2, 64, 64]),
+        ("reshape_of_input", "reshape", ints("shape", &[2, 32, 128]), false, [2, 32, 128]),
+        ("slice_of_relu", "slice", slice.to_vec(), true, [2, 64, 32]),
+        ("transpose_of_relu", "transpose", ints("permutation", &[0, 2, 1]), true, [2, 64, 64]),
+    ];
+    for (name, op, attrs, computed, y_dims) in cases {
+        let mut g = GraphBuilder::new(name);
+        let x = g.input("x", F16, &[2, 64, 64]).unwrap();
+        let x = if computed { g.op("relu", &[x.into()], &[]).unwrap()[0] } else { x };
+        let y = g.op(op, &[x.into()], &attrs).unwrap()[0];
+        // A view keeps its input's type: the relu's f32 intermediate.
+        let y = g.output(y, "y", if computed { F32 } else { F16 }).unwrap();
+        let graph = g.build().unwrap();
+        let port = graph.tensor(y);
+        assert_eq!(port.dims, y_dims, "{name}");
+        assert_eq!(port.strides, cudnn_runtime::dim::packed_strides(&y_dims), "{name}: the port is packed");
+        assert_eq!(port.storage_len() as i64, y_dims.iter().product::<i64>(), "{name}");
+        let e = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap_err();
+        println!("{name}: {e}");
+        if op == "slice" {
+            let slice_node = graph.nodes.last().map(|n| n.name.clone()).unwrap_or_default();
+            assert!(matches!(&e, BackendError::Unsupported { node, .. } if *node == slice_node), "{name}: {e:?}");
+            let cause = if computed { "`relu_0` is computed" } else { "`y` is a graph output, delivered packed" };
+            assert!(e.to_string().contains(cause), "{name}: {e}");
+        } else {
+            assert!(matches!(e, BackendError::NoPlan { .. }), "{name}: {e:?}");
+        }
+    }
 }

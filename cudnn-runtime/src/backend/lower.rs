@@ -49,7 +49,11 @@ fn views(graph: &Graph) -> Result<Internals, BackendError> {
         if !y.is_virtual {
             return Err(unsupported(
                 node,
-                format!("cuDNN before 9.22 slices by pointer offset, so Y must feed another op; `{}` is a graph output that nothing would write", y.name),
+                format!(
+                    "cuDNN before 9.22 slices by pointer offset, so Y must feed another op; `{}` is a graph output, \
+                     delivered packed, and no cuDNN 9.19 operation copies a view into it",
+                    y.name
+                ),
             ));
         }
         let offset = slice.offset(&x.strides) as u64 * x.data_type.size_bytes() as u64;
