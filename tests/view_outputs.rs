@@ -2,7 +2,10 @@
 //! its declared layout (packed row-major here), exactly as many elements as its shape holds,
 //! whatever op produced it. A `[2, 3]` slice of a `[2, 4]` input once came back as a 7-element
 //! buffer with a gap (the view's row stride of 4). Checked on the CPU reference through
-//! `graph!`, in the buffer lengths the typed API checks, and in the built graph's strides.
+//! `graph!`, in the buffer lengths the typed API checks, and in the built graph's strides;
+//! deviceless, the plans of the graphs `tests/gpu_ops_layout.rs` runs on the H200.
+
+mod common;
 
 use cudnn_graph::graph;
 
@@ -25,6 +28,17 @@ graph! {
     /// Rows 1..3 of every batch of `x`, merged: a reshape of a strided view.
     pub ReshapeOfSliceOut(x: f32[2, 4, 3]) -> (y: f32[2, 6]) {
         y = reshape(slice(x, start = [0, 1, 0], limit = [2, 3, 3]), shape = [2, 6]);
+    }
+
+    /// `tests/gpu_ops_layout.rs`'s rotation, as the output.
+    pub RotateOut(x: f16[8, 16, 32]) -> (y: f16[32, 8, 16]) {
+        y = transpose(x, permutation = [2, 0, 1]);
+    }
+
+    /// `tests/gpu_ops_layout.rs`'s slice of a matmul, as the output.
+    #[intermediate(f16)]
+    pub MatmulSliceOut(a: f16[2, 64, 64], b: f16[1, 64, 64]) -> (y: f16[2, 64, 32]) {
+        y = slice(matmul(a, b), start = [0, 0, 16], limit = [2, 64, 48]);
     }
 
     /// A slice that is an output and read again.
@@ -80,4 +94,52 @@ fn a_slice_output_read_again_is_packed_and_its_reader_sees_the_values() {
     let out = SliceOutRead::new().reference(SliceOutReadInputs { x: &x }).unwrap();
     assert_eq!(out.y, vec![2.0, 3.0, 4.0, 6.0, 7.0, 8.0]);
     assert_eq!(out.z, vec![4.0, 6.0, 8.0, 12.0, 14.0, 16.0]);
+}
+
+/// What `tests/gpu_ops_layout.rs` runs, planned by deviceless cuDNN 9.19 for the H200: the
+/// rotation as one kernel (the identity copy reading `x` through the view's strides, `x` itself
+/// in no operation), the slice of a matmul as two parts (the matmul's product in the arena, then
+/// the copy), both with packed outputs of their exact element counts, and the two-part plan
+/// run through its memory equal to the reference.
+#[cfg(feature = "cudnn")]
+#[test]
+fn deviceless_plans_of_view_outputs_copy_into_packed_ports() {
+    use cudnn_graph::backend::{BuildOptions, ExecutionPlan};
+    use cudnn_graph::reference::{run_arrays, Array};
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = RotateOut::new().graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    assert_eq!(plan.parts().len(), 1);
+    assert_eq!(plan.layout().io_positions()[0], None, "x is bound only through the view");
+    assert_eq!(plan.layout().views().iter().map(|v| (v.1, v.2)).collect::<Vec<_>>(), [(0, 0)]);
+    let y = graph.tensor(graph.outputs()[0]);
+    assert_eq!((y.strides.clone(), y.storage_len()), (vec![128, 16, 1], 32 * 8 * 16));
+
+    let graph = MatmulSliceOut::new().graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    let ops: Vec<Vec<&str>> =
+        plan.parts().iter().map(|p| p.graph().nodes.iter().map(|n| n.op.call_name()).collect()).collect();
+    assert_eq!(ops, [vec!["matmul"], vec!["slice"]]);
+    let y = graph.tensor(graph.outputs()[0]);
+    assert_eq!((y.strides.clone(), y.storage_len()), (vec![2048, 32, 1], 2 * 64 * 32));
+    let inputs: Vec<Array> = graph
+        .inputs()
+        .iter()
+        .zip([1u64, 2])
+        .map(|(id, seed)| {
+            let t = graph.tensor(*id);
+            let values: Vec<f64> = common::random(seed, t.element_count() as usize);
+            let mut a = Array { dims: t.dims.clone(), data: values };
+            a.round_to(t.data_type);
+            a
+        })
+        .collect();
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().iter().zip(&inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    let want = run_arrays(&graph, values).unwrap();
+    let got = plan.emulate(&inputs).unwrap();
+    assert_eq!(got[0].data.len(), 2 * 64 * 32);
+    assert_eq!(got[0].data, want[0].data);
 }
