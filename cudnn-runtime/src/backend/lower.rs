@@ -79,11 +79,8 @@ fn views(graph: &Graph, next_uid: &mut i64) -> Result<(Internals, Vec<Option<Ten
         let bound = if y.is_virtual {
             y.uid
         } else {
-            let strides = match node.op.view_strides(&x.dims, &x.strides, &y.dims) {
-                Some(Ok(strides)) => strides,
-                Some(Err(e)) => return Err(unsupported(node, e.to_string())),
-                None => continue,
-            };
+            let strides =
+                layout.view_strides(&x.dims, &x.strides, &y.dims).map_err(|e| unsupported(node, e.to_string()))?;
             let uid = *next_uid;
             *next_uid += 1;
             copies[n] = Some(Tensor {
