@@ -3,6 +3,9 @@
 //! a pointwise op; a convolution's output concatenated with an input in place (cudnn-frontend's
 //! "Convolution fprop concatenate"); each compared with the CPU reference. The concatenations
 //! cuDNN 9.19 computes wrongly are shown to stop at the `concat.fused_in_place` support rule.
+//! Views that are graph outputs (a slice, a transpose, a slice of a matmul): each port is
+//! packed row-major as declared, written by a pointwise identity copy from the view bound into
+//! X's memory, and must equal the reference in exactly its element count.
 //!
 //! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
@@ -24,6 +27,23 @@ graph! {
     /// Every other row of `x` from row 2, through a ReLU.
     pub SliceRelu(x: f16[2, 64, 64]) -> (y: f16[2, 31, 64]) {
         y = relu(slice(x, start = [0, 2, 0], limit = [2, 64, 64], step = [1, 2, 1]));
+    }
+
+    /// Channels 16..48 of `x`, as the output: a packed `[2, 64, 32]`, not the view's strides.
+    pub SliceOut(x: f16[2, 64, 64]) -> (y: f16[2, 64, 32]) {
+        y = slice(x, start = [0, 0, 16], limit = [2, 64, 48]);
+    }
+
+    /// `x` rotated, as the output: packed row-major `[32, 8, 16]`, not `x`'s strides permuted.
+    pub RotateOut(x: f16[8, 16, 32]) -> (y: f16[32, 8, 16]) {
+        y = transpose(x, permutation = [2, 0, 1]);
+    }
+
+    /// Columns 16..48 of a matmul, as the output: two parts (the matmul writes its product to
+    /// the arena, the copy reads the view of it).
+    #[intermediate(f16)]
+    pub MatmulSliceOut(a: f16[2, 64, 64], b: f16[1, 64, 64]) -> (y: f16[2, 64, 32]) {
+        y = slice(matmul(a, b), start = [0, 0, 16], limit = [2, 64, 48]);
     }
 
     /// `y0`'s channels, then a 1×1 convolution's, NHWC.
@@ -179,4 +199,48 @@ fn gpu_slices_by_pointer_offset() {
         }
         Err(e) => println!("slice step 2 + relu: not planned by cuDNN {}: {e}", cudnn.version()),
     }
+}
+
+/// A view that is a graph output is delivered packed in exactly its element count: the buffer
+/// is poisoned and as long as the output's shape, so a copy that wrote the view's strides (or
+/// nothing) shows as NaN or a wrong value.
+#[test]
+fn gpu_view_outputs_are_packed_copies() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let opts = BuildOptions::default();
+
+    let x = uniform::<f16>(5, 2 * 64 * 64, -1.0, 1.0);
+    let g = SliceOut::new();
+    let want = g.reference(SliceOutInputs { x: &x }).unwrap();
+    assert_eq!(want.y.len(), 2 * 64 * 32);
+    let plan = g.build(&cudnn, &opts).unwrap();
+    let x_d = upload(&stream, &x);
+    let mut y_d = poisoned::<f16>(&stream, want.y.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, SliceOutArgs { x: &x_d, y: &mut y_d }, Some(&mut ws)).unwrap();
+    let case = format!("slice as the output f16, engine {}", plan.plan().selected().tag());
+    check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
+
+    let x = uniform::<f16>(6, 8 * 16 * 32, -1.0, 1.0);
+    let g = RotateOut::new();
+    let want = g.reference(RotateOutInputs { x: &x }).unwrap();
+    let plan = g.build(&cudnn, &opts).unwrap();
+    let x_d = upload(&stream, &x);
+    let mut y_d = poisoned::<f16>(&stream, want.y.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, RotateOutArgs { x: &x_d, y: &mut y_d }, Some(&mut ws)).unwrap();
+    let case = format!("transpose [2, 0, 1] as the output f16, engine {}", plan.plan().selected().tag());
+    check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
+
+    let a = uniform::<f16>(7, 2 * 64 * 64, -1.0, 1.0);
+    let b = uniform::<f16>(8, 64 * 64, -0.25, 0.25);
+    let g = MatmulSliceOut::new();
+    let want = g.reference(MatmulSliceOutInputs { a: &a, b: &b }).unwrap();
+    let plan = g.build(&cudnn, &opts).unwrap();
+    assert_eq!(plan.plan().parts().len(), 2, "matmul | copy of the view");
+    let (a_d, b_d) = (upload(&stream, &a), upload(&stream, &b));
+    let mut y_d = poisoned::<f16>(&stream, want.y.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, MatmulSliceOutArgs { a: &a_d, b: &b_d, y: &mut y_d }, Some(&mut ws)).unwrap();
+    check("slice of a matmul as the output f16, two parts", "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
 }

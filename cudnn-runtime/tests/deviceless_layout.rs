@@ -2,7 +2,8 @@
 //! reshape operation finalizes, but heuristics propose no engine for it alone, after a matmul's
 //! epilogue or feeding a matmul (a typed `NoPlan`, recorded in `docs/ops.md`; cuDNN 9.22 adds
 //! dedicated transpose and slice operations). A test here fails the day cuDNN plans one. Slices
-//! plan as pointer offsets; a concatenation plans in the one form cuDNN 9.19 computes correctly.
+//! plan as pointer offsets; a view that is a graph output, packed as every port, as a pointwise
+//! identity copy; a concatenation plans in the one form cuDNN 9.19 computes correctly.
 //!
 //! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
@@ -12,6 +13,7 @@ mod common;
 use common::{deviceless, no_plan};
 use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
 use cudnn_runtime::ops::{AttrValue, PointwiseMode};
+use cudnn_runtime::reference::{run_arrays, Array};
 use cudnn_runtime::{DataType, GraphBuilder, Operand};
 
 fn ints(name: &str, v: &[i64]) -> Vec<(String, AttrValue)> {
@@ -35,23 +37,19 @@ fn cudnn_9_19_has_no_engine_for_layout_ops() {
     assert_eq!(bt_strides, &vec![48 * 32, 1, 32], "a transpose is a view: its strides are B's, permuted");
     no_plan(&cudnn, &graph);
 
-    // relu(matmul) reshaped: [1, 64, 48] -> [1, 3072, 1].
+    // relu(matmul) reshaped, [1, 64, 48] -> [1, 3072, 1], and scaled in the same kernel (a
+    // reshape that is itself the output is a copy instead: `a_view_output_port_is_packed..`).
     let mut g = GraphBuilder::new("matmul_relu_reshape");
     let a = g.input("a", F16, &[1, 64, 32]).unwrap();
     let b = g.input("b", F16, &[1, 32, 48]).unwrap();
     let c = g.matmul(a, b).unwrap();
     let r = g.pointwise(PointwiseMode::Relu, &[Operand::Tensor(c)]).unwrap();
-    let y = g.op("reshape", &[r.into()], &ints("shape", &[1, 3072, 1])).unwrap()[0];
-    // A view keeps its input's type: the f32 intermediate.
+    let reshaped = g.op("reshape", &[r.into()], &ints("shape", &[1, 3072, 1])).unwrap()[0];
+    let y = g.op("mul", &[reshaped.into(), 0.5.into()], &[]).unwrap()[0];
     g.output(y, "y", DataType::F32).unwrap();
     no_plan(&cudnn, &g.build().unwrap());
-
-    // A lone transpose.
-    let mut g = GraphBuilder::new("transpose_alone");
-    let x = g.input("x", F16, &[8, 16, 32]).unwrap();
-    let y = g.op("transpose", &[x.into()], &ints("permutation", &[2, 0, 1])).unwrap()[0];
-    g.output(y, "y", F16).unwrap();
-    no_plan(&cudnn, &g.build().unwrap());
+    // A lone transpose is a copy into its packed output port:
+    // `a_view_output_port_is_packed_and_copied_by_an_identity`.
 }
 
 /// A slice of a graph input lowers as cudnn-frontend does before cuDNN 9.22: no operation, the
@@ -79,14 +77,6 @@ fn slices_of_graph_inputs_plan_as_pointer_offsets() {
     assert_eq!(layout.views().len(), 1);
     assert_eq!(layout.views()[0].1, 0);
     assert_eq!(layout.views()[0].2, (2048 + 8 * 32) * 2);
-
-    // A slice of a computed tensor, or one that is itself the output, has no lowering on 9.19.
-    let mut g = GraphBuilder::new("slice_output");
-    let a = g.input("a", F16, &[4, 64, 32]).unwrap();
-    let s = g.op("slice", &[a.into()], &attrs).unwrap()[0];
-    g.output(s, "s", F16).unwrap();
-    let e = ExecutionPlan::build(&cudnn, &g.build().unwrap(), &BuildOptions::default()).unwrap_err();
-    assert!(e.to_string().contains("Y must feed another op"), "{e}");
 }
 
 /// Declares `ports` channels-last, as cuDNN's fused convolution engines want them.
@@ -204,4 +194,120 @@ fn concatenations() {
         },
         "is computed by a relu, not a conv_fprop",
     );
+}
+
+/// The largest difference between `plan` run through its memory on the CPU
+/// ([`ExecutionPlan::emulate`]) and the whole graph on the reference, over fixed-seed inputs.
+fn emulated_error(plan: &ExecutionPlan) -> f64 {
+    let graph = plan.graph();
+    let mut rng = cudnn_runtime::rng::SplitMix64::new(7);
+    let inputs: Vec<Array> = graph
+        .inputs()
+        .iter()
+        .map(|id| {
+            let t = graph.tensor(*id);
+            let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
+            a.round_to(t.data_type);
+            a
+        })
+        .collect();
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().iter().zip(&inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    let want = run_arrays(graph, values).unwrap();
+    let got = plan.emulate(&inputs).unwrap();
+    let mut worst: f64 = 0.0;
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.dims, w.dims);
+        for (a, b) in g.data.iter().zip(&w.data) {
+            assert!(a.is_finite(), "emulated output reads memory no part wrote");
+            worst = worst.max((a - b).abs());
+        }
+    }
+    worst
+}
+
+/// A view whose output is a graph output: the port is packed like every other (the builder gives
+/// it no view strides), so delivering it is a copy, and cuDNN 9.19 has no operation that copies
+/// a view (no slice operation, no engine for a reshape or transpose). The lowering copies it
+/// with a pointwise identity from the view bound by pointer into X's memory (as a slice is
+/// bound): alone, one kernel reading the input at the view's offset; after a computing op, two
+/// parts, X written to the arena by the first. A transposing copy plans for some shapes (a
+/// rotation of `[8, 16, 32]`) and not others (swapping the two inner dims of `[2, 64, 64]`: a
+/// typed `NoPlan`, and after a relu the whole graph's `Unsupported` naming the transpose). Each
+/// plan run through its memory on the CPU equals the reference; `tests/gpu_ops_layout.rs`
+/// checks them on the H200.
+#[test]
+fn a_view_output_port_is_packed_and_copied_by_an_identity() {
+    let Some(cudnn) = deviceless() else { return };
+    use DataType::{F16, F32};
+    let slice = [
+        ("start".to_string(), AttrValue::IntList(vec![0, 0, 16])),
+        ("limit".to_string(), AttrValue::IntList(vec![2, 64, 48])),
+    ];
+    let transpose = ints("permutation", &[0, 2, 1]);
+    let reshape = ints("shape", &[2, 32, 128]);
+    // (graph, op, attrs, X's dims, what X is: 0 an input, 1 a relu of it, 2 a matmul of it, the
+    // output's dims, how many parts plan (0: none does))
+    let cases = [
+        ("slice_alone", "slice", slice.to_vec(), [2, 64, 64], 0, [2, 64, 32], 1),
+        ("reshape_alone", "reshape", reshape.clone(), [2, 64, 64], 0, [2, 32, 128], 1),
+        ("rotation_alone", "transpose", ints("permutation", &[2, 0, 1]), [8, 16, 32], 0, [32, 8, 16], 1),
+        ("slice_of_relu", "slice", slice.to_vec(), [2, 64, 64], 1, [2, 64, 32], 2),
+        ("slice_of_matmul", "slice", slice.to_vec(), [2, 64, 64], 2, [2, 64, 32], 2),
+        ("reshape_of_matmul", "reshape", reshape, [2, 64, 64], 2, [2, 32, 128], 2),
+        ("transpose_alone", "transpose", transpose.clone(), [2, 64, 64], 0, [2, 64, 64], 0),
+        ("transpose_of_relu", "transpose", transpose, [2, 64, 64], 1, [2, 64, 64], 0),
+    ];
+    for (name, op, attrs, x_dims, x_is, y_dims, parts) in cases {
+        let mut g = GraphBuilder::new(name);
+        let x = g.input("x", F16, &x_dims).unwrap();
+        let x = match x_is {
+            0 => x,
+            1 => g.op("relu", &[x.into()], &[]).unwrap()[0],
+            _ => {
+                let w = g.input("w", F16, &[1, 64, 64]).unwrap();
+                g.matmul(x, w).unwrap()
+            }
+        };
+        let y = g.op(op, &[x.into()], &attrs).unwrap()[0];
+        // A view keeps its input's type: a computed X is the f32 intermediate.
+        let y = g.output(y, "y", if x_is == 0 { F16 } else { F32 }).unwrap();
+        let graph = g.build().unwrap();
+        let port = graph.tensor(y);
+        assert_eq!(port.dims, y_dims, "{name}");
+        assert_eq!(port.strides, cudnn_runtime::dim::packed_strides(&y_dims), "{name}: the port is packed");
+        assert_eq!(port.storage_len() as i64, y_dims.iter().product::<i64>(), "{name}");
+        match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
+            Ok(plan) => {
+                assert_eq!(plan.parts().len(), parts, "{name}");
+                if parts == 1 {
+                    // Its JSON reloads onto the lowering (the view tensor and the copy included).
+                    common::plan(&cudnn, &graph);
+                    // X is bound only through the view, at the slice's 16 elements of 2 bytes.
+                    let layout = plan.layout();
+                    assert_eq!(layout.io_positions()[0], None, "{name}");
+                    let offset = if op == "slice" { 32 } else { 0 };
+                    assert_eq!(layout.views().iter().map(|v| (v.1, v.2)).collect::<Vec<_>>(), [(0, offset)], "{name}");
+                }
+                let error = emulated_error(&plan);
+                println!("{name}: {} parts, emulated error {error:e}", plan.parts().len());
+                assert_eq!(error, 0.0, "{name}");
+            }
+            Err(e) => {
+                println!("{name}: {e}");
+                assert_eq!(parts, 0, "{name}: {e}");
+                if x_is == 0 {
+                    assert!(matches!(e, BackendError::NoPlan { .. }), "{name}: {e:?}");
+                } else {
+                    assert!(
+                        matches!(&e, BackendError::Unsupported { node, .. } if node == "transpose_1"),
+                        "{name}: {e:?}"
+                    );
+                    assert!(e.to_string().contains("`y` is a graph output, delivered packed"), "{name}: {e}");
+                }
+            }
+        }
+    }
 }

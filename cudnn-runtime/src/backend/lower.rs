@@ -12,7 +12,7 @@ use crate::cudnn::{
     padded_layout, Binding, Cudnn, Descriptor, Internals, Label, NodeCx, Port, Record, ALIGNMENT, MAX_RANK,
 };
 use crate::ir::{Graph, Node, Tensor, TensorId};
-use crate::ops::{Layout, Op};
+use crate::ops::{Layout, Op, Pointwise, PointwiseMode};
 use crate::DataType;
 
 /// A finalized operation graph and every descriptor it was built from (kept alive with it).
@@ -24,19 +24,35 @@ pub(crate) struct LoweredGraph {
     _parts: Vec<Descriptor>,
 }
 
-/// The slices of `graph` as pointer offsets ([`Internals::views`], [`Internals::aliased`]).
-/// cuDNN 9.19 has no slice operation, so a slice must read a graph input and feed another op.
-fn views(graph: &Graph) -> Result<Internals, BackendError> {
+/// The views of `graph` bound by pointer ([`Internals::views`], [`Internals::aliased`]), and,
+/// by node, the view tensor V of each view copied into its output ([`lower_view_copy`]). cuDNN
+/// 9.19 has no slice operation and no engine for a reshape or transpose (`docs/ops.md`), so:
+///
+/// - a slice feeding another op is no operation: its Y is bound to graph input X's address plus
+///   the offset;
+/// - a view whose Y is a graph output (a part's output, in a partitioned plan) is a copy, since
+///   the port is laid out as declared (packed unless set, `GraphBuilder::build`), not as the
+///   view: V, Y's dims with the view's strides, is bound to X's address plus the offset, and a
+///   pointwise identity writes Y. X must be in memory, a graph input (or what an earlier part
+///   wrote);
+/// - a reshape or transpose feeding another op is a reshape operation (`ops::layout::lower`).
+fn views(graph: &Graph, next_uid: &mut i64) -> Result<(Internals, Vec<Option<Tensor>>), BackendError> {
     let mut out = Internals::default();
+    let mut copies: Vec<Option<Tensor>> = vec![None; graph.nodes.len()];
+    let mut by_pointer = vec![false; graph.nodes.len()];
     let unsupported = |node: &Node, reason: String| BackendError::Unsupported {
         node: node.name.clone(),
         op: node.op.call_name(),
         reason,
     };
-    for node in &graph.nodes {
-        let Op::Layout(slice @ Layout::Slice { .. }) = &node.op else { continue };
-        let (x_id, y_id) = (node.inputs[0], node.outputs[0]);
+    for (n, node) in graph.nodes.iter().enumerate() {
+        let Op::Layout(layout) = &node.op else { continue };
+        let (Some(&x_id), Some(&y_id)) = (node.inputs.first(), node.outputs.first()) else { continue };
         let (x, y) = (graph.tensor(x_id), graph.tensor(y_id));
+        let slice = matches!(layout, Layout::Slice { .. });
+        if !node.op.is_view() || (y.is_virtual && !slice) {
+            continue;
+        }
         if x.is_by_value() {
             return Err(unsupported(
                 node,
@@ -46,36 +62,110 @@ fn views(graph: &Graph) -> Result<Internals, BackendError> {
                 ),
             ));
         }
-        if x.is_virtual {
-            return Err(unsupported(
-                node,
+        let computed = graph.nodes.iter().any(|m| m.outputs.contains(&x_id));
+        if x.is_virtual || computed {
+            let reason = if y.is_virtual {
                 format!(
                     "cuDNN before 9.22 slices by pointer offset, so X must be a graph input; `{}` is computed",
                     x.name
-                ),
-            ));
+                )
+            } else {
+                format!(
+                    "`{}` is a graph output, delivered packed: a copy of the view, which cuDNN 9.19 makes only from \
+                     memory (a graph input, or a tensor an earlier part wrote); `{}` is computed",
+                    y.name, x.name
+                )
+            };
+            return Err(unsupported(node, reason));
         }
-        if !y.is_virtual {
-            return Err(unsupported(
-                node,
-                format!("cuDNN before 9.22 slices by pointer offset, so Y must feed another op; `{}` is a graph output that nothing would write", y.name),
-            ));
-        }
-        let offset = slice.offset(&x.strides) as u64 * x.data_type.size_bytes() as u64;
+        let offset = layout.offset(&x.strides) as u64 * x.data_type.size_bytes() as u64;
         if !offset.is_multiple_of(ALIGNMENT) {
             return Err(unsupported(
                 node,
-                format!("the slice starts {offset} bytes into `{}`, which is not {ALIGNMENT}-byte aligned", x.name),
+                format!("the view starts {offset} bytes into `{}`, which is not {ALIGNMENT}-byte aligned", x.name),
             ));
         }
-        out.views.push((y.uid, x_id.0, offset));
-        let read_elsewhere =
-            graph.nodes.iter().any(|n| n.inputs.contains(&x_id) && !matches!(n.op, Op::Layout(Layout::Slice { .. })));
-        if !read_elsewhere && !out.aliased.contains(&x_id.0) {
-            out.aliased.push(x_id.0);
+        let bound = if y.is_virtual {
+            y.uid
+        } else {
+            let strides =
+                layout.view_strides(&x.dims, &x.strides, &y.dims).map_err(|e| unsupported(node, e.to_string()))?;
+            let uid = *next_uid;
+            *next_uid += 1;
+            copies[n] = Some(Tensor {
+                name: format!("{}.view", y.name),
+                uid,
+                dims: y.dims.clone(),
+                strides,
+                data_type: x.data_type,
+                is_virtual: false,
+                pass_by_value: None,
+                host_scalar: false,
+            });
+            uid
+        };
+        out.views.push((bound, x_id.0, offset));
+        by_pointer[n] = true;
+    }
+    // A graph input read only by pointer is in no operation: the variant pack leaves it out.
+    for (node, _) in graph.nodes.iter().zip(&by_pointer).filter(|(_, &p)| p) {
+        let x = node.inputs[0];
+        let described = graph.nodes.iter().zip(&by_pointer).any(|(m, &p)| !p && m.inputs.contains(&x));
+        if !described && !out.aliased.contains(&x.0) {
+            out.aliased.push(x.0);
         }
     }
-    Ok(out)
+    Ok((out, copies))
+}
+
+/// A view copied into its output Y (see [`views`]): a pointwise identity from `view`, the view
+/// of X's memory bound by pointer, into Y as the graph lays it out. Describes Y where it is not
+/// yet. The result holds the view's descriptor among its parts.
+fn lower_view_copy(
+    graph: &Graph,
+    node: &Node,
+    view: &Tensor,
+    tensors: &mut [Option<Descriptor>],
+    cudnn: &Cudnn,
+    next_uid: &mut i64,
+) -> Result<Operations, BackendError> {
+    let y_id = node.outputs[0];
+    let y = graph.tensor(y_id);
+    if tensors[y_id.0].is_none() {
+        tensors[y_id.0] = Some(tensor_descriptor(y, node)?);
+    }
+    let view_descriptor = tensor_descriptor(view, node)?;
+    fn port<'a>(t: &'a Tensor, producer: Option<&'static str>, readers: usize) -> Port<'a> {
+        Port {
+            name: &t.name,
+            uid: t.uid,
+            dims: t.dims.clone(),
+            strides: t.strides.clone(),
+            data_type: t.data_type,
+            is_virtual: t.is_virtual,
+            by_value: false,
+            producer,
+            readers,
+        }
+    }
+    let identity = Op::Pointwise(Pointwise::new(PointwiseMode::Identity));
+    let cx = NodeCx {
+        name: &node.name,
+        op: identity.call_name(),
+        compute_type: node.compute_data_type,
+        intermediate_type: graph.context.intermediate_data_type,
+        inputs: vec![port(view, None, 1)],
+        outputs: vec![port(
+            y,
+            Some(node.op.call_name()),
+            graph.nodes.iter().filter(|n| n.inputs.contains(&y_id)).count(),
+        )],
+        descriptors: vec![Some(&view_descriptor), tensors[y_id.0].as_ref()],
+    };
+    let lowered = identity.lower(&cx, cudnn, next_uid)?;
+    let mut parts = lowered.parts;
+    parts.push(view_descriptor);
+    Ok(Operations { operations: lowered.operations, parts, internals: lowered.internals })
 }
 
 /// The first uid a lowering may give a tensor of its own: one past the graph's largest (at most
@@ -234,8 +324,15 @@ fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendE
     let mut operations = Vec::with_capacity(graph.nodes.len());
     let mut parts = Vec::new();
     let mut next_uid = first_free_uid(graph);
-    let mut internals = views(graph)?;
-    for node in &graph.nodes {
+    let (mut internals, copies) = views(graph, &mut next_uid)?;
+    for (node, copy) in graph.nodes.iter().zip(&copies) {
+        if let Some(view) = copy {
+            let copied = lower_view_copy(graph, node, view, &mut tensors, cudnn, &mut next_uid)?;
+            operations.extend(copied.operations);
+            parts.extend(copied.parts);
+            internals.extend(copied.internals);
+            continue;
+        }
         if let Op::Layout(Layout::Slice { .. }) = node.op {
             // No operation: Y, described as a device tensor, is bound to X's address plus the
             // offset (`views`); X is described only where another op reads it.

@@ -486,19 +486,21 @@ impl GraphBuilder {
         }
     }
 
-    /// Gives outputs with unset strides cudnn-frontend's, in node order so chains follow: a
-    /// transpose's, reshape's or slice's those that make it a view of its input, a
-    /// concatenation's packed in `X[0]`'s dim order; a *virtual* pointwise or normalization
-    /// output packed in the dim order of its first input of the same dims whose layout is set,
-    /// so a channels-last X keeps its layout through a fused chain
-    /// (`relu_bwd(dy, batchnorm_inference(x, ..))`). Graph outputs keep the declared layout
-    /// (packed unless set).
+    /// Gives *virtual* outputs with unset strides cudnn-frontend's, in node order so chains
+    /// follow: a transpose's, reshape's or slice's those that make it a view of its input, a
+    /// concatenation's packed in `X[0]`'s dim order; a pointwise or normalization output packed
+    /// in the dim order of its first input of the same dims whose layout is set, so a
+    /// channels-last X keeps its layout through a fused chain
+    /// (`relu_bwd(dy, batchnorm_inference(x, ..))`). This is the one place an output's strides
+    /// are derived from its producer: a graph output is never touched here, so it keeps its
+    /// declared layout (packed row-major unless set) whatever op produces it, a view included
+    /// (`y = slice(x, ..)` is a packed copy, which the backend writes).
     fn default_derived_strides(&mut self) {
         for n in &self.nodes {
             match n.op.layout_policy().outputs {
                 OutputLayout::View(layout) => {
                     let (Some(x), Some(y)) = (n.inputs.first(), n.outputs.first()) else { continue };
-                    if self.tensors[y.0].strides.is_some() {
+                    if self.tensors[y.0].strides.is_some() || !self.tensors[y.0].is_virtual {
                         continue;
                     }
                     let x = &self.tensors[x.0];
@@ -682,6 +684,48 @@ mod tests {
                 assert_eq!(s, &declared, "`y` produced by {producer}, channels_last = {channels_last}");
             }
         }
+    }
+
+    /// A view whose output is a graph output: the port is packed row-major like any other (a
+    /// `[2, 3]` slice of a `[2, 4]` input once kept the view's row stride of 4, a 7-element
+    /// buffer with a gap), while the same view kept virtual is X's memory described again.
+    #[test]
+    fn a_view_output_port_is_packed_while_a_virtual_view_aliases() {
+        let ints = |name: &str, v: &[i64]| (name.to_string(), AttrValue::IntList(v.to_vec()));
+        let slice = [ints("start", &[0, 1]), ints("limit", &[2, 4])];
+        // (op, attributes, Y's dims, Y's strides as a view of the packed [2, 4] X)
+        let views = [
+            ("slice", slice.to_vec(), [2, 3], [4, 1]),
+            ("transpose", vec![ints("permutation", &[1, 0])], [4, 2], [1, 4]),
+            ("reshape", vec![ints("shape", &[4, 2])], [4, 2], [2, 1]),
+        ];
+        for (op, attrs, y_dims, view) in views {
+            for is_output in [true, false] {
+                let mut g = GraphBuilder::new(op);
+                let x = g.input("x", DataType::F32, &[2, 4]).unwrap();
+                let y = g.op(op, &[x.into()], &attrs).unwrap()[0];
+                let out = if is_output {
+                    g.output(y, "y", DataType::F32).unwrap()
+                } else {
+                    let r = g.op("relu", &[y.into()], &[]).unwrap()[0];
+                    g.output(r, "r", DataType::F32).unwrap()
+                };
+                let graph = g.build().unwrap();
+                assert_eq!(graph.tensor(y).dims, y_dims);
+                let want = if is_output { packed_strides(&y_dims) } else { view.to_vec() };
+                assert_eq!(graph.tensor(y).strides, want, "{op}, graph output: {is_output}");
+                assert_eq!(graph.tensor(out).storage_len(), 8 - 2 * usize::from(op == "slice"));
+            }
+        }
+        // A slice of a slice, reshaped, as the output: packed too; the inner views stay views.
+        let mut g = GraphBuilder::new("reshape_of_slice");
+        let x = g.input("x", DataType::F32, &[2, 4, 6]).unwrap();
+        let s = g.op("slice", &[x.into()], &[ints("start", &[0, 1, 0]), ints("limit", &[2, 3, 6])]).unwrap()[0];
+        let y = g.op("reshape", &[s.into()], &[ints("shape", &[2, 12])]).unwrap()[0];
+        g.output(y, "y", DataType::F32).unwrap();
+        let graph = g.build().unwrap();
+        assert_eq!(graph.tensor(s).strides, vec![24, 6, 1]);
+        assert_eq!(graph.tensor(y).strides, vec![12, 1]);
     }
 
     #[test]

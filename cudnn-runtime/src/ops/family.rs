@@ -165,7 +165,8 @@ pub(crate) enum OutputLayout<'a> {
     /// A virtual output packed in the dim order of its first input of the same dims whose
     /// layout is set, so a channels-last input keeps its layout through a fused chain.
     LikeInput,
-    /// Y is a view of X (or X's layout carried over): [`Layout::output_strides`].
+    /// A virtual Y is a view of X (or X's layout carried over): [`Layout::output_strides`]. A
+    /// graph output keeps its declared layout, as every port does.
     View(&'a Layout),
 }
 

@@ -1,7 +1,8 @@
 //! cuDNN lowering of the layout ops. Reshape and transpose, as cudnn-frontend's `ReshapeNode`
 //! before cuDNN 9.22: one `CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR` from X to Y. Y's strides
 //! (X's permuted for a transpose, packed for a reshape) are what makes it a view; a reshape needs
-//! a packed X. (A slice has no operation: see `backend::lower`.) A concatenation, as
+//! a packed X. (A slice has no operation, and a view whose Y is a graph output is a copy, never
+//! a reshape: see `backend::lower`.) A concatenation, as
 //! `ConcatenateNode`: one `CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR` with every input, the axis
 //! and the in-place index if given.
 
