@@ -12,7 +12,6 @@
 //! `tflops`, `gbps`, `host_us`, `build_ms`), so `scripts/plot_bench.py` can put both side by side.
 
 use std::ffi::c_void;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,27 +94,11 @@ graph! {
     }
 }
 
+#[path = "common/json_lines.rs"]
+mod json_lines;
+use json_lines::Out;
+
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
-
-/// Writes each record as a JSON line to stdout and to the `--json` file.
-struct Out {
-    file: Option<std::fs::File>,
-}
-
-impl Out {
-    fn record(&mut self, case: &str, implementation: &str, figures: Value) {
-        let mut row = json!({"case": case, "impl": implementation});
-        if let (Some(row), Value::Object(f)) = (row.as_object_mut(), figures) {
-            row.extend(f);
-        }
-        let line = row.to_string();
-        println!("{line}");
-        if let Some(f) = &mut self.file {
-            // A full disk loses the file, not the run: stdout has every line.
-            let _ = writeln!(f, "{line}").and_then(|()| f.flush());
-        }
-    }
-}
 
 struct Args {
     json: Option<String>,
@@ -990,7 +973,7 @@ fn bench_partition(out: &mut Out, cudnn: &Cudnn, stream: &Arc<CudaStream>) {
 fn main() -> Result<()> {
     let args = args()?;
     let wants = |s: &str| args.only.as_ref().is_none_or(|o| o.iter().any(|x| x == s));
-    let mut out = Out { file: args.json.as_ref().map(std::fs::File::create).transpose()? };
+    let mut out = Out::create(args.json.as_ref())?;
     if !cudnn_graph::backend::libraries_present() {
         return Err("the benchmarks need libcudnn and a GPU driver".into());
     }

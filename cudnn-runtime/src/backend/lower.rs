@@ -135,27 +135,14 @@ fn lower_view_copy(
         tensors[y_id.0] = Some(tensor_descriptor(y, node)?);
     }
     let view_descriptor = tensor_descriptor(view, node)?;
-    fn port<'a>(t: &'a Tensor, producer: Option<&'static str>, readers: usize) -> Port<'a> {
-        Port {
-            name: &t.name,
-            uid: t.uid,
-            dims: t.dims.clone(),
-            strides: t.strides.clone(),
-            data_type: t.data_type,
-            is_virtual: t.is_virtual,
-            by_value: false,
-            producer,
-            readers,
-        }
-    }
     let identity = Op::Pointwise(Pointwise::new(PointwiseMode::Identity));
     let cx = NodeCx {
         name: &node.name,
         op: identity.call_name(),
         compute_type: node.compute_data_type,
         intermediate_type: graph.context.intermediate_data_type,
-        inputs: vec![port(view, None, 1)],
-        outputs: vec![port(
+        inputs: vec![lowering_port(view, None, 1)],
+        outputs: vec![lowering_port(
             y,
             Some(node.op.call_name()),
             graph.nodes.iter().filter(|n| n.inputs.contains(&y_id)).count(),
@@ -168,6 +155,22 @@ fn lower_view_copy(
     Ok(Operations { operations: lowered.operations, parts, internals: lowered.internals })
 }
 
+/// Tensor `t` as a lowering reads it, written by `producer` (none for a graph input) and read by
+/// `readers` nodes.
+fn lowering_port<'a>(t: &'a Tensor, producer: Option<&'static str>, readers: usize) -> Port<'a> {
+    Port {
+        name: &t.name,
+        uid: t.uid,
+        dims: t.dims.clone(),
+        strides: t.strides.clone(),
+        data_type: t.data_type,
+        is_virtual: t.is_virtual,
+        by_value: t.is_by_value(),
+        producer,
+        readers,
+    }
+}
+
 /// The first uid a lowering may give a tensor of its own: one past the graph's largest (at most
 /// [`crate::ir::MAX_UID`] in a validated graph, so the numbering has 2^62 uids of room).
 fn first_free_uid(graph: &Graph) -> i64 {
@@ -178,18 +181,11 @@ fn first_free_uid(graph: &Graph) -> i64 {
 /// descriptors (every one described by now).
 fn node_cx<'a>(graph: &'a Graph, node: &'a Node, tensors: &'a [Option<Descriptor>]) -> NodeCx<'a> {
     let port = |id: &TensorId| {
-        let t = graph.tensor(*id);
-        Port {
-            name: &t.name,
-            uid: t.uid,
-            dims: t.dims.clone(),
-            strides: t.strides.clone(),
-            data_type: t.data_type,
-            is_virtual: t.is_virtual,
-            by_value: t.is_by_value(),
-            producer: graph.nodes.iter().find(|n| n.outputs.contains(id)).map(|n| n.op.call_name()),
-            readers: graph.nodes.iter().filter(|n| n.inputs.contains(id)).count(),
-        }
+        lowering_port(
+            graph.tensor(*id),
+            graph.nodes.iter().find(|n| n.outputs.contains(id)).map(|n| n.op.call_name()),
+            graph.nodes.iter().filter(|n| n.inputs.contains(id)).count(),
+        )
     };
     NodeCx {
         name: &node.name,

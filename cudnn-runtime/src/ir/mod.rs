@@ -387,10 +387,8 @@ impl Graph {
     /// whose node names a tensor index it does not have still hashes (that port as `#index`,
     /// which no uid is written as) instead of panicking; [`Graph::validate`] is what rejects it.
     pub fn fingerprint(&self) -> u64 {
-        let mut h = crate::Fnv::default();
-        h.write_str(&format!("{:?}", self.context));
-        for t in &self.tensors {
-            h.write_str(&format!(
+        self.hash_with(|t| {
+            format!(
                 "T{}|{:?}|{:?}|{}|{}|{:?}",
                 t.uid,
                 t.dims,
@@ -398,32 +396,8 @@ impl Graph {
                 t.data_type,
                 t.is_virtual,
                 t.pass_by_value.map(f64::to_bits)
-            ));
-            // Only when set, so fingerprints of graphs without host scalars are unchanged.
-            if t.host_scalar {
-                h.write_str("|host");
-            }
-        }
-        // Written as `{:?}` of the uids (`[1, 2]`) was, so fingerprints of valid graphs (stored
-        // in plan payloads and cache keys) are unchanged.
-        let uids = |ids: &[TensorId]| {
-            let each: Vec<String> = ids
-                .iter()
-                .map(|i| self.tensors.get(i.0).map_or_else(|| format!("#{}", i.0), |t| t.uid.to_string()))
-                .collect();
-            format!("[{}]", each.join(", "))
-        };
-        for n in &self.nodes {
-            h.write_str(&format!(
-                "N{}|{:?}|{}|{}|{}",
-                n.op.call_name(),
-                n.op.call_attrs(),
-                uids(&n.inputs),
-                uids(&n.outputs),
-                n.compute_data_type
-            ));
-        }
-        h.finish()
+            )
+        })
     }
 
     /// [`Graph::fingerprint`] without the extents: what graphs of one structure at any shape
@@ -447,13 +421,11 @@ impl Graph {
     /// assert_ne!(relu(1).structure_fingerprint(), relu(64).structure_fingerprint());
     /// ```
     pub fn structure_fingerprint(&self) -> u64 {
-        let mut h = crate::Fnv::default();
-        h.write_str(&format!("{:?}", self.context));
-        for t in &self.tensors {
+        self.hash_with(|t| {
             let mut order: Vec<usize> = (0..t.strides.len()).collect();
             order.sort_by_key(|&i| (std::cmp::Reverse(t.strides[i]), i));
             let ones: Vec<bool> = t.dims.iter().map(|&d| d == 1).collect();
-            h.write_str(&format!(
+            format!(
                 "T{}|{}|{:?}|{:?}|{}|{}|{:?}",
                 t.uid,
                 t.dims.len(),
@@ -462,18 +434,39 @@ impl Graph {
                 t.data_type,
                 t.is_virtual,
                 t.pass_by_value.map(f64::to_bits)
-            ));
+            )
+        })
+    }
+
+    /// The FNV-1a hash both fingerprints share: the context, each tensor as `tensor` writes it
+    /// (then `|host` for a host scalar), each node's op, attributes, wiring by uid and compute
+    /// type.
+    fn hash_with(&self, tensor: impl Fn(&Tensor) -> String) -> u64 {
+        let mut h = crate::Fnv::default();
+        h.write_str(&format!("{:?}", self.context));
+        for t in &self.tensors {
+            h.write_str(&tensor(t));
+            // Only when set, so fingerprints of graphs without host scalars are unchanged.
+            if t.host_scalar {
+                h.write_str("|host");
+            }
         }
+        // Written as `{:?}` of the uids (`[1, 2]`) was, so fingerprints of valid graphs (stored
+        // in plan payloads and cache keys) are unchanged.
+        let uids = |ids: &[TensorId]| {
+            let each: Vec<String> = ids
+                .iter()
+                .map(|i| self.tensors.get(i.0).map_or_else(|| format!("#{}", i.0), |t| t.uid.to_string()))
+                .collect();
+            format!("[{}]", each.join(", "))
+        };
         for n in &self.nodes {
-            let wires = |ids: &[TensorId]| -> Vec<i64> {
-                ids.iter().map(|i| self.tensors.get(i.0).map_or(-1 - i.0 as i64, |t| t.uid)).collect()
-            };
             h.write_str(&format!(
-                "N{}|{:?}|{:?}|{:?}|{}",
+                "N{}|{:?}|{}|{}|{}",
                 n.op.call_name(),
                 n.op.call_attrs(),
-                wires(&n.inputs),
-                wires(&n.outputs),
+                uids(&n.inputs),
+                uids(&n.outputs),
                 n.compute_data_type
             ));
         }
