@@ -111,6 +111,9 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
             );
         }
     }
+    if op.fp8.is_some() {
+        fp8_rules(op, p, target)?;
+    }
     match op.pass {
         SdpaPass::Forward => {
             if (91000..=91001).contains(&v) {
@@ -198,6 +201,44 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
     Ok(())
 }
 
+/// fp8 attention's rules beyond the shape rule's (`sdpa_support_surface.h`).
+fn fp8_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> {
+    let v = target.version;
+    let major = target.sm.map(|sm| sm / 10);
+    if v < 90100 || v == 91000 {
+        return fail(
+            "sdpa.fp8.version",
+            format!("fp8 attention needs cuDNN 9.1 or newer, and not 9.10.0; loaded {}", version(v)),
+        );
+    }
+    if let Some(sm) = target.sm.filter(|&sm| sm < 90) {
+        return fail(
+            "sdpa.fp8.sm90",
+            format!("cuDNN's fp8 attention needs compute capability 9.0 (Hopper) or newer; the target is sm {sm}"),
+        );
+    }
+    if op.causal && op.bottom_right() && major.is_some_and(|m| m < 10) {
+        return fail(
+            "sdpa.fp8.bottom_right",
+            "bottom-right causal masking of fp8 attention needs Blackwell (cuDNN refuses it on Hopper); use \
+             top-left alignment"
+                .into(),
+        );
+    }
+    if major.is_some_and(|m| m >= 10) && (p.d_qk > 128 || p.d_v > 128) && !(v >= 91900 && p.d_qk == 192 && p.d_v == 128)
+    {
+        return fail(
+            "sdpa.fp8.head_dim_blackwell",
+            format!(
+                "fp8 attention on Blackwell needs head dims of at most 128 (or d_qk = 192, d_v = 128 from cuDNN 9.19); \
+                 d_qk = {}, d_v = {}",
+                p.d_qk, p.d_v
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// The rules of the fused `SDPA_FWD` operation as cudnn-graph drives it (the attributes of
 /// cuDNN 9.13.1 to 9.15: Q, K, V, O, Stats, the scale and the sequence lengths). cuDNN 9.21 adds
 /// a score-modifier subgraph for masks and bias, which this lowering does not yet build; such
@@ -214,6 +255,14 @@ pub fn fused_supported(op: &Sdpa, p: &Problem, target: Target) -> Result<(), Rul
         return fail(
             "sdpa.fused.version",
             format!("the fused SDPA_FWD operation needs cuDNN 9.13.1 or newer; loaded {}", version(v)),
+        );
+    }
+    if op.fp8.is_some() {
+        return fail(
+            "sdpa.fused.fp8",
+            "the fused SDPA_FWD operation takes fp8 from cuDNN 9.25 only (cudnn-frontend), and cudnn-graph does not \
+             drive its fp8 attributes; use `implementation = composite` (or `auto`)"
+                .into(),
         );
     }
     let unsupported = if op.causal {
