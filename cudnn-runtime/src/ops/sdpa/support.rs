@@ -365,6 +365,26 @@ mod tests {
     }
 
     #[test]
+    fn fp8_rules() {
+        let fp8 = op("sdpa", &[("fp8", "e4m3".into()), ("causal", true.into())]);
+        let d128 = Problem { d_qk: 128, d_v: 128, ..P };
+        assert_eq!(choose(&fp8, &d128, H200_919).unwrap(), Implementation::Composite);
+        let blackwell = Target { version: 91900, sm: Some(100) };
+        let rule = |o: &Sdpa, p: &Problem, t| choose(o, p, t).unwrap_err().rule;
+        assert_eq!(rule(&fp8, &d128, Target { version: 91900, sm: Some(89) }), "sdpa.fp8.sm90");
+        assert_eq!(rule(&fp8, &d128, Target { version: 91000, sm: Some(90) }), "sdpa.fp8.version");
+        let br = op("sdpa", &[("fp8", "e4m3".into()), ("causal", true.into()), ("alignment", "bottom_right".into())]);
+        assert_eq!(rule(&br, &d128, H200_919), "sdpa.fp8.bottom_right");
+        assert!(choose(&br, &d128, blackwell).is_ok());
+        let d256 = Problem { d_qk: 256, d_v: 256, ..P };
+        assert!(choose(&fp8, &d256, H200_919).is_ok());
+        assert_eq!(rule(&fp8, &d256, blackwell), "sdpa.fp8.head_dim_blackwell");
+        assert!(choose(&fp8, &Problem { d_qk: 192, d_v: 128, ..P }, blackwell).is_ok());
+        let fused = op("sdpa", &[("fp8", "e4m3".into()), ("implementation", "fused".into())]);
+        assert_eq!(rule(&fused, &d128, H200_919), "sdpa.fused.fp8");
+    }
+
+    #[test]
     fn arch_and_version_rules() {
         let plain = op("sdpa", &[]);
         assert_eq!(check(&plain, &P, Target { version: 91900, sm: Some(75) }).unwrap_err().rule, "sdpa.sm80");
