@@ -26,6 +26,14 @@ const BENCH: Shape = [4, 16, 4096, 128];
 /// fp8 attention of `dtype` with `attrs` (beyond `fp8`): Q, K, V, the six scale inputs, O in
 /// `dtype`, then Stats (with `training`), `Amax_S`, `Amax_O`.
 fn fp8_sdpa(name: &str, dtype: DataType, shape: Shape, attrs: &[(&str, AttrValue)]) -> Graph {
+    fp8_sdpa_in(name, dtype, shape, attrs, false)
+}
+
+/// [`fp8_sdpa`], Q, K, V and O in BSHD memory when `bshd` (strides `[S·H·D, D, H·D, 1]`, as
+/// cudnn-frontend's benchmark lays them out).
+fn fp8_sdpa_in(name: &str, dtype: DataType, shape: Shape, attrs: &[(&str, AttrValue)], bshd: bool) -> Graph {
+    let [_, h, s, d] = shape;
+    let strides = [s * h * d, d, h * d, 1];
     let mode = if dtype == DataType::Fp8E5M2 { "e5m2" } else { "e4m3" };
     let mut list: Vec<(String, AttrValue)> = vec![("fp8".into(), mode.into())];
     list.extend(attrs.iter().map(|(k, v)| (k.to_string(), v.clone())));
@@ -37,7 +45,11 @@ fn fp8_sdpa(name: &str, dtype: DataType, shape: Shape, attrs: &[(&str, AttrValue
         .map(|p| {
             let name = p.name.to_lowercase();
             let t = match p.name {
-                "Q" | "K" | "V" => g.input(&name, dtype, &shape),
+                "Q" | "K" | "V" => g.input(&name, dtype, &shape).inspect(|&t| {
+                    if bshd {
+                        g.set_strides(t, &strides).unwrap();
+                    }
+                }),
                 "SEQ_LEN_Q" | "SEQ_LEN_KV" => g.input(&name, DataType::I32, &[shape[0], 1, 1, 1]),
                 _ => g.input(&name, DataType::F32, &[1, 1, 1, 1]),
             };
@@ -48,7 +60,10 @@ fn fp8_sdpa(name: &str, dtype: DataType, shape: Shape, attrs: &[(&str, AttrValue
     let names: &[&str] = if outs.len() == 4 { &["o", "stats", "amax_s", "amax_o"] } else { &["o", "amax_s", "amax_o"] };
     for (t, n) in outs.iter().zip(names) {
         let dt = if *n == "o" { dtype } else { DataType::F32 };
-        g.output(*t, n, dt).unwrap();
+        let t = g.output(*t, n, dt).unwrap();
+        if bshd && *n == "o" {
+            g.set_strides(t, &strides).unwrap();
+        }
     }
     g.build().unwrap()
 }
@@ -72,6 +87,18 @@ fn fp8_attention_plans() {
         let p = plan(&cudnn, &graph);
         println!("{name}: {} candidates, built {}", p.candidates().len(), p.selected());
         assert_eq!(p.parts().len(), 1, "{name}: one kernel");
+    }
+}
+
+/// The benchmark's graphs (`examples/bench_fp8_sdpa.rs`): BSHD, causal and not.
+#[test]
+fn fp8_attention_bshd_plans() {
+    let Some(cudnn) = deviceless() else { return };
+    for causal in [false, true] {
+        let graph = fp8_sdpa_in("fp8_sdpa_bench_bshd", DataType::Fp8E4M3, BENCH, &[("causal", causal.into())], true);
+        let p = plan(&cudnn, &graph);
+        println!("BSHD causal = {causal}: {} candidates, built {}", p.candidates().len(), p.selected());
+        assert_eq!(p.parts().len(), 1);
     }
 }
 
