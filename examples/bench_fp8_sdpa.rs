@@ -125,7 +125,11 @@ fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: f64) -> 
     let pick = ExecutionPlan::build(cudnn, graph, &BuildOptions::default())?;
     let build_ms = ms(started.elapsed());
     let t = measure(cudnn, &pick, &options)?;
-    out.record(case, "cudnn-graph", merge(figures(&t, flops), json!({"build_ms": build_ms, "parts": pick.parts().len()})));
+    out.record(
+        case,
+        "cudnn-graph",
+        merge(figures(&t, flops), json!({"build_ms": build_ms, "parts": pick.parts().len()})),
+    );
     let mut best = (t.median_us, format!("heuristics' pick {}", t.tag));
 
     let all = BuildOptions::default().modes(&[HeuristicMode::A, HeuristicMode::B, HeuristicMode::Fallback]).all_plans();
@@ -143,7 +147,11 @@ fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: f64) -> 
         }
     }
     let (us, how) = best;
-    out.record(case, "cudnn-graph-best", json!({"gpu_ms": us * 1e-3, "tflops": flops / (us * 1e-6) / 1e12, "how": how}));
+    out.record(
+        case,
+        "cudnn-graph-best",
+        json!({"gpu_ms": us * 1e-3, "tflops": flops / (us * 1e-6) / 1e12, "how": how}),
+    );
     Ok(())
 }
 
@@ -164,7 +172,9 @@ fn main() -> Result<()> {
     for causal in [false, true] {
         let case = format!("sdpa_fp8_fwd_b{b}_h{h}_s{s}_d{d}{}", if causal { "_causal" } else { "" });
         let flops = 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
-        let result = fp8_sdpa(&case, args.shape, causal).map_err(Into::into).and_then(|g| tune(&mut out, &cudnn, &case, &g, flops));
+        let result = fp8_sdpa(&case, args.shape, causal)
+            .map_err(Into::into)
+            .and_then(|g| tune(&mut out, &cudnn, &case, &g, flops));
         if let Err(e) = result {
             out.record(&case, "cudnn-graph", json!({"error": e.to_string()}));
         }

@@ -20,6 +20,9 @@ use common::{deviceless, plan};
 /// `[b, h, s, d]` of Q, K, V and O.
 type Shape = [i64; 4];
 
+/// Attributes as the tests write them.
+type Attrs = Vec<(&'static str, AttrValue)>;
+
 const SMALL: Shape = [2, 4, 128, 128];
 const BENCH: Shape = [4, 16, 4096, 128];
 
@@ -72,7 +75,7 @@ fn fp8_sdpa_in(name: &str, dtype: DataType, shape: Shape, attrs: &[(&str, AttrVa
 fn fp8_attention_plans() {
     let Some(cudnn) = deviceless() else { return };
     let e4 = DataType::Fp8E4M3;
-    let cases: Vec<(&str, DataType, Shape, Vec<(&str, AttrValue)>)> = vec![
+    let cases: Vec<(&str, DataType, Shape, Attrs)> = vec![
         ("fp8_sdpa_e4m3", e4, SMALL, vec![]),
         ("fp8_sdpa_e4m3_causal", e4, SMALL, vec![("causal", true.into())]),
         ("fp8_sdpa_e4m3_causal_training", e4, SMALL, vec![("causal", true.into()), ("training", true.into())]),
