@@ -185,8 +185,7 @@ impl Sdpa {
                 let o = vec![b.clone(), h_q.clone(), s_q.clone(), t.d_v().clone()];
                 // fp8 attention writes O in Q's fp8 type: cuDNN 9.19 on Hopper refuses a bf16 or
                 // f16 O ("only supported on Blackwell with cuDNN 9.13.0 and newer").
-                let o_type = self.fp8;
-                let mut outs = vec![OutputMeta { dims: o, dtype: o_type }];
+                let mut outs = vec![OutputMeta { dims: o, dtype: self.fp8 }];
                 if self.training {
                     outs.push(OutputMeta {
                         dims: vec![b.clone(), h_q.clone(), s_q.clone(), D::lit(1)],
@@ -194,9 +193,9 @@ impl Sdpa {
                     });
                 }
                 if self.fp8.is_some() {
-                    for _amax in ["Amax_S", "Amax_O"] {
-                        outs.push(OutputMeta { dims: vec![D::lit(1); 4], dtype: Some(DataType::F32) });
-                    }
+                    // Amax_S, Amax_O.
+                    let amax = OutputMeta { dims: vec![D::lit(1); 4], dtype: Some(DataType::F32) };
+                    outs.extend([amax.clone(), amax]);
                 }
                 outs
             }
@@ -288,11 +287,13 @@ impl Sdpa {
     /// multiples of 16, at most 256 (`sdpa_support_surface.h`; Blackwell's own limits are
     /// checked when a plan is built).
     fn head_dim_rule<D: Dim>(&self, op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
-        let (multiple, max, what) = if self.fp8.is_some() { (16, 256, "fp8") } else { (8, i64::MAX, "fp16/bf16") };
+        let (multiple, max, what, bound) = match self.fp8 {
+            Some(_) => (16, 256, "fp8", "a multiple of 16, at most 256"),
+            None => (8, i64::MAX, "fp16/bf16", "a multiple of 8"),
+        };
         for (i, name, d, shape) in [(0usize, "Q", t.d_qk(), &t.qs), (2, "V", t.d_v(), &t.vs)] {
             if let Some(n) = d.as_lit() {
                 if n % multiple != 0 || n > max {
-                    let bound = if self.fp8.is_some() { format!("a multiple of {multiple}, at most {max}") } else { format!("a multiple of {multiple}") };
                     return Err(rule(
                         op,
                         Some(i),
