@@ -196,3 +196,62 @@ fn a_k_transposed_by_cudnn_frontend_lowering_is_refused_naming_the_port() {
         "{e:?}"
     );
 }
+
+/// fp8 attention (`fp8 = e4m3 | e5m2`): Q, K, V, O in the fp8 type, the six scales, the amaxes.
+fn fp8_graph(mode: &str, list: &[(&str, AttrValue)]) -> Graph {
+    let dtype = if mode == "e5m2" { DataType::Fp8E5M2 } else { DataType::Fp8E4M3 };
+    let mut a = attrs(list);
+    a.push(("fp8".into(), mode.into()));
+    let op = cudnn_runtime::ops::Op::from_call("sdpa", &a).unwrap();
+    let mut g = GraphBuilder::new("fp8_attn");
+    let ins: Vec<Operand> = op
+        .inputs()
+        .iter()
+        .map(|p| {
+            let (dt, dims) = match p.name {
+                "Q" | "K" | "V" => (dtype, vec![2, 4, 8, 16]),
+                "SEQ_LEN_Q" | "SEQ_LEN_KV" => (DataType::I32, vec![2, 1, 1, 1]),
+                _ => (DataType::F32, vec![1, 1, 1, 1]),
+            };
+            g.input(&p.name.to_lowercase(), dt, &dims).unwrap().into()
+        })
+        .collect();
+    let outs = g.op("sdpa", &ins, &a).unwrap();
+    for (t, port) in outs.iter().zip(op.outputs()) {
+        let dt = if port == "O" { dtype } else { DataType::F32 };
+        g.output(*t, &format!("out_{}", port.to_lowercase()), dt).unwrap();
+    }
+    g.build().unwrap()
+}
+
+#[test]
+fn fp8_attention_reads_back_from_cudnn_frontend_fields() {
+    let cases: [(&str, Vec<(&str, AttrValue)>); 3] = [
+        ("e4m3", vec![("causal", true.into())]),
+        ("e5m2", vec![("training", true.into())]),
+        ("e4m3", vec![("padding_mask", true.into()), ("scale", 0.5.into())]),
+    ];
+    for (mode, list) in cases {
+        let g = fp8_graph(mode, &list);
+        let text = structure_to_json(&g);
+        assert_eq!(structure_from_json(&text).unwrap(), g, "{mode} {list:?}");
+        let fe = frontend_only(&text);
+        let want_mode = if mode == "e5m2" { "\"FP8_E5M2\"" } else { "\"FP8_E4M3\"" };
+        assert!(fe.contains("\"SDPA_FP8_FWD\"") && fe.contains(want_mode), "{fe}");
+        let back = structure_from_json(&fe).unwrap_or_else(|e| panic!("{mode} {list:?}: {e}\n{fe}"));
+        assert_eq!(back.nodes[0].op.inputs(), g.nodes[0].op.inputs(), "{mode} {list:?}");
+        assert_eq!(back.nodes[0].op.outputs(), g.nodes[0].op.outputs(), "{mode} {list:?}");
+        assert_eq!(
+            back.nodes[0].op.call_attrs().iter().find(|(k, _)| k == "fp8").map(|(_, v)| v.clone()),
+            Some(mode.into())
+        );
+    }
+    // An fp8 tag in the HALF mode, and an fp8 port on a HALF node, are refused by name.
+    let fe = frontend_only(&structure_to_json(&fp8_graph("e4m3", &[])));
+    let half = fe.replace("\"FP8_E4M3\"", "\"HALF\"");
+    let e = structure_from_json(&half).unwrap_err();
+    assert!(e.to_string().contains("MMA mode HALF"), "{e}");
+    let plain = fe.replace("\"SDPA_FP8_FWD\"", "\"SDPA\"").replace("\"FP8_E4M3\"", "\"HALF\"");
+    let e = structure_from_json(&plain).unwrap_err();
+    assert!(e.to_string().contains("port is not supported"), "{e}");
+}

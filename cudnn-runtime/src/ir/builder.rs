@@ -407,7 +407,9 @@ impl GraphBuilder {
                     dtype: self.tensors[i.0].data_type.unwrap_or(DataType::F32),
                 })
                 .collect();
-            n.op.infer(&metas, &mut Concrete).ok().and_then(|o| o[0].dtype)
+            // The type the op forces on this output (not on its first one).
+            let k = n.outputs.iter().position(|o| *o == id)?;
+            n.op.infer(&metas, &mut Concrete).ok().and_then(|o| o.get(k).and_then(|m| m.dtype))
         });
         if let Some(required) = forced {
             if !crate::ops::output_type_ok(required, data_type, bool_as_float) {

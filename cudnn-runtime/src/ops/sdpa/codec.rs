@@ -7,7 +7,9 @@
 //! `alignment`, `dropout_probability` to `dropout`, `generate_stats` to `training`,
 //! `is_deterministic_algorithm` to `deterministic`, `implementation` (`UNIFIED` is our `fused`),
 //! and the presence of the `Attn_scale`, `Bias`, `SEQ_LEN_*`, `Seed`/`Offset` and `dBias` ports to
-//! the flags that add them. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
+//! the flags that add them. fp8 attention (`fp8 = e4m3 | e5m2`) is tagged `SDPA_FP8_FWD` with
+//! `mma_core_mode` `FP8_E4M3` or `FP8_E5M2` and the ports `Descale_Q`, `Descale_K`, `Descale_V`,
+//! `Descale_S`, `Scale_S`, `Scale_O`, `Amax_S`, `Amax_O`, as cudnn-frontend 1.32 writes it. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
 //! and the packed totals `max_total_seq_len_q`/`_kv` and `max_seq_len_kv` when null. Alibi masks,
 //! paged caches, ragged offsets, base-2 stats, MXFP8, right bounds other than 0 and custom
 //! dropout masks are not supported: each is an `Unsupported` error naming the field.
@@ -23,11 +25,22 @@ use crate::ops::Op;
 
 /// The forward pass's node tag.
 const TAG_FORWARD: &str = "SDPA";
+/// The forward pass's node tag in an fp8 `mma_core_mode` (cudnn-frontend 1.32's `sdpa_fp8`).
+const TAG_FP8_FORWARD: &str = "SDPA_FP8_FWD";
 /// The backward pass's node tag.
 const TAG_BACKWARD: &str = "SDPA_BWD";
 
 /// The node tags.
-pub(crate) const TAGS: &[&str] = &[TAG_FORWARD, TAG_BACKWARD];
+pub(crate) const TAGS: &[&str] = &[TAG_FORWARD, TAG_FP8_FORWARD, TAG_BACKWARD];
+
+/// cudnn-frontend's `mma_core_mode` of fp8 attention in `dtype`.
+fn mma_core_mode(dtype: Option<crate::DataType>) -> &'static str {
+    match dtype {
+        Some(crate::DataType::Fp8E5M2) => "FP8_E5M2",
+        Some(_) => "FP8_E4M3",
+        None => "HALF",
+    }
+}
 
 /// `SDPA_attributes`'s own fields, and the two its node adds (`is_mxfp8`, `unfuse_fma`).
 const FORWARD_FIELDS: [&str; 16] = [
@@ -102,9 +115,9 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
             ("max_seq_len_kv", Json::Null),
             ("max_total_seq_len_kv", Json::Null),
             ("max_total_seq_len_q", Json::Null),
-            ("mma_core_mode", Json::str("HALF")),
+            ("mma_core_mode", Json::str(mma_core_mode(a.fp8))),
             ("stats_use_log2", Json::Bool(false)),
-            ("tag", Json::str(TAG_FORWARD)),
+            ("tag", Json::str(if a.fp8.is_some() { TAG_FP8_FORWARD } else { TAG_FORWARD })),
             ("unfuse_fma", Json::Bool(false)),
         ]),
         SdpaPass::Backward => members.extend([
@@ -163,10 +176,18 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
     if n.bool_or("is_mxfp8", false)? {
         return Err(unsupported("is_mxfp8", "MXFP8 (block-scaled fp8) attention"));
     }
-    if let Some(mode) = n.get("mma_core_mode").filter(|v| !matches!(v, Json::Null)) {
-        if !matches!(mode, Json::Str(s) if s == "HALF") {
-            return Err(unsupported("mma_core_mode", "attention in an MMA mode other than HALF (fp8)"));
+    // `HALF` (or absent) is ours without `fp8`; an fp8 mode is `fp8 = e4m3 | e5m2`.
+    match n.opt_str("mma_core_mode")? {
+        None | Some("HALF") if tag != TAG_FP8_FORWARD => {}
+        Some("FP8_E4M3") if pass == SdpaPass::Forward => out.push(("mma_core_mode", "fp8", FrontendAttr::Name("e4m3"))),
+        Some("FP8_E5M2") if pass == SdpaPass::Forward => out.push(("mma_core_mode", "fp8", FrontendAttr::Name("e5m2"))),
+        Some(other) => {
+            return Err(unsupported(
+                "mma_core_mode",
+                &format!("{tag} attention in MMA mode {other} (the forward takes HALF, FP8_E4M3 or FP8_E5M2)"),
+            ))
         }
+        None => return Err(unsupported("mma_core_mode", "fp8 attention without its MMA mode")),
     }
     match n.get("right_bound") {
         None | Some(Json::Null) => {}
@@ -241,27 +262,29 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
 /// `(field, DSL attribute, value)` for each attribute cudnn-frontend's fields set.
 type Fields = Vec<(&'static str, &'static str, FrontendAttr)>;
 
-/// cudnn-frontend ports of attention nodes that we do not support.
+/// cudnn-frontend ports of attention nodes that we do not support (the fp8 ones last).
 const UNSUPPORTED_PORTS: &[&str] = &[
     "Dropout_mask",
     "Dropout_scale",
     "Page_table_K",
     "Page_table_V",
     "Block_mask",
+    "SINK_TOKEN",
+    "Max",
+    "Sum_exp",
+    "RNG_DUMP",
+    "DSINK_TOKEN",
     "Descale_Q",
     "Descale_K",
     "Descale_V",
     "Descale_S",
     "Scale_S",
     "Scale_O",
-    "SINK_TOKEN",
-    "Max",
-    "Sum_exp",
-    "RNG_DUMP",
     "Amax_S",
     "Amax_O",
-    "DSINK_TOKEN",
 ];
+/// [`UNSUPPORTED_PORTS`] less the fp8 ones, for fp8 attention.
+const FP8_UNSUPPORTED_PORTS: &[&str] = UNSUPPORTED_PORTS.split_at(UNSUPPORTED_PORTS.len() - 8).0;
 
 /// An attention node (`SDPA`, `SDPA_BWD`): its fields and which optional ports it has decide
 /// the attributes, and those decide the ports ([`Sdpa::inputs`]).
@@ -274,7 +297,7 @@ pub(crate) fn read(n: &Obj<'_>, tag: &str) -> Result<FrontendNode, ReadError> {
     Ok(FrontendNode {
         inputs: sdpa.inputs().iter().map(|p| p.name).collect(),
         outputs: sdpa.output_ports(),
-        unsupported_ports: UNSUPPORTED_PORTS,
+        unsupported_ports: if sdpa.fp8.is_some() { FP8_UNSUPPORTED_PORTS } else { UNSUPPORTED_PORTS },
         check_exact_op,
         from_fields,
         ..FrontendNode::plain(pass.signature(), attrs)

@@ -303,7 +303,7 @@ fn scale_tensor(bld: &mut Builder<'_>, d_qk: i64) -> Option<T> {
 
 fn forward(bld: &mut Builder<'_>) -> Option<()> {
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, _, s_kv, _, _] = dims(bld.cx)?;
+    let [b, h_q, s_q, d_qk, _, s_kv, _, d_v] = dims(bld.cx)?;
     let inter = bld.cx.intermediate;
     let q = bld.input("Q")?;
     let kt = bld.transposed("K")?;
@@ -317,6 +317,11 @@ fn forward(bld: &mut Builder<'_>) -> Option<()> {
     bld.matmul("bmm1", q, kt, s, [seq.map(|p| p.0), seq.map(|p| p.1), None]);
     let scale = scale_tensor(bld, d_qk)?;
     s = bld.arith("attn_scale", M::Mul, &[s, scale], s);
+    if bld.op.fp8.is_some() {
+        let (descale_q, descale_k) = (bld.input("Descale_Q")?, bld.input("Descale_K")?);
+        s = bld.arith("descale_q", M::Mul, &[s, descale_q], s);
+        s = bld.arith("descale_k", M::Mul, &[s, descale_k], s);
+    }
     if let Some(bias) = bld.input("Bias") {
         s = bld.arith("bias_add", M::Add, &[s, bias], s);
     }
@@ -353,10 +358,33 @@ fn forward(bld: &mut Builder<'_>) -> Option<()> {
         let scale = bld.scalar("dropout_scale", 1.0 / (1.0 - prob), DataType::F32);
         p = bld.arith("dropout_scale", M::Mul, &[p, scale], p);
     }
+    if bld.op.fp8.is_some() {
+        // cudnn-frontend: the amax of P before its scale, then P · Scale_S quantized to the fp8
+        // type by the cast below.
+        let amax_s = bld.output("Amax_S")?;
+        bld.op("amax_s", SubOp::Reduction { mode: ReductionMode::Amax, x: p, y: amax_s });
+        let scale_s = bld.input("Scale_S")?;
+        p = bld.arith("scale_s", M::Mul, &[p, scale_s], p);
+    }
     // cuDNN takes the second matmul's A in the I/O type.
     bld.x.tensors[p].data_type = bld.x.tensors[q].data_type;
     let o = bld.output("O")?;
-    bld.matmul("bmm2", p, v, o, [seq.map(|p| p.0), None, seq.map(|p| p.1)]);
+    let overrides = [seq.map(|p| p.0), None, seq.map(|p| p.1)];
+    if bld.op.fp8.is_none() {
+        bld.matmul("bmm2", p, v, o, overrides);
+        return Some(());
+    }
+    // cudnn-frontend's `MatmulFP8Node`: the fp8 matmul into the intermediate type, both
+    // descales, the amax before the output's scale, and the scale into the fp8 O.
+    let mut acc = bld.virt("bmm2", &[b, h_q, s_q, d_v], inter);
+    bld.matmul("bmm2", p, v, acc, overrides);
+    let (descale_s, descale_v, scale_o) = (bld.input("Descale_S")?, bld.input("Descale_V")?, bld.input("Scale_O")?);
+    acc = bld.arith("descale_a", M::Mul, &[acc, descale_s], acc);
+    acc = bld.arith("descale_b", M::Mul, &[acc, descale_v], acc);
+    let compute = bld.cx.compute;
+    bld.op("scale_c", SubOp::Pointwise { mode: M::Mul, inputs: vec![acc, scale_o], output: o, compute, axis: None });
+    let amax_o = bld.output("Amax_O")?;
+    bld.op("amax_c", SubOp::Reduction { mode: ReductionMode::Amax, x: acc, y: amax_o });
     Some(())
 }
 

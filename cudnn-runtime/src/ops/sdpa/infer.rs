@@ -56,14 +56,14 @@ impl Sdpa {
         let ports = self.inputs();
         self.check_attributes()?;
         ranks(op, inputs, &ports)?;
-        types(op, inputs)?;
+        self.types(op, inputs)?;
         let t = Qkv::new(inputs);
         batches(op, &t, cx)?;
         head_dims(op, &t, cx)?;
         sequence_lengths(op, &t, cx)?;
         grouped_heads(op, &t)?;
         score_size(op, &t)?;
-        head_dims_multiple_of_8(op, &t)?;
+        self.head_dim_rule(op, &t)?;
         self.aligned_lengths(op, &t)?;
         self.backward_lengths(op, &t)?;
         self.optional_ports(op, inputs, &ports, &t, cx)?;
@@ -146,6 +146,9 @@ impl Sdpa {
             )?;
         }
         expect("Attn_scale", &[(&one, false); 4], "[1, 1, 1, 1]", &|dt| dt == DataType::F32, "f32")?;
+        for name in super::FP8_INPUTS {
+            expect(name, &[(&one, false); 4], "[1, 1, 1, 1]", &|dt| dt == DataType::F32, "f32")?;
+        }
         expect(
             "Bias",
             &[(b, true), (h_q, true), (s_q, false), (s_kv, false)],
@@ -180,12 +183,19 @@ impl Sdpa {
         match self.pass {
             SdpaPass::Forward => {
                 let o = vec![b.clone(), h_q.clone(), s_q.clone(), t.d_v().clone()];
-                let mut outs = vec![OutputMeta { dims: o, dtype: None }];
+                // fp8 attention writes O in Q's fp8 type: cuDNN 9.19 on Hopper refuses a bf16 or
+                // f16 O ("only supported on Blackwell with cuDNN 9.13.0 and newer").
+                let mut outs = vec![OutputMeta { dims: o, dtype: self.fp8 }];
                 if self.training {
                     outs.push(OutputMeta {
                         dims: vec![b.clone(), h_q.clone(), s_q.clone(), D::lit(1)],
                         dtype: Some(DataType::F32),
                     });
+                }
+                if self.fp8.is_some() {
+                    // Amax_S, Amax_O.
+                    let amax = OutputMeta { dims: vec![D::lit(1); 4], dtype: Some(DataType::F32) };
+                    outs.extend([amax.clone(), amax]);
                 }
                 outs
             }
@@ -227,22 +237,73 @@ fn ranks<D: Dim>(op: &'static str, inputs: &[TensorMeta<D>], ports: &[PortSpec])
     Ok(())
 }
 
-/// Q is f16 or bf16, and K and V have its type.
-fn types<D: Dim>(op: &'static str, inputs: &[TensorMeta<D>]) -> Result<(), ShapeError> {
-    let q = &inputs[0];
-    if !takes(q.dtype) {
-        return Err(ShapeError::at(0, ShapeErrorKind::DType { op, port: "Q", found: q.dtype, expected: "f16 or bf16" }));
-    }
-    for (i, name) in [(1usize, "K"), (2, "V")] {
-        if inputs[i].dtype != q.dtype {
-            return Err(rule(
-                op,
-                Some(i),
-                format!("port {name} is {} but Q is {}; Q, K and V must have one type", inputs[i].dtype, q.dtype),
-            ));
+impl Sdpa {
+    /// Q is f16 or bf16 (the `fp8` attribute's type with it), and K and V have its type.
+    fn types<D: Dim>(&self, op: &'static str, inputs: &[TensorMeta<D>]) -> Result<(), ShapeError> {
+        let q = &inputs[0];
+        let fp8 = matches!(q.dtype, DataType::Fp8E4M3 | DataType::Fp8E5M2);
+        match (self.fp8, fp8) {
+            (Some(mode), _) if q.dtype != mode => {
+                return Err(rule(
+                    op,
+                    Some(0),
+                    format!(
+                        "port Q is {} but `fp8 = {}` attention takes {mode} Q, K and V",
+                        q.dtype,
+                        self.fp8_mode().unwrap_or_default()
+                    ),
+                ));
+            }
+            (None, true) => {
+                let mode = if q.dtype == DataType::Fp8E4M3 { "e4m3" } else { "e5m2" };
+                return Err(rule(
+                    op,
+                    Some(0),
+                    format!(
+                        "port Q is {}: fp8 attention needs `fp8 = {mode}` and the inputs Descale_Q, Descale_K, \
+                         Descale_V, Descale_S, Scale_S, Scale_O after Q, K, V",
+                        q.dtype
+                    ),
+                ));
+            }
+            _ => {}
         }
+        if !fp8 && !takes(q.dtype) {
+            return Err(ShapeError::at(0, ShapeErrorKind::DType { op, port: "Q", found: q.dtype, expected: "f16 or bf16" }));
+        }
+        for (i, name) in [(1usize, "K"), (2, "V")] {
+            if inputs[i].dtype != q.dtype {
+                return Err(rule(
+                    op,
+                    Some(i),
+                    format!("port {name} is {} but Q is {}; Q, K and V must have one type", inputs[i].dtype, q.dtype),
+                ));
+            }
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// cuDNN's fp16/bf16 attention needs head dims that are multiples of 8; its fp8 attention
+    /// multiples of 16, at most 256 (`sdpa_support_surface.h`; Blackwell's own limits are
+    /// checked when a plan is built).
+    fn head_dim_rule<D: Dim>(&self, op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
+        let (multiple, max, what, bound) = match self.fp8 {
+            Some(_) => (16, 256, "fp8", "a multiple of 16, at most 256"),
+            None => (8, i64::MAX, "fp16/bf16", "a multiple of 8"),
+        };
+        for (i, name, d, shape) in [(0usize, "Q", t.d_qk(), &t.qs), (2, "V", t.d_v(), &t.vs)] {
+            if let Some(n) = d.as_lit() {
+                if n % multiple != 0 || n > max {
+                    return Err(rule(
+                        op,
+                        Some(i),
+                        format!("the head dim of {name} {shape} is {d}; cuDNN's {what} attention needs {bound}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Q, K and V have one batch size.
@@ -334,20 +395,6 @@ fn score_size<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError
                 t.qs, t.ks
             ),
         ));
-    }
-    Ok(())
-}
-
-/// cuDNN's fp16/bf16 attention needs head dims that are multiples of 8.
-fn head_dims_multiple_of_8<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError> {
-    for (i, name, d, shape) in [(0usize, "Q", t.d_qk(), &t.qs), (2, "V", t.d_v(), &t.vs)] {
-        if d.as_lit().is_some_and(|d| d % 8 != 0) {
-            return Err(rule(
-                op,
-                Some(i),
-                format!("the head dim of {name} {shape} is {d}; cuDNN's fp16/bf16 attention needs a multiple of 8"),
-            ));
-        }
     }
     Ok(())
 }

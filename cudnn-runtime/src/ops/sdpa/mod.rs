@@ -18,12 +18,24 @@
 //! keys `j` with `i + shift - w < j`, `shift = S_kv - S_q` bottom-right, 0 top-left),
 //! `bias = true` (a `Bias` input), `padding_mask = true` (`SEQ_LEN_Q`, `SEQ_LEN_KV` inputs),
 //! `dropout = p` (`Seed`, `Offset` inputs), `training = true` (forward: the `Stats` output),
-//! `d_bias = true` (backward: the `dBias` output), `deterministic = true` (backward), and
-//! `implementation = auto | fused | composite` (see [`Implementation`]).
+//! `d_bias = true` (backward: the `dBias` output), `deterministic = true` (backward),
+//! `implementation = auto | fused | composite` (see [`Implementation`]), and
+//! `fp8 = e4m3 | e5m2` (forward: fp8 attention, below).
 //!
 //! Optional inputs follow Q, K, V (and O, dO, Stats for the backward) in this order:
 //! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`; an instance takes those its
 //! attributes ask for ([`Sdpa::inputs`]).
+//!
+//! With `fp8 = e4m3` (or `e5m2`: cudnn-frontend's `sdpa_fp8`), Q, K and V are of that fp8 type, six `f32`
+//! `[1, 1, 1, 1]` inputs follow the others: `Descale_Q`, `Descale_K`, `Descale_V`, `Descale_S`,
+//! `Scale_S`, `Scale_O`; the outputs are O in Q's type (and Stats), then `Amax_S`, `Amax_O`
+//! (`f32 [1, 1, 1, 1]`):
+//!
+//! ```text
+//! S = scale · descale_q · descale_k · Q·Kᵀ, masked;  P = softmax(S)
+//! Amax_S = max |P|,  P8 = fp8(P · scale_s)
+//! O' = descale_s · descale_v · P8·V,  Amax_O = max |O'|,  O = fp8(O' · scale_o)
+//! ```
 //!
 //! The shape rule checks every support rule that depends only on shapes, types and attributes
 //! (the macro runs it at compile time); rules that depend on the GPU or the cuDNN version are
@@ -73,7 +85,15 @@ const FORWARD_INPUTS: &[PortSpec] = &[
     port("SEQ_LEN_KV"),
     port("Seed"),
     port("Offset"),
+    port("Descale_Q"),
+    port("Descale_K"),
+    port("Descale_V"),
+    port("Descale_S"),
+    port("Scale_S"),
+    port("Scale_O"),
 ];
+/// The inputs `fp8 = ...` adds (cudnn-frontend's `sdpa_fp8` arguments, in its order).
+pub const FP8_INPUTS: [&str; 6] = ["Descale_Q", "Descale_K", "Descale_V", "Descale_S", "Scale_S", "Scale_O"];
 const BACKWARD_INPUTS: &[PortSpec] = &[
     port("Q"),
     port("K"),
@@ -88,11 +108,13 @@ const BACKWARD_INPUTS: &[PortSpec] = &[
     port("Seed"),
     port("Offset"),
 ];
-const FORWARD_OUTPUTS: &[&str] = &["O", "Stats"];
+const FORWARD_OUTPUTS: &[&str] = &["O", "Stats", "Amax_S", "Amax_O"];
+const FP8_INFERENCE_OUTPUTS: &[&str] = &["O", "Amax_S", "Amax_O"];
 const BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "dBias"];
 
 const ALIGNMENTS: &[&str] = &["top_left", "bottom_right"];
 const IMPLEMENTATIONS: &[&str] = &["auto", "fused", "composite"];
+const FP8_MODES: &[&str] = &["e4m3", "e5m2"];
 const BACKWARD_IMPLEMENTATIONS: &[&str] = &["auto", "composite"];
 
 const fn attr(name: &'static str, kind: AttrKind) -> AttrSpec {
@@ -110,6 +132,7 @@ const FORWARD_ATTRS: &[AttrSpec] = &[
     attr("dropout", AttrKind::Float),
     attr("training", AttrKind::Bool),
     attr("implementation", AttrKind::OneOf(IMPLEMENTATIONS)),
+    attr("fp8", AttrKind::OneOf(FP8_MODES)),
 ];
 const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("scale", AttrKind::Float),
@@ -294,6 +317,12 @@ pub struct Sdpa {
     /// Which lowering.
     #[serde(default)]
     pub implementation: Implementation,
+    /// Forward: fp8 attention in this type (`fp8 = e4m3 | e5m2`, cudnn-frontend's `sdpa_fp8`
+    /// with this `mma_core_mode`), the type of Q, K, V, O and of P between the matmuls: the
+    /// `Descale_Q`, `Descale_K`, `Descale_V`, `Descale_S`, `Scale_S`, `Scale_O` inputs and the
+    /// `Amax_S`, `Amax_O` outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8: Option<DataType>,
 }
 
 /// The cuDNN types Q, K and V may have.
@@ -322,6 +351,7 @@ impl Sdpa {
             d_bias: false,
             deterministic: false,
             implementation: Implementation::Auto,
+            fp8: None,
         }
     }
 
@@ -341,6 +371,11 @@ impl Sdpa {
         s.training = a.bool("training").unwrap_or(false);
         s.d_bias = a.bool("d_bias").unwrap_or(false);
         s.deterministic = a.bool("deterministic").unwrap_or(false);
+        s.fp8 = match a.name("fp8") {
+            Some("e4m3") => Some(DataType::Fp8E4M3),
+            Some("e5m2") => Some(DataType::Fp8E5M2),
+            _ => None,
+        };
         s.implementation = match a.name("implementation") {
             Some("fused") => Implementation::Fused,
             Some("composite") => Implementation::Composite,
@@ -375,6 +410,9 @@ impl Sdpa {
         if let Some(w) = self.window {
             push("window", AttrValue::Int(w));
         }
+        if let Some(mode) = self.fp8_mode() {
+            push("fp8", AttrValue::Name(mode.into()));
+        }
         if let Some(p) = self.dropout {
             push("dropout", AttrValue::Float(p));
         }
@@ -391,7 +429,7 @@ impl Sdpa {
             "Bias" => self.bias,
             "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
             "Seed" | "Offset" => self.dropout.is_some(),
-            _ => false,
+            name => self.fp8.is_some() && FP8_INPUTS.contains(&name),
         }
     }
 
@@ -403,16 +441,18 @@ impl Sdpa {
         all[..required].iter().copied().chain(all[required..].iter().copied().filter(|p| self.has(p.name))).collect()
     }
 
-    /// The outputs of this instance: `O` (and `Stats` when training), or `dQ, dK, dV` (and
-    /// `dBias`).
+    /// The outputs of this instance: `O` (and `Stats` when training, then `Amax_S, Amax_O` with
+    /// `fp8`), or `dQ, dK, dV` (and `dBias`).
     pub fn outputs(&self) -> Vec<&'static str> {
         self.output_ports().to_vec()
     }
 
-    /// [`Sdpa::outputs`], as the static list it is a prefix of.
+    /// [`Sdpa::outputs`], as a static list.
     pub fn output_ports(&self) -> &'static [&'static str] {
         match self.pass {
-            SdpaPass::Forward if self.training => FORWARD_OUTPUTS,
+            SdpaPass::Forward if self.fp8.is_some() && self.training => FORWARD_OUTPUTS,
+            SdpaPass::Forward if self.fp8.is_some() => FP8_INFERENCE_OUTPUTS,
+            SdpaPass::Forward if self.training => &FORWARD_OUTPUTS[..2],
             SdpaPass::Forward => &FORWARD_OUTPUTS[..1],
             SdpaPass::Backward if self.d_bias => BACKWARD_OUTPUTS,
             SdpaPass::Backward => &BACKWARD_OUTPUTS[..3],
@@ -443,6 +483,15 @@ impl Sdpa {
             self.scale = None;
         }
         self
+    }
+
+    /// The DSL spelling of the `fp8` attribute (`e4m3`, `e5m2`), if the op is fp8 attention.
+    pub fn fp8_mode(&self) -> Option<&'static str> {
+        match self.fp8 {
+            Some(DataType::Fp8E4M3) => Some("e4m3"),
+            Some(DataType::Fp8E5M2) => Some("e5m2"),
+            _ => None,
+        }
     }
 
     /// Whether a score row `i` is shifted by `S_kv - S_q` (bottom-right alignment).
@@ -480,6 +529,9 @@ impl Sdpa {
         }
         if self.bottom_right() && (self.bias || self.dropout.is_some()) {
             return fail("bottom-right alignment is supported without bias and without dropout only");
+        }
+        if self.fp8.is_some() && self.bias {
+            return fail("fp8 attention takes no bias (cuDNN's fp8 attention engines have none); leave out `bias = true`");
         }
         if self.d_bias && !self.bias {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");

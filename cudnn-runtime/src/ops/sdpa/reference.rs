@@ -68,11 +68,14 @@ impl<'a> Problem<'a> {
         let [b, h_q, s_q, d_qk] = dims4(q);
         let [_, h_k, s_kv, _] = dims4(k);
         let [_, h_v, _, d_v] = dims4(v);
-        // cuDNN applies the scale as an f32.
+        // cuDNN applies the scale as an f32; fp8 attention multiplies by Q's and K's descales
+        // after it.
         let scale = match op.literal_scale(d_qk as i64) {
             Some(s) => crate::DataType::F32.round(s),
             None => get("Attn_scale").and_then(|t| t.data.first().copied()).unwrap_or(1.0),
         };
+        let factor = |name: &str| get(name).and_then(|t| t.data.first().copied()).unwrap_or(1.0);
+        let scale = if op.fp8.is_some() { scale * factor("Descale_Q") * factor("Descale_K") } else { scale };
         let scalar = |name: &str| get(name).and_then(|t| t.data.first().copied()).unwrap_or(0.0) as i64;
         let seed_offset = op.dropout.map(|_| (scalar("Seed"), scalar("Offset")));
         Problem {
@@ -190,6 +193,9 @@ impl Sdpa {
     }
 
     fn forward(&self, inputs: &[&Array]) -> Vec<Array> {
+        if let Some(fp8) = self.fp8 {
+            return self.forward_fp8(inputs, fp8);
+        }
         let p = Problem::new(self, inputs);
         let vd = dims4(p.v);
         let mut o = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, p.d_v as i64]);
@@ -221,6 +227,61 @@ impl Sdpa {
         if self.training {
             outs.push(stats);
         }
+        outs
+    }
+
+    /// fp8 attention, quantized where cudnn-frontend's `sdpa_fp8` quantizes: `P · Scale_S` is
+    /// rounded to Q's fp8 type before the second matmul (`Amax_S` is `max |P|` before the scale),
+    /// and `O' = Descale_S · Descale_V · P8·V` is rounded to O's type after `Scale_O`
+    /// (`Amax_O = max |O'|`); everything else is `f64`. `[O, Amax_S, Amax_O]` or
+    /// `[O, Stats, Amax_S, Amax_O]`.
+    fn forward_fp8(&self, inputs: &[&Array], fp8: crate::DataType) -> Vec<Array> {
+        let p = Problem::new(self, inputs);
+        let factor = |name: &str| {
+            self.input_index(name).and_then(|i| inputs.get(i)).and_then(|t| t.data.first().copied()).unwrap_or(1.0)
+        };
+        let (scale_s, descale_s, descale_v, scale_o) =
+            (factor("Scale_S"), factor("Descale_S"), factor("Descale_V"), factor("Scale_O"));
+        let vd = dims4(p.v);
+        let mut o = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, p.d_v as i64]);
+        let mut stats = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, 1]);
+        let (mut amax_s, mut amax_o) = (0.0f64, 0.0f64);
+        for b in 0..p.b {
+            for h in 0..p.h_q {
+                let hv = p.v_head(h);
+                for i in 0..p.s_q {
+                    let s = p.scores(b, h, i);
+                    let lse = log_sum_exp(&s);
+                    stats.data[(b * p.h_q + h) * p.s_q + i] = lse;
+                    let row = ((b * p.h_q + h) * p.s_q + i) * p.d_v;
+                    if lse == f64::NEG_INFINITY {
+                        continue;
+                    }
+                    for (j, sj) in s.iter().enumerate() {
+                        let w = (sj - lse).exp() * p.dropout(b, h, i, j);
+                        amax_s = amax_s.max(w.abs());
+                        let w8 = fp8.round(w * scale_s);
+                        if w8 == 0.0 {
+                            continue;
+                        }
+                        for d in 0..p.d_v {
+                            o.data[row + d] += w8 * p.v.data[at(vd, [b, hv, j, d])];
+                        }
+                    }
+                }
+            }
+        }
+        for x in &mut o.data {
+            let descaled = *x * descale_s * descale_v;
+            amax_o = amax_o.max(descaled.abs());
+            *x = fp8.round(descaled * scale_o);
+        }
+        let scalar = |v: f64| Array { dims: vec![1; 4], data: vec![v] };
+        let mut outs = vec![o];
+        if self.training {
+            outs.push(stats);
+        }
+        outs.extend([scalar(amax_s), scalar(amax_o)]);
         outs
     }
 

@@ -111,6 +111,9 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
             );
         }
     }
+    if op.fp8.is_some() {
+        fp8_rules(op, p, target)?;
+    }
     match op.pass {
         SdpaPass::Forward => {
             if (91000..=91001).contains(&v) {
@@ -198,6 +201,44 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
     Ok(())
 }
 
+/// fp8 attention's rules beyond the shape rule's (`sdpa_support_surface.h`).
+fn fp8_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> {
+    let v = target.version;
+    let major = target.sm.map(|sm| sm / 10);
+    if v < 90100 || v == 91000 {
+        return fail(
+            "sdpa.fp8.version",
+            format!("fp8 attention needs cuDNN 9.1 or newer, and not 9.10.0; loaded {}", version(v)),
+        );
+    }
+    if let Some(sm) = target.sm.filter(|&sm| sm < 90) {
+        return fail(
+            "sdpa.fp8.sm90",
+            format!("cuDNN's fp8 attention needs compute capability 9.0 (Hopper) or newer; the target is sm {sm}"),
+        );
+    }
+    if op.causal && op.bottom_right() && major.is_some_and(|m| m < 10) {
+        return fail(
+            "sdpa.fp8.bottom_right",
+            "bottom-right causal masking of fp8 attention needs Blackwell (cuDNN refuses it on Hopper); use \
+             top-left alignment"
+                .into(),
+        );
+    }
+    if major.is_some_and(|m| m >= 10) && (p.d_qk > 128 || p.d_v > 128) && !(v >= 91900 && p.d_qk == 192 && p.d_v == 128)
+    {
+        return fail(
+            "sdpa.fp8.head_dim_blackwell",
+            format!(
+                "fp8 attention on Blackwell needs head dims of at most 128 (or d_qk = 192, d_v = 128 from cuDNN 9.19); \
+                 d_qk = {}, d_v = {}",
+                p.d_qk, p.d_v
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// The rules of the fused `SDPA_FWD` operation as cudnn-graph drives it (the attributes of
 /// cuDNN 9.13.1 to 9.15: Q, K, V, O, Stats, the scale and the sequence lengths). cuDNN 9.21 adds
 /// a score-modifier subgraph for masks and bias, which this lowering does not yet build; such
@@ -214,6 +255,14 @@ pub fn fused_supported(op: &Sdpa, p: &Problem, target: Target) -> Result<(), Rul
         return fail(
             "sdpa.fused.version",
             format!("the fused SDPA_FWD operation needs cuDNN 9.13.1 or newer; loaded {}", version(v)),
+        );
+    }
+    if op.fp8.is_some() {
+        return fail(
+            "sdpa.fused.fp8",
+            "the fused SDPA_FWD operation takes fp8 from cuDNN 9.25 only (cudnn-frontend), and cudnn-graph does not \
+             drive its fp8 attributes; use `implementation = composite` (or `auto`)"
+                .into(),
         );
     }
     let unsupported = if op.causal {
@@ -313,6 +362,26 @@ mod tests {
         );
         let composite = op("sdpa", &[("implementation", "composite".into())]);
         assert_eq!(choose(&composite, &P, H200_919).unwrap(), Implementation::Composite);
+    }
+
+    #[test]
+    fn fp8_rules() {
+        let fp8 = op("sdpa", &[("fp8", "e4m3".into()), ("causal", true.into())]);
+        let d128 = Problem { d_qk: 128, d_v: 128, ..P };
+        assert_eq!(choose(&fp8, &d128, H200_919).unwrap(), Implementation::Composite);
+        let blackwell = Target { version: 91900, sm: Some(100) };
+        let rule = |o: &Sdpa, p: &Problem, t| choose(o, p, t).unwrap_err().rule;
+        assert_eq!(rule(&fp8, &d128, Target { version: 91900, sm: Some(89) }), "sdpa.fp8.sm90");
+        assert_eq!(rule(&fp8, &d128, Target { version: 91000, sm: Some(90) }), "sdpa.fp8.version");
+        let br = op("sdpa", &[("fp8", "e4m3".into()), ("causal", true.into()), ("alignment", "bottom_right".into())]);
+        assert_eq!(rule(&br, &d128, H200_919), "sdpa.fp8.bottom_right");
+        assert!(choose(&br, &d128, blackwell).is_ok());
+        let d256 = Problem { d_qk: 256, d_v: 256, ..P };
+        assert!(choose(&fp8, &d256, H200_919).is_ok());
+        assert_eq!(rule(&fp8, &d256, blackwell), "sdpa.fp8.head_dim_blackwell");
+        assert!(choose(&fp8, &Problem { d_qk: 192, d_v: 128, ..P }, blackwell).is_ok());
+        let fused = op("sdpa", &[("fp8", "e4m3".into()), ("implementation", "fused".into())]);
+        assert_eq!(rule(&fused, &d128, H200_919), "sdpa.fused.fp8");
     }
 
     #[test]

@@ -499,6 +499,7 @@ fn run(x: &Expansion, inputs: &[&Array], n_outputs: usize, round: bool) -> Vec<A
                     *acc = match mode {
                         ReductionMode::Max => acc.max(*v),
                         ReductionMode::Sum => *acc + v,
+                        ReductionMode::Amax => acc.max(v.abs()),
                         other => panic!("{other:?}"),
                     };
                 }
@@ -734,4 +735,167 @@ fn backward_workspace_is_the_softmax_sum_and_the_dq_accumulator() {
     b.op.deterministic = true;
     let x = expand_case(&b, &grads, 91900);
     assert_eq!(x.workspace_bytes, 512);
+}
+
+/// fp8 attention's Q, K, V (`e4m3`) and its six scale inputs.
+fn fp8_qkv(b: i64, h: i64, s: i64, d: i64) -> Vec<TensorMeta<i64>> {
+    let mut ins: Vec<TensorMeta<i64>> = qkv(b, h, h, s, s, d);
+    ins.iter_mut().for_each(|t| t.dtype = DataType::Fp8E4M3);
+    ins.extend((0..6).map(|_| meta(&[1, 1, 1, 1], DataType::F32)));
+    ins
+}
+
+#[test]
+fn fp8_ports_and_shapes() {
+    let s = op("sdpa", &[("fp8", "e4m3".into())]);
+    let names: Vec<&str> = s.inputs().iter().map(|p| p.name).collect();
+    assert_eq!(names, ["Q", "K", "V", "Descale_Q", "Descale_K", "Descale_V", "Descale_S", "Scale_S", "Scale_O"]);
+    assert_eq!(s.outputs(), ["O", "Amax_S", "Amax_O"]);
+    let t = op("sdpa", &[("fp8", "e5m2".into()), ("training", true.into())]);
+    assert_eq!(t.outputs(), ["O", "Stats", "Amax_S", "Amax_O"]);
+    assert_eq!(t.fp8, Some(DataType::Fp8E5M2));
+    assert_eq!(Op::from_call("sdpa", &t.call_attrs()).unwrap(), Op::Sdpa(t));
+    let out = infer(&s, &fp8_qkv(2, 4, 128, 128)).unwrap();
+    // O in Q's fp8 type (cuDNN 9.19 on Hopper writes no bf16 O), the amaxes f32 scalars.
+    assert_eq!(out[0], OutputMeta { dims: vec![2, 4, 128, 128], dtype: Some(DataType::Fp8E4M3) });
+    for amax in &out[1..] {
+        assert_eq!(*amax, OutputMeta { dims: vec![1; 4], dtype: Some(DataType::F32) });
+    }
+}
+
+#[test]
+fn fp8_shape_errors_name_the_rule() {
+    let s = op("sdpa", &[("fp8", "e4m3".into())]);
+    let err = |s: &Sdpa, ins: &[TensorMeta<i64>]| infer(s, ins).unwrap_err().to_string();
+    // Mixed fp8 and bf16.
+    let mut ins = fp8_qkv(2, 4, 128, 128);
+    ins[2].dtype = DataType::BF16;
+    assert_eq!(err(&s, &ins), "`sdpa`: port V is bf16 but Q is fp8_e4m3; Q, K and V must have one type");
+    // Q of another type than the mode.
+    let mut ins = fp8_qkv(2, 4, 128, 128);
+    ins[..3].iter_mut().for_each(|t| t.dtype = DataType::Fp8E5M2);
+    assert_eq!(err(&s, &ins), "`sdpa`: port Q is fp8_e5m2 but `fp8 = e4m3` attention takes fp8_e4m3 Q, K and V");
+    // An fp8 Q without the attribute says what to add.
+    let e = err(&op("sdpa", &[]), &fp8_qkv(2, 4, 128, 128)[..3]);
+    assert!(e.contains("fp8 attention needs `fp8 = e4m3` and the inputs Descale_Q"), "{e}");
+    // Head dims: multiples of 16, at most 256.
+    let e = err(&s, &fp8_qkv(2, 4, 128, 72));
+    assert!(e.ends_with("is 72; cuDNN's fp8 attention needs a multiple of 16, at most 256"), "{e}");
+    assert!(err(&s, &fp8_qkv(2, 4, 128, 272)).contains("at most 256"));
+    // The scale inputs are f32 [1, 1, 1, 1].
+    let mut ins = fp8_qkv(2, 4, 128, 128);
+    ins[5].dims = vec![1, 4, 1, 1];
+    assert!(err(&s, &ins).contains("port Descale_V must be [1, 1, 1, 1]"));
+    let mut ins = fp8_qkv(2, 4, 128, 128);
+    ins[8].dtype = DataType::BF16;
+    assert_eq!(err(&s, &ins), "`sdpa`: port Scale_O is bf16 but must be f32");
+    // No bias, as in cuDNN's fp8 engines.
+    let b = op("sdpa", &[("fp8", "e4m3".into()), ("bias", true.into())]);
+    let mut ins = fp8_qkv(2, 4, 128, 128);
+    ins.insert(3, meta(&[1, 4, 128, 128], DataType::F32));
+    assert!(err(&b, &ins).contains("fp8 attention takes no bias"));
+}
+
+/// An fp8 attention case with inputs that are exact e4m3 values and scales as a delayed-scaling
+/// recipe would give them.
+fn fp8_case(rng: &mut Rng, attrs: &[(&str, AttrValue)], [b, h, s_q, s_kv, d]: [i64; 5]) -> Case {
+    let op = op("sdpa", attrs);
+    let fp8 = |a: Array| Array { data: a.data.iter().map(|x| DataType::Fp8E4M3.round(x * 4.0)).collect(), ..a };
+    let mut inputs = vec![fp8(rng.array(&[b, h, s_q, d])), fp8(rng.array(&[b, h, s_kv, d])), fp8(rng.array(&[b, h, s_kv, d]))];
+    let scalar = |v: f64| Array { dims: vec![1; 4], data: vec![v] };
+    for p in op.inputs().iter().skip(3) {
+        inputs.push(match p.name {
+            "Descale_Q" | "Descale_K" | "Descale_V" => scalar(0.25),
+            "Descale_S" => scalar(1.0 / 448.0),
+            "Scale_S" => scalar(448.0),
+            "Scale_O" => scalar(64.0),
+            "SEQ_LEN_Q" => Array::from_fn(&[b, 1, 1, 1], |i| (s_q - i as i64 % 2) as f64),
+            "SEQ_LEN_KV" => Array::from_fn(&[b, 1, 1, 1], |i| (s_kv - 2 * (i as i64 % 2)) as f64),
+            other => panic!("{other}"),
+        });
+    }
+    Case { op, inputs }
+}
+
+#[test]
+fn fp8_reference_quantizes_where_cudnn_frontend_does() {
+    // One query, two keys: P by hand, quantized with Scale_S, then O with Scale_O.
+    let s = op("sdpa", &[("fp8", "e4m3".into()), ("scale", 1.0.into())]);
+    let q = Array::from_fn(&[1, 1, 1, 16], |i| if i == 0 { 2.0 } else { 0.0 });
+    let k = Array::from_fn(&[1, 1, 2, 16], |i| if i == 0 { 1.0 } else { 0.0 });
+    let v = Array::from_fn(&[1, 1, 2, 16], |i| if i / 16 == 0 { 1.0 } else { 3.0 });
+    let scalar = |v: f64| Array { dims: vec![1; 4], data: vec![v] };
+    let (dq, dk, dv, ds, ss, so) = (scalar(0.5), scalar(1.0), scalar(2.0), scalar(1.0 / 448.0), scalar(448.0), scalar(8.0));
+    let out = s.reference(&[&q, &k, &v, &dq, &dk, &dv, &ds, &ss, &so]);
+    // Scores 2·1·0.5 = 1 and 0: P = (e/(e+1), 1/(e+1)).
+    let e = 1f64.exp();
+    let p = [e / (e + 1.0), 1.0 / (e + 1.0)];
+    let p8 = p.map(|x| DataType::Fp8E4M3.round(x * 448.0));
+    let o = (p8[0] * 1.0 + p8[1] * 3.0) / 448.0 * 2.0;
+    assert_eq!(out[0].data[0], DataType::Fp8E4M3.round(o * 8.0));
+    assert_ne!(p8[0] / 448.0, p[0], "P was quantized");
+    assert_eq!(out[1].data, [p[0]]);
+    assert!((out[2].data[0] - o).abs() < 1e-12);
+}
+
+#[test]
+fn fp8_composite_computes_the_reference() {
+    let mut rng = Rng(0x0f8_5dba);
+    let configs: Vec<Vec<(&str, AttrValue)>> = vec![
+        vec![("fp8", "e4m3".into())],
+        vec![("fp8", "e4m3".into()), ("causal", true.into()), ("training", true.into())],
+        vec![("fp8", "e4m3".into()), ("padding_mask", true.into())],
+    ];
+    for attrs in &configs {
+        let f = fp8_case(&mut rng, attrs, [2, 2, 9, 12, 16]);
+        let want = f.op.reference(&refs(&f.inputs));
+        let ins: Vec<Port> = f
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| tensor("in", i as i64 + 1, a, if i < 3 { DataType::Fp8E4M3 } else { DataType::F32 }))
+            .collect();
+        let outs: Vec<Port> = want
+            .iter()
+            .enumerate()
+            .map(|(i, a)| tensor("out", 100 + i as i64, a, if i == 0 { DataType::Fp8E4M3 } else { DataType::F32 }))
+            .collect();
+        let cx = composite::Context {
+            inputs: &ins,
+            outputs: &outs,
+            intermediate: DataType::F32,
+            compute: DataType::F32,
+            version: 91900,
+        };
+        let x = composite::expand(&f.op, &cx, &mut 1000).expect("expands");
+        let names: Vec<&str> = x.ops.iter().map(|(n, _)| *n).collect();
+        for (before, after) in [("attn_scale", "descale_q"), ("descale_q", "descale_k"), ("softmax", "amax_s"), ("amax_s", "scale_s"), ("scale_s", "bmm2"), ("bmm2", "descale_a"), ("descale_a", "descale_b"), ("descale_b", "scale_c"), ("scale_c", "amax_c")] {
+            let at = |n: &str| names.iter().position(|m| *m == n).unwrap_or_else(|| panic!("{n} in {names:?}"));
+            assert!(at(before) < at(after), "{before} before {after}: {names:?}");
+        }
+        // The second matmul reads P in fp8.
+        let Some((_, SubOp::Matmul { a, .. })) = x.ops.iter().find(|(n, _)| *n == "bmm2") else { panic!() };
+        assert_eq!(x.tensors[*a].data_type, DataType::Fp8E4M3);
+        // Stored as cuDNN stores (f32 intermediates, P and O in fp8), the subgraph gives the
+        // reference's fp8 O: equal, or one e4m3 step apart where an f32 rounding tips P or O
+        // across a rounding boundary.
+        let got = run(&x, &refs(&f.inputs), want.len(), true);
+        // Rows with no visible key (padding) are unspecified in cuDNN (0 in the reference).
+        let live = live_rows(&f);
+        let d_v = want[0].dims[3] as usize;
+        let (mut equal, mut n) = (0, 0);
+        for (e, (g, w)) in got[0].data.iter().zip(&want[0].data).enumerate() {
+            if !live[e / d_v] {
+                continue;
+            }
+            n += 1;
+            let step = (w.abs() / 8.0).max(1.0 / 512.0) * 1.01;
+            assert!((g - w).abs() <= step, "{attrs:?}: O composite {g}, reference {w}");
+            equal += usize::from(g == w);
+        }
+        assert!(equal * 10 >= n * 9, "{attrs:?}: {equal} of {n} equal");
+        for (g, w) in got[got.len() - 2..].iter().zip(&want[want.len() - 2..]) {
+            assert_close(&format!("amax {attrs:?}"), g, w, None, 1e-6);
+        }
+    }
 }

@@ -1,0 +1,183 @@
+//! fp8 attention forward on the GPU (issue 20): `sdpa` with `fp8 = e4m3`, causal (top-left) and
+//! not, as `shared/bench/anchor_cudnn_frontend.py --only sdpa_fp8` measures cudnn-frontend's
+//! `sdpa_fp8` (cases `sdpa_fp8_fwd_b4_h16_s4096_d128[_causal]`): Q, K, V and O e4m3 in BSHD memory
+//! (logical `[B, H, S, D]`, strides `[S·H·D, D, H·D, 1]`), the six scales `f32[1, 1, 1, 1]` on the
+//! device, `Amax_S` and `Amax_O` written, no Stats; FLOPs `4·B·H·S²·D` (half of it causal), the
+//! anchor's count. See `docs/benchmarks.md`.
+//!
+//! ```text
+//! cargo run --release --example bench_fp8_sdpa -- [--json PATH] [--b 4] [--h 16] [--s 4096] [--d 128]
+//! ```
+//!
+//! Each graph is timed with [`measure`] (CUDA events around batches of back-to-back executes, the
+//! median of stable samples, on scratch buffers of random values) two ways:
+//!
+//! - `cudnn-graph`: the heuristics' pick (default `BuildOptions`);
+//! - `cudnn-graph-autotuned`: every candidate of heuristics A, B and fallback built and
+//!   [`autotune`]d;
+//!
+//! and `cudnn-graph-best` is the faster. Every figure is one JSON object per line on stdout (and
+//! in `--json PATH`), in the schema of `examples/bench.rs` and the anchor script (`case`, `impl`,
+//! `gpu_ms`, `tflops`, `engine`, ...), so the rows sit beside cudnn-frontend's.
+
+use std::io::Write;
+use std::time::Instant;
+
+use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
+use cudnn_graph::engines::{autotune, measure, AutotuneOptions, Timing};
+use cudnn_graph::ops::AttrValue;
+use cudnn_graph::{DataType, Graph, GraphBuilder, GraphError, Operand};
+use serde_json::{json, Value};
+
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+/// Writes each record as a JSON line to stdout and to the `--json` file.
+struct Out {
+    file: Option<std::fs::File>,
+}
+
+impl Out {
+    fn record(&mut self, case: &str, implementation: &str, figures: Value) {
+        let mut row = json!({"case": case, "impl": implementation});
+        if let (Some(row), Value::Object(f)) = (row.as_object_mut(), figures) {
+            row.extend(f);
+        }
+        let line = row.to_string();
+        println!("{line}");
+        if let Some(f) = &mut self.file {
+            // A full disk loses the file, not the run: stdout has every line.
+            let _ = writeln!(f, "{line}").and_then(|()| f.flush());
+        }
+    }
+}
+
+/// `[b, h, s, d]`.
+struct Args {
+    json: Option<String>,
+    shape: [i64; 4],
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args { json: None, shape: [4, 16, 4096, 128] };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut dim = |i: usize| -> Result<()> {
+            a.shape[i] = it.next().ok_or_else(|| format!("{arg} needs a number"))?.parse()?;
+            Ok(())
+        };
+        match arg.as_str() {
+            "--b" => dim(0)?,
+            "--h" => dim(1)?,
+            "--s" => dim(2)?,
+            "--d" => dim(3)?,
+            "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
+            other => return Err(format!("unknown argument {other}; see the top of examples/bench_fp8_sdpa.rs").into()),
+        }
+    }
+    Ok(a)
+}
+
+/// fp8 attention over BSHD e4m3 Q, K, V into a BSHD e4m3 O, with both amaxes.
+fn fp8_sdpa(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result<Graph, GraphError> {
+    let bshd = [s * h * d, d, h * d, 1];
+    let mut g = GraphBuilder::new(name);
+    let mut ins: Vec<Operand> = Vec::new();
+    for n in ["q", "k", "v"] {
+        let t = g.input(n, DataType::Fp8E4M3, &[b, h, s, d])?;
+        g.set_strides(t, &bshd)?;
+        ins.push(t.into());
+    }
+    for n in ["descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"] {
+        ins.push(g.input(n, DataType::F32, &[1, 1, 1, 1])?.into());
+    }
+    let mut attrs: Vec<(String, AttrValue)> = vec![("fp8".into(), "e4m3".into())];
+    if causal {
+        attrs.push(("causal".into(), true.into()));
+    }
+    let outs = g.op("sdpa", &ins, &attrs)?;
+    let o = g.output(outs[0], "o", DataType::Fp8E4M3)?;
+    g.set_strides(o, &bshd)?;
+    g.output(outs[1], "amax_s", DataType::F32)?;
+    g.output(outs[2], "amax_o", DataType::F32)?;
+    g.build()
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn figures(t: &Timing, flops: f64) -> Value {
+    json!({"gpu_ms": t.median_us * 1e-3, "gpu_ms_min": t.min_us * 1e-3, "runs": t.runs, "engine": t.tag,
+           "tflops": flops / (t.median_us * 1e-6) / 1e12})
+}
+
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
+}
+
+/// Times `graph` both ways (rows under `case`) and records the better.
+fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: f64) -> Result<()> {
+    let options = AutotuneOptions::default();
+    let started = Instant::now();
+    let pick = ExecutionPlan::build(cudnn, graph, &BuildOptions::default())?;
+    let build_ms = ms(started.elapsed());
+    let t = measure(cudnn, &pick, &options)?;
+    out.record(
+        case,
+        "cudnn-graph",
+        merge(figures(&t, flops), json!({"build_ms": build_ms, "parts": pick.parts().len()})),
+    );
+    let mut best = (t.median_us, format!("heuristics' pick {}", t.tag));
+
+    let all = BuildOptions::default().modes(&[HeuristicMode::A, HeuristicMode::B, HeuristicMode::Fallback]).all_plans();
+    let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
+    let report = autotune(cudnn, &mut plan, &options)?;
+    eprint!("{case}: {report}");
+    if let Some(t) = report.timing(report.selected) {
+        out.record(
+            case,
+            "cudnn-graph-autotuned",
+            merge(figures(t, flops), json!({"built": plan.built().len(), "tune_ms": ms(report.elapsed)})),
+        );
+        if t.median_us < best.0 {
+            best = (t.median_us, format!("autotuned {}", t.tag));
+        }
+    }
+    let (us, how) = best;
+    out.record(
+        case,
+        "cudnn-graph-best",
+        json!({"gpu_ms": us * 1e-3, "tflops": flops / (us * 1e-6) / 1e12, "how": how}),
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args = args()?;
+    let mut out = Out { file: args.json.as_ref().map(std::fs::File::create).transpose()? };
+    if !cudnn_graph::backend::libraries_present() {
+        return Err("the benchmark needs libcudnn and a GPU driver".into());
+    }
+    let ctx = cudnn_graph::backend::cuda_context(0)?;
+    let cudnn = Cudnn::new(ctx.default_stream())?;
+    let [b, h, s, d] = args.shape;
+    out.record(
+        "env",
+        "cudnn-graph",
+        json!({"cudnn_version": cudnn.version(), "sm": cudnn.sm(), "gpu": ctx.name().ok(), "shape": args.shape}),
+    );
+    for causal in [false, true] {
+        let case = format!("sdpa_fp8_fwd_b{b}_h{h}_s{s}_d{d}{}", if causal { "_causal" } else { "" });
+        let flops = 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
+        let result = fp8_sdpa(&case, args.shape, causal)
+            .map_err(Into::into)
+            .and_then(|g| tune(&mut out, &cudnn, &case, &g, flops));
+        if let Err(e) = result {
+            out.record(&case, "cudnn-graph", json!({"error": e.to_string()}));
+        }
+    }
+    Ok(())
+}
