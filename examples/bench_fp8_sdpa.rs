@@ -20,7 +20,6 @@
 //! in `--json PATH`), in the schema of `examples/bench.rs` and the anchor script (`case`, `impl`,
 //! `gpu_ms`, `tflops`, `engine`, ...), so the rows sit beside cudnn-frontend's.
 
-use std::io::Write;
 use std::time::Instant;
 
 use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
@@ -29,27 +28,11 @@ use cudnn_graph::ops::AttrValue;
 use cudnn_graph::{DataType, Graph, GraphBuilder, GraphError, Operand};
 use serde_json::{json, Value};
 
+#[path = "common/json_lines.rs"]
+mod json_lines;
+use json_lines::Out;
+
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
-
-/// Writes each record as a JSON line to stdout and to the `--json` file.
-struct Out {
-    file: Option<std::fs::File>,
-}
-
-impl Out {
-    fn record(&mut self, case: &str, implementation: &str, figures: Value) {
-        let mut row = json!({"case": case, "impl": implementation});
-        if let (Some(row), Value::Object(f)) = (row.as_object_mut(), figures) {
-            row.extend(f);
-        }
-        let line = row.to_string();
-        println!("{line}");
-        if let Some(f) = &mut self.file {
-            // A full disk loses the file, not the run: stdout has every line.
-            let _ = writeln!(f, "{line}").and_then(|()| f.flush());
-        }
-    }
-}
 
 /// `[b, h, s, d]`.
 struct Args {
@@ -157,7 +140,7 @@ fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: f64) -> 
 
 fn main() -> Result<()> {
     let args = args()?;
-    let mut out = Out { file: args.json.as_ref().map(std::fs::File::create).transpose()? };
+    let mut out = Out::create(args.json.as_ref())?;
     if !cudnn_graph::backend::libraries_present() {
         return Err("the benchmark needs libcudnn and a GPU driver".into());
     }
