@@ -26,19 +26,18 @@
 //! `examples/bench.rs` and the anchor script (`case`, `impl`, `gpu_ms`, `tflops`, `engine`, ...);
 //! case names are the anchor's, so the rows sit beside cudnn-frontend's and torch's.
 
-use std::time::Instant;
-
-use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode, Knob};
-use cudnn_graph::engines::{autotune, measure, AutotuneOptions, Timing};
+use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, Knob};
+use cudnn_graph::engines::{measure, AutotuneOptions};
 use cudnn_graph::ops::PointwiseMode;
 use cudnn_graph::{DataType, Graph, GraphBuilder, GraphError, TensorId};
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[path = "common/json_lines.rs"]
 mod json_lines;
+#[path = "common/tuning.rs"]
+mod tuning;
 use json_lines::Out;
-
-type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+use tuning::{figures, merge, pick_and_autotune, Best, Result};
 
 struct Args {
     json: Option<String>,
@@ -105,66 +104,12 @@ fn epilogue_kernel(m: i64, n: i64, with_bias: bool) -> Result<Graph, GraphError>
     g.build()
 }
 
-fn ms(d: std::time::Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// A timing's figures; `flops` for a GEMM (the epilogue kernels of a split have none of their
-/// own: their time counts toward the GEMM's case).
-fn figures(t: &Timing, flops: Option<f64>) -> Value {
-    json!({"gpu_ms": t.median_us * 1e-3, "gpu_ms_min": t.min_us * 1e-3, "runs": t.runs, "engine": t.tag,
-           "tflops": flops.map(|f| f / (t.median_us * 1e-6) / 1e12)})
-}
-
-fn merge(mut a: Value, b: Value) -> Value {
-    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
-        a.extend(b);
-    }
-    a
-}
-
-/// The best device time (µs) found for `graph` and the engine that gave it.
-struct Best {
-    us: f64,
-    how: String,
-}
-
-impl Best {
-    fn offer(best: &mut Option<Best>, us: f64, how: String) {
-        if best.as_ref().is_none_or(|b| us < b.us) {
-            *best = Some(Best { us, how });
-        }
-    }
-}
-
 /// Times `graph` every way the top of this file lists (rows under `case` when `record`), and
 /// returns its best time.
 fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: Option<f64>, max_cfg: i64) -> Result<Best> {
     let tune = AutotuneOptions::default();
     let mut best = None;
-    let started = Instant::now();
-    let pick = ExecutionPlan::build(cudnn, graph, &BuildOptions::default())?;
-    let build_ms = ms(started.elapsed());
-    let t = measure(cudnn, &pick, &tune)?;
-    out.record(
-        case,
-        "cudnn-graph",
-        merge(figures(&t, flops), json!({"build_ms": build_ms, "parts": pick.parts().len()})),
-    );
-    Best::offer(&mut best, t.median_us, format!("heuristics' pick {}", t.tag));
-
-    let all = BuildOptions::default().modes(&[HeuristicMode::A, HeuristicMode::B, HeuristicMode::Fallback]).all_plans();
-    let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
-    let report = autotune(cudnn, &mut plan, &tune)?;
-    eprint!("{case}: {report}");
-    if let Some(t) = report.timing(report.selected) {
-        out.record(
-            case,
-            "cudnn-graph-autotuned",
-            merge(figures(t, flops), json!({"built": plan.built().len(), "tune_ms": ms(report.elapsed)})),
-        );
-        Best::offer(&mut best, t.median_us, format!("autotuned {}", t.tag));
-    }
+    let pick = pick_and_autotune(out, cudnn, case, graph, flops, &mut best)?;
 
     // Engine 7's kernel configurations, one by one.
     let selected = pick.selected();

@@ -20,19 +20,17 @@
 //! in `--json PATH`), in the schema of `examples/bench.rs` and the anchor script (`case`, `impl`,
 //! `gpu_ms`, `tflops`, `engine`, ...), so the rows sit beside cudnn-frontend's.
 
-use std::time::Instant;
-
-use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
-use cudnn_graph::engines::{autotune, measure, AutotuneOptions, Timing};
+use cudnn_graph::backend::Cudnn;
 use cudnn_graph::ops::AttrValue;
 use cudnn_graph::{DataType, Graph, GraphBuilder, GraphError, Operand};
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[path = "common/json_lines.rs"]
 mod json_lines;
+#[path = "common/tuning.rs"]
+mod tuning;
 use json_lines::Out;
-
-type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+use tuning::{pick_and_autotune, Best, Result};
 
 /// `[b, h, s, d]`.
 struct Args {
@@ -85,51 +83,11 @@ fn fp8_sdpa(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result<Graph, G
     g.build()
 }
 
-fn ms(d: std::time::Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn figures(t: &Timing, flops: f64) -> Value {
-    json!({"gpu_ms": t.median_us * 1e-3, "gpu_ms_min": t.min_us * 1e-3, "runs": t.runs, "engine": t.tag,
-           "tflops": flops / (t.median_us * 1e-6) / 1e12})
-}
-
-fn merge(mut a: Value, b: Value) -> Value {
-    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
-        a.extend(b);
-    }
-    a
-}
-
 /// Times `graph` both ways (rows under `case`) and records the better.
 fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: f64) -> Result<()> {
-    let options = AutotuneOptions::default();
-    let started = Instant::now();
-    let pick = ExecutionPlan::build(cudnn, graph, &BuildOptions::default())?;
-    let build_ms = ms(started.elapsed());
-    let t = measure(cudnn, &pick, &options)?;
-    out.record(
-        case,
-        "cudnn-graph",
-        merge(figures(&t, flops), json!({"build_ms": build_ms, "parts": pick.parts().len()})),
-    );
-    let mut best = (t.median_us, format!("heuristics' pick {}", t.tag));
-
-    let all = BuildOptions::default().modes(&[HeuristicMode::A, HeuristicMode::B, HeuristicMode::Fallback]).all_plans();
-    let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
-    let report = autotune(cudnn, &mut plan, &options)?;
-    eprint!("{case}: {report}");
-    if let Some(t) = report.timing(report.selected) {
-        out.record(
-            case,
-            "cudnn-graph-autotuned",
-            merge(figures(t, flops), json!({"built": plan.built().len(), "tune_ms": ms(report.elapsed)})),
-        );
-        if t.median_us < best.0 {
-            best = (t.median_us, format!("autotuned {}", t.tag));
-        }
-    }
-    let (us, how) = best;
+    let mut best = None;
+    pick_and_autotune(out, cudnn, case, graph, Some(flops), &mut best)?;
+    let Best { us, how } = best.ok_or_else(|| format!("{case}: nothing ran"))?;
     out.record(
         case,
         "cudnn-graph-best",
