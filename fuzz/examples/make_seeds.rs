@@ -10,6 +10,9 @@
 //! `fuzz/corpus/payload/<name>.json` (the plan payload with structure). Graphs are small, so that
 //! the targets also run them on the CPU reference. cuDNN's plan JSON embeds pointers, so payload
 //! seeds differ from run to run; the other two are byte-for-byte reproducible.
+//!
+//! It also writes `fuzz/corpus/macro_input/<file>-<n>.rs`: the body of every `graph!` invocation in
+//! the trybuild cases (`tests/ui`) and the examples, as tokens (reproducible too).
 
 use std::path::{Path, PathBuf};
 
@@ -373,6 +376,60 @@ fn graphs() -> Vec<(&'static str, Built)> {
     ]
 }
 
+/// The bodies of the `graph! { .. }` invocations in `source`, as token text: the trybuild cases
+/// (accepted and refused) and the examples are every form of the DSL the project knows. A file
+/// that does not lex (none should) gives none.
+fn graph_bodies(source: &str) -> Vec<String> {
+    use proc_macro2::{TokenStream, TokenTree};
+    fn walk(stream: TokenStream, out: &mut Vec<String>) {
+        let trees: Vec<TokenTree> = stream.into_iter().collect();
+        for (i, tree) in trees.iter().enumerate() {
+            if let TokenTree::Group(group) = tree {
+                let invoked = i >= 2
+                    && matches!(
+                        (&trees[i - 2], &trees[i - 1]),
+                        (TokenTree::Ident(name), TokenTree::Punct(bang)) if name == "graph" && bang.as_char() == '!'
+                    );
+                if invoked {
+                    out.push(group.stream().to_string());
+                } else {
+                    walk(group.stream(), out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(tokens) = source.parse::<TokenStream>() {
+        walk(tokens, &mut out);
+    }
+    out
+}
+
+/// Writes `corpus/macro_input/`: every `graph!` body of `tests/ui/*/` and `examples/`.
+fn macro_seeds(repo: &Path, corpus: &Path) -> Result<usize, String> {
+    let mut files = Vec::new();
+    for dir in ["tests/ui/pass", "tests/ui/fail", "tests/ui/fail-build", "examples"] {
+        let entries = std::fs::read_dir(repo.join(dir)).map_err(|e| format!("{dir}: {e}"))?;
+        for entry in entries {
+            let path = entry.map_err(|e| format!("{dir}: {e}"))?.path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut written = 0;
+    for path in files {
+        let source = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
+        for (n, body) in graph_bodies(&source).into_iter().enumerate() {
+            write(&corpus.join("macro_input"), &format!("{stem}-{n}.rs"), body.as_bytes())?;
+            written += 1;
+        }
+    }
+    Ok(written)
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(name);
@@ -381,6 +438,8 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
 
 fn run() -> Result<(), String> {
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let seeds = macro_seeds(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."), &corpus)?;
+    println!("macro_input: {seeds} graph! bodies");
     let cudnn = cudnn_runtime::backend::Cudnn::deviceless(cudnn_graph_fuzz::H200_DEVPROP)
         .map_err(|e| format!("payload seeds need cuDNN 9.19 on LD_LIBRARY_PATH: {e}"))?;
     for (name, graph) in graphs() {

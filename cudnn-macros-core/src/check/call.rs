@@ -388,13 +388,24 @@ impl Checker<'_> {
     }
 
     /// A node name not taken by any user name or other node.
-    fn fresh(&self, base: &str, anonymous: bool) -> String {
-        let taken =
-            |n: &str| self.nodes.iter().any(|x| x.name == n) || (anonymous && self.reserved.iter().any(|r| r == n));
-        if !taken(base) && !anonymous {
-            return base.to_string();
-        }
-        (0..).map(|i| format!("{base}_{i}")).find(|n| !taken(n)).unwrap_or_default()
+    fn fresh(&mut self, base: &str, anonymous: bool) -> String {
+        let name = if !anonymous && !self.node_names.contains(base) {
+            base.to_string()
+        } else {
+            // Names are only ever added, so a suffix found taken once stays taken: each search
+            // resumes where the last one for this base ended (linear in the graph, not cubic).
+            let reserved = &self.reserved;
+            let taken = |n: &str| self.node_names.contains(n) || (anonymous && reserved.contains(n));
+            let next = self.suffixes.entry((base.to_string(), anonymous)).or_insert(0);
+            let mut i = *next;
+            while taken(&format!("{base}_{i}")) {
+                i += 1;
+            }
+            *next = i + 1;
+            format!("{base}_{i}")
+        };
+        self.node_names.insert(name.clone());
+        name
     }
 
     /// The outputs of an op whose shape rule failed (already reported): of the rank and type the

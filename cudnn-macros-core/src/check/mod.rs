@@ -26,7 +26,7 @@ mod dims;
 mod fingerprint;
 mod stmt;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use cudnn_runtime::dim::{DimCx, SymDim, Symbolic};
 use cudnn_runtime::ops::AttrValue;
@@ -297,7 +297,11 @@ struct Checker<'a> {
     /// Output port → the tensor assigned to it.
     assigned: HashMap<String, String>,
     /// Every user name (ports and `let` bindings), which generated node names avoid.
-    reserved: Vec<String>,
+    reserved: HashSet<String>,
+    /// Every node name given out (`Checker::fresh`), and per (base name, anonymous) the suffix
+    /// its next search starts from.
+    node_names: HashSet<String>,
+    suffixes: HashMap<(String, bool), usize>,
     /// Names whose definition failed (already reported).
     poisoned: Vec<String>,
     /// Unknown extents made so far (the outputs of ops whose rule failed).
@@ -340,6 +344,8 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
         const_checks: Vec::new(),
         assigned: HashMap::new(),
         reserved: reserved_names(def),
+        node_names: HashSet::new(),
+        suffixes: HashMap::new(),
         poisoned: Vec::new(),
         pins: Vec::new(),
         unknowns: 0,
@@ -357,7 +363,7 @@ pub fn check(cx: &Ctxt, def: &GraphDef) -> Checked {
 }
 
 /// Every name the user gives: ports and `let` bindings.
-fn reserved_names(def: &GraphDef) -> Vec<String> {
+fn reserved_names(def: &GraphDef) -> HashSet<String> {
     let ports = def.inputs.iter().chain(&def.outputs).map(|p| p.name.to_string());
     let lets = def.body.iter().flat_map(|stmt| match stmt {
         Stmt::Let { names, .. } => names.iter().map(ToString::to_string).collect(),

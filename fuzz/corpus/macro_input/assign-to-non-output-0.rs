@@ -1,0 +1,1 @@
+pub NotOut (x : f32 [4 , 4]) -> (y : f32 [4 , 4]) { z = relu (x) ; y = tanh (x) ; }

@@ -1,0 +1,1 @@
+pub AddBias < dyn M > (x : f32 [1 , M , 16] , bias : f32 [1 , 4 , 16]) -> (y : f32 [1 , M , 16]) { y = add (x , bias) ; }

@@ -1,0 +1,1 @@
+pub AddLit (x : f32 [2 , 8 , 16] , bias : f32 [1 , 4 , 16]) -> (y : f32 [2 , 8 , 16]) { y = add (x , bias) ; }

@@ -1,0 +1,1 @@
+pub Mm < const M : usize > (a : bf16 [1 , M , 4] , b : bf16 [1 , 5 , 16]) -> (c : bf16 [1 , M , 16]) { c = matmul (a , b) ; }

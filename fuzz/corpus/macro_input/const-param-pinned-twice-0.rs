@@ -1,0 +1,1 @@
+pub TwoProj < const D : usize > (x : bf16 [1 , 8 , D] , w1 : bf16 [1 , 64 , 16] , w2 : bf16 [1 , 32 , 16] ,) -> (y : bf16 [1 , 8 , 16] , z : bf16 [1 , 8 , 16]) { y = matmul (x , w1) ; z = matmul (x , w2) ; }

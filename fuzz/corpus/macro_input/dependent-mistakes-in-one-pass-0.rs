@@ -1,0 +1,1 @@
+pub TwoMistakes (a : f32 [1 , 8 , 4] , b : f32 [1 , 5 , 16] , w : f32 [1 , 16 , 32]) -> (y : bf16 [1 , 8 , 64]) { let c = matmul (a , b) ; y = matmul (c , w) ; }

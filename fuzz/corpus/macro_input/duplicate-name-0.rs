@@ -1,0 +1,1 @@
+pub Twice (x : f32 [4 , 4]) -> (y : f32 [4 , 4]) { let c = relu (x) ; let c = tanh (c) ; y = sigmoid (c) ; }

@@ -1,0 +1,1 @@
+pub SamePort (x : f32 [4 , 4] , x : f32 [4 , 4]) -> (y : f32 [4 , 4]) { y = add (x , x) ; }

@@ -1,0 +1,1 @@
+pub Rebound (x : f32 [2 , 4 , 8] , w : f32 [1 , 8 , 4]) -> (y : f32 [2 , 4 , 4]) { let o = reshape (x , shape = [2 , 32]) ; let o = reshape (o , shape = [2 , 4 , 8]) ; y = matmul (o , w) ; }

@@ -1,0 +1,1 @@
+# [doc = " One MLP layer: y = gelu(x · w + b)."] pub Dense < const IN : usize , const OUT : usize , dyn T > (x : bf16 [1 , T , IN] , w : bf16 [1 , IN , OUT] , b : bf16 [1 , 1 , OUT] ,) -> (y : bf16 [1 , T , OUT]) { y = gelu (add (matmul (x , w) , b)) ; }

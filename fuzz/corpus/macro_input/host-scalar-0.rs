@@ -1,0 +1,1 @@
+pub Scale (x : f32 [4] , s : f32 [1] host) -> (y : f32 [4]) { y = mul (x , s) ; }

@@ -1,0 +1,1 @@
+pub Scale (x : f32 [8] , s : f32 [1] host) -> (y : f32 [8] host) { y = mul (x , s) ; }

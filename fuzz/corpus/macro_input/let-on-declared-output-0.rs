@@ -1,0 +1,1 @@
+# [doc = " `y` is declared as an output: it is assigned, not bound with `let`."] pub Mlp (x : f32 [4 , 8]) -> (y : f32 [4 , 8]) { let y = relu (x) ; }

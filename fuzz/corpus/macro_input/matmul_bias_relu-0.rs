@@ -1,0 +1,1 @@
+# [doc = " y = relu(a · b + bias), one fused cuDNN kernel."] pub MatmulBiasRelu < const N : usize , const K : usize , dyn M > (a : bf16 [1 , M , K] , b : bf16 [1 , K , N] , bias : bf16 [1 , 1 , N] ,) -> (y : bf16 [1 , M , N]) { let c = matmul (a , b) ; let d = add (c , bias) ; y = relu (d) ; }

@@ -1,0 +1,1 @@
+pub AddTwo (x : f16 [4] , z : f16 [4]) -> (y : f16 [4]) { y = add (x , z) ; }

@@ -1,0 +1,1 @@
+pub Ln < const H : usize > (x : bf16 [8 , H] , scale : f32 [1 , 64] , bias : f32 [1 , 64]) -> (y : bf16 [8 , H]) { y = layernorm (x , scale , bias , 1e-5) ; }

@@ -1,0 +1,1 @@
+pub Early (x : f32 [4 , 8]) -> (y : f32 [4 , 8] , z : f32 [4 , 8]) { z = exp (y) ; y = relu (x) ; }

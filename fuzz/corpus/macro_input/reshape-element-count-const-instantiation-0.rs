@@ -1,0 +1,1 @@
+# [doc = " [B, H * D] as [B, H] needs D = 1: over const parameters (B bound at run time apart) the"] # [doc = " count is a const assertion of each instantiation."] pub Merge < const H : usize , const D : usize , dyn B > (x : f32 [B , H * D]) -> (y : f32 [B , H]) { y = reshape (x , shape = [B , H]) ; }

@@ -1,0 +1,1 @@
+# [doc = " y = relu(a · b + bias) · 0.5"] pub ScaledMlp < const N : usize , const K : usize , dyn M > (a : bf16 [1 , M , K] , b : bf16 [1 , K , N] , bias : bf16 [1 , 1 , N] ,) -> (y : bf16 [1 , M , N]) { y = mul (relu (add (matmul (a , b) , bias)) , 0.5) ; }

@@ -1,0 +1,1 @@
+# [doc = " Q's heads are the first `HQ` of the `N` packed ones: only an instantiation says whether"] # [doc = " `HQ <= N`."] pub Heads < const N : usize , const HQ : usize > (qkv : bf16 [2 , 16 , N , 64]) -> (q : bf16 [2 , 16 , HQ , 64]) { q = slice (qkv , start = [0 , 0 , 0 , 0] , limit = [2 , 16 , HQ , 64]) ; }

@@ -1,0 +1,1 @@
+pub Clip (x : f16 [1 , 8 , 4]) -> (y : f16 [1 , 8 , 4]) { y = relu (x , uper_clip = 6.0) ; }

@@ -1,0 +1,1 @@
+pub Cast (x : bfloat16 [4 , 4]) -> (y : f32 [4 , 4]) { y = identity (x) ; }

@@ -1,0 +1,1 @@
+pub Scale (x : bf16 [4]) -> (y : bf16 [4]) { y = mul (x , 0.5) ; }

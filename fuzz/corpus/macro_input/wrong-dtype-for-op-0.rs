@@ -1,0 +1,1 @@
+pub IntMatmul (a : i64 [1 , 8 , 4] , b : i64 [1 , 4 , 16]) -> (c : f32 [1 , 8 , 16]) { c = matmul (a , b) ; }

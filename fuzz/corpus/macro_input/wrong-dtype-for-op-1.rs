@@ -1,0 +1,1 @@
+pub BoolRelu (x : bool [8]) -> (y : f32 [8]) { y = relu (x) ; }
