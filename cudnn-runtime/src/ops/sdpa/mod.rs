@@ -107,10 +107,39 @@ const BACKWARD_INPUTS: &[PortSpec] = &[
     port("SEQ_LEN_KV"),
     port("Seed"),
     port("Offset"),
+    port("Descale_Q"),
+    port("Descale_K"),
+    port("Descale_V"),
+    port("Descale_O"),
+    port("Descale_dO"),
+    port("Descale_S"),
+    port("Descale_dP"),
+    port("Scale_S"),
+    port("Scale_dQ"),
+    port("Scale_dK"),
+    port("Scale_dV"),
+    port("Scale_dP"),
+];
+/// The inputs `fp8 = ...` adds to the backward (cudnn-frontend's `sdpa_fp8_backward` arguments,
+/// in its order).
+pub const FP8_BACKWARD_INPUTS: [&str; 12] = [
+    "Descale_Q",
+    "Descale_K",
+    "Descale_V",
+    "Descale_O",
+    "Descale_dO",
+    "Descale_S",
+    "Descale_dP",
+    "Scale_S",
+    "Scale_dQ",
+    "Scale_dK",
+    "Scale_dV",
+    "Scale_dP",
 ];
 const FORWARD_OUTPUTS: &[&str] = &["O", "Stats", "Amax_S", "Amax_O"];
 const FP8_INFERENCE_OUTPUTS: &[&str] = &["O", "Amax_S", "Amax_O"];
-const BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "dBias"];
+const BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "dBias", "Amax_dQ", "Amax_dK", "Amax_dV", "Amax_dP"];
+const FP8_BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "Amax_dQ", "Amax_dK", "Amax_dV", "Amax_dP"];
 
 const ALIGNMENTS: &[&str] = &["top_left", "bottom_right"];
 const IMPLEMENTATIONS: &[&str] = &["auto", "fused", "composite"];
@@ -146,6 +175,7 @@ const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("d_bias", AttrKind::Bool),
     attr("deterministic", AttrKind::Bool),
     attr("implementation", AttrKind::OneOf(BACKWARD_IMPLEMENTATIONS)),
+    attr("fp8", AttrKind::OneOf(FP8_MODES)),
 ];
 
 /// Forward or backward.
@@ -189,6 +219,14 @@ impl SdpaPass {
         match self {
             SdpaPass::Forward => 3,
             SdpaPass::Backward => 6,
+        }
+    }
+
+    /// The scale inputs `fp8 = ...` adds to this pass, in cudnn-frontend's order.
+    pub const fn fp8_inputs(self) -> &'static [&'static str] {
+        match self {
+            SdpaPass::Forward => &FP8_INPUTS,
+            SdpaPass::Backward => &FP8_BACKWARD_INPUTS,
         }
     }
 }
@@ -429,7 +467,7 @@ impl Sdpa {
             "Bias" => self.bias,
             "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
             "Seed" | "Offset" => self.dropout.is_some(),
-            name => self.fp8.is_some() && FP8_INPUTS.contains(&name),
+            name => self.fp8.is_some() && self.pass.fp8_inputs().contains(&name),
         }
     }
 
@@ -442,7 +480,7 @@ impl Sdpa {
     }
 
     /// The outputs of this instance: `O` (and `Stats` when training, then `Amax_S, Amax_O` with
-    /// `fp8`), or `dQ, dK, dV` (and `dBias`).
+    /// `fp8`), or `dQ, dK, dV` (and `dBias`, or with `fp8` `Amax_dQ, Amax_dK, Amax_dV, Amax_dP`).
     pub fn outputs(&self) -> Vec<&'static str> {
         self.output_ports().to_vec()
     }
@@ -454,7 +492,8 @@ impl Sdpa {
             SdpaPass::Forward if self.fp8.is_some() => FP8_INFERENCE_OUTPUTS,
             SdpaPass::Forward if self.training => &FORWARD_OUTPUTS[..2],
             SdpaPass::Forward => &FORWARD_OUTPUTS[..1],
-            SdpaPass::Backward if self.d_bias => BACKWARD_OUTPUTS,
+            SdpaPass::Backward if self.fp8.is_some() => FP8_BACKWARD_OUTPUTS,
+            SdpaPass::Backward if self.d_bias => &BACKWARD_OUTPUTS[..4],
             SdpaPass::Backward => &BACKWARD_OUTPUTS[..3],
         }
     }
@@ -532,6 +571,20 @@ impl Sdpa {
         }
         if self.fp8.is_some() && self.bias {
             return fail("fp8 attention takes no bias (cuDNN's fp8 attention engines have none); leave out `bias = true`");
+        }
+        if self.fp8.is_some() && self.pass == SdpaPass::Backward {
+            if self.dropout.is_some() {
+                return fail(
+                    "fp8 attention's backward takes no dropout: cudnn-frontend's fp8 backward subgraph leaves the \
+                     dropout mask out of dP, so it is not the gradient of the forward's dropout; leave out `dropout`",
+                );
+            }
+            if self.deterministic {
+                return fail(
+                    "fp8 attention's backward has no deterministic variant on Hopper (cudnn-frontend pins one on \
+                     Blackwell only); leave out `deterministic = true`",
+                );
+            }
         }
         if self.d_bias && !self.bias {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
