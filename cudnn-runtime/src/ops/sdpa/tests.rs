@@ -1008,8 +1008,14 @@ fn fp8_backward_composite_computes_the_reference() {
         vec![("fp8", "e4m3".into()), ("causal", true.into())],
         vec![("fp8", "e4m3".into()), ("padding_mask", true.into())],
     ];
-    for attrs in &configs {
-        let f = fp8_case(&mut rng, attrs, [2, 2, 9, 12, 16]);
+    // The last run is grouped-query (one K/V head for two query heads).
+    for (run_no, attrs) in configs.iter().chain(&configs[1..2]).enumerate() {
+        let mut f = fp8_case(&mut rng, attrs, [2, 2, 9, 12, 16]);
+        if run_no == configs.len() {
+            let fp8 = |a: Array| Array { data: a.data.iter().map(|x| DataType::Fp8E4M3.round(x * 4.0)).collect(), ..a };
+            f.inputs[1] = fp8(rng.array(&[2, 1, 12, 16]));
+            f.inputs[2] = fp8(rng.array(&[2, 1, 12, 16]));
+        }
         let bwd = fp8_backward_of(&f, &mut rng);
         let want = bwd.op.reference(&refs(&bwd.inputs));
         assert_eq!(want.len(), 7);
@@ -1054,6 +1060,8 @@ fn fp8_backward_composite_computes_the_reference() {
         // subgraph gives the reference's gradients: most equal, the rest one e4m3 step apart
         // where an f32 rounding tips a value across a rounding boundary.
         let got = run(&x, &refs(&bwd.inputs), want.len(), true);
+        let grouped = x.ops.iter().filter(|(n, _)| *n == "gqa_c").count();
+        assert_eq!(grouped, if run_no == configs.len() { 2 } else { 0 }, "dK and dV summed over the group");
         let (mut equal, mut n) = (0, 0);
         for (k, grad) in ["dQ", "dK", "dV"].iter().enumerate() {
             for (g, w) in got[k].data.iter().zip(&want[k].data) {
