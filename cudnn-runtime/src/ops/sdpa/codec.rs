@@ -9,7 +9,10 @@
 //! and the presence of the `Attn_scale`, `Bias`, `SEQ_LEN_*`, `Seed`/`Offset` and `dBias` ports to
 //! the flags that add them. fp8 attention (`fp8 = e4m3 | e5m2`) is tagged `SDPA_FP8_FWD` with
 //! `mma_core_mode` `FP8_E4M3` or `FP8_E5M2` and the ports `Descale_Q`, `Descale_K`, `Descale_V`,
-//! `Descale_S`, `Scale_S`, `Scale_O`, `Amax_S`, `Amax_O`, as cudnn-frontend 1.32 writes it. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
+//! `Descale_S`, `Scale_S`, `Scale_O`, `Amax_S`, `Amax_O`, as cudnn-frontend 1.32 writes it; its
+//! backward is tagged `SDPA_FP8_BWD` (`SDPA_fp8_backward_attributes`: no `alibi_mask` and no MMA
+//! mode, so the fp8 type is read back from Q's; `compute_data_type` and `is_mxfp8` written) with
+//! the twelve scale ports of [`super::FP8_BACKWARD_INPUTS`] and `Amax_dQ` ... `Amax_dP`. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
 //! and the packed totals `max_total_seq_len_q`/`_kv` and `max_seq_len_kv` when null. Alibi masks,
 //! paged caches, ragged offsets, base-2 stats, MXFP8, right bounds other than 0 and custom
 //! dropout masks are not supported: each is an `Unsupported` error naming the field.

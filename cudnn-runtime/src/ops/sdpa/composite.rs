@@ -1,7 +1,8 @@
 //! The composite lowering of attention, as a plain description: the matmul, pointwise,
 //! reduction, RNG and reshape operations (and their tensors) that cuDNN's fused attention
-//! engines pattern-match, in the order and with the types cudnn-frontend's `CompositeSDPANode`
-//! and `CompositeSDPABackwardNode` build them (`scaled_dot_product_flash_attention.h`,
+//! engines pattern-match, in the order and with the types cudnn-frontend's `CompositeSDPANode`,
+//! `CompositeSDPABackwardNode` and (fp8) `SDPAFP8BackwardNode` build them
+//! (`scaled_dot_product_flash_attention.h`, `sdpa_fp8_bwd.h`, `matmul_fp8.h`,
 //! `attn_score_modifiers.h`, `diagonal_band_mask.h`, `softmax.h`).
 //!
 //! [`expand`] is pure (no cuDNN): `lower.rs` turns its result into descriptors, the variant pack
