@@ -1,9 +1,12 @@
-//! fp8 attention forward on the GPU (issue 20): `sdpa` with `fp8 = e4m3`, causal (top-left) and
-//! not, as `shared/bench/anchor_cudnn_frontend.py --only sdpa_fp8` measures cudnn-frontend's
-//! `sdpa_fp8` (cases `sdpa_fp8_fwd_b4_h16_s4096_d128[_causal]`): Q, K, V and O e4m3 in BSHD memory
-//! (logical `[B, H, S, D]`, strides `[S·H·D, D, H·D, 1]`), the six scales `f32[1, 1, 1, 1]` on the
-//! device, `Amax_S` and `Amax_O` written, no Stats; FLOPs `4·B·H·S²·D` (half of it causal), the
-//! anchor's count. See `docs/benchmarks.md`.
+//! fp8 attention forward and backward on the GPU (issue 20): `sdpa` and `sdpa_backward` with
+//! `fp8 = e4m3`, causal (top-left) and not, as `shared/bench/anchor_cudnn_frontend.py --only
+//! sdpa_fp8` measures cudnn-frontend's `sdpa_fp8` and `sdpa_fp8_backward` (cases
+//! `sdpa_fp8_fwd_b4_h16_s4096_d128[_causal]`, `sdpa_fp8_bwd_b4_h16_s4096_d128[_causal]`): Q, K, V,
+//! O (and dO, dQ, dK, dV) e4m3 in BSHD memory (logical `[B, H, S, D]`, strides
+//! `[S·H·D, D, H·D, 1]`), the scales `f32[1, 1, 1, 1]` on the device, the amaxes written; the
+//! forward without Stats, the backward with `Stats: f32[B, H, S, 1]`. FLOPs `4·B·H·S²·D` forward
+//! and 2.5 times that backward (half of each causal), the anchor's counts. See
+//! `docs/benchmarks.md`.
 //!
 //! ```text
 //! cargo run --release --example bench_fp8_sdpa -- [--json PATH] [--b 4] [--h 16] [--s 4096] [--d 128]
@@ -83,6 +86,36 @@ fn fp8_sdpa(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result<Graph, G
     g.build()
 }
 
+/// fp8 attention's backward over BSHD e4m3 Q, K, V, O, dO into BSHD e4m3 dQ, dK, dV, with the
+/// four amaxes.
+fn fp8_sdpa_backward(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result<Graph, GraphError> {
+    let bshd = [s * h * d, d, h * d, 1];
+    let mut g = GraphBuilder::new(name);
+    let mut ins: Vec<Operand> = Vec::new();
+    for n in ["q", "k", "v", "o", "d_o"] {
+        let t = g.input(n, DataType::Fp8E4M3, &[b, h, s, d])?;
+        g.set_strides(t, &bshd)?;
+        ins.push(t.into());
+    }
+    ins.push(g.input("stats", DataType::F32, &[b, h, s, 1])?.into());
+    for n in cudnn_graph::ops::sdpa::FP8_BACKWARD_INPUTS {
+        ins.push(g.input(&n.to_lowercase(), DataType::F32, &[1, 1, 1, 1])?.into());
+    }
+    let mut attrs: Vec<(String, AttrValue)> = vec![("fp8".into(), "e4m3".into())];
+    if causal {
+        attrs.push(("causal".into(), true.into()));
+    }
+    let outs = g.op("sdpa_backward", &ins, &attrs)?;
+    for (t, n) in outs[..3].iter().zip(["dq", "dk", "dv"]) {
+        let t = g.output(*t, n, DataType::Fp8E4M3)?;
+        g.set_strides(t, &bshd)?;
+    }
+    for (t, n) in outs[3..].iter().zip(["amax_dq", "amax_dk", "amax_dv", "amax_dp"]) {
+        g.output(*t, n, DataType::F32)?;
+    }
+    g.build()
+}
+
 /// Times `graph` both ways (rows under `case`) and records the better.
 fn tune(out: &mut Out, cudnn: &Cudnn, case: &str, graph: &Graph, flops: f64) -> Result<()> {
     let mut best = None;
@@ -110,14 +143,18 @@ fn main() -> Result<()> {
         "cudnn-graph",
         json!({"cudnn_version": cudnn.version(), "sm": cudnn.sm(), "gpu": ctx.name().ok(), "shape": args.shape}),
     );
-    for causal in [false, true] {
-        let case = format!("sdpa_fp8_fwd_b{b}_h{h}_s{s}_d{d}{}", if causal { "_causal" } else { "" });
-        let flops = 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
-        let result = fp8_sdpa(&case, args.shape, causal)
-            .map_err(Into::into)
-            .and_then(|g| tune(&mut out, &cudnn, &case, &g, flops));
-        if let Err(e) = result {
-            out.record(&case, "cudnn-graph", json!({"error": e.to_string()}));
+    type Build = fn(&str, [i64; 4], bool) -> Result<Graph, GraphError>;
+    let passes: [(&str, Build, f64); 2] = [("fwd", fp8_sdpa, 1.0), ("bwd", fp8_sdpa_backward, 2.5)];
+    for (pass, build, flop_factor) in passes {
+        for causal in [false, true] {
+            let case = format!("sdpa_fp8_{pass}_b{b}_h{h}_s{s}_d{d}{}", if causal { "_causal" } else { "" });
+            let flops = flop_factor * 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
+            let result = build(&case, args.shape, causal)
+                .map_err(Into::into)
+                .and_then(|g| tune(&mut out, &cudnn, &case, &g, flops));
+            if let Err(e) = result {
+                out.record(&case, "cudnn-graph", json!({"error": e.to_string()}));
+            }
         }
     }
     Ok(())

@@ -3,7 +3,9 @@
 //! become nodes of their own.
 
 use cudnn_runtime::dim::{Dim, DimCx, SymDim, Symbolic};
-use cudnn_runtime::ops::{self, AttrError, AttrKind, AttrValue, Extents, Op, OpSignature, ShapeErrorKind, TensorMeta};
+use cudnn_runtime::ops::{
+    self, AttrError, AttrKind, AttrValue, Extents, Op, OpSignature, OutputMeta, ShapeErrorKind, TensorMeta,
+};
 use proc_macro2::Span;
 use quote::ToTokens;
 use syn::Ident;
@@ -54,6 +56,7 @@ impl Checker<'_> {
                 dims: v.dims.clone(),
                 dtype: v.dtype,
                 forced: v.forced,
+                forced_why: v.forced_why.clone(),
                 bool_as_float: v.bool_as_float,
                 span: id.span(),
                 kind: v.kind,
@@ -341,8 +344,10 @@ impl Checker<'_> {
             inputs: operands.into_iter().map(|(o, _)| o).collect(),
             outputs: out_names.clone(),
         });
-        let values = outs.into_iter().zip(out_names).zip(memory).map(|((o, tensor), memory)| {
+        let ports = op.outputs();
+        let values = outs.into_iter().zip(out_names).zip(memory).zip(ports).map(|(((o, tensor), memory), port)| {
             Some(Value {
+                forced_why: forced_why(&o, port, sig.name),
                 tensor,
                 dims: o.dims,
                 dtype: o.dtype.unwrap_or(self.intermediate),
@@ -429,6 +434,7 @@ impl Checker<'_> {
                 // Known rank and type; every extent unknown.
                 dims: o.dims.iter().map(|_| self.unknown()).collect(),
                 dtype: o.dtype.unwrap_or(self.intermediate),
+                forced_why: op.outputs().get(i).and_then(|port| forced_why(&o, port, op.call_name())),
                 forced: o.dtype,
                 bool_as_float: op.stores_bool_as_float(),
                 span: Span::call_site(),
@@ -636,4 +642,10 @@ fn adding_outputs(
     }
     let exact = found.iter().position(|(n, _)| *n == want).unwrap_or(0);
     (exact < found.len()).then(|| found.swap_remove(exact).1)
+}
+
+/// [`Value::forced_why`] of output `port` of call `call`, inferred as `o`.
+fn forced_why(o: &OutputMeta<SymDim>, port: &str, call: &str) -> Option<String> {
+    let (dtype, reason) = (o.dtype?, o.reason?);
+    Some(format!("port {port} of `{call}` produces {dtype}; {reason}"))
 }

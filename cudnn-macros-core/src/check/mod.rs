@@ -227,6 +227,10 @@ struct Value {
     /// The dtype the producing op forces on this tensor (`OutputMeta::dtype`), which a graph
     /// output bound to it must declare ([`cudnn_runtime::ops::output_type_ok`]).
     forced: Option<DataType>,
+    /// Where a forced type is a limit of cuDNN's (`OutputMeta::reason`): the producing port and
+    /// why, as the error for a declaration of another type says it ("port O of `sdpa` produces
+    /// fp8_e4m3; fp8 attention writes O in its fp8 type: ...").
+    forced_why: Option<String>,
     /// Whether the producing op may store its forced `bool` as a float
     /// (`Op::stores_bool_as_float`: a comparison).
     bool_as_float: bool,

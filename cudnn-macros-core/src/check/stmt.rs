@@ -18,6 +18,7 @@ impl Checker<'_> {
                 dims: port.dims.clone(),
                 dtype: port.dtype.unwrap_or(DataType::F32),
                 forced: None,
+                forced_why: None,
                 bool_as_float: false,
                 span: decl.name.span(),
                 kind: Kind::Input,
@@ -181,6 +182,7 @@ impl Checker<'_> {
             dims: port.dims.clone(),
             dtype: port.dtype.unwrap_or(value.dtype),
             forced: value.forced,
+            forced_why: value.forced_why.clone(),
             bool_as_float: value.bool_as_float,
             span: target.span(),
             kind: Kind::Output,
@@ -229,10 +231,8 @@ impl Checker<'_> {
         }
         if let (Some(declared), Some(forced)) = (port.dtype, value.forced) {
             if !cudnn_runtime::ops::output_type_ok(forced, declared, value.bool_as_float) {
-                self.cx.error(
-                    &decl.dtype,
-                    format!("output `{}` is declared {declared} but its op produces {forced}", decl.name),
-                );
+                let produces = value.forced_why.clone().unwrap_or_else(|| format!("its op produces {forced}"));
+                self.cx.error(&decl.dtype, format!("output `{}` is declared {declared} but {produces}", decl.name));
             }
         }
     }

@@ -407,17 +407,21 @@ impl GraphBuilder {
                     dtype: self.tensors[i.0].data_type.unwrap_or(DataType::F32),
                 })
                 .collect();
-            // The type the op forces on this output (not on its first one).
+            // The type the op forces on this output (not on its first one), and its port.
             let k = n.outputs.iter().position(|o| *o == id)?;
-            n.op.infer(&metas, &mut Concrete).ok().and_then(|o| o.get(k).and_then(|m| m.dtype))
+            let meta = n.op.infer(&metas, &mut Concrete).ok()?.into_iter().nth(k)?;
+            let port = n.op.outputs().get(k).copied()?;
+            Some((n.name.clone(), port, meta.dtype?, meta.reason))
         });
-        if let Some(required) = forced {
+        if let Some((node, port, required, reason)) = forced {
             if !crate::ops::output_type_ok(required, data_type, bool_as_float) {
                 return Err(GraphError::DeclaredType {
                     tensor: name.to_string(),
-                    node: String::new(),
+                    node,
+                    port,
                     declared: data_type,
                     required,
+                    reason,
                 });
             }
         }

@@ -209,16 +209,24 @@ pub enum GraphError {
         inferred: String,
     },
     /// A tensor whose type differs from what its op produces.
-    #[error("tensor `{tensor}` is declared {declared} but its op produces {required}")]
+    #[error(
+        "tensor `{tensor}` is declared {declared} but port {port} of its op produces {required}{}",
+        reason.map(|r| format!("; {r}")).unwrap_or_default()
+    )]
     DeclaredType {
         /// The tensor.
         tensor: String,
         /// The node producing it.
         node: String,
+        /// The op's output port that produces it.
+        port: &'static str,
         /// The declared type.
         declared: DataType,
         /// The type the op produces.
         required: DataType,
+        /// Why the op forces that type, where it is a limit of cuDNN's
+        /// ([`crate::ops::OutputMeta::reason`]).
+        reason: Option<&'static str>,
     },
     /// A literal where the port takes only tensors.
     #[error("node `{node}` ({op}): port {port} cannot take a scalar")]

@@ -346,7 +346,8 @@ impl Graph {
                     found: node.outputs.len(),
                 });
             }
-            for (o, meta) in node.outputs.iter().zip(&inferred) {
+            let ports = node.op.outputs();
+            for ((o, meta), port) in node.outputs.iter().zip(&inferred).zip(ports) {
                 let t = self.tensor(*o);
                 if t.dims != meta.dims {
                     return Err(GraphError::DeclaredDims {
@@ -361,8 +362,10 @@ impl Graph {
                         return Err(GraphError::DeclaredType {
                             tensor: t.name.clone(),
                             node: node.name.clone(),
+                            port,
                             declared: t.data_type,
                             required: dt,
+                            reason: meta.reason,
                         });
                     }
                 }

@@ -151,6 +151,8 @@ pub(crate) struct NodeDims<'a> {
     pub(crate) label: &'a str,
     /// Each input's dims.
     pub(crate) inputs: Vec<&'a [i64]>,
+    /// Each input's type (the context's where the tensor names none), if known.
+    pub(crate) input_types: Vec<Option<crate::DataType>>,
     /// Each output's dims.
     pub(crate) outputs: Vec<&'a [i64]>,
 }
@@ -159,6 +161,11 @@ impl NodeDims<'_> {
     /// The dims of input `i` (empty if unknown).
     pub(crate) fn input(&self, i: usize) -> &[i64] {
         self.inputs.get(i).copied().unwrap_or_default()
+    }
+
+    /// The type of input `i`, if known (fp8 attention's backward reads its fp8 type from Q's).
+    pub(crate) fn input_type(&self, i: usize) -> Option<crate::DataType> {
+        self.input_types.get(i).copied().flatten()
     }
 
     /// The dims of output `i` (empty if unknown).

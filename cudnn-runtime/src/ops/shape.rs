@@ -24,6 +24,10 @@ pub struct OutputMeta<D> {
     /// The element type the op forces on it (comparisons produce `bool`), if any; otherwise the
     /// graph decides (intermediate type for virtual tensors, the declared type for outputs).
     pub dtype: Option<DataType>,
+    /// Why the op forces `dtype` where that is a limit of cuDNN's rather than what the op
+    /// computes (fp8 attention's outputs): a clause the error for a declaration of another type
+    /// quotes.
+    pub reason: Option<&'static str>,
 }
 
 /// Why a shape rule rejected its inputs.

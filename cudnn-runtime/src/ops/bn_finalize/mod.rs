@@ -189,7 +189,7 @@ impl BnFinalize {
                 return Err(port_error(i, expected, shape_string(&t.dims)));
             }
         }
-        Ok(OUTPUTS.iter().map(|_| OutputMeta { dims: sum.dims.clone(), dtype: Some(DataType::F32) }).collect())
+        Ok(OUTPUTS.iter().map(|_| OutputMeta { dims: sum.dims.clone(), dtype: Some(DataType::F32), reason: None }).collect())
     }
 }
 

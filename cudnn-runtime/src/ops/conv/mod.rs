@@ -481,7 +481,7 @@ impl Conv {
                 dw
             }
         };
-        Ok(OutputMeta { dims, dtype: None })
+        Ok(OutputMeta { dims, dtype: None, reason: None })
     }
 
     /// The convolution in f64, by direct loops over every output element and filter tap.

@@ -297,7 +297,7 @@ impl Layout {
             }
             Layout::Concatenate { .. } => unreachable!("returned above"),
         };
-        Ok(OutputMeta { dims, dtype: Some(x.dtype) })
+        Ok(OutputMeta { dims, dtype: Some(x.dtype), reason: None })
     }
 
     /// A slice's steps for `rank` dims, defaults filled in (empty for other ops).
@@ -686,7 +686,7 @@ fn concat_infer<D: Dim>(
     dims[axis] = total;
     // Y's type is the graph's (the intermediate type, or the declared output type), as for a
     // pointwise op: an f32 intermediate and an f16 input concatenate into either.
-    Ok(OutputMeta { dims, dtype: None })
+    Ok(OutputMeta { dims, dtype: None, reason: None })
 }
 
 

@@ -136,7 +136,7 @@ impl Matmul {
         })?;
         dims.push(a.dims[r - 2].clone());
         dims.push(b.dims[r - 1].clone());
-        Ok(OutputMeta { dims, dtype: None })
+        Ok(OutputMeta { dims, dtype: None, reason: None })
     }
 
     /// `C = A · B` with batch broadcasting, accumulated in f64.

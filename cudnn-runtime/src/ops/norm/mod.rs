@@ -440,7 +440,7 @@ impl Norm {
                     "MEAN" | "INV_VARIANCE" => stats.clone(),
                     _ => params.clone(),
                 };
-                OutputMeta { dims, dtype: None }
+                OutputMeta { dims, dtype: None, reason: None }
             })
             .collect();
         Ok(outputs)

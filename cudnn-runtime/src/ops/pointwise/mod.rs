@@ -392,7 +392,7 @@ impl Pointwise {
             Class::Index => Some(DataType::I32),
             Class::Arith | Class::Select => None,
         };
-        Ok(OutputMeta { dims, dtype })
+        Ok(OutputMeta { dims, dtype, reason: None })
     }
 
     /// The elementwise function, in f64.

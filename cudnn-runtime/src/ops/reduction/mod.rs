@@ -142,7 +142,7 @@ impl Reduction {
         let axes = self.axes(x.dims.len()).map_err(ShapeError::general)?;
         let dims =
             x.dims.iter().enumerate().map(|(i, d)| if axes.contains(&i) { D::lit(1) } else { d.clone() }).collect();
-        Ok(OutputMeta { dims, dtype: None })
+        Ok(OutputMeta { dims, dtype: None, reason: None })
     }
 
     pub(crate) fn reference(&self, x: &Array) -> Array {

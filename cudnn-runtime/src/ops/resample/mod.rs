@@ -277,9 +277,9 @@ impl Resample {
                 },
             ));
         }
-        let mut out = vec![OutputMeta { dims: dims.clone(), dtype: None }];
+        let mut out = vec![OutputMeta { dims: dims.clone(), dtype: None, reason: None }];
         if self.index {
-            out.push(OutputMeta { dims, dtype: Some(DataType::I8) });
+            out.push(OutputMeta { dims, dtype: Some(DataType::I8), reason: None });
         }
         Ok(out)
     }

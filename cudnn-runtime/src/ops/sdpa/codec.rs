@@ -9,7 +9,10 @@
 //! and the presence of the `Attn_scale`, `Bias`, `SEQ_LEN_*`, `Seed`/`Offset` and `dBias` ports to
 //! the flags that add them. fp8 attention (`fp8 = e4m3 | e5m2`) is tagged `SDPA_FP8_FWD` with
 //! `mma_core_mode` `FP8_E4M3` or `FP8_E5M2` and the ports `Descale_Q`, `Descale_K`, `Descale_V`,
-//! `Descale_S`, `Scale_S`, `Scale_O`, `Amax_S`, `Amax_O`, as cudnn-frontend 1.32 writes it. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
+//! `Descale_S`, `Scale_S`, `Scale_O`, `Amax_S`, `Amax_O`, as cudnn-frontend 1.32 writes it; its
+//! backward is tagged `SDPA_FP8_BWD` (`SDPA_fp8_backward_attributes`: no `alibi_mask` and no MMA
+//! mode, so the fp8 type is read back from Q's; `compute_data_type` and `is_mxfp8` written) with
+//! the twelve scale ports of [`super::FP8_BACKWARD_INPUTS`] and `Amax_dQ` ... `Amax_dP`. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
 //! and the packed totals `max_total_seq_len_q`/`_kv` and `max_seq_len_kv` when null. Alibi masks,
 //! paged caches, ragged offsets, base-2 stats, MXFP8, right bounds other than 0 and custom
 //! dropout masks are not supported: each is an `Unsupported` error naming the field.
@@ -22,6 +25,7 @@ use crate::ops::codec::{
     ReadError, WriteCx,
 };
 use crate::ops::Op;
+use crate::DataType;
 
 /// The forward pass's node tag.
 const TAG_FORWARD: &str = "SDPA";
@@ -29,9 +33,12 @@ const TAG_FORWARD: &str = "SDPA";
 const TAG_FP8_FORWARD: &str = "SDPA_FP8_FWD";
 /// The backward pass's node tag.
 const TAG_BACKWARD: &str = "SDPA_BWD";
+/// The backward pass's node tag with fp8 (cudnn-frontend 1.32's `sdpa_fp8_backward`, per-tensor
+/// scaling).
+const TAG_FP8_BACKWARD: &str = "SDPA_FP8_BWD";
 
 /// The node tags.
-pub(crate) const TAGS: &[&str] = &[TAG_FORWARD, TAG_FP8_FORWARD, TAG_BACKWARD];
+pub(crate) const TAGS: &[&str] = &[TAG_FORWARD, TAG_FP8_FORWARD, TAG_BACKWARD, TAG_FP8_BACKWARD];
 
 /// cudnn-frontend's `mma_core_mode` of fp8 attention in `dtype`.
 fn mma_core_mode(dtype: Option<crate::DataType>) -> &'static str {
@@ -76,6 +83,20 @@ const BACKWARD_FIELDS: [&str; 10] = [
     "right_bound",
 ];
 
+/// `SDPA_fp8_backward_attributes`'s own fields, and the one its node adds (`is_mxfp8`).
+const FP8_BACKWARD_FIELDS: [&str; 10] = [
+    "attn_scale_value",
+    "diagonal_alignment",
+    "dropout_probability",
+    "is_deterministic_algorithm",
+    "is_mxfp8",
+    "left_bound",
+    "max_total_seq_len_kv",
+    "max_total_seq_len_q",
+    "padding_mask",
+    "right_bound",
+];
+
 /// The head dim of the node's Q (for the default scale), if the graph has it.
 fn head_dim(cx: &WriteCx<'_>) -> i64 {
     cx.input_dims.first().copied().flatten().and_then(|d| d.get(3).copied()).unwrap_or(1)
@@ -96,15 +117,18 @@ fn written_implementation(i: Implementation) -> Implementation {
 /// The fields of an attention node.
 pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
     let scale = a.literal_scale(head_dim(cx));
-    let mut members = vec![
-        ("alibi_mask", Json::Bool(false)),
+    let fp8_backward = a.pass == SdpaPass::Backward && a.fp8.is_some();
+    // `SDPA_fp8_backward_attributes` has no alibi mask.
+    let alibi = (!fp8_backward).then_some(("alibi_mask", Json::Bool(false)));
+    let mut members: Vec<(&'static str, Json)> = alibi.into_iter().collect();
+    members.extend([
         ("attn_scale_value", f32_or_null(scale)),
         ("diagonal_alignment", Json::str(a.alignment.cudnn_name())),
         ("dropout_probability", f32_or_null(a.dropout)),
         ("left_bound", a.window.map_or(Json::Null, Json::Int)),
         ("padding_mask", Json::Bool(a.padding_mask)),
         ("right_bound", if a.causal { Json::Int(0) } else { Json::Null }),
-    ];
+    ]);
     match a.pass {
         // cudnn-frontend 1.32's reader requires every `SDPA_attributes` field (`stats_use_log2`
         // and the packed totals included); `is_mxfp8` and `unfuse_fma` are what its node adds.
@@ -120,16 +144,21 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
             ("tag", Json::str(if a.fp8.is_some() { TAG_FP8_FORWARD } else { TAG_FORWARD })),
             ("unfuse_fma", Json::Bool(false)),
         ]),
-        SdpaPass::Backward => members.extend([
-            ("is_deterministic_algorithm", Json::Bool(a.deterministic)),
-            ("max_total_seq_len_kv", Json::Null),
-            ("max_total_seq_len_q", Json::Null),
-            ("tag", Json::str(TAG_BACKWARD)),
-        ]),
+        SdpaPass::Backward => {
+            members.extend([
+                ("is_deterministic_algorithm", Json::Bool(a.deterministic)),
+                ("max_total_seq_len_kv", Json::Null),
+                ("max_total_seq_len_q", Json::Null),
+                ("tag", Json::str(if fp8_backward { TAG_FP8_BACKWARD } else { TAG_BACKWARD })),
+            ]);
+            if fp8_backward {
+                members.push(("is_mxfp8", Json::Bool(false)));
+            }
+        }
     }
     FrontendFields {
-        // `SDPA_backward_attributes` serializes no `compute_data_type`.
-        compute_data_type: a.pass == SdpaPass::Forward,
+        // `SDPA_backward_attributes` serializes no `compute_data_type`; the fp8 one does.
+        compute_data_type: a.pass == SdpaPass::Forward || fp8_backward,
         // `auto` is written `COMPOSITE`: our exact attributes say it is `auto`, even when empty.
         always_exact: written_implementation(a.implementation) != a.implementation,
         ..FrontendFields::plain(members)
@@ -146,10 +175,11 @@ fn implementation_of(name: &str) -> Option<Implementation> {
 /// What cudnn-frontend's fields of an attention node say, as DSL attributes with the field each
 /// comes from: `(field, attribute, value)`. Ports decide the flags that add ports.
 fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError> {
-    let pass = if tag == TAG_BACKWARD { SdpaPass::Backward } else { SdpaPass::Forward };
-    let own: &[&'static str] = match pass {
-        SdpaPass::Forward => &FORWARD_FIELDS,
-        SdpaPass::Backward => &BACKWARD_FIELDS,
+    let pass = if [TAG_BACKWARD, TAG_FP8_BACKWARD].contains(&tag) { SdpaPass::Backward } else { SdpaPass::Forward };
+    let own: &[&'static str] = match tag {
+        TAG_FP8_BACKWARD => &FP8_BACKWARD_FIELDS,
+        _ if pass == SdpaPass::Backward => &BACKWARD_FIELDS,
+        _ => &FORWARD_FIELDS,
     };
     deny_unknown_node_fields(n, own)?;
     let unsupported =
@@ -176,7 +206,11 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
     if n.bool_or("is_mxfp8", false)? {
         return Err(unsupported("is_mxfp8", "MXFP8 (block-scaled fp8) attention"));
     }
-    // `HALF` (or absent) is ours without `fp8`; an fp8 mode is `fp8 = e4m3 | e5m2`.
+    // `HALF` (or absent) is ours without `fp8`; an fp8 mode is `fp8 = e4m3 | e5m2`. The fp8
+    // backward has no MMA mode: its type is Q's, which `from_fields` reads (`e4m3` until then).
+    if tag == TAG_FP8_BACKWARD {
+        out.push(("tag", "fp8", FrontendAttr::Name("e4m3")));
+    }
     match n.opt_str("mma_core_mode")? {
         None | Some("HALF") if tag != TAG_FP8_FORWARD => {}
         Some("FP8_E4M3") if pass == SdpaPass::Forward => out.push(("mma_core_mode", "fp8", FrontendAttr::Name("e4m3"))),
@@ -262,7 +296,8 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
 /// `(field, DSL attribute, value)` for each attribute cudnn-frontend's fields set.
 type Fields = Vec<(&'static str, &'static str, FrontendAttr)>;
 
-/// cudnn-frontend ports of attention nodes that we do not support (the fp8 ones last).
+/// cudnn-frontend ports of attention nodes that we do not support (the fp8 ones last: the
+/// forward's, then those only the backward has).
 const UNSUPPORTED_PORTS: &[&str] = &[
     "Dropout_mask",
     "Dropout_scale",
@@ -282,9 +317,20 @@ const UNSUPPORTED_PORTS: &[&str] = &[
     "Scale_O",
     "Amax_S",
     "Amax_O",
+    "Descale_O",
+    "Descale_dO",
+    "Descale_dP",
+    "Scale_dQ",
+    "Scale_dK",
+    "Scale_dV",
+    "Scale_dP",
+    "Amax_dQ",
+    "Amax_dK",
+    "Amax_dV",
+    "Amax_dP",
 ];
 /// [`UNSUPPORTED_PORTS`] less the fp8 ones, for fp8 attention.
-const FP8_UNSUPPORTED_PORTS: &[&str] = UNSUPPORTED_PORTS.split_at(UNSUPPORTED_PORTS.len() - 8).0;
+const FP8_UNSUPPORTED_PORTS: &[&str] = UNSUPPORTED_PORTS.split_at(UNSUPPORTED_PORTS.len() - 19).0;
 
 /// An attention node (`SDPA`, `SDPA_BWD`): its fields and which optional ports it has decide
 /// the attributes, and those decide the ports ([`Sdpa::inputs`]).
@@ -313,12 +359,18 @@ fn check_exact_op(fe: &FrontendNode, op: &Op, n: &Obj<'_>, _label: &str, ext_pat
 }
 
 /// An attention node read from cudnn-frontend's fields alone: a scale equal (as an f32) to the
-/// default for Q's head dim reads as the default.
+/// default for Q's head dim reads as the default; fp8 attention's backward is in Q's fp8 type.
 fn from_fields(fe: &FrontendNode, _inputs: usize, label: &str) -> Result<Pending, ReadError> {
     Ok(match Op::from_call(fe.call, &call_attrs(&fe.attrs)).map_err(ReadError::attr(label))? {
         Op::Sdpa(a) => Pending::Resolve(Box::new(move |t: &NodeDims<'_>| {
             let d_qk = t.input(0).get(3).copied().unwrap_or(0);
-            Ok(Op::Sdpa(a.default_scale_folded(d_qk)))
+            let mut a = a.default_scale_folded(d_qk);
+            if a.pass == SdpaPass::Backward && a.fp8.is_some() {
+                if let Some(q @ (DataType::Fp8E4M3 | DataType::Fp8E5M2)) = t.input_type(0) {
+                    a.fp8 = Some(q);
+                }
+            }
+            Ok(Op::Sdpa(a))
         })),
         other => Pending::Ready(other),
     })

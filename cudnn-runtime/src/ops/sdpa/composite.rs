@@ -1,7 +1,8 @@
 //! The composite lowering of attention, as a plain description: the matmul, pointwise,
 //! reduction, RNG and reshape operations (and their tensors) that cuDNN's fused attention
-//! engines pattern-match, in the order and with the types cudnn-frontend's `CompositeSDPANode`
-//! and `CompositeSDPABackwardNode` build them (`scaled_dot_product_flash_attention.h`,
+//! engines pattern-match, in the order and with the types cudnn-frontend's `CompositeSDPANode`,
+//! `CompositeSDPABackwardNode` and (fp8) `SDPAFP8BackwardNode` build them
+//! (`scaled_dot_product_flash_attention.h`, `sdpa_fp8_bwd.h`, `matmul_fp8.h`,
 //! `attn_score_modifiers.h`, `diagonal_band_mask.h`, `softmax.h`).
 //!
 //! [`expand`] is pure (no cuDNN): `lower.rs` turns its result into descriptors, the variant pack
@@ -207,6 +208,39 @@ impl Builder<'_> {
         self.op(name, SubOp::Matmul { a, b, c, m_override, n_override, k_override });
     }
 
+    /// cudnn-frontend's `MatmulFP8Node`: `a · b` into the intermediate type (summed over each
+    /// group of heads where `c` has fewer than `a`), times both descales; `Amax_C` is the max
+    /// magnitude of that, and `c` is it times `scale_c` in `c`'s (fp8) type.
+    fn fp8_matmul(&mut self, name: &'static str, (a, b): (T, T), scales: [&str; 3], (c, amax_c): (&str, &str), overrides: [Option<T>; 3]) -> Option<()> {
+        use PointwiseMode as M;
+        let c = self.output(c)?;
+        let amax_c = self.output(amax_c)?;
+        let [descale_a, descale_b, scale_c] = scales.map(|s| self.input(s));
+        let (a_dims, b_dims) = (&self.x.tensors[a].dims, &self.x.tensors[b].dims);
+        let full = [a_dims[0], a_dims[1], a_dims[2], b_dims[3]];
+        let inter = self.cx.intermediate;
+        let mut acc = self.virt(name, &full, inter);
+        self.matmul(name, a, b, acc, overrides);
+        if self.x.tensors[c].dims[1] != full[1] {
+            let dims = self.x.tensors[c].dims.clone();
+            let reduced = self.virt("gqa_c", &dims, inter);
+            self.op("gqa_c", SubOp::Reduction { mode: ReductionMode::Sum, x: acc, y: reduced });
+            acc = reduced;
+        }
+        acc = self.arith("descale_a", M::Mul, &[acc, descale_a?], acc);
+        acc = self.arith("descale_b", M::Mul, &[acc, descale_b?], acc);
+        let compute = self.cx.compute;
+        self.op("scale_c", SubOp::Pointwise { mode: M::Mul, inputs: vec![acc, scale_c?], output: c, compute, axis: None });
+        self.op("amax_c", SubOp::Reduction { mode: ReductionMode::Amax, x: acc, y: amax_c });
+        Some(())
+    }
+
+    /// `x` times the node's scalar input `port` (a descale or scale of fp8 attention).
+    fn times(&mut self, name: &'static str, x: T, port: &str) -> Option<T> {
+        let factor = self.input(port)?;
+        Some(self.arith(name, PointwiseMode::Mul, &[x, factor], x))
+    }
+
     /// `select(s, -inf, keep)`.
     fn select(&mut self, name: &'static str, s: T, keep: T) -> T {
         let masked = masked_value(self.cx.version);
@@ -303,7 +337,7 @@ fn scale_tensor(bld: &mut Builder<'_>, d_qk: i64) -> Option<T> {
 
 fn forward(bld: &mut Builder<'_>) -> Option<()> {
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, _, s_kv, _, d_v] = dims(bld.cx)?;
+    let [b, h_q, s_q, d_qk, _, s_kv, _, _] = dims(bld.cx)?;
     let inter = bld.cx.intermediate;
     let q = bld.input("Q")?;
     let kt = bld.transposed("K")?;
@@ -318,9 +352,8 @@ fn forward(bld: &mut Builder<'_>) -> Option<()> {
     let scale = scale_tensor(bld, d_qk)?;
     s = bld.arith("attn_scale", M::Mul, &[s, scale], s);
     if bld.op.fp8.is_some() {
-        let (descale_q, descale_k) = (bld.input("Descale_Q")?, bld.input("Descale_K")?);
-        s = bld.arith("descale_q", M::Mul, &[s, descale_q], s);
-        s = bld.arith("descale_k", M::Mul, &[s, descale_k], s);
+        s = bld.times("descale_q", s, "Descale_Q")?;
+        s = bld.times("descale_k", s, "Descale_K")?;
     }
     if let Some(bias) = bld.input("Bias") {
         s = bld.arith("bias_add", M::Add, &[s, bias], s);
@@ -363,32 +396,110 @@ fn forward(bld: &mut Builder<'_>) -> Option<()> {
         // type by the cast below.
         let amax_s = bld.output("Amax_S")?;
         bld.op("amax_s", SubOp::Reduction { mode: ReductionMode::Amax, x: p, y: amax_s });
-        let scale_s = bld.input("Scale_S")?;
-        p = bld.arith("scale_s", M::Mul, &[p, scale_s], p);
+        p = bld.times("scale_s", p, "Scale_S")?;
     }
     // cuDNN takes the second matmul's A in the I/O type.
     bld.x.tensors[p].data_type = bld.x.tensors[q].data_type;
-    let o = bld.output("O")?;
     let overrides = [seq.map(|p| p.0), None, seq.map(|p| p.1)];
-    if bld.op.fp8.is_none() {
-        bld.matmul("bmm2", p, v, o, overrides);
-        return Some(());
+    if bld.op.fp8.is_some() {
+        return bld.fp8_matmul("bmm2", (p, v), ["Descale_S", "Descale_V", "Scale_O"], ("O", "Amax_O"), overrides);
     }
-    // cudnn-frontend's `MatmulFP8Node`: the fp8 matmul into the intermediate type, both
-    // descales, the amax before the output's scale, and the scale into the fp8 O.
-    let mut acc = bld.virt("bmm2", &[b, h_q, s_q, d_v], inter);
-    bld.matmul("bmm2", p, v, acc, overrides);
-    let (descale_s, descale_v, scale_o) = (bld.input("Descale_S")?, bld.input("Descale_V")?, bld.input("Scale_O")?);
-    acc = bld.arith("descale_a", M::Mul, &[acc, descale_s], acc);
-    acc = bld.arith("descale_b", M::Mul, &[acc, descale_v], acc);
-    let compute = bld.cx.compute;
-    bld.op("scale_c", SubOp::Pointwise { mode: M::Mul, inputs: vec![acc, scale_o], output: o, compute, axis: None });
-    let amax_o = bld.output("Amax_O")?;
-    bld.op("amax_c", SubOp::Reduction { mode: ReductionMode::Amax, x: acc, y: amax_o });
+    let o = bld.output("O")?;
+    bld.matmul("bmm2", p, v, o, overrides);
     Some(())
 }
 
+/// fp8 attention's backward as cudnn-frontend's `SDPAFP8BackwardNode` builds it (per-tensor
+/// scaling): the softmax sum `Σ dO·O` descaled, the scores descaled and masked, `P` scaled into
+/// the fp8 type for `dV = Pᵀ·dO`, `dP` descaled, the `dS` amax and scale into fp8 for
+/// `dQ = dS·K` and `dK = dSᵀ·Q`, each gradient through a [`Builder::fp8_matmul`]. No workspace.
+fn backward_fp8(bld: &mut Builder<'_>) -> Option<()> {
+    use PointwiseMode as M;
+    let [b, h_q, s_q, d_qk, _, s_kv, _, d_v] = dims(bld.cx)?;
+    let inter = bld.cx.intermediate;
+    let io_type = bld.cx.inputs.first()?.data_type;
+    let q = bld.input("Q")?;
+    let kt = bld.transposed("K")?;
+    let vt = bld.transposed("V")?;
+    let (o, d_o, stats) = (bld.input("O")?, bld.input("dO")?, bld.input("Stats")?);
+    let seq = match (bld.input("SEQ_LEN_Q"), bld.input("SEQ_LEN_KV")) {
+        (Some(a), Some(c)) => Some((a, c)),
+        _ => None,
+    };
+    let (sq_t, skv_t) = (seq.map(|p| p.0), seq.map(|p| p.1));
+    let scale = scale_tensor(bld, d_qk)?;
+
+    // softmax_sum = Descale_dO · Descale_O · Σ_d dO·O (virtual).
+    let dod = bld.virt("mul_dO_O", &[b, h_q, s_q, d_v], inter);
+    let compute = bld.cx.compute;
+    bld.op("mul_dO_O", SubOp::Pointwise { mode: M::Mul, inputs: vec![d_o, o], output: dod, compute, axis: None });
+    let mut sum = bld.virt("reduce_dO", &[b, h_q, s_q, 1], inter);
+    bld.op("reduce_dO", SubOp::Reduction { mode: ReductionMode::Sum, x: dod, y: sum });
+    sum = bld.times("descale_dO", sum, "Descale_dO")?;
+    let softmax_sum = bld.times("descale_O", sum, "Descale_O")?;
+
+    // P = exp(scale · Descale_Q · Descale_K · Q·Kᵀ, masked, − Stats); P8 = P · Scale_S in fp8.
+    let scores = [b, h_q, s_q, s_kv];
+    let mut s = bld.virt("bmm_Q_K", &scores, inter);
+    bld.matmul("bmm_Q_K", q, kt, s, [sq_t, skv_t, None]);
+    s = bld.arith("attn_scale", M::Mul, &[s, scale], s);
+    s = bld.times("descale_q", s, "Descale_Q")?;
+    s = bld.times("descale_k", s, "Descale_K")?;
+    if let Some((a, c)) = seq {
+        s = bld.padding_mask(s, a, c);
+    }
+    s = bld.band_masks(s, s_q, s_kv, seq);
+    s = bld.arith("sub_dV_Stats", M::Sub, &[s, stats], s);
+    let exp_s = bld.arith("exp_dV", M::Exp, &[s], s);
+    let p = bld.times("scale_S", exp_s, "Scale_S")?;
+    bld.x.tensors[p].data_type = io_type;
+
+    // dV = Pᵀ·dO through the fp8 matmul.
+    let transposed = [b, h_q, s_kv, s_q];
+    let transposed_strides = [h_q * s_q * s_kv, s_q * s_kv, 1, s_kv];
+    let pt = bld.virt_strided("S_T", &transposed, &transposed_strides, io_type);
+    bld.op("S_transpose", SubOp::Reshape { x: p, y: pt, perm: [0, 1, 3, 2] });
+    let scales = ["Descale_S", "Descale_dO", "Scale_dV"];
+    bld.fp8_matmul("bmm_S_T_dO", (pt, d_o), scales, ("dV", "Amax_dV"), [skv_t, None, sq_t])?;
+
+    // dS = (Descale_dO · Descale_V · dO·Vᵀ − softmax_sum) ⊙ P · scale; its amax; dS8 in fp8.
+    let mut dp = bld.virt("bmm_dO_V_T", &scores, inter);
+    bld.matmul("bmm_dO_V_T", d_o, vt, dp, [sq_t, skv_t, None]);
+    dp = bld.times("descale_dO", dp, "Descale_dO")?;
+    dp = bld.times("descale_V", dp, "Descale_V")?;
+    dp = bld.arith("sub_dP_softmax_sum", M::Sub, &[dp, softmax_sum], dp);
+    dp = bld.arith("mul_dP_exp_S", M::Mul, &[dp, exp_s], dp);
+    dp = bld.arith("mul_dS_attn_scale", M::Mul, &[dp, scale], dp);
+    let amax_dp = bld.output("Amax_dP")?;
+    bld.op("amax_dP", SubOp::Reduction { mode: ReductionMode::Amax, x: dp, y: amax_dp });
+    dp = bld.times("scale_dP", dp, "Scale_dP")?;
+    bld.x.tensors[dp].data_type = io_type;
+
+    // dQ = dS·K (K seen again through Kᵀ) and dK = dSᵀ·Q, through the fp8 matmul.
+    let k = reshape_k(bld, kt);
+    let scales = ["Descale_dP", "Descale_K", "Scale_dQ"];
+    bld.fp8_matmul("bmm_dP_K", (dp, k), scales, ("dQ", "Amax_dQ"), [sq_t, None, skv_t])?;
+    let dpt = bld.virt_strided("dP_T", &transposed, &transposed_strides, io_type);
+    bld.op("dP_T", SubOp::Reshape { x: dp, y: dpt, perm: [0, 1, 3, 2] });
+    let scales = ["Descale_dP", "Descale_Q", "Scale_dK"];
+    bld.fp8_matmul("bmm_dP_T_Q", (dpt, q), scales, ("dK", "Amax_dK"), [skv_t, None, sq_t])
+}
+
+/// K as a reshape of its transposed alias Kᵀ (cudnn-frontend's `reshape_K`).
+fn reshape_k(bld: &mut Builder<'_>, kt: T) -> T {
+    let kt_t = &bld.x.tensors[kt];
+    let k_dims = vec![kt_t.dims[0], kt_t.dims[1], kt_t.dims[3], kt_t.dims[2]];
+    let k_strides = vec![kt_t.strides[0], kt_t.strides[1], kt_t.strides[3], kt_t.strides[2]];
+    let k_type = kt_t.data_type;
+    let k = bld.virt_strided("reshape_k", &k_dims, &k_strides, k_type);
+    bld.op("reshape_k", SubOp::Reshape { x: kt, y: k, perm: [0, 1, 3, 2] });
+    k
+}
+
 fn backward(bld: &mut Builder<'_>) -> Option<()> {
+    if bld.op.fp8.is_some() {
+        return backward_fp8(bld);
+    }
     use PointwiseMode as M;
     let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = dims(bld.cx)?;
     let inter = bld.cx.intermediate;
@@ -519,12 +630,7 @@ fn backward(bld: &mut Builder<'_>) -> Option<()> {
     }
 
     // dQ = dS · K (K seen again through Kᵀ).
-    let kt_t = &bld.x.tensors[kt];
-    let k_dims = vec![kt_t.dims[0], kt_t.dims[1], kt_t.dims[3], kt_t.dims[2]];
-    let k_strides = vec![kt_t.strides[0], kt_t.strides[1], kt_t.strides[3], kt_t.strides[2]];
-    let k_type = kt_t.data_type;
-    let k = bld.virt_strided("reshape_k", &k_dims, &k_strides, k_type);
-    bld.op("reshape_k", SubOp::Reshape { x: kt, y: k, perm: [0, 1, 3, 2] });
+    let k = reshape_k(bld, kt);
     let dq = bld.output("dQ")?;
     match dq_accum {
         Some(acc) => {

@@ -135,6 +135,8 @@ impl Sdpa {
             let same = |dt: DataType| dt == q_dtype;
             let q_type = format!("{q_dtype} (the type of Q)");
             let rows: Vec<(&D, bool)> = [b, h_q, s_q, t.d_v()].into_iter().map(|d| (d, false)).collect();
+            // fp8 attention's backward too takes O and dO in the fp8 type, as cudnn-frontend's
+            // samples and tests give them (the forward writes O in it).
             expect("O", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
             expect("dO", &rows, "[B, H_q, S_q, D_v]", &same, &q_type)?;
             expect(
@@ -146,7 +148,7 @@ impl Sdpa {
             )?;
         }
         expect("Attn_scale", &[(&one, false); 4], "[1, 1, 1, 1]", &|dt| dt == DataType::F32, "f32")?;
-        for name in super::FP8_INPUTS {
+        for &name in self.pass.fp8_inputs() {
             expect(name, &[(&one, false); 4], "[1, 1, 1, 1]", &|dt| dt == DataType::F32, "f32")?;
         }
         expect(
@@ -185,37 +187,57 @@ impl Sdpa {
                 let o = vec![b.clone(), h_q.clone(), s_q.clone(), t.d_v().clone()];
                 // fp8 attention writes O in Q's fp8 type: cuDNN 9.19 on Hopper refuses a bf16 or
                 // f16 O ("only supported on Blackwell with cuDNN 9.13.0 and newer").
-                let mut outs = vec![OutputMeta { dims: o, dtype: self.fp8 }];
+                let reason = self.fp8.map(|_| FP8_OUTPUT_REASON);
+                let mut outs = vec![OutputMeta { dims: o, dtype: self.fp8, reason }];
                 if self.training {
                     outs.push(OutputMeta {
                         dims: vec![b.clone(), h_q.clone(), s_q.clone(), D::lit(1)],
                         dtype: Some(DataType::F32),
+                        reason: None,
                     });
                 }
                 if self.fp8.is_some() {
                     // Amax_S, Amax_O.
-                    let amax = OutputMeta { dims: vec![D::lit(1); 4], dtype: Some(DataType::F32) };
+                    let amax = OutputMeta { dims: vec![D::lit(1); 4], dtype: Some(DataType::F32), reason: None };
                     outs.extend([amax.clone(), amax]);
                 }
                 outs
             }
             SdpaPass::Backward => {
-                let mut outs = vec![
-                    OutputMeta { dims: t.q.dims.clone(), dtype: None },
-                    OutputMeta { dims: t.k.dims.clone(), dtype: None },
-                    OutputMeta { dims: t.v.dims.clone(), dtype: None },
-                ];
+                // fp8 attention writes its gradients in its fp8 type (cuDNN 9.19 on Hopper refuses
+                // bf16 or f16 ones).
+                let (dtype, reason) = (self.fp8, self.fp8.map(|_| FP8_GRADIENT_REASON));
+                let grad = |dims: &Vec<D>| OutputMeta { dims: dims.clone(), dtype, reason };
+                let mut outs = vec![grad(&t.q.dims), grad(&t.k.dims), grad(&t.v.dims)];
+                if self.fp8.is_some() {
+                    // Amax_dQ, Amax_dK, Amax_dV, Amax_dP.
+                    let amax = OutputMeta { dims: vec![D::lit(1); 4], dtype: Some(DataType::F32), reason: None };
+                    outs.extend(std::iter::repeat_n(amax, 4));
+                }
                 if self.d_bias {
                     // `check_attributes` made sure there is a bias. cuDNN writes dBias in the
                     // I/O type (an f32 dBias finds no engine).
                     let bias = ports.iter().position(|p| p.name == "Bias");
                     let dims = bias.map(|i| inputs[i].dims.clone()).unwrap_or_default();
-                    outs.push(OutputMeta { dims, dtype: Some(t.q.dtype) });
+                    outs.push(OutputMeta { dims, dtype: Some(t.q.dtype), reason: None });
                 }
                 outs
             }
         }
     }
+}
+
+/// Why fp8 attention's O is in its fp8 type (the error for a bf16 or f16 O quotes it).
+const FP8_OUTPUT_REASON: &str = "fp8 attention writes O in its fp8 type: a bf16 or f16 output of fp8 attention is \
+     only supported on Blackwell with cuDNN 9.13.0 and newer, and cuDNN 9.19 refuses it on Hopper";
+
+/// Why fp8 attention's gradients are in its fp8 type.
+const FP8_GRADIENT_REASON: &str = "fp8 attention's backward writes dQ, dK and dV in its fp8 type: a bf16 or f16 \
+     gradient of fp8 attention is only supported on Blackwell with cuDNN 9.13.0 and newer, and cuDNN 9.19 refuses it \
+     on Hopper";
+
+fn is_fp8(dtype: DataType) -> bool {
+    matches!(dtype, DataType::Fp8E4M3 | DataType::Fp8E5M2)
 }
 
 /// Every port of attention is 4-d.
@@ -241,7 +263,7 @@ impl Sdpa {
     /// Q is f16 or bf16 (the `fp8` attribute's type with it), and K and V have its type.
     fn types<D: Dim>(&self, op: &'static str, inputs: &[TensorMeta<D>]) -> Result<(), ShapeError> {
         let q = &inputs[0];
-        let fp8 = matches!(q.dtype, DataType::Fp8E4M3 | DataType::Fp8E5M2);
+        let fp8 = is_fp8(q.dtype);
         match (self.fp8, fp8) {
             (Some(mode), _) if q.dtype != mode => {
                 return Err(rule(
@@ -256,13 +278,18 @@ impl Sdpa {
             }
             (None, true) => {
                 let mode = if q.dtype == DataType::Fp8E4M3 { "e4m3" } else { "e5m2" };
+                let after = match self.pass {
+                    SdpaPass::Forward => "Q, K, V",
+                    SdpaPass::Backward => "Q, K, V, O, dO, Stats",
+                };
+                let ports = self.pass.fp8_inputs();
                 return Err(rule(
                     op,
                     Some(0),
                     format!(
-                        "port Q is {}: fp8 attention needs `fp8 = {mode}` and the inputs Descale_Q, Descale_K, \
-                         Descale_V, Descale_S, Scale_S, Scale_O after Q, K, V",
-                        q.dtype
+                        "port Q is {}: fp8 attention needs `fp8 = {mode}` and the inputs {} after {after}",
+                        q.dtype,
+                        ports.join(", ")
                     ),
                 ));
             }

@@ -20,7 +20,7 @@
 //! `dropout = p` (`Seed`, `Offset` inputs), `training = true` (forward: the `Stats` output),
 //! `d_bias = true` (backward: the `dBias` output), `deterministic = true` (backward),
 //! `implementation = auto | fused | composite` (see [`Implementation`]), and
-//! `fp8 = e4m3 | e5m2` (forward: fp8 attention, below).
+//! `fp8 = e4m3 | e5m2` (fp8 attention, forward and backward, below).
 //!
 //! Optional inputs follow Q, K, V (and O, dO, Stats for the backward) in this order:
 //! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`; an instance takes those its
@@ -36,6 +36,27 @@
 //! Amax_S = max |P|,  P8 = fp8(P · scale_s)
 //! O' = descale_s · descale_v · P8·V,  Amax_O = max |O'|,  O = fp8(O' · scale_o)
 //! ```
+//!
+//! The backward with `fp8` (cudnn-frontend's `sdpa_fp8_backward`, per-tensor scaling) takes Q, K,
+//! V, O and dO of that fp8 type, Stats, then twelve `f32 [1, 1, 1, 1]` inputs after the others
+//! ([`FP8_BACKWARD_INPUTS`]): `Descale_Q`, `Descale_K`, `Descale_V`, `Descale_O`, `Descale_dO`,
+//! `Descale_S`, `Descale_dP`, `Scale_S`, `Scale_dQ`, `Scale_dK`, `Scale_dV`, `Scale_dP`; the
+//! outputs are dQ, dK, dV in the fp8 type, then `Amax_dQ`, `Amax_dK`, `Amax_dV`, `Amax_dP`. It
+//! quantizes P and dS before their matmuls and each gradient after its scale:
+//!
+//! ```text
+//! D = descale_do · descale_o · Σ_d dO·O;   P = exp(S − Stats),  P8 = fp8(P · scale_s)
+//! dV' = descale_s · descale_do · P8ᵀ·dO,   Amax_dV = max |dV'|,  dV = fp8(dV' · scale_dv)
+//! dS = P ⊙ (descale_do · descale_v · dO·Vᵀ − D) · scale,  Amax_dP = max |dS|,  dS8 = fp8(dS · scale_dp)
+//! dQ' = descale_dp · descale_k · dS8·K,    Amax_dQ = max |dQ'|,  dQ = fp8(dQ' · scale_dq)
+//! dK' = descale_dp · descale_q · dS8ᵀ·Q,   Amax_dK = max |dK'|,  dK = fp8(dK' · scale_dk)
+//! ```
+//!
+//! fp8 attention writes O and the gradients in its fp8 type: cuDNN 9.19 refuses bf16 or f16 ones
+//! on Hopper, and a declaration of another type is an error quoting that reason
+//! ([`OutputMeta::reason`](super::OutputMeta::reason)). Its backward takes no dropout and no
+//! `deterministic` (cudnn-frontend's fp8 backward graph has no dropout mask on dP; the
+//! deterministic variant is Blackwell's).
 //!
 //! The shape rule checks every support rule that depends only on shapes, types and attributes
 //! (the macro runs it at compile time); rules that depend on the GPU or the cuDNN version are
@@ -107,10 +128,39 @@ const BACKWARD_INPUTS: &[PortSpec] = &[
     port("SEQ_LEN_KV"),
     port("Seed"),
     port("Offset"),
+    port("Descale_Q"),
+    port("Descale_K"),
+    port("Descale_V"),
+    port("Descale_O"),
+    port("Descale_dO"),
+    port("Descale_S"),
+    port("Descale_dP"),
+    port("Scale_S"),
+    port("Scale_dQ"),
+    port("Scale_dK"),
+    port("Scale_dV"),
+    port("Scale_dP"),
+];
+/// The inputs `fp8 = ...` adds to the backward (cudnn-frontend's `sdpa_fp8_backward` arguments,
+/// in its order).
+pub const FP8_BACKWARD_INPUTS: [&str; 12] = [
+    "Descale_Q",
+    "Descale_K",
+    "Descale_V",
+    "Descale_O",
+    "Descale_dO",
+    "Descale_S",
+    "Descale_dP",
+    "Scale_S",
+    "Scale_dQ",
+    "Scale_dK",
+    "Scale_dV",
+    "Scale_dP",
 ];
 const FORWARD_OUTPUTS: &[&str] = &["O", "Stats", "Amax_S", "Amax_O"];
 const FP8_INFERENCE_OUTPUTS: &[&str] = &["O", "Amax_S", "Amax_O"];
-const BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "dBias"];
+const BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "dBias", "Amax_dQ", "Amax_dK", "Amax_dV", "Amax_dP"];
+const FP8_BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "Amax_dQ", "Amax_dK", "Amax_dV", "Amax_dP"];
 
 const ALIGNMENTS: &[&str] = &["top_left", "bottom_right"];
 const IMPLEMENTATIONS: &[&str] = &["auto", "fused", "composite"];
@@ -146,6 +196,7 @@ const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("d_bias", AttrKind::Bool),
     attr("deterministic", AttrKind::Bool),
     attr("implementation", AttrKind::OneOf(BACKWARD_IMPLEMENTATIONS)),
+    attr("fp8", AttrKind::OneOf(FP8_MODES)),
 ];
 
 /// Forward or backward.
@@ -189,6 +240,14 @@ impl SdpaPass {
         match self {
             SdpaPass::Forward => 3,
             SdpaPass::Backward => 6,
+        }
+    }
+
+    /// The scale inputs `fp8 = ...` adds to this pass, in cudnn-frontend's order.
+    pub const fn fp8_inputs(self) -> &'static [&'static str] {
+        match self {
+            SdpaPass::Forward => &FP8_INPUTS,
+            SdpaPass::Backward => &FP8_BACKWARD_INPUTS,
         }
     }
 }
@@ -317,10 +376,12 @@ pub struct Sdpa {
     /// Which lowering.
     #[serde(default)]
     pub implementation: Implementation,
-    /// Forward: fp8 attention in this type (`fp8 = e4m3 | e5m2`, cudnn-frontend's `sdpa_fp8`
-    /// with this `mma_core_mode`), the type of Q, K, V, O and of P between the matmuls: the
+    /// fp8 attention in this type (`fp8 = e4m3 | e5m2`). Forward: cudnn-frontend's `sdpa_fp8`
+    /// with this `mma_core_mode`, the type of Q, K, V, O and of P between the matmuls: the
     /// `Descale_Q`, `Descale_K`, `Descale_V`, `Descale_S`, `Scale_S`, `Scale_O` inputs and the
-    /// `Amax_S`, `Amax_O` outputs.
+    /// `Amax_S`, `Amax_O` outputs. Backward: cudnn-frontend's `sdpa_fp8_backward`, the type of
+    /// Q, K, V, O, dO, of P and dS between the matmuls and of dQ, dK, dV: the
+    /// [`FP8_BACKWARD_INPUTS`] and the `Amax_dQ`, `Amax_dK`, `Amax_dV`, `Amax_dP` outputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8: Option<DataType>,
 }
@@ -429,7 +490,7 @@ impl Sdpa {
             "Bias" => self.bias,
             "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
             "Seed" | "Offset" => self.dropout.is_some(),
-            name => self.fp8.is_some() && FP8_INPUTS.contains(&name),
+            name => self.fp8.is_some() && self.pass.fp8_inputs().contains(&name),
         }
     }
 
@@ -442,7 +503,7 @@ impl Sdpa {
     }
 
     /// The outputs of this instance: `O` (and `Stats` when training, then `Amax_S, Amax_O` with
-    /// `fp8`), or `dQ, dK, dV` (and `dBias`).
+    /// `fp8`), or `dQ, dK, dV` (and `dBias`, or with `fp8` `Amax_dQ, Amax_dK, Amax_dV, Amax_dP`).
     pub fn outputs(&self) -> Vec<&'static str> {
         self.output_ports().to_vec()
     }
@@ -454,7 +515,8 @@ impl Sdpa {
             SdpaPass::Forward if self.fp8.is_some() => FP8_INFERENCE_OUTPUTS,
             SdpaPass::Forward if self.training => &FORWARD_OUTPUTS[..2],
             SdpaPass::Forward => &FORWARD_OUTPUTS[..1],
-            SdpaPass::Backward if self.d_bias => BACKWARD_OUTPUTS,
+            SdpaPass::Backward if self.fp8.is_some() => FP8_BACKWARD_OUTPUTS,
+            SdpaPass::Backward if self.d_bias => &BACKWARD_OUTPUTS[..4],
             SdpaPass::Backward => &BACKWARD_OUTPUTS[..3],
         }
     }
@@ -532,6 +594,24 @@ impl Sdpa {
         }
         if self.fp8.is_some() && self.bias {
             return fail("fp8 attention takes no bias (cuDNN's fp8 attention engines have none); leave out `bias = true`");
+        }
+        if self.fp8.is_some() && self.pass == SdpaPass::Backward {
+            // Spanned on the attribute in `graph!`.
+            let on = |attr: &'static str, r: &str| Err(ShapeError { attr: Some(attr), ..rule(op, None, r.to_string()) });
+            if self.dropout.is_some() {
+                return on(
+                    "dropout",
+                    "fp8 attention's backward takes no dropout: cudnn-frontend's fp8 backward subgraph leaves the \
+                     dropout mask out of dP, so it is not the gradient of the forward's dropout; leave out `dropout`",
+                );
+            }
+            if self.deterministic {
+                return on(
+                    "deterministic",
+                    "fp8 attention's backward has no deterministic variant on Hopper (cudnn-frontend pins one on \
+                     Blackwell only); leave out `deterministic = true`",
+                );
+            }
         }
         if self.d_bias && !self.bias {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");

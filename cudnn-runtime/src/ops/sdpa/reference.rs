@@ -50,6 +50,10 @@ struct Problem<'a> {
     seq_q: Option<&'a Array>,
     seq_kv: Option<&'a Array>,
     seed_offset: Option<(i64, i64)>,
+    /// The attention scale alone.
+    attn_scale: f64,
+    /// The factor of `Q·Kᵀ` in the scores: the attention scale, times Q's and K's descales in
+    /// fp8 attention.
     scale: f64,
     b: usize,
     h_q: usize,
@@ -70,12 +74,12 @@ impl<'a> Problem<'a> {
         let [_, h_v, _, d_v] = dims4(v);
         // cuDNN applies the scale as an f32; fp8 attention multiplies by Q's and K's descales
         // after it.
-        let scale = match op.literal_scale(d_qk as i64) {
+        let attn_scale = match op.literal_scale(d_qk as i64) {
             Some(s) => crate::DataType::F32.round(s),
             None => get("Attn_scale").and_then(|t| t.data.first().copied()).unwrap_or(1.0),
         };
         let factor = |name: &str| get(name).and_then(|t| t.data.first().copied()).unwrap_or(1.0);
-        let scale = if op.fp8.is_some() { scale * factor("Descale_Q") * factor("Descale_K") } else { scale };
+        let scale = if op.fp8.is_some() { attn_scale * factor("Descale_Q") * factor("Descale_K") } else { attn_scale };
         let scalar = |name: &str| get(name).and_then(|t| t.data.first().copied()).unwrap_or(0.0) as i64;
         let seed_offset = op.dropout.map(|_| (scalar("Seed"), scalar("Offset")));
         Problem {
@@ -87,6 +91,7 @@ impl<'a> Problem<'a> {
             seq_q: get("SEQ_LEN_Q"),
             seq_kv: get("SEQ_LEN_KV"),
             seed_offset,
+            attn_scale,
             scale,
             b,
             h_q,
@@ -237,9 +242,7 @@ impl Sdpa {
     /// `[O, Stats, Amax_S, Amax_O]`.
     fn forward_fp8(&self, inputs: &[&Array], fp8: crate::DataType) -> Vec<Array> {
         let p = Problem::new(self, inputs);
-        let factor = |name: &str| {
-            self.input_index(name).and_then(|i| inputs.get(i)).and_then(|t| t.data.first().copied()).unwrap_or(1.0)
-        };
+        let factor = |name: &str| self.factor(inputs, name);
         let (scale_s, descale_s, descale_v, scale_o) =
             (factor("Scale_S"), factor("Descale_S"), factor("Descale_V"), factor("Scale_O"));
         let vd = dims4(p.v);
@@ -285,7 +288,88 @@ impl Sdpa {
         outs
     }
 
+    /// The value of scalar input `name` (1 where the instance has none).
+    fn factor(&self, inputs: &[&Array], name: &str) -> f64 {
+        self.input_index(name).and_then(|i| inputs.get(i)).and_then(|t| t.data.first().copied()).unwrap_or(1.0)
+    }
+
+    /// fp8 attention's backward, quantized where cudnn-frontend's `sdpa_fp8_backward` quantizes
+    /// (its `SDPAFP8BackwardNode` without MXFP8); everything else is `f64`:
+    ///
+    /// - `D = Descale_dO · Descale_O · Σ_d dO·O` from the stored fp8 O and dO;
+    /// - `P = exp(S − Stats)` with `S = scale · Descale_Q · Descale_K · Q·Kᵀ`, masked, and
+    ///   `P8 = fp8(P · Scale_S)`;
+    /// - `dV' = Descale_S · Descale_dO · P8ᵀ·dO`, `Amax_dV = max |dV'|`, `dV = fp8(dV' · Scale_dV)`;
+    /// - `dS = P ⊙ (Descale_dO · Descale_V · dO·Vᵀ − D) · scale`, `Amax_dP = max |dS|`,
+    ///   `dS8 = fp8(dS · Scale_dP)`;
+    /// - `dQ' = Descale_dP · Descale_K · dS8·K`, `dK' = Descale_dP · Descale_Q · dS8ᵀ·Q`, their
+    ///   amaxes, `dQ = fp8(dQ' · Scale_dQ)`, `dK = fp8(dK' · Scale_dK)`.
+    ///
+    /// Grouped heads sum the group's dK', dV' before the descales, as `MatmulFP8Node` does.
+    /// `[dQ, dK, dV, Amax_dQ, Amax_dK, Amax_dV, Amax_dP]`.
+    fn backward_fp8(&self, inputs: &[&Array], fp8: crate::DataType) -> Vec<Array> {
+        let p = Problem::new(self, inputs);
+        let f = |name: &str| self.factor(inputs, name);
+        let (o, d_o, stats) = (inputs[3], inputs[4], inputs[5]);
+        let (qd, kd, vd, od) = (dims4(p.q), dims4(p.k), dims4(p.v), dims4(o));
+        let mut dq = Array::zeros(&p.q.dims);
+        let mut dk = Array::zeros(&p.k.dims);
+        let mut dv = Array::zeros(&p.v.dims);
+        let mut amax_dp = 0.0f64;
+        for b in 0..p.b {
+            for h in 0..p.h_q {
+                let hk = h / (p.h_q / p.h_k).max(1);
+                let hv = p.v_head(h);
+                for i in 0..p.s_q {
+                    let s = p.scores(b, h, i);
+                    let lse = stats.data.get((b * p.h_q + h) * p.s_q + i).copied().unwrap_or(f64::NEG_INFINITY);
+                    let dot_do_o: f64 =
+                        (0..p.d_v).map(|d| d_o.data[at(od, [b, h, i, d])] * o.data[at(od, [b, h, i, d])]).sum();
+                    let delta = dot_do_o * f("Descale_dO") * f("Descale_O");
+                    for (j, sj) in s.iter().enumerate() {
+                        if *sj == f64::NEG_INFINITY {
+                            continue;
+                        }
+                        let prob = (sj - lse).exp();
+                        let p8 = fp8.round(prob * f("Scale_S"));
+                        let mut dp = 0.0;
+                        for d in 0..p.d_v {
+                            let g = d_o.data[at(od, [b, h, i, d])];
+                            dv.data[at(vd, [b, hv, j, d])] += p8 * g;
+                            dp += g * p.v.data[at(vd, [b, hv, j, d])];
+                        }
+                        let ds = prob * (dp * f("Descale_dO") * f("Descale_V") - delta) * p.attn_scale;
+                        amax_dp = amax_dp.max(ds.abs());
+                        let ds8 = fp8.round(ds * f("Scale_dP"));
+                        for d in 0..p.d_qk {
+                            dq.data[at(qd, [b, h, i, d])] += ds8 * p.k.data[at(kd, [b, hk, j, d])];
+                            dk.data[at(kd, [b, hk, j, d])] += ds8 * p.q.data[at(qd, [b, h, i, d])];
+                        }
+                    }
+                }
+            }
+        }
+        // MatmulFP8Node: both descales, the amax, then the output's scale into fp8.
+        let finish = |a: &mut Array, descales: f64, scale: f64| {
+            let mut amax = 0.0f64;
+            for x in &mut a.data {
+                let descaled = *x * descales;
+                amax = amax.max(descaled.abs());
+                *x = fp8.round(descaled * scale);
+            }
+            amax
+        };
+        let amax_dq = finish(&mut dq, f("Descale_dP") * f("Descale_K"), f("Scale_dQ"));
+        let amax_dk = finish(&mut dk, f("Descale_dP") * f("Descale_Q"), f("Scale_dK"));
+        let amax_dv = finish(&mut dv, f("Descale_S") * f("Descale_dO"), f("Scale_dV"));
+        let scalar = |v: f64| Array { dims: vec![1; 4], data: vec![v] };
+        vec![dq, dk, dv, scalar(amax_dq), scalar(amax_dk), scalar(amax_dv), scalar(amax_dp)]
+    }
+
     fn backward(&self, inputs: &[&Array]) -> Vec<Array> {
+        if let Some(fp8) = self.fp8 {
+            return self.backward_fp8(inputs, fp8);
+        }
         let p = Problem::new(self, inputs);
         let (o, d_o, stats) = (inputs[3], inputs[4], inputs[5]);
         let (qd, kd, vd) = (dims4(p.q), dims4(p.k), dims4(p.v));

@@ -225,6 +225,16 @@ fn fp8_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
                 .into(),
         );
     }
+    if op.pass == SdpaPass::Backward && major == Some(9) && (p.d_qk != 128 || p.d_v != 128) {
+        return fail(
+            "sdpa.fp8.backward_head_dim_hopper",
+            format!(
+                "fp8 attention's backward on Hopper needs head dims of exactly 128 (cudnn-frontend's \
+                 sdpa_fp8_backward); d_qk = {}, d_v = {}",
+                p.d_qk, p.d_v
+            ),
+        );
+    }
     if major.is_some_and(|m| m >= 10) && (p.d_qk > 128 || p.d_v > 128) && !(v >= 91900 && p.d_qk == 192 && p.d_v == 128)
     {
         return fail(
@@ -382,6 +392,13 @@ mod tests {
         assert!(choose(&fp8, &Problem { d_qk: 192, d_v: 128, ..P }, blackwell).is_ok());
         let fused = op("sdpa", &[("fp8", "e4m3".into()), ("implementation", "fused".into())]);
         assert_eq!(rule(&fused, &d128, H200_919), "sdpa.fused.fp8");
+        // The backward: composite, head dims of exactly 128 on Hopper.
+        let bwd = op("sdpa_backward", &[("fp8", "e4m3".into()), ("causal", true.into())]);
+        assert_eq!(choose(&bwd, &d128, H200_919).unwrap(), Implementation::Composite);
+        assert_eq!(rule(&bwd, &P, H200_919), "sdpa.fp8.backward_head_dim_hopper");
+        assert_eq!(rule(&bwd, &d256, H200_919), "sdpa.fp8.backward_head_dim_hopper");
+        assert!(choose(&bwd, &P, blackwell).is_ok());
+        assert_eq!(rule(&bwd, &d128, Target { version: 91000, sm: Some(90) }), "sdpa.fp8.version");
     }
 
     #[test]

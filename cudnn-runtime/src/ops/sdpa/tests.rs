@@ -757,9 +757,11 @@ fn fp8_ports_and_shapes() {
     assert_eq!(Op::from_call("sdpa", &t.call_attrs()).unwrap(), Op::Sdpa(t));
     let out = infer(&s, &fp8_qkv(2, 4, 128, 128)).unwrap();
     // O in Q's fp8 type (cuDNN 9.19 on Hopper writes no bf16 O), the amaxes f32 scalars.
-    assert_eq!(out[0], OutputMeta { dims: vec![2, 4, 128, 128], dtype: Some(DataType::Fp8E4M3) });
+    assert_eq!((&out[0].dims, out[0].dtype), (&vec![2, 4, 128, 128], Some(DataType::Fp8E4M3)));
+    let why = out[0].reason.unwrap_or_default();
+    assert!(why.contains("only supported on Blackwell with cuDNN 9.13.0 and newer"), "{why}");
     for amax in &out[1..] {
-        assert_eq!(*amax, OutputMeta { dims: vec![1; 4], dtype: Some(DataType::F32) });
+        assert_eq!(*amax, OutputMeta { dims: vec![1; 4], dtype: Some(DataType::F32), reason: None });
     }
 }
 
@@ -896,6 +898,182 @@ fn fp8_composite_computes_the_reference() {
         assert!(equal * 10 >= n * 9, "{attrs:?}: {equal} of {n} equal");
         for (g, w) in got[got.len() - 2..].iter().zip(&want[want.len() - 2..]) {
             assert_close(&format!("amax {attrs:?}"), g, w, None, 1e-6);
+        }
+    }
+}
+
+/// fp8 attention's backward inputs (`e4m3`): Q, K, V, O, dO, Stats and its twelve scale inputs.
+fn fp8_backward_metas(b: i64, h: i64, s: i64, d: i64) -> Vec<TensorMeta<i64>> {
+    let mut ins: Vec<TensorMeta<i64>> = qkv(b, h, h, s, s, d);
+    ins.extend([meta(&[b, h, s, d], DataType::BF16), meta(&[b, h, s, d], DataType::BF16)]);
+    ins.iter_mut().for_each(|t| t.dtype = DataType::Fp8E4M3);
+    ins.push(meta(&[b, h, s, 1], DataType::F32));
+    ins.extend((0..12).map(|_| meta(&[1, 1, 1, 1], DataType::F32)));
+    ins
+}
+
+#[test]
+fn fp8_backward_ports_and_shapes() {
+    let s = op("sdpa_backward", &[("fp8", "e4m3".into()), ("causal", true.into())]);
+    let names: Vec<&str> = s.inputs().iter().map(|p| p.name).collect();
+    let mut want = vec!["Q", "K", "V", "O", "dO", "Stats"];
+    want.extend(FP8_BACKWARD_INPUTS);
+    assert_eq!(names, want);
+    assert_eq!(s.outputs(), ["dQ", "dK", "dV", "Amax_dQ", "Amax_dK", "Amax_dV", "Amax_dP"]);
+    assert_eq!(Op::from_call("sdpa_backward", &s.call_attrs()).unwrap(), Op::Sdpa(s.clone()));
+    let padded = op("sdpa_backward", &[("fp8", "e5m2".into()), ("padding_mask", true.into())]);
+    let names: Vec<&str> = padded.inputs().iter().map(|p| p.name).collect();
+    assert_eq!(&names[6..9], ["SEQ_LEN_Q", "SEQ_LEN_KV", "Descale_Q"]);
+    let out = infer(&s, &fp8_backward_metas(2, 4, 128, 128)).unwrap();
+    // dQ, dK, dV in the fp8 type, with the reason cuDNN gives; four f32 amaxes.
+    for g in &out[..3] {
+        assert_eq!((&g.dims, g.dtype), (&vec![2, 4, 128, 128], Some(DataType::Fp8E4M3)));
+        let why = g.reason.unwrap_or_default();
+        assert!(why.starts_with("fp8 attention's backward writes dQ, dK and dV in its fp8 type"), "{why}");
+        assert!(why.contains("only supported on Blackwell with cuDNN 9.13.0 and newer"), "{why}");
+    }
+    for amax in &out[3..] {
+        assert_eq!(*amax, OutputMeta { dims: vec![1; 4], dtype: Some(DataType::F32), reason: None });
+    }
+}
+
+#[test]
+fn fp8_backward_shape_errors_name_the_rule() {
+    let s = op("sdpa_backward", &[("fp8", "e4m3".into())]);
+    let err = |s: &Sdpa, ins: &[TensorMeta<i64>]| infer(s, ins).unwrap_err().to_string();
+    // O and dO in the fp8 type too.
+    for (i, port) in [(3, "O"), (4, "dO")] {
+        let mut ins = fp8_backward_metas(2, 4, 128, 128);
+        ins[i].dtype = DataType::BF16;
+        assert_eq!(err(&s, &ins), format!("`sdpa_backward`: port {port} is bf16 but must be fp8_e4m3 (the type of Q)"));
+    }
+    // A missing scale input's place holds another: named with its shape.
+    let mut ins = fp8_backward_metas(2, 4, 128, 128);
+    ins[17].dims = vec![2, 4, 1, 1];
+    assert!(err(&s, &ins).contains("port Scale_dP must be [1, 1, 1, 1]"));
+    // An fp8 Q without the attribute names the backward's twelve inputs.
+    let plain = op("sdpa_backward", &[]);
+    let e = err(&plain, &fp8_backward_metas(2, 4, 128, 128)[..6]);
+    assert!(e.contains("`fp8 = e4m3` and the inputs Descale_Q, Descale_K, Descale_V, Descale_O, Descale_dO, Descale_S, Descale_dP, Scale_S, Scale_dQ, Scale_dK, Scale_dV, Scale_dP after Q, K, V, O, dO, Stats"), "{e}");
+    // No dropout, no deterministic variant.
+    for (attr, value, says) in [
+        ("dropout", AttrValue::Float(0.1), "takes no dropout"),
+        ("deterministic", AttrValue::Bool(true), "no deterministic variant on Hopper"),
+    ] {
+        let o = op("sdpa_backward", &[("fp8", "e4m3".into()), (attr, value)]);
+        let mut ins = fp8_backward_metas(2, 4, 128, 128);
+        if attr == "dropout" {
+            ins.insert(6, meta(&[1, 1, 1, 1], DataType::I64));
+            ins.insert(7, meta(&[1, 1, 1, 1], DataType::I64));
+        }
+        assert!(err(&o, &ins).contains(says), "{attr}: {}", err(&o, &ins));
+    }
+}
+
+/// An fp8 backward case from an fp8 forward case `f` (e4m3 inputs, delayed-scaling scales):
+/// the forward's O and Stats, an e4m3 dO, and the twelve scale inputs.
+fn fp8_backward_of(f: &Case, rng: &mut Rng) -> Case {
+    let fwd = Sdpa { training: true, ..f.op.clone() };
+    let outs = fwd.reference(&refs(&f.inputs));
+    let d_o = Array { data: rng.array(&outs[0].dims).data.iter().map(|x| DataType::Fp8E4M3.round(x * 200.0)).collect(), ..outs[0].clone() };
+    let b = Sdpa { pass: SdpaPass::Backward, training: false, ..f.op.clone() };
+    let scalar = |v: f64| Array { dims: vec![1; 4], data: vec![v] };
+    let mut inputs = f.inputs[..3].to_vec();
+    // Rows with no visible key have -inf statistics; cuDNN's are finite there.
+    let mut stats = outs[1].clone();
+    stats.data.iter_mut().filter(|s| !s.is_finite()).for_each(|s| *s = 0.0);
+    inputs.extend([outs[0].clone(), d_o, stats]);
+    for p in b.inputs().iter().skip(6) {
+        inputs.push(match p.name {
+            "SEQ_LEN_Q" | "SEQ_LEN_KV" => f.inputs[f.op.input_index(p.name).unwrap_or(0)].clone(),
+            "Descale_Q" | "Descale_K" | "Descale_V" => scalar(0.25),
+            "Descale_O" => scalar(1.0 / 64.0),
+            "Descale_dO" => scalar(1.0 / 200.0),
+            "Descale_S" => scalar(1.0 / 448.0),
+            "Scale_S" => scalar(448.0),
+            "Descale_dP" => scalar(1.0 / 1024.0),
+            "Scale_dP" => scalar(1024.0),
+            "Scale_dQ" | "Scale_dK" | "Scale_dV" => scalar(16.0),
+            other => panic!("{other}"),
+        });
+    }
+    Case { op: b, inputs }
+}
+
+#[test]
+fn fp8_backward_composite_computes_the_reference() {
+    let mut rng = Rng(0x0f8_bacd);
+    let configs: Vec<Vec<(&str, AttrValue)>> = vec![
+        vec![("fp8", "e4m3".into())],
+        vec![("fp8", "e4m3".into()), ("causal", true.into())],
+        vec![("fp8", "e4m3".into()), ("padding_mask", true.into())],
+    ];
+    // The last run is grouped-query (one K/V head for two query heads).
+    for (run_no, attrs) in configs.iter().chain(&configs[1..2]).enumerate() {
+        let mut f = fp8_case(&mut rng, attrs, [2, 2, 9, 12, 16]);
+        if run_no == configs.len() {
+            let fp8 = |a: Array| Array { data: a.data.iter().map(|x| DataType::Fp8E4M3.round(x * 4.0)).collect(), ..a };
+            f.inputs[1] = fp8(rng.array(&[2, 1, 12, 16]));
+            f.inputs[2] = fp8(rng.array(&[2, 1, 12, 16]));
+        }
+        let bwd = fp8_backward_of(&f, &mut rng);
+        let want = bwd.op.reference(&refs(&bwd.inputs));
+        assert_eq!(want.len(), 7);
+        let fp8_port = |i: usize| i < 5;
+        let ins: Vec<Port> = bwd
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| tensor("in", i as i64 + 1, a, if fp8_port(i) { DataType::Fp8E4M3 } else { DataType::F32 }))
+            .collect();
+        let outs: Vec<Port> = want
+            .iter()
+            .enumerate()
+            .map(|(i, a)| tensor("out", 100 + i as i64, a, if i < 3 { DataType::Fp8E4M3 } else { DataType::F32 }))
+            .collect();
+        let cx = composite::Context {
+            inputs: &ins,
+            outputs: &outs,
+            intermediate: DataType::F32,
+            compute: DataType::F32,
+            version: 91900,
+        };
+        let x = composite::expand(&bwd.op, &cx, &mut 1000).expect("expands");
+        // No workspace: cudnn-frontend's fp8 backward keeps the softmax sum virtual.
+        assert_eq!(x.workspace_bytes, 0);
+        let names: Vec<&str> = x.ops.iter().map(|(n, _)| *n).collect();
+        let order = [
+            "mul_dO_O", "reduce_dO", "descale_dO", "descale_O", "bmm_Q_K", "attn_scale", "descale_q", "descale_k",
+            "sub_dV_Stats", "exp_dV", "scale_S", "S_transpose", "bmm_S_T_dO", "bmm_dO_V_T", "sub_dP_softmax_sum",
+            "mul_dP_exp_S", "mul_dS_attn_scale", "amax_dP", "scale_dP", "bmm_dP_K", "dP_T", "bmm_dP_T_Q",
+        ];
+        let at = |n: &str| names.iter().position(|m| *m == n).unwrap_or_else(|| panic!("{n} in {names:?}"));
+        for pair in order.windows(2) {
+            assert!(at(pair[0]) < at(pair[1]), "{} before {}: {names:?}", pair[0], pair[1]);
+        }
+        // Each gradient's matmul reads fp8 operands: P and dS are cast to the fp8 type.
+        for m in ["bmm_S_T_dO", "bmm_dP_K", "bmm_dP_T_Q"] {
+            let Some((_, SubOp::Matmul { a, b, .. })) = x.ops.iter().find(|(n, _)| *n == m) else { panic!("{m}") };
+            assert_eq!((x.tensors[*a].data_type, x.tensors[*b].data_type), (DataType::Fp8E4M3, DataType::Fp8E4M3), "{m}");
+        }
+        // Stored as cuDNN stores (f32 intermediates, P, dS and the gradients in fp8), the
+        // subgraph gives the reference's gradients: most equal, the rest one e4m3 step apart
+        // where an f32 rounding tips a value across a rounding boundary.
+        let got = run(&x, &refs(&bwd.inputs), want.len(), true);
+        let grouped = x.ops.iter().filter(|(n, _)| *n == "gqa_c").count();
+        assert_eq!(grouped, if run_no == configs.len() { 2 } else { 0 }, "dK and dV summed over the group");
+        let (mut equal, mut n) = (0, 0);
+        for (k, grad) in ["dQ", "dK", "dV"].iter().enumerate() {
+            for (g, w) in got[k].data.iter().zip(&want[k].data) {
+                n += 1;
+                let step = (w.abs() / 8.0).max(1.0 / 512.0) * 1.01;
+                assert!((g - w).abs() <= 2.0 * step, "{attrs:?}: {grad} composite {g}, reference {w}");
+                equal += usize::from(g == w);
+            }
+        }
+        assert!(equal * 10 >= n * 8, "{attrs:?}: {equal} of {n} equal");
+        for (k, (g, w)) in got[3..].iter().zip(&want[3..]).enumerate() {
+            assert_close(&format!("amax {k} {attrs:?}"), g, w, None, 1e-3);
         }
     }
 }

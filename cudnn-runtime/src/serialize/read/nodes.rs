@@ -279,7 +279,9 @@ pub(super) fn fill_in(
                 let dims = |ids: &[usize]| -> Vec<&[i64]> {
                     ids.iter().map(|&i| raw.get(i).map_or(&[][..], |t| t.dims.as_slice())).collect()
                 };
-                let dims = NodeDims { label: &n.label, inputs: dims(&n.inputs), outputs: dims(&n.outputs) };
+                let input_types = n.inputs.iter().map(|&i| raw.get(i).and_then(|t| context_type(cx, t))).collect();
+                let dims =
+                    NodeDims { label: &n.label, inputs: dims(&n.inputs), input_types, outputs: dims(&n.outputs) };
                 resolve(&dims)?
             }
         };
