@@ -865,6 +865,40 @@ mod tests {
         assert_eq!(groups[1].cut.as_ref().unwrap().reason, CutReason::NoEpilogue);
     }
 
+    /// Each anchor's epilogue cut points, one candidate each; the tensor an epilogue cut
+    /// materializes is retyped to the type of the outputs its part writes, else to its anchor's
+    /// operands' (here bf16 either way, from the builder's f32 intermediates).
+    #[test]
+    fn measured_cuts_are_made_at_each_epilogue_op_and_typed_like_a_split_by_hand() {
+        let graph = mlp();
+        let alias = aliases(&graph);
+        let groups = group(&graph, Some(&alias));
+        let candidates = measured_cuts(&graph, &groups);
+        let shapes: Vec<Vec<Vec<String>>> = candidates.iter().map(|c| names(&graph, c)).collect();
+        assert_eq!(
+            shapes,
+            [
+                vec![vec!["matmul"], vec!["add", "gelu"], vec!["matmul", "add", "add"]],
+                vec![vec!["matmul", "add"], vec!["gelu"], vec!["matmul", "add", "add"]],
+                vec![vec!["matmul", "add", "gelu"], vec!["matmul"], vec!["add", "add"]],
+                vec![vec!["matmul", "add", "gelu"], vec!["matmul", "add"], vec!["add"]],
+            ]
+        );
+        for candidate in &candidates {
+            let k = candidate.iter().position(|g| g.cut.as_ref().is_some_and(|c| c.reason == CutReason::ToMeasure));
+            let k = k.expect("one cut to measure");
+            let mut retyped = graph.clone();
+            retype_epilogue_cut(&mut retyped, candidate, k);
+            let before = *candidate[k - 1].nodes.last().unwrap();
+            let t = graph.nodes[before].outputs[0];
+            assert_eq!(graph.tensor(t).data_type, DataType::F32);
+            assert_eq!(retyped.tensor(t).data_type, DataType::BF16, "{:?}", names(&graph, candidate));
+            // Nothing else changes.
+            let changed = (0..graph.tensors.len()).filter(|&i| graph.tensors[i] != retyped.tensors[i]).count();
+            assert_eq!(changed, 1);
+        }
+    }
+
     #[test]
     fn split_cuts_around_the_anchor() {
         let graph = mlp();

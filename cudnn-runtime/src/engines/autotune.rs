@@ -761,10 +761,10 @@ mod measured {
             let k = part.unwrap_or(0);
             let ops = ops(plan, k);
             let n = ops.len() as f64;
-            let median_us = match (ops.contains(&"matmul"), ops.contains(&"relu")) {
-                (true, true) => fused,
-                (true, false) => gemm.0 + gemm.1 * (n - 1.0),
-                _ => pass.0 + pass.1 * n,
+            let median_us = match (plan.parts().len(), ops.contains(&"matmul")) {
+                (1, _) => fused,
+                (_, true) => gemm.0 + gemm.1 * (n - 1.0),
+                (_, false) => pass.0 + pass.1 * n,
             };
             let candidate = plan.parts()[k].selected().index;
             Ok(Timing {
@@ -780,9 +780,9 @@ mod measured {
         }
     }
 
-    fn tuned(cudnn: &Cudnn, time: &mut TimeFn<'_>) -> (ExecutionPlan, AutotuneReport) {
+    fn tuned(cudnn: &Cudnn, graph: &Graph, time: &mut TimeFn<'_>) -> (ExecutionPlan, AutotuneReport) {
         let options = BuildOptions::default().measure_partitionings();
-        let mut plan = ExecutionPlan::build(cudnn, &fp8_bias_relu(), &options).unwrap();
+        let mut plan = ExecutionPlan::build(cudnn, graph, &options).unwrap();
         assert_eq!(plan.alternatives().len(), 2);
         let report = tune(&mut plan, &AutotuneOptions::default(), Instant::now(), time).unwrap();
         println!("{report}");
@@ -807,6 +807,32 @@ mod measured {
             .collect()
     }
 
+    /// `gelu(x·w + bias)`, bf16, the builder's f32 intermediates.
+    fn bf16_bias_gelu() -> Graph {
+        let mut g = GraphBuilder::new("bf16_bias_gelu");
+        let x = g.input("x", DataType::BF16, &[1, 64, 128]).unwrap();
+        let w = g.input("w", DataType::BF16, &[1, 128, 96]).unwrap();
+        let bias = g.input("bias", DataType::BF16, &[1, 1, 96]).unwrap();
+        let h = g.matmul(x, w).unwrap();
+        let h = g.op("add", &[h.into(), bias.into()], &[]).unwrap()[0];
+        let y = g.op("gelu", &[h.into()], &[]).unwrap()[0];
+        g.output(y, "y", DataType::BF16).unwrap();
+        g.build().unwrap()
+    }
+
+    /// The input of part 1 that the graph does not take: the tensor its cut materializes.
+    fn crossing(plan: &ExecutionPlan) -> crate::ir::Tensor {
+        let (graph, sub) = (plan.graph(), plan.parts()[1].graph());
+        let named = |name: &str| graph.inputs().iter().any(|id| graph.tensor(*id).name == name);
+        sub.inputs().into_iter().map(|id| sub.tensor(id).clone()).find(|t| !named(&t.name)).unwrap()
+    }
+
+    /// The largest difference between two outputs, relative to the largest magnitude of `want`.
+    fn relative(got: &Array, want: &Array) -> f64 {
+        let scale = want.data.iter().fold(0f64, |m, v| m.max(v.abs()));
+        got.data.iter().zip(&want.data).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max) / scale
+    }
+
     /// The graph on the CPU reference, with its tensor `name` stored as `dtype`.
     fn reference(graph: &Graph, inputs: &[Array], retype: Option<(&str, DataType)>) -> Vec<Array> {
         let mut graph = graph.clone();
@@ -824,7 +850,7 @@ mod measured {
     #[test]
     fn the_fused_plan_is_kept_when_it_times_fastest() {
         let Some(cudnn) = deviceless() else { return };
-        let (plan, report) = tuned(&cudnn, &mut timer(800.0, (700.0, 20.0), (100.0, 20.0)));
+        let (plan, report) = tuned(&cudnn, &fp8_bias_relu(), &mut timer(800.0, (700.0, 20.0), (100.0, 20.0)));
         assert_eq!(report.partitioning, 0);
         assert_eq!(report.partitionings.len(), 3);
         assert_eq!(report.partitioning_speedup(), Some(1.0));
@@ -848,7 +874,8 @@ mod measured {
         // Rounding `(a·b)·da·db` to bf16 before the bias changes results; rounding the biased
         // sum before relu does not (relu of a bf16 value is one, and the output is bf16 anyway).
         for (in_gemm, in_pass, first, changes) in [(30.0, 5.0, early, true), (5.0, 30.0, late, false)] {
-            let (plan, report) = tuned(&cudnn, &mut timer(1000.0, (700.0, in_gemm), (100.0, in_pass)));
+            let (plan, report) =
+                tuned(&cudnn, &fp8_bias_relu(), &mut timer(1000.0, (700.0, in_gemm), (100.0, in_pass)));
             let kept = report.partitionings[report.partitioning].clone();
             let best = report.partitionings.iter().filter_map(|p| p.median_us).fold(f64::INFINITY, f64::min);
             assert_eq!(kept.median_us, Some(best), "{report}");
@@ -867,17 +894,13 @@ mod measured {
 
             // The intermediate crosses in bf16 (the output's type), and that rounding is all that
             // differs from the fused graph.
-            let sub = plan.parts()[1].graph();
-            let inputs_named = |name: &str| graph.inputs().iter().any(|id| graph.tensor(*id).name == name);
-            let crossing = sub.inputs().into_iter().map(|id| sub.tensor(id)).find(|t| !inputs_named(&t.name)).unwrap();
+            let crossing = crossing(&plan);
             assert_eq!(crossing.data_type, DataType::BF16);
             let emulated = plan.emulate(&input).unwrap();
             // (Compared as data: a failing `assert_eq!` on arrays prints all of them.)
             let rounded = reference(&graph, &input, Some((&crossing.name, DataType::BF16)));
             assert!(emulated[0].data == rounded[0].data, "the parts differ from the graph with a bf16 intermediate");
-            let (got, want) = (&emulated[0].data, &fused[0].data);
-            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-            let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max) / scale;
+            let worst = relative(&emulated[0], &fused[0]);
             println!("kept {:?}: {worst:.2e} from the fused graph", kept.parts);
             assert_eq!(worst > 0.0, changes, "{worst}");
             assert!(worst < 1e-2, "{worst}");
@@ -903,6 +926,26 @@ mod measured {
         }
     }
 
+    /// bf16 matmul + bias + gelu, cut after the matmul: the parts compute the graph with its
+    /// matmul output rounded to bf16 (the output's type) and nothing else changed.
+    #[test]
+    fn a_gelu_epilogue_cut_off_rounds_only_its_intermediate() {
+        let Some(cudnn) = deviceless() else { return };
+        let graph = bf16_bias_gelu();
+        let (plan, report) = tuned(&cudnn, &graph, &mut timer(1000.0, (700.0, 30.0), (100.0, 5.0)));
+        assert_eq!(report.partitionings.len(), 3);
+        assert_eq!((ops(&plan, 0), ops(&plan, 1)), (vec!["matmul"], vec!["add", "gelu"]));
+        let crossing = crossing(&plan);
+        assert_eq!(crossing.data_type, DataType::BF16);
+        let input = inputs(&graph);
+        let emulated = plan.emulate(&input).unwrap();
+        let rounded = reference(&graph, &input, Some((&crossing.name, DataType::BF16)));
+        assert!(emulated[0].data == rounded[0].data, "the parts differ from the graph with a bf16 intermediate");
+        let worst = relative(&emulated[0], &reference(&graph, &input, None)[0]);
+        println!("{worst:.2e} from the fused graph");
+        assert!(worst > 0.0 && worst < 2e-2, "{worst}");
+    }
+
     #[test]
     fn a_partitioning_that_fails_to_execute_is_not_kept() {
         let Some(cudnn) = deviceless() else { return };
@@ -914,7 +957,7 @@ mod measured {
             }
             inner(plan, part)
         };
-        let (plan, report) = tuned(&cudnn, &mut time);
+        let (plan, report) = tuned(&cudnn, &fp8_bias_relu(), &mut time);
         assert_eq!(report.partitionings[0].median_us, None);
         assert!(report.partitioning > 0 && plan.parts().len() == 2);
         assert_eq!(report.partitioning_speedup(), None);
