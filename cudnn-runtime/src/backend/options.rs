@@ -104,7 +104,9 @@ pub struct BuildOptions {
 /// hand stores it in: the type of the graph output its epilogue writes (bf16 for an fp8 GEMM
 /// into bf16), else the anchor's operand type, never wider than its own. The cost is build time:
 /// each candidate's parts are built (an fp8 matmul + bias + relu has two candidates, four more
-/// parts), and autotuning times them all.
+/// parts), and autotuning times them all. A build naming its engine or candidate
+/// ([`BuildOptions::engine`], [`BuildOptions::candidate`]) is one kernel's choice and makes no
+/// alternatives.
 ///
 /// ```
 /// # use cudnn_runtime as cudnn_graph;

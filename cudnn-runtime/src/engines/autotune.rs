@@ -544,9 +544,12 @@ fn tune(
     if kept > 0 {
         plan.swap_alternative(kept - 1);
     }
-    if let Some(times) = &measured {
-        tracing::info!(graph = %plan.graph().name, partitioning = kept, %times, "autotuning kept a partitioning that cuts what cuDNN fuses");
-    }
+    tracing::debug!(
+        partitioning = kept,
+        kernels = tuned[kept].figures.parts.len(),
+        times = measured.as_deref().unwrap_or("the plan as built is the fastest"),
+        "partitioning kept"
+    );
     plan.keep_partitioning(measured);
     let partitionings: Vec<PartitioningTiming> = tuned.iter().map(|t| t.figures.clone()).collect();
     let Tuned { figures, selected, previous } = tuned.swap_remove(kept);
