@@ -66,5 +66,5 @@ pub use execute::{DeviceBuffer, GraphMode, HostScalar, InputBuffer, OutputBuffer
 pub use mismatch::PlanMismatch;
 pub use options::{BuildOptions, BuildTimings, EngineConfig, Fusion};
 pub use partition::{Cut, CutReason};
-pub use plan::{ExecutionPlan, PlanPart, SavedPart};
+pub use plan::{ExecutionPlan, Partitioning, PlanPart, SavedPart};
 pub use variant::{ByValueScalar, VariantLayout};

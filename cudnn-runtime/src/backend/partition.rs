@@ -58,6 +58,13 @@ pub enum CutReason {
     /// cuDNN refused the fused part (at this build, or at an earlier one of the same part with
     /// the same cuDNN version and GPU): the message says how.
     Refused(String),
+    /// cuDNN fuses the two, but this partitioning cuts an anchor's elementwise epilogue (or
+    /// prologue) off into a kernel of its own so that autotuning can time it against the fused
+    /// plan ([`Fusion::Measure`](super::Fusion::Measure)); it has not been timed yet.
+    ToMeasure,
+    /// cuDNN fuses the two, and autotuning measured them faster as separate kernels
+    /// ([`Fusion::Measure`](super::Fusion::Measure)): the message gives the times.
+    MeasuredFaster(String),
 }
 
 impl fmt::Display for Cut {
@@ -73,6 +80,10 @@ impl fmt::Display for Cut {
             CutReason::AfterView => write!(f, "`{b}` reads a view of memory an earlier part writes"),
             CutReason::Independent => write!(f, "`{b}` reads only memory, nothing computed in the kernel before"),
             CutReason::Refused(why) => write!(f, "cuDNN refused them fused: {why}"),
+            CutReason::ToMeasure => {
+                write!(f, "cuDNN fuses them; cut so that autotuning times them apart (not timed yet)")
+            }
+            CutReason::MeasuredFaster(why) => write!(f, "measured faster as separate kernels: {why}"),
         }
     }
 }
@@ -387,6 +398,114 @@ pub(crate) fn split(graph: &Graph, group: &Group, why: &str) -> Option<Vec<Group
         out.push(Group { nodes, cut, anchor, anchor_node, closed_by: None });
     }
     Some(out)
+}
+
+/// Whether `node` scales by one value: a multiplication by a tensor of one element (a per-tensor
+/// scale or descale, a by-value scalar).
+fn scales(graph: &Graph, node: &Node) -> bool {
+    matches!(&node.op, Op::Pointwise(p) if p.mode == crate::ops::PointwiseMode::Mul)
+        && node.inputs.iter().any(|t| graph.tensor(*t).element_count() == 1)
+}
+
+/// A group as nodes, its anchor read from the ops (as [`split`] makes its pieces).
+fn group_of_nodes(graph: &Graph, nodes: Vec<usize>, cut: Option<Cut>) -> Group {
+    let anchor_node = nodes.iter().copied().find(|&n| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. }));
+    let anchor = anchor_node.map(|n| graph.nodes[n].op.fusion());
+    Group { nodes, cut, anchor, anchor_node, closed_by: None }
+}
+
+/// The candidate partitionings of [`Fusion::Measure`](super::Fusion::Measure): `groups` (a
+/// partition cuDNN plans) with one part cut in two where an anchor's elementwise epilogue or
+/// prologue could run as a kernel of its own, one candidate per cut point, the new part's cut
+/// [`CutReason::ToMeasure`].
+///
+/// The cut points of a part with one anchor and elementwise ops around it: before the anchor
+/// (where it has a prologue), and before each op of its epilogue except one that [scales by one
+/// value](scales) (a descale): cut there, the second kernel would make the same pass over memory
+/// as the cut after it, for another build. A part with a second anchor (a reduction closing the
+/// epilogue, an fp8 matmul's `amax`) is left whole. Cuts at two points together are not
+/// candidates: a graph of several anchors gets each anchor's cuts one at a time.
+pub(crate) fn measured_cuts(graph: &Graph, groups: &[Group]) -> Vec<Vec<Group>> {
+    let mut out = Vec::new();
+    for (g, group) in groups.iter().enumerate() {
+        let is_anchor = |n: usize| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. });
+        let anchors: Vec<usize> = (0..group.nodes.len()).filter(|&i| is_anchor(group.nodes[i])).collect();
+        let [at] = anchors.as_slice() else { continue };
+        // Before the anchor where a prologue precedes it; before each epilogue op but a scale.
+        let prologue = (*at > 0).then_some(*at);
+        let epilogue = (at + 1..group.nodes.len()).filter(|&i| !scales(graph, &graph.nodes[group.nodes[i]]));
+        let points = prologue.into_iter().chain(epilogue);
+        for point in points {
+            let (first, second) = group.nodes.split_at(point);
+            let cut = Cut {
+                before: node_ref(&graph.nodes[first[first.len() - 1]]),
+                after: node_ref(&graph.nodes[second[0]]),
+                reason: CutReason::ToMeasure,
+            };
+            let mut candidate = groups.to_vec();
+            candidate.splice(
+                g..=g,
+                [
+                    group_of_nodes(graph, first.to_vec(), group.cut.clone()),
+                    group_of_nodes(graph, second.to_vec(), Some(cut)),
+                ],
+            );
+            out.push(candidate);
+        }
+    }
+    out
+}
+
+/// Stores the tensors an epilogue cut materializes in the type a split written by hand stores
+/// them in: where part `k` is elementwise ops only, cut off from the anchor of part `k - 1`
+/// ([`measured_cuts`]), every virtual float tensor part `k - 1` computes and part `k` reads is
+/// retyped to the type of the graph outputs part `k` writes (bf16 for an fp8 matmul's epilogue
+/// into bf16), or, where it writes none (its result feeds another anchor), to the type of the
+/// anchor's operands; never wider than the tensor's own type, and only where that type is a
+/// float type of at least 16 bits. A prologue cut (part `k` holds the anchor) keeps
+/// [`stored_type`]'s choice. The same rule runs when a payload is loaded, so the parts bind to
+/// the same types.
+pub(crate) fn retype_epilogue_cut(graph: &mut Graph, groups: &[Group], k: usize) {
+    let Some(before) = k.checked_sub(1).map(|j| &groups[j]) else { return };
+    let is_anchor = |n: usize| matches!(graph.nodes[n].op.fusion(), FusionRule::Anchor { .. });
+    if groups[k].nodes.iter().any(|&n| is_anchor(n)) {
+        return;
+    }
+    let Some(anchor) = before.nodes.iter().copied().find(|&n| is_anchor(n)) else { return };
+    // The one float type of at least 16 bits that all of `types` have.
+    let common = |types: Vec<DataType>| -> Option<DataType> {
+        let first = *types.first()?;
+        types.iter().all(|t| *t == first).then_some(first).filter(|t| t.is_float() && t.size_bytes() >= 2)
+    };
+    let written: Vec<DataType> = groups[k]
+        .nodes
+        .iter()
+        .flat_map(|&n| &graph.nodes[n].outputs)
+        .filter(|t| !graph.tensor(**t).is_virtual)
+        .map(|t| graph.tensor(*t).data_type)
+        .collect();
+    let operands: Vec<DataType> = graph.nodes[anchor]
+        .inputs
+        .iter()
+        .map(|t| graph.tensor(*t))
+        .filter(|t| !t.is_by_value() && t.element_count() > 1)
+        .map(|t| t.data_type)
+        .collect();
+    let Some(wanted) = common(written).or_else(|| common(operands)) else { return };
+    let producer = producers(graph);
+    let computed_before = |t: TensorId| producer[t.0].is_some_and(|p| before.nodes.contains(&p));
+    let crossing: Vec<TensorId> = groups[k]
+        .nodes
+        .iter()
+        .flat_map(|&n| graph.nodes[n].inputs.iter().copied())
+        .filter(|&t| computed_before(t))
+        .collect();
+    for t in crossing {
+        let tensor = &mut graph.tensors[t.0];
+        if tensor.is_virtual && tensor.data_type.is_float() && wanted.size_bytes() < tensor.data_type.size_bytes() {
+            tensor.data_type = wanted;
+        }
+    }
 }
 
 /// The groups of a partition recorded by node names (a plan payload's parts): every node of
@@ -744,6 +863,40 @@ mod tests {
         let groups = group(&graph, None);
         assert_eq!(names(&graph, &groups), [vec!["matmul", "mul", "reduce_amax"], vec!["mul"]]);
         assert_eq!(groups[1].cut.as_ref().unwrap().reason, CutReason::NoEpilogue);
+    }
+
+    /// Each anchor's epilogue cut points, one candidate each; the tensor an epilogue cut
+    /// materializes is retyped to the type of the outputs its part writes, else to its anchor's
+    /// operands' (here bf16 either way, from the builder's f32 intermediates).
+    #[test]
+    fn measured_cuts_are_made_at_each_epilogue_op_and_typed_like_a_split_by_hand() {
+        let graph = mlp();
+        let alias = aliases(&graph);
+        let groups = group(&graph, Some(&alias));
+        let candidates = measured_cuts(&graph, &groups);
+        let shapes: Vec<Vec<Vec<String>>> = candidates.iter().map(|c| names(&graph, c)).collect();
+        assert_eq!(
+            shapes,
+            [
+                vec![vec!["matmul"], vec!["add", "gelu"], vec!["matmul", "add", "add"]],
+                vec![vec!["matmul", "add"], vec!["gelu"], vec!["matmul", "add", "add"]],
+                vec![vec!["matmul", "add", "gelu"], vec!["matmul"], vec!["add", "add"]],
+                vec![vec!["matmul", "add", "gelu"], vec!["matmul", "add"], vec!["add"]],
+            ]
+        );
+        for candidate in &candidates {
+            let k = candidate.iter().position(|g| g.cut.as_ref().is_some_and(|c| c.reason == CutReason::ToMeasure));
+            let k = k.expect("one cut to measure");
+            let mut retyped = graph.clone();
+            retype_epilogue_cut(&mut retyped, candidate, k);
+            let before = *candidate[k - 1].nodes.last().unwrap();
+            let t = graph.nodes[before].outputs[0];
+            assert_eq!(graph.tensor(t).data_type, DataType::F32);
+            assert_eq!(retyped.tensor(t).data_type, DataType::BF16, "{:?}", names(&graph, candidate));
+            // Nothing else changes.
+            let changed = (0..graph.tensors.len()).filter(|&i| graph.tensors[i] != retyped.tensors[i]).count();
+            assert_eq!(changed, 1);
+        }
     }
 
     #[test]

@@ -115,8 +115,40 @@ pub struct ExecutionPlan {
     /// Bytes of workspace the tensors exchanged between parts take, before the parts' own.
     arena_bytes: usize,
     timings: BuildTimings,
+    /// Other ways to run the graph ([`Fusion::Measure`]) that autotuning times against the
+    /// parts above, until it keeps the fastest.
+    alternatives: Vec<Partitioning>,
     // The handle (with its CUDA context) or device properties the plan was made with.
     anchor: Anchor,
+}
+
+/// One way to run a plan's graph that [`Fusion::Measure`] built besides the plan's own parts:
+/// the graph with an anchor's elementwise epilogue (or prologue) cut off into a kernel of its
+/// own ([`CutReason::ToMeasure`]). [`crate::engines::autotune`] times each whole partitioning
+/// (the sum of its parts) against the plan's and keeps the fastest
+/// ([`ExecutionPlan::alternatives`]).
+#[derive(Debug)]
+pub struct Partitioning {
+    parts: Vec<PlanPart>,
+    layout: VariantLayout,
+    arena_bytes: usize,
+}
+
+impl Partitioning {
+    /// Its kernels, in execution order.
+    pub fn parts(&self) -> &[PlanPart] {
+        &self.parts
+    }
+
+    /// Bytes at the front of the workspace that hold the tensors its parts exchange.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// Workspace bytes enough for any selection of its parts' built plans.
+    fn max_workspace_size(&self) -> usize {
+        self.arena_bytes + self.parts.iter().map(PlanPart::max_workspace_size).max().unwrap_or(0)
+    }
 }
 
 /// One kernel of an [`ExecutionPlan`]: the nodes it runs, the engine cuDNN chose for them, its
@@ -151,8 +183,13 @@ pub struct SavedPart {
     /// cuDNN's JSON of its plan ([`PlanPart::json`]).
     pub json: String,
     /// cuDNN's refusal that cut it from the previous part, where that is why
-    /// ([`CutReason::Refused`]): the one reason the fusion table cannot give again on loading.
+    /// ([`CutReason::Refused`]): one of the two reasons the fusion table cannot give again on
+    /// loading.
     pub refused: Option<String>,
+    /// Autotuning's times, where it was cut from the previous part because that measured faster
+    /// ([`CutReason::MeasuredFaster`]): the other one. The tensors such an epilogue cut
+    /// materializes are stored in the type the build stored them in (its rule runs again).
+    pub measured: Option<String>,
 }
 
 /// Whether `e` is cuDNN declining a pattern, which a smaller part may avoid (rather than a
@@ -178,9 +215,28 @@ impl ExecutionPlan {
     /// without asking), then by cuDNN's answers (a part it refuses is split around its anchor op,
     /// and the refusal is remembered for this cuDNN version and GPU). With [`Fusion::Single`] such
     /// a graph is a [`BackendError::CannotFuse`] naming the op pair.
+    ///
+    /// With [`Fusion::Measure`], the plan is built as with [`Fusion::Auto`], and then so is every
+    /// partitioning that cuts an anchor's elementwise epilogue (or prologue) off into a kernel of
+    /// its own, at its natural cut points ([`ExecutionPlan::alternatives`]; a candidate with a part
+    /// cuDNN refuses is left out): [`crate::engines::autotune`] times them all and keeps the
+    /// fastest. Each costs the build of its parts.
     pub fn build(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> Result<ExecutionPlan, BackendError> {
         let _span =
             tracing::debug_span!("build_plan", graph = %graph.name, online = cudnn.stream().is_some()).entered();
+        let mut plan = Self::build_auto(cudnn, graph, options)?;
+        let explicit = options.engine.is_some() || options.candidate.is_some();
+        if options.fusion == Fusion::Measure && !explicit {
+            let start = Instant::now();
+            let Rewritten { graph: planned, .. } = batchnorm_as_pointwise(graph)?;
+            plan.timings.validate += start.elapsed();
+            plan.alternatives = plan.measured_alternatives(cudnn, &planned, options)?;
+        }
+        Ok(plan)
+    }
+
+    /// [`ExecutionPlan::build`] as [`Fusion::Auto`] (or [`Fusion::Single`]) builds.
+    fn build_auto(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> Result<ExecutionPlan, BackendError> {
         let start = Instant::now();
         graph.validate()?;
         let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(graph)?;
@@ -191,7 +247,7 @@ impl ExecutionPlan {
         // An engine or candidate named explicitly is one kernel's choice: such a build is never
         // split.
         let explicit = options.engine.is_some() || options.candidate.is_some();
-        let may_split = options.fusion == Fusion::Auto && !explicit;
+        let may_split = options.fusion != Fusion::Single && !explicit;
         let key = |g: &Graph| (cudnn.version(), cudnn.sm(), g.fingerprint());
         let table = partition::group(&planned, None);
         if table.len() > 1 && options.fusion == Fusion::Single {
@@ -258,6 +314,7 @@ impl ExecutionPlan {
             rewrites,
             arena_bytes: 0,
             timings,
+            alternatives: Vec::new(),
             anchor: cudnn.anchor(),
         }
     }
@@ -355,6 +412,97 @@ impl ExecutionPlan {
         Ok(Some(assembled))
     }
 
+    /// The partitionings [`Fusion::Measure`] builds besides this plan (built as [`Fusion::Auto`]
+    /// builds it, from `planned`, the graph rewritten): this plan's partition with one part cut
+    /// at one of [`partition::measured_cuts`]' points each, the tensors an epilogue cut
+    /// materializes stored as [`partition::retype_epilogue_cut`] says. A candidate one of whose
+    /// parts cuDNN refuses is left out. Their build times are added to this plan's.
+    fn measured_alternatives(
+        &mut self,
+        cudnn: &Cudnn,
+        planned: &Graph,
+        options: &BuildOptions,
+    ) -> Result<Vec<Partitioning>, BackendError> {
+        // As in `build_parts`: a kernel cache serves the one structure it was made for.
+        let without_kernels;
+        let options = match options.kernel_cache {
+            Some(_) => {
+                without_kernels = BuildOptions { kernel_cache: None, ..options.clone() };
+                &without_kernels
+            }
+            None => options,
+        };
+        let restrided = partition::restride(planned);
+        let alias = partition::aliases(&restrided);
+        let groups = if self.is_partitioned() {
+            let names = self.parts.iter().map(|p| p.nodes.as_slice());
+            let mut groups = partition::from_names(&restrided, names, &alias).map_err(|reason| {
+                BackendError::Unsupported { node: self.graph.name.clone(), op: "partition", reason }
+            })?;
+            for (group, part) in groups.iter_mut().zip(&self.parts) {
+                group.cut = part.cut.clone();
+            }
+            groups
+        } else {
+            // A plan of one kernel: its one group (views between parts would make more).
+            let groups = partition::group(&restrided, Some(&alias));
+            if groups.len() != 1 {
+                return Ok(Vec::new());
+            }
+            groups
+        };
+        let mut out = Vec::new();
+        for candidate in partition::measured_cuts(&restrided, &groups) {
+            let mut graph = restrided.clone();
+            for k in 0..candidate.len() {
+                if candidate[k].cut.as_ref().is_some_and(|c| c.reason == CutReason::ToMeasure) {
+                    partition::retype_epilogue_cut(&mut graph, &candidate, k);
+                }
+            }
+            let mut built = Vec::with_capacity(candidate.len());
+            let mut refused = None;
+            for (k, group) in candidate.iter().enumerate() {
+                let part = partition::extract(&graph, &candidate, k, &alias);
+                let nodes = group.nodes.iter().map(|&n| graph.nodes[n].name.clone()).collect();
+                match PlanPart::build(cudnn, part.graph, nodes, group.cut.clone(), options) {
+                    Ok(p) => built.push((p, part.tensors)),
+                    Err(e) if is_refusal(&e) => {
+                        refused = Some(summary(&e));
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let parts: Vec<Vec<String>> =
+                candidate.iter().map(|g| g.nodes.iter().map(|&n| graph.nodes[n].name.clone()).collect()).collect();
+            if let Some(why) = refused {
+                tracing::debug!(?parts, reason = %why, "a measured partitioning left out: cuDNN refused a part");
+                continue;
+            }
+            let missing = |part: &PlanPart, tensor: &str| BackendError::Unsupported {
+                node: part.nodes.first().cloned().unwrap_or_default(),
+                op: "partition",
+                reason: format!("tensor `{tensor}` crosses a part boundary but has no memory"),
+            };
+            let zero = std::time::Duration::ZERO;
+            let plan = Self::assemble(
+                cudnn,
+                self.graph.clone(),
+                &graph,
+                &candidate,
+                &alias,
+                built,
+                self.rewrites.clone(),
+                zero,
+                missing,
+            )?;
+            tracing::debug!(?parts, arena_bytes = plan.arena_bytes, "a measured partitioning built");
+            self.timings.add(&plan.timings);
+            out.push(Partitioning { parts: plan.parts, layout: plan.layout, arena_bytes: plan.arena_bytes });
+        }
+        Ok(out)
+    }
+
     /// Rebuilds a plan from cuDNN's JSON of it ([`ExecutionPlan::json`]) for `cudnn`, online or
     /// deviceless. `graph` must be the graph the plan was made from: it gives the variant-pack
     /// layout and the checks of [`ExecutionPlan::execute`]. Needs the cuDNN version that wrote
@@ -395,17 +543,30 @@ impl ExecutionPlan {
                     mismatch: Box::new(PlanMismatch::Partition(reason)),
                 }
             })?;
-        // Why each boundary is there: cuDNN's refusal where the saved part says so, else the
-        // table's reason where its partition has the same part.
+        // Why each boundary is there: cuDNN's refusal or autotuning's times where the saved part
+        // says so, else the table's reason where its partition has the same part. A measured
+        // epilogue cut stores what it materializes as the build did.
         let table = partition::group(&restrided, Some(&alias));
+        let mut retyped = restrided.clone();
+        for (k, saved) in parts.iter().enumerate() {
+            if saved.measured.is_some() {
+                partition::retype_epilogue_cut(&mut retyped, &groups, k);
+            }
+        }
+        let restrided = retyped;
         let mut built = Vec::with_capacity(parts.len());
         for (k, saved) in parts.iter().enumerate() {
             let part = partition::extract(&restrided, &groups, k, &alias);
-            let cut = match (&saved.refused, k.checked_sub(1).and_then(|j| groups[j].nodes.last())) {
-                (Some(why), Some(&before)) => Some(Cut {
+            let reason = match (&saved.refused, &saved.measured) {
+                (Some(why), _) => Some(CutReason::Refused(why.clone())),
+                (None, Some(times)) => Some(CutReason::MeasuredFaster(times.clone())),
+                (None, None) => None,
+            };
+            let cut = match (reason, k.checked_sub(1).and_then(|j| groups[j].nodes.last())) {
+                (Some(reason), Some(&before)) => Some(Cut {
                     before: partition::node_ref(&restrided.nodes[before]),
                     after: partition::node_ref(&restrided.nodes[groups[k].nodes[0]]),
-                    reason: CutReason::Refused(why.clone()),
+                    reason,
                 }),
                 _ => table.get(k).filter(|g| g.nodes == groups[k].nodes).and_then(|g| g.cut.clone()),
             };
@@ -473,6 +634,7 @@ impl ExecutionPlan {
             rewrites,
             arena_bytes: memory.arena_bytes,
             timings,
+            alternatives: Vec::new(),
             anchor: cudnn.anchor(),
         })
     }
@@ -582,9 +744,43 @@ impl ExecutionPlan {
     }
 
     /// Workspace bytes enough for any [`ExecutionPlan::select`]: the arena, then the most any
-    /// part's largest built plan needs.
+    /// part's largest built plan needs; while the plan has [alternatives](Self::alternatives),
+    /// enough for any of them too (autotuning runs each).
     pub fn max_workspace_size(&self) -> usize {
-        self.arena_bytes + self.parts.iter().map(PlanPart::max_workspace_size).max().unwrap_or(0)
+        let own = self.arena_bytes + self.parts.iter().map(PlanPart::max_workspace_size).max().unwrap_or(0);
+        self.alternatives.iter().map(Partitioning::max_workspace_size).fold(own, usize::max)
+    }
+
+    /// The other partitionings [`Fusion::Measure`] built, which [`crate::engines::autotune`]
+    /// times against the plan's own parts: empty for any other [`Fusion`], for a graph with no
+    /// cut point, and once autotuning has kept the fastest (which is then what
+    /// [`ExecutionPlan::parts`] lists, executes and serializes). Until then the plan executes
+    /// its own parts, the fusion cuDNN plans.
+    pub fn alternatives(&self) -> &[Partitioning] {
+        &self.alternatives
+    }
+
+    /// Exchanges the plan's partitioning with alternative `index` (autotuning runs each in
+    /// turn): the plan then executes that one, and alternative `index` is the one it ran before.
+    pub(crate) fn swap_alternative(&mut self, index: usize) {
+        if let Some(other) = self.alternatives.get_mut(index) {
+            std::mem::swap(&mut self.parts, &mut other.parts);
+            std::mem::swap(&mut self.layout, &mut other.layout);
+            std::mem::swap(&mut self.arena_bytes, &mut other.arena_bytes);
+        }
+    }
+
+    /// Drops the alternatives: the plan's partitioning is the one it keeps. `measured`, where
+    /// that partitioning has cuts made to be measured, is autotuning's times, which their
+    /// reason ([`CutReason::MeasuredFaster`]) then gives.
+    pub(crate) fn keep_partitioning(&mut self, measured: Option<String>) {
+        self.alternatives.clear();
+        let Some(times) = measured else { return };
+        for cut in self.parts.iter_mut().filter_map(|p| p.cut.as_mut()) {
+            if cut.reason == CutReason::ToMeasure {
+                cut.reason = CutReason::MeasuredFaster(times.clone());
+            }
+        }
     }
 
     /// Workspace bytes the selected plans need at execute: the arena of exchanged tensors, then

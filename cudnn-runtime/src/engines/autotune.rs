@@ -10,6 +10,11 @@
 //! median) or `max_samples` or the time budget is reached. The fastest median is selected; the
 //! whole table comes back as data ([`AutotuneReport`]).
 //!
+//! A plan built with [`Fusion::Measure`](crate::backend::Fusion::Measure) has other
+//! partitionings besides its own ([`ExecutionPlan::alternatives`]): each is tuned the same way,
+//! part by part, timed as the sum of its parts' fastest medians, and the fastest partitioning is
+//! kept ([`AutotuneReport::partitionings`], [`AutotuneReport::partitioning`]).
+//!
 //! ```no_run
 //! # use cudnn_runtime as cudnn_graph;
 //! use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, HeuristicMode};
@@ -167,12 +172,39 @@ impl fmt::Display for Timing {
     }
 }
 
+/// One partitioning of a plan as [`autotune`] timed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitioningTiming {
+    /// Each part's nodes ([`crate::backend::PlanPart::nodes`]), in execution order.
+    pub parts: Vec<Vec<String>>,
+    /// The sum of its parts' fastest medians, µs; `None` where a part had no candidate that
+    /// executed.
+    pub median_us: Option<f64>,
+    /// Every candidate of its parts that executed ([`Timing::part`]: its parts).
+    pub timings: Vec<Timing>,
+}
+
+impl fmt::Display for PartitioningTiming {
+    /// `2 kernels [matmul_0, mul_1 | add_2, relu_3]: 812.40 µs`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.parts.iter().map(|p| p.join(", ")).collect();
+        let n = self.parts.len();
+        write!(f, "{n} kernel{} [{}]: ", if n == 1 { "" } else { "s" }, parts.join(" | "))?;
+        match self.median_us {
+            Some(us) => write!(f, "{us:.2} µs"),
+            None => write!(f, "did not execute"),
+        }
+    }
+}
+
 /// What [`autotune`] found. A partitioned plan's parts are tuned one by one, each timed alone:
 /// `timings` holds every part's candidates (see [`Timing::part`]), `selected_parts` and
-/// `previous_parts` each part's choice, and `selected`/`previous` the first part's.
+/// `previous_parts` each part's choice, and `selected`/`previous` the first part's. For a plan
+/// with [alternatives](ExecutionPlan::alternatives), those are of the partitioning kept, and
+/// `partitionings` has every partitioning's figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutotuneReport {
-    /// Every candidate that executed, part by part, in build order.
+    /// Every candidate that executed, part by part, in build order (of the partitioning kept).
     pub timings: Vec<Timing>,
     /// Candidates that failed to execute, with why (part, candidate, error).
     pub failures: Vec<(usize, String)>,
@@ -184,6 +216,11 @@ pub struct AutotuneReport {
     pub selected_parts: Vec<usize>,
     /// Each part's candidate selected before.
     pub previous_parts: Vec<usize>,
+    /// Every partitioning timed: the plan's own first (as it was built), then its
+    /// [alternatives](ExecutionPlan::alternatives) in build order.
+    pub partitionings: Vec<PartitioningTiming>,
+    /// The index in `partitionings` of the one kept (the fastest), which the plan now runs.
+    pub partitioning: usize,
     /// Wall time of the whole tune.
     pub elapsed: Duration,
 }
@@ -206,6 +243,13 @@ impl AutotuneReport {
             choice.iter().enumerate().map(|(part, &c)| Some(self.part_timing(part, c)?.median_us)).sum()
         };
         Some(sum(&self.previous_parts)? / sum(&self.selected_parts)?)
+    }
+
+    /// How many times faster the partitioning kept is than the plan's own (≥ 1; 1 when that
+    /// was kept): the plan's partitioning as built over the one kept, each the sum of its
+    /// parts' fastest medians. `None` where the plan's own did not execute.
+    pub fn partitioning_speedup(&self) -> Option<f64> {
+        Some(self.partitionings.first()?.median_us? / self.partitionings.get(self.partitioning)?.median_us?)
     }
 }
 
@@ -232,6 +276,21 @@ impl fmt::Display for AutotuneReport {
         }
         for (i, e) in &self.failures {
             writeln!(f, "  #{i}: failed: {e}")?;
+        }
+        if self.partitionings.len() > 1 {
+            writeln!(f, " partitionings, each the sum of its parts' fastest:")?;
+            for (i, p) in self.partitionings.iter().enumerate() {
+                let mark = match (i == self.partitioning, i == 0) {
+                    (true, true) => " (kept, as built)".to_string(),
+                    (true, false) => match self.partitioning_speedup() {
+                        Some(x) => format!(" (kept, {x:.2}× faster than as built)"),
+                        None => " (kept)".to_string(),
+                    },
+                    (false, true) => " (as built)".to_string(),
+                    (false, false) => String::new(),
+                };
+                writeln!(f, "  #{i} {p}{mark}")?;
+            }
         }
         Ok(())
     }
@@ -392,34 +451,144 @@ fn online_stream(cudnn: &Cudnn, plan: &ExecutionPlan) -> Result<Arc<CudaStream>,
 
 /// Times every built candidate of `plan` on `cudnn`'s stream and selects the fastest (by median);
 /// returns the table. A partitioned plan is tuned part by part, each candidate timed running its
-/// part alone. Scratch buffers for every I/O tensor and the workspace are allocated here and
-/// freed before returning. A candidate that fails to execute is listed in
-/// [`AutotuneReport::failures`]; when no candidate of a part executes, the error lists them all
-/// and the selection is left as it was.
+/// part alone. A plan with [alternatives](ExecutionPlan::alternatives) ([`Fusion::Measure`])
+/// has each partitioning tuned so, and keeps the one whose parts' fastest medians sum least:
+/// [`ExecutionPlan::parts`] are then that one's (an epilogue cut off says
+/// [`CutReason::MeasuredFaster`] with the times), and so are its executes and payloads; the
+/// others are dropped. Scratch buffers for every I/O tensor and the workspace are allocated here
+/// and freed before returning. A candidate that fails to execute is listed in
+/// [`AutotuneReport::failures`]; when no partitioning has every part with a candidate that
+/// executes, the error lists them all and the selection is left as it was.
+///
+/// [`Fusion::Measure`]: crate::backend::Fusion::Measure
+/// [`CutReason::MeasuredFaster`]: crate::backend::CutReason::MeasuredFaster
 pub fn autotune(
     cudnn: &Cudnn,
     plan: &mut ExecutionPlan,
     options: &AutotuneOptions,
 ) -> Result<AutotuneReport, BackendError> {
     let began = Instant::now();
-    let _span = tracing::debug_span!("autotune", graph = %plan.graph().name, parts = plan.parts().len()).entered();
+    let _span = tracing::debug_span!(
+        "autotune",
+        graph = %plan.graph().name,
+        parts = plan.parts().len(),
+        partitionings = plan.alternatives().len() + 1
+    )
+    .entered();
     let stream = online_stream(cudnn, plan)?;
     let scratch = Scratch::new(&stream, plan, options.fill)?;
+    let tuned =
+        tune(plan, options, began, &mut |plan, part| time_selected(cudnn, &stream, plan, part, &scratch, options));
+    // Nothing may still be running on the scratch buffers when they are freed.
+    let synced = stream.synchronize().map_err(driver("cuStreamSynchronize"));
+    drop(scratch);
+    synced?;
+    tuned
+}
+
+/// How [`tune`] times the selected candidates of a plan: part `Some(k)` alone, or (`None`) the
+/// whole plan of one part. [`autotune`] times on the GPU; tests inject times.
+type TimeFn<'a> = dyn FnMut(&ExecutionPlan, Option<usize>) -> Result<Timing, BackendError> + 'a;
+
+/// One partitioning tuned: its figures, each part's choice and the choice before.
+struct Tuned {
+    figures: PartitioningTiming,
+    selected: Vec<usize>,
+    previous: Vec<usize>,
+}
+
+/// [`autotune`]'s choices, with `time` timing the plan's selection: every partitioning of
+/// `plan` (its own, then each alternative swapped in and back) tuned part by part, then the
+/// fastest kept.
+fn tune(
+    plan: &mut ExecutionPlan,
+    options: &AutotuneOptions,
+    began: Instant,
+    time: &mut TimeFn<'_>,
+) -> Result<AutotuneReport, BackendError> {
+    let built = |parts: &[crate::backend::PlanPart]| parts.iter().map(|p| p.built().len()).sum::<usize>();
+    let total = built(plan.parts()) + plan.alternatives().iter().map(|a| built(a.parts())).sum::<usize>();
+    let count = plan.alternatives().len() + 1;
+    let (mut done, mut failures) = (0, Vec::new());
+    let mut tuned: Vec<Tuned> = Vec::with_capacity(count);
+    for index in 0..count {
+        // Partitioning `index` runs while it is tuned; the plan's own is back after.
+        if index > 0 {
+            plan.swap_alternative(index - 1);
+        }
+        let result = tune_parts(plan, options, time, &mut done, total, &mut failures);
+        if index > 0 {
+            plan.swap_alternative(index - 1);
+        }
+        let t = result?;
+        tracing::debug!(partitioning = index, figures = %t.figures, "partitioning timed");
+        tuned.push(t);
+    }
+    let kept = (0..count)
+        .filter_map(|i| Some((i, tuned[i].figures.median_us?)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(i, _)| i);
+    let Some(kept) = kept else {
+        return Err(BackendError::Autotune { graph: plan.graph().name.clone(), failures });
+    };
+    let measured = (kept > 0).then(|| {
+        let us = tuned[kept].figures.median_us.unwrap_or(f64::NAN);
+        let kernels = tuned[kept].figures.parts.len();
+        match tuned[0].figures.median_us {
+            Some(own) => {
+                format!("{us:.1} µs in {kernels} kernels against {own:.1} µs as built ({:.2}× faster)", own / us)
+            }
+            None => format!("{us:.1} µs in {kernels} kernels; the plan as built did not execute"),
+        }
+    });
+    if kept > 0 {
+        plan.swap_alternative(kept - 1);
+    }
+    tracing::debug!(
+        partitioning = kept,
+        kernels = tuned[kept].figures.parts.len(),
+        times = measured.as_deref().unwrap_or("the plan as built is the fastest"),
+        "partitioning kept"
+    );
+    plan.keep_partitioning(measured);
+    let partitionings: Vec<PartitioningTiming> = tuned.iter().map(|t| t.figures.clone()).collect();
+    let Tuned { figures, selected, previous } = tuned.swap_remove(kept);
+    tracing::debug!(selected = ?selected, previous = ?previous, partitioning = kept, elapsed_us = crate::micros(began.elapsed()), "autotuned");
+    Ok(AutotuneReport {
+        timings: figures.timings,
+        failures,
+        selected: selected[0],
+        previous: previous[0],
+        selected_parts: selected,
+        previous_parts: previous,
+        partitionings,
+        partitioning: kept,
+        elapsed: began.elapsed(),
+    })
+}
+
+/// Tunes the parts of the partitioning `plan` runs now, each selecting its fastest candidate.
+/// Where a part has no candidate that executes, the partitioning's selections are restored and
+/// its `median_us` is `None`.
+fn tune_parts(
+    plan: &mut ExecutionPlan,
+    options: &AutotuneOptions,
+    time: &mut TimeFn<'_>,
+    done: &mut usize,
+    total: usize,
+    failures: &mut Vec<(usize, String)>,
+) -> Result<Tuned, BackendError> {
     let previous: Vec<usize> = plan.parts().iter().map(|p| p.selected().index).collect();
-    let total: usize = plan.parts().iter().map(|p| p.built().len()).sum();
+    let parts = plan.parts().iter().map(|p| p.nodes().to_vec()).collect();
     let partitioned = plan.is_partitioned();
-    let mut timings = Vec::with_capacity(total);
-    let mut failures = Vec::new();
+    let mut timings: Vec<Timing> = Vec::new();
     let mut selected = previous.clone();
-    let mut done = 0;
-    let mut failed = None;
+    let mut sum = Some(0.0);
     for (part, choice) in selected.iter_mut().enumerate() {
-        let built = plan.parts()[part].built();
         let first = timings.len();
-        for &candidate in &built {
+        for candidate in plan.parts()[part].built() {
             plan.select_in(part, candidate)?;
-            let timed = time_selected(cudnn, &stream, plan, partitioned.then_some(part), &scratch, options);
-            match timed {
+            match time(plan, partitioned.then_some(part)) {
                 Ok(t) => {
                     tracing::debug!(part, candidate, tag = %t.tag, median_us = t.median_us, runs = t.runs, "candidate timed");
                     timings.push(t)
@@ -429,44 +598,32 @@ pub fn autotune(
                     failures.push((candidate, e.to_string()))
                 }
             }
-            done += 1;
+            *done += 1;
             if let Some(progress) = &options.progress {
                 let timing = timings.last().filter(|t: &&Timing| t.part == part && t.candidate == candidate);
-                progress(&AutotuneProgress { done, total, timing, candidate });
+                progress(&AutotuneProgress { done: *done, total, timing, candidate });
             }
         }
-        let fastest = timings[first..].iter().min_by(|a, b| a.median_us.total_cmp(&b.median_us)).map(|t| t.candidate);
+        let fastest = timings[first..].iter().min_by(|a, b| a.median_us.total_cmp(&b.median_us));
         match fastest {
-            Some(c) => {
-                *choice = c;
-                plan.select_in(part, c)?;
+            Some(t) => {
+                *choice = t.candidate;
+                sum = sum.map(|s| s + t.median_us);
+                plan.select_in(part, t.candidate)?;
             }
             None => {
-                failed = Some(part);
+                sum = None;
                 break;
             }
         }
     }
-    // Nothing may still be running on the scratch buffers when they are freed.
-    let synced = stream.synchronize().map_err(driver("cuStreamSynchronize"));
-    drop(scratch);
-    synced?;
-    if failed.is_some() {
+    if sum.is_none() {
         for (part, &c) in previous.iter().enumerate() {
             plan.select_in(part, c)?;
         }
-        return Err(BackendError::Autotune { graph: plan.graph().name.clone(), failures });
+        selected.clone_from(&previous);
     }
-    tracing::debug!(selected = ?selected, previous = ?previous, elapsed_us = crate::micros(began.elapsed()), "autotuned");
-    Ok(AutotuneReport {
-        timings,
-        failures,
-        selected: selected[0],
-        previous: previous[0],
-        selected_parts: selected,
-        previous_parts: previous,
-        elapsed: began.elapsed(),
-    })
+    Ok(Tuned { figures: PartitioningTiming { parts, median_us: sum, timings }, selected, previous })
 }
 
 /// Times the selected plan of `plan` as [`autotune`] times each candidate, without changing the
@@ -526,6 +683,8 @@ mod tests {
             previous: 0,
             selected_parts: vec![3],
             previous_parts: vec![0],
+            partitionings: Vec::new(),
+            partitioning: 0,
             elapsed: Duration::from_millis(12),
         };
         assert_eq!(r.speedup(), Some(2.0));
@@ -535,5 +694,287 @@ mod tests {
         assert!(
             text.contains("(selected)") && text.contains("(heuristics' pick)") && text.contains("#5: failed: boom")
         );
+    }
+}
+
+/// [`Fusion::Measure`](crate::backend::Fusion::Measure) plans, deviceless on the H200's
+/// properties, tuned with injected times instead of the GPU's: the partitioning kept is the one
+/// the times say, what the plan then runs (emulated part by part on the CPU reference) differs
+/// from the fused graph only by the intermediate's bf16 rounding, and a payload keeps it.
+#[cfg(test)]
+mod measured {
+    use super::*;
+    use crate::array::Array;
+    use crate::backend::{BuildOptions, CutReason, ExecutionPlan};
+    use crate::cudnn::CudnnError;
+    use crate::ops::PointwiseMode;
+    use crate::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+    use crate::{Graph, GraphBuilder};
+
+    const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
+
+    /// The deviceless context, or `None` where the libraries are missing and that is allowed
+    /// (`CUDNN_GRAPH_REQUIRE_CUDNN` is not `1`), as the integration tests' helper.
+    fn deviceless() -> Option<Cudnn> {
+        let json = std::fs::read_to_string(DEVPROP).unwrap();
+        match Cudnn::deviceless(&json) {
+            Ok(cudnn) => Some(cudnn),
+            Err(e @ CudnnError::LibraryMissing { .. }) => {
+                assert_ne!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref(), Ok("1"), "{e}");
+                println!("skipped: {e}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `relu((a·b)·da·db + bias)` → bf16: e4m3 A `[1, 128, 64]`, B column-major, as
+    /// `examples/bench_fp8.rs` (smaller).
+    fn fp8_bias_relu() -> Graph {
+        let (m, n, k) = (128, 128, 64);
+        let mut g = GraphBuilder::new("fp8_bias_relu");
+        let a = g.input("a", DataType::Fp8E4M3, &[1, m, k]).unwrap();
+        let b = g.input("b", DataType::Fp8E4M3, &[1, k, n]).unwrap();
+        g.set_dim_order(b, &[0, 2, 1]).unwrap();
+        let da = g.input("descale_a", DataType::F32, &[1, 1, 1]).unwrap();
+        let db = g.input("descale_b", DataType::F32, &[1, 1, 1]).unwrap();
+        let bias = g.input("bias", DataType::BF16, &[1, 1, n]).unwrap();
+        let c = g.matmul(a, b).unwrap();
+        let c = g.pointwise(PointwiseMode::Mul, &[c.into(), da.into()]).unwrap();
+        let c = g.pointwise(PointwiseMode::Mul, &[c.into(), db.into()]).unwrap();
+        let c = g.pointwise(PointwiseMode::Add, &[c.into(), bias.into()]).unwrap();
+        let y = g.pointwise(PointwiseMode::Relu, &[c.into()]).unwrap();
+        g.output(y, "y", DataType::BF16).unwrap();
+        g.build().unwrap()
+    }
+
+    fn ops(plan: &ExecutionPlan, part: usize) -> Vec<&'static str> {
+        plan.parts()[part].graph().nodes.iter().map(|n| n.op.call_name()).collect()
+    }
+
+    /// Injected times, µs, by a part's ops: `fused` for the whole graph in one kernel; `gemm.0`
+    /// for a kernel with the matmul plus `gemm.1` per other op of it; `pass.0` for an elementwise
+    /// kernel plus `pass.1` per op.
+    fn timer(
+        fused: f64,
+        gemm: (f64, f64),
+        pass: (f64, f64),
+    ) -> impl FnMut(&ExecutionPlan, Option<usize>) -> Result<Timing, BackendError> {
+        move |plan, part| {
+            let k = part.unwrap_or(0);
+            let ops = ops(plan, k);
+            let n = ops.len() as f64;
+            let median_us = match (plan.parts().len(), ops.contains(&"matmul")) {
+                (1, _) => fused,
+                (_, true) => gemm.0 + gemm.1 * (n - 1.0),
+                (_, false) => pass.0 + pass.1 * n,
+            };
+            let candidate = plan.parts()[k].selected().index;
+            Ok(Timing {
+                part: k,
+                candidate,
+                tag: "injected".into(),
+                median_us,
+                min_us: median_us,
+                runs: 1,
+                samples: 1,
+                batch: 1,
+            })
+        }
+    }
+
+    fn tuned(cudnn: &Cudnn, graph: &Graph, time: &mut TimeFn<'_>) -> (ExecutionPlan, AutotuneReport) {
+        let options = BuildOptions::default().measure_partitionings();
+        let mut plan = ExecutionPlan::build(cudnn, graph, &options).unwrap();
+        assert_eq!(plan.alternatives().len(), 2);
+        let report = tune(&mut plan, &AutotuneOptions::default(), Instant::now(), time).unwrap();
+        println!("{report}");
+        (plan, report)
+    }
+
+    fn inputs(graph: &Graph) -> Vec<Array> {
+        let mut rng = SplitMix64::new(20);
+        graph
+            .inputs()
+            .iter()
+            .map(|id| {
+                let t = graph.tensor(*id);
+                // Descales near 1/8, the rest of either sign (relu clips about half).
+                let mut a = Array::from_fn(&t.dims, |_| match t.element_count() {
+                    1 => rng.nonzero(0.1, 0.2).abs(),
+                    _ => rng.nonzero(0.25, 2.0),
+                });
+                a.round_to(t.data_type);
+                a
+            })
+            .collect()
+    }
+
+    /// `gelu(x·w + bias)`, bf16, the builder's f32 intermediates.
+    fn bf16_bias_gelu() -> Graph {
+        let mut g = GraphBuilder::new("bf16_bias_gelu");
+        let x = g.input("x", DataType::BF16, &[1, 64, 128]).unwrap();
+        let w = g.input("w", DataType::BF16, &[1, 128, 96]).unwrap();
+        let bias = g.input("bias", DataType::BF16, &[1, 1, 96]).unwrap();
+        let h = g.matmul(x, w).unwrap();
+        let h = g.op("add", &[h.into(), bias.into()], &[]).unwrap()[0];
+        let y = g.op("gelu", &[h.into()], &[]).unwrap()[0];
+        g.output(y, "y", DataType::BF16).unwrap();
+        g.build().unwrap()
+    }
+
+    /// The input of part 1 that the graph does not take: the tensor its cut materializes.
+    fn crossing(plan: &ExecutionPlan) -> crate::ir::Tensor {
+        let (graph, sub) = (plan.graph(), plan.parts()[1].graph());
+        let named = |name: &str| graph.inputs().iter().any(|id| graph.tensor(*id).name == name);
+        sub.inputs().into_iter().map(|id| sub.tensor(id).clone()).find(|t| !named(&t.name)).unwrap()
+    }
+
+    /// The largest difference between two outputs, relative to the largest magnitude of `want`.
+    fn relative(got: &Array, want: &Array) -> f64 {
+        let scale = want.data.iter().fold(0f64, |m, v| m.max(v.abs()));
+        got.data.iter().zip(&want.data).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max) / scale
+    }
+
+    /// The graph on the CPU reference, with its tensor `name` stored as `dtype`.
+    fn reference(graph: &Graph, inputs: &[Array], retype: Option<(&str, DataType)>) -> Vec<Array> {
+        let mut graph = graph.clone();
+        if let Some((name, dtype)) = retype {
+            let t = graph.tensors.iter_mut().find(|t| t.name == name).unwrap();
+            t.data_type = dtype;
+        }
+        let mut values = vec![None; graph.tensors.len()];
+        for (id, a) in graph.inputs().iter().zip(inputs) {
+            values[id.0] = Some(a.clone());
+        }
+        crate::reference::run_arrays(&graph, values).unwrap()
+    }
+
+    #[test]
+    fn the_fused_plan_is_kept_when_it_times_fastest() {
+        let Some(cudnn) = deviceless() else { return };
+        let (plan, report) = tuned(&cudnn, &fp8_bias_relu(), &mut timer(800.0, (700.0, 20.0), (100.0, 20.0)));
+        assert_eq!(report.partitioning, 0);
+        assert_eq!(report.partitionings.len(), 3);
+        assert_eq!(report.partitioning_speedup(), Some(1.0));
+        assert_eq!(plan.parts().len(), 1);
+        assert!(plan.alternatives().is_empty(), "autotuning drops what it does not keep");
+        // [matmul, mul, mul | add, relu]: 700 + 40 + 100 + 40; [matmul, mul, mul, add | relu]: 760 + 120.
+        assert_eq!(report.partitionings[1].median_us, Some(880.0));
+        assert_eq!(report.partitionings[2].median_us, Some(880.0));
+    }
+
+    #[test]
+    fn the_partitioning_the_times_favour_is_kept_executed_and_saved() {
+        let Some(cudnn) = deviceless() else { return };
+        let graph = fp8_bias_relu();
+        let input = inputs(&graph);
+        let fused = reference(&graph, &input, None);
+        // Each cut point wins under some times: where an epilogue op costs the GEMM's kernel more
+        // than it costs an elementwise pass, the earlier cut; where less, the later.
+        let early = ["matmul", "mul", "mul"].as_slice();
+        let late = ["matmul", "mul", "mul", "add"].as_slice();
+        // Rounding `(a·b)·da·db` to bf16 before the bias changes results; rounding the biased
+        // sum before relu does not (relu of a bf16 value is one, and the output is bf16 anyway).
+        for (in_gemm, in_pass, first, changes) in [(30.0, 5.0, early, true), (5.0, 30.0, late, false)] {
+            let (plan, report) =
+                tuned(&cudnn, &fp8_bias_relu(), &mut timer(1000.0, (700.0, in_gemm), (100.0, in_pass)));
+            let kept = report.partitionings[report.partitioning].clone();
+            let best = report.partitionings.iter().filter_map(|p| p.median_us).fold(f64::INFINITY, f64::min);
+            assert_eq!(kept.median_us, Some(best), "{report}");
+            assert!(report.partitioning > 0);
+            assert_eq!(ops(&plan, 0), first);
+            assert_eq!(plan.parts().len(), 2);
+            assert!(plan.alternatives().is_empty());
+            let speedup = report.partitioning_speedup().unwrap();
+            assert!((speedup - 1000.0 / best).abs() < 1e-9);
+            let cut = plan.parts()[1].cut().unwrap();
+            let CutReason::MeasuredFaster(times) = &cut.reason else { panic!("{cut}") };
+            assert!(times.contains(&format!("{best:.1} µs in 2 kernels against 1000.0 µs")), "{times}");
+            assert!(cut.to_string().contains("measured faster"), "{cut}");
+            assert!(plan.to_dot().contains("measured faster"));
+            assert!(report.to_string().contains("(kept, "), "{report}");
+
+            // The intermediate crosses in bf16 (the output's type), and that rounding is all that
+            // differs from the fused graph.
+            let crossing = crossing(&plan);
+            assert_eq!(crossing.data_type, DataType::BF16);
+            let emulated = plan.emulate(&input).unwrap();
+            // (Compared as data: a failing `assert_eq!` on arrays prints all of them.)
+            let rounded = reference(&graph, &input, Some((&crossing.name, DataType::BF16)));
+            assert!(emulated[0].data == rounded[0].data, "the parts differ from the graph with a bf16 intermediate");
+            let worst = relative(&emulated[0], &fused[0]);
+            println!("kept {:?}: {worst:.2e} from the fused graph", kept.parts);
+            assert_eq!(worst > 0.0, changes, "{worst}");
+            assert!(worst < 1e-2, "{worst}");
+
+            // A payload keeps the partitioning, its reason and its types.
+            let (origin, options) = (PlanOrigin::of(&cudnn), SerializeOptions::default());
+            let bytes = write_payload(&plan, &origin, options, &Expect::default()).unwrap();
+            let (loaded, payload) = read_payload(&cudnn, &bytes, None, &Expect::default()).unwrap();
+            assert_eq!(payload.plan.parts[1].measured.as_deref(), Some(times.as_str()));
+            assert_eq!(payload.plan.parts[1].refused, None);
+            let nodes = |p: &ExecutionPlan| p.parts().iter().map(|p| p.nodes().to_vec()).collect::<Vec<_>>();
+            assert_eq!(nodes(&loaded), nodes(&plan));
+            assert_eq!(loaded.parts()[1].cut(), plan.parts()[1].cut());
+            assert_eq!(loaded.arena_bytes(), plan.arena_bytes());
+            assert_eq!(loaded.emulate(&input).unwrap(), emulated);
+            let again = write_payload(&loaded, &origin, options, &Expect::default()).unwrap();
+            // Written again, it records the same parts and cuts (cuDNN's JSON embeds pointers).
+            let cuts = |parts: &[crate::serialize::plan::PartRecord]| {
+                parts.iter().map(|p| (p.nodes.clone(), p.refused.clone(), p.measured.clone())).collect::<Vec<_>>()
+            };
+            let again = crate::serialize::plan::parse_payload(&again).unwrap();
+            assert_eq!(cuts(&again.plan.parts), cuts(&payload.plan.parts));
+        }
+    }
+
+    /// bf16 matmul + bias + gelu, cut after the matmul: the parts compute the graph with its
+    /// matmul output rounded to bf16 (the output's type) and nothing else changed.
+    #[test]
+    fn a_gelu_epilogue_cut_off_rounds_only_its_intermediate() {
+        let Some(cudnn) = deviceless() else { return };
+        let graph = bf16_bias_gelu();
+        let (plan, report) = tuned(&cudnn, &graph, &mut timer(1000.0, (700.0, 30.0), (100.0, 5.0)));
+        assert_eq!(report.partitionings.len(), 3);
+        assert_eq!((ops(&plan, 0), ops(&plan, 1)), (vec!["matmul"], vec!["add", "gelu"]));
+        let crossing = crossing(&plan);
+        assert_eq!(crossing.data_type, DataType::BF16);
+        let input = inputs(&graph);
+        let emulated = plan.emulate(&input).unwrap();
+        let rounded = reference(&graph, &input, Some((&crossing.name, DataType::BF16)));
+        assert!(emulated[0].data == rounded[0].data, "the parts differ from the graph with a bf16 intermediate");
+        let worst = relative(&emulated[0], &reference(&graph, &input, None)[0]);
+        println!("{worst:.2e} from the fused graph");
+        assert!(worst > 0.0 && worst < 2e-2, "{worst}");
+    }
+
+    #[test]
+    fn a_partitioning_that_fails_to_execute_is_not_kept() {
+        let Some(cudnn) = deviceless() else { return };
+        // The fused plan fails; the cuts time as in the favouring case above.
+        let mut inner = timer(0.0, (700.0, 30.0), (100.0, 5.0));
+        let mut time = |plan: &ExecutionPlan, part: Option<usize>| {
+            if plan.parts().len() == 1 {
+                return Err(BackendError::NotOnline { what: "an injected failure" });
+            }
+            inner(plan, part)
+        };
+        let (plan, report) = tuned(&cudnn, &fp8_bias_relu(), &mut time);
+        assert_eq!(report.partitionings[0].median_us, None);
+        assert!(report.partitioning > 0 && plan.parts().len() == 2);
+        assert_eq!(report.partitioning_speedup(), None);
+        assert_eq!(report.failures.len(), 1);
+        let CutReason::MeasuredFaster(times) = &plan.parts()[1].cut().unwrap().reason else { panic!() };
+        assert!(times.contains("the plan as built did not execute"), "{times}");
+        // Nothing executes: an error, and the plan runs what it ran before.
+        let options = BuildOptions::default().measure_partitionings();
+        let mut plan = ExecutionPlan::build(&cudnn, &fp8_bias_relu(), &options).unwrap();
+        let mut fail =
+            |_: &ExecutionPlan, _: Option<usize>| Err(BackendError::NotOnline { what: "an injected failure" });
+        let e = tune(&mut plan, &AutotuneOptions::default(), Instant::now(), &mut fail).unwrap_err();
+        assert!(matches!(e, BackendError::Autotune { .. }), "{e}");
+        assert_eq!(plan.parts().len(), 1);
+        assert_eq!(plan.alternatives().len(), 2);
     }
 }

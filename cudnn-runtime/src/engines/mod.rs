@@ -16,7 +16,9 @@ pub mod cache;
 pub mod engine;
 mod lru;
 
-pub use autotune::{autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, ProgressFn, Timing};
+pub use autotune::{
+    autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming, ProgressFn, Timing,
+};
 pub use cache::{
     CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, StructureKey,
     DEFAULT_BUDGET_BYTES, SHARED_PLANS,

@@ -240,6 +240,11 @@ pub struct PartRecord {
     /// gives every other reason again on loading).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Autotuning's times, where it was cut from the previous part because they measured it
+    /// faster apart (`Fusion::Measure`; the tensors such a cut materializes are typed by its rule
+    /// again on loading).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 /// The signed part of a payload.
@@ -464,6 +469,10 @@ fn part_record(part: &PlanPart) -> Result<PartRecord, PayloadError> {
         plan_json: part.json().map_err(|e| PayloadError::Save(Box::new(e)))?,
         refused: match part.cut().map(|c| &c.reason) {
             Some(CutReason::Refused(why)) => Some(why.clone()),
+            _ => None,
+        },
+        measured: match part.cut().map(|c| &c.reason) {
+            Some(CutReason::MeasuredFaster(times)) => Some(times.clone()),
             _ => None,
         },
     })
@@ -710,7 +719,12 @@ fn check_and_load(
         let parts: Vec<SavedPart> = p
             .parts
             .iter()
-            .map(|r| SavedPart { nodes: r.nodes.clone(), json: r.plan_json.clone(), refused: r.refused.clone() })
+            .map(|r| SavedPart {
+                nodes: r.nodes.clone(),
+                json: r.plan_json.clone(),
+                refused: r.refused.clone(),
+                measured: r.measured.clone(),
+            })
             .collect();
         ExecutionPlan::from_parts_json(cudnn, graph, &parts)
     }
