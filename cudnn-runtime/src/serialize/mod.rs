@@ -110,6 +110,7 @@ pub fn structure_to_json(graph: &Graph) -> String {
 
 /// [`structure_to_json`] for the structure of a plan: the context's `is_dynamic_shape_enabled`
 /// says whether the plan was made as a dynamic-shape operation graph.
+#[cfg(feature = "cudnn")]
 pub(crate) fn planned_structure_to_json(graph: &Graph, dynamic_shape: bool) -> String {
     write::graph_to_json(graph, dynamic_shape).to_pretty()
 }
