@@ -264,15 +264,24 @@ fn aot_plans_every_class_and_a_service_starts_with_them_all() {
     let (_, outcome) = Served::new(256).build_cached(&on_disk, &cudnn, &BuildOptions::default()).unwrap();
     assert_eq!(outcome.source, CacheSource::Disk);
 
-    // Without --type: plans for the bare graphs, as `get_or_build` looks them up.
+    for v in Served::class_values().unwrap() {
+        let (plan, _) = v.build_cached(&on_disk, &cudnn, &BuildOptions::default()).unwrap();
+        assert!(!plan.plan().is_dynamic_shape(), "each class specialized");
+    }
+
+    // Without --type: plans for the bare graphs, as `get_or_build` looks them up; with
+    // --dynamic-shapes, dynamic-shape plans whose kernels compiled once.
     let bare = dir.join("bare");
-    let out = aot_classes(&dir, &template, &["--out", bare.to_str().unwrap(), "--dyn", dyn_s, "--plan-only"]);
+    let flags = ["--out", bare.to_str().unwrap(), "--dyn", dyn_s, "--plan-only", "--dynamic-shapes"];
+    let out = aot_classes(&dir, &template, &flags);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches(": dynamic-shape, ").count(), 4);
     let cache = PlanCache::with_dir(&bare).unwrap();
     for s in [64, 512] {
         let g = Served::new(s).graph().unwrap();
         let got = cache.get_or_build(&cudnn, &g, &Expect::default(), &BuildOptions::default()).unwrap();
         assert_eq!(got.source, CacheSource::Disk, "S = {s}");
+        assert!(got.plan.is_dynamic_shape(), "S = {s}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -331,7 +340,7 @@ fn aot_classes_refuse_bad_input_naming_the_cause() {
         "cannot be derived at other values of its dyn dims: tensor `a`: its uid is 77, applying the ops again gives",
     );
     // --out must be a directory.
-    std::fs::write(&dir.join("file"), b"x").unwrap();
+    std::fs::write(dir.join("file"), b"x").unwrap();
     let out = aot_classes(&dir, &template, &["--out", dir.join("file").to_str().unwrap(), "--dyn", "S: [64] @ a[1]"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("with --dyn, --out is a directory"), "{out:?}");
     assert!(!std::path::Path::new(out_dir).exists(), "nothing is written for refused input");

@@ -56,6 +56,7 @@ usage:
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR
       --dyn 'S: 64..=8192 pow2 @ q[2] k[2] v[2]' [--dyn ...] [--type NAME=FINGERPRINT] [--plan-only]
+      [--dynamic-shapes]
 
   --device-properties the device-properties JSON of the GPU to plan for (`cudnn-graph devprop`)
   --graph             a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
@@ -70,6 +71,10 @@ usage:
                       --dyn dims in order: give them in the type's declaration order), so that
                       `Name::build_cached` finds them; without it they serve `PlanCache::get_or_build`
                       of the bare graph
+  --dynamic-shapes    plan the classes as dynamic-shape operation graphs sharing one kernel cache
+                      (the kernels compile once, for every class; shape-generic kernels) instead of
+                      one plan specialized to each class (compiled per class; cuDNN may specialize
+                      its kernels to the shape); graphs cuDNN plans only statically stay ordinary
 
 With --dyn, GRAPH.json is the graph at one value of each dyn dim (the dims named for it all have
 it); the graph at every class bound is derived from it by applying its ops again to inputs of the
@@ -349,7 +354,7 @@ mod classes {
     use std::collections::HashMap;
     use std::path::Path;
 
-    use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
+    use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, KernelCache};
     use cudnn_graph::engines::PlanKey;
     use cudnn_graph::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
     use cudnn_graph::shape_class::ClassDecl;
@@ -570,6 +575,11 @@ mod classes {
         let cudnn = &Cudnn::deviceless(devprop).map_err(|e| e.to_string())?;
         std::fs::create_dir_all(dir).map_err(|e| format!("{out}: {e}"))?;
         let options = SerializeOptions { structure: !args.iter().any(|a| a == "--plan-only") };
+        let build = if args.iter().any(|a| a == "--dynamic-shapes") {
+            BuildOptions::default().dynamic_shapes(KernelCache::new())
+        } else {
+            BuildOptions::default()
+        };
         let bounds: Vec<Vec<usize>> = dyns.iter().map(|d| d.class.bounds()).collect();
         let mut index = vec![0usize; dyns.len()];
         let start = std::time::Instant::now();
@@ -592,8 +602,7 @@ mod classes {
                 None => Expect::default(),
             };
             let began = std::time::Instant::now();
-            let plan =
-                ExecutionPlan::build(cudnn, &g, &BuildOptions::default()).map_err(|e| format!("{binding}: {e}"))?;
+            let plan = ExecutionPlan::build(cudnn, &g, &build).map_err(|e| format!("{binding}: {e}"))?;
             let bytes = write_payload(&plan, &PlanOrigin::of(cudnn), options, &expect)
                 .map_err(|e| format!("{binding}: {e}"))?;
             let path = dir.join(PlanKey::new(cudnn, &g, &expect).file_name());
@@ -603,7 +612,8 @@ mod classes {
                 .and_then(|()| std::fs::rename(&tmp, &path))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             let ms = began.elapsed().as_secs_f64() * 1e3;
-            println!("{binding}: {} in {ms:.0} ms, {} B -> {}", plan.selected(), bytes.len(), path.display());
+            let kind = if plan.is_dynamic_shape() { "dynamic-shape" } else { "specialized" };
+            println!("{binding}: {kind}, {} in {ms:.0} ms, {} B -> {}", plan.selected(), bytes.len(), path.display());
             written += 1;
             // The next combination, the last dim fastest.
             let Some(k) = (0..index.len()).rev().find(|&k| index[k] + 1 < bounds[k].len()) else { break };
