@@ -26,6 +26,15 @@
 //! caller's `Arc`) is pinned and never evicted. [`PlanCache::stats`] gives hits, misses, builds,
 //! evictions and the bytes held; hits, misses and evictions are traced (`tracing::debug!`).
 //!
+//! **Specialization.** With dynamic shapes ([`PlanCache::dynamic_shapes`]) a new shape can be
+//! served its dynamic-shape plan (kernels from the structure's kernel cache, milliseconds) or the
+//! plan specialized to it (heuristics and compilation): [`PlanCache::specialization`] sets the
+//! policy ([`Specialization`]: eager, lazy, none). Lazy serves the dynamic-shape plan and builds
+//! and times the specialized one on a background thread, swapping it in at a later lookup only if
+//! it is faster; a swap replaces the cache's `Arc`s, so whoever holds the old plan (a CUDA graph
+//! among them) keeps it. Every entry records why it serves its plan ([`ServeReason`]:
+//! [`CachedPlan::reason`], [`PlanCache::serving`], the stats and `tracing`).
+//!
 //! **Threads.** The cache is `Send + Sync`: one `Mutex` around the map, held only to look up or
 //! insert, never while cuDNN works. Share it with an `Arc`, or a `static`.
 //!
