@@ -3,10 +3,11 @@
 //! the device against plans made for each shape by heuristics.
 //!
 //! ```text
-//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device] [--device-properties DEVPROP.json]
+//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device,policy] [--device-properties DEVPROP.json]
 //! ```
 //!
-//! With `--device-properties` (a deviceless context for the GPU it describes) only `host` runs.
+//! With `--device-properties` (a deviceless context for the GPU it describes) `host` runs, and
+//! `policy` without its device times (the lazy policy cannot time plans there, and says so).
 //!
 //! - `host`: for matmul + bias + relu (`[1, S, 4096] x [1, 4096, 4096]`), layer norm
 //!   (`[S, 4096]`), attention forward and backward (`[1, 16, S, 128]`, causal): the first shape
@@ -19,6 +20,13 @@
 //!   kernels from its cache) and the exact plan (heuristics for this S, no kernel cache), each
 //!   timed as autotuning times a candidate (`engines::measure`); `ratio` is dynamic / exact
 //!   (the issue's target: within 1.05).
+//! - `policy`: for each graph and each specialization policy (`impl`: `eager`, `none`, `lazy`;
+//!   `PlanCache::specialization`), the S = 1024 shape built first, then every other shape's first
+//!   call: `first_call_ms` (host time of `get_or_build`), the plan served (`dynamic_shape`) and
+//!   why (`reason`); then, once the lazy policy's background builds are done (`settle_ms`, the
+//!   wait for them after the last first call), each shape's steady plan (`steady_reason`) and its
+//!   device time (`steady_us`, `engines::measure`; null deviceless). A row `{case}_policy_cache`
+//!   gives the cache's counters.
 //!
 //! Every figure is one JSON object per line on stdout (`case`, `impl`, figures), as
 //! `examples/bench.rs` prints them.
@@ -26,7 +34,7 @@
 use std::time::Duration;
 
 use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
-use cudnn_graph::engines::{measure, AutotuneOptions, PlanCache, DEFAULT_BUDGET_BYTES};
+use cudnn_graph::engines::{measure, AutotuneOptions, PlanCache, Specialization, DEFAULT_BUDGET_BYTES};
 use cudnn_graph::ops::PointwiseMode;
 use cudnn_graph::serialize::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphBuilder, Operand};
@@ -167,6 +175,49 @@ fn device(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error
     Ok(())
 }
 
+/// What each specialization policy serves a new shape: its first call's host time, and its
+/// steady plan's device time once the lazy policy's background builds are done.
+fn policy(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error>> {
+    let (options, expect) = (BuildOptions::default(), Expect::default());
+    let timing = AutotuneOptions::default();
+    let others: Vec<i64> = shapes.iter().copied().filter(|&s| s != FIRST).collect();
+    for (case, graph) in FAMILIES {
+        for policy in [Specialization::Eager, Specialization::None, Specialization::Lazy] {
+            let cache = PlanCache::in_memory().specialization(policy);
+            drop(cache.get_or_build(cudnn, &graph(FIRST)?, &expect, &options)?);
+            cache.wait_for_specializations();
+            let mut first = Vec::with_capacity(others.len());
+            for &s in &others {
+                let got = cache.get_or_build(cudnn, &graph(s)?, &expect, &options)?;
+                first.push((ms(got.elapsed), got.plan.is_dynamic_shape(), got.reason.to_string()));
+            }
+            let settling = std::time::Instant::now();
+            cache.wait_for_specializations();
+            let settle_ms = ms(settling.elapsed());
+            for (&s, (first_call_ms, dynamic, reason)) in others.iter().zip(first) {
+                let steady = cache.get_or_build(cudnn, &graph(s)?, &expect, &options)?;
+                let steady_us =
+                    if cudnn.is_online() { Some(measure(cudnn, &steady.plan, &timing)?.median_us) } else { None };
+                emit(json!({
+                    "case": format!("{case}_policy"), "impl": policy.to_string(), "s": s,
+                    "first_call_ms": first_call_ms, "dynamic_shape": dynamic, "reason": reason,
+                    "settle_ms": settle_ms, "steady_dynamic_shape": steady.plan.is_dynamic_shape(),
+                    "steady_reason": steady.reason.to_string(), "steady_us": steady_us,
+                    "engine": steady.plan.selected().tag(),
+                }));
+            }
+            let stats = cache.stats();
+            emit(json!({
+                "case": format!("{case}_policy_cache"), "impl": policy.to_string(), "entries": stats.entries,
+                "bytes": stats.bytes, "kernel_bytes": stats.kernel_bytes,
+                "queued": stats.specializations_queued, "swapped": stats.specializations_swapped,
+                "kept_dynamic": stats.specializations_kept_dynamic, "failed": stats.specializations_failed,
+            }));
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -189,6 +240,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if wants("device") && online {
         device(&cudnn, &shapes)?;
+    }
+    if wants("policy") {
+        policy(&cudnn, &shapes)?;
     }
     Ok(())
 }

@@ -197,3 +197,152 @@ fn picture_draws_the_parts_of_a_plan() {
     assert_eq!(chart.matches("\n  end\n").count(), 2, "{chart}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[cfg(feature = "cudnn")]
+cudnn_graph::graph! {
+    /// A service's graph: sequence lengths in power-of-two classes.
+    pub Served<dyn S: 64..=512 pow2>(a: bf16[1, S, 64], b: bf16[1, 64, 128], bias: bf16[1, 1, 128]) -> (y: bf16[1, S, 128]) {
+        y = relu(add(matmul(a, b), bias));
+    }
+}
+
+/// Runs `aot --dyn` on `graph`'s structural JSON (written to `dir/g.json`) with `extra` flags.
+#[cfg(feature = "cudnn")]
+fn aot_classes(dir: &std::path::Path, graph: &cudnn_graph::Graph, extra: &[&str]) -> std::process::Output {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("g.json"), cudnn_graph::serialize::structure_to_json(graph)).unwrap();
+    let devprop = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-devprop.json");
+    cli().args(["aot", "--device-properties", devprop, "--graph"]).arg(dir.join("g.json")).args(extra).output().unwrap()
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
+fn aot_plans_every_class_and_a_service_starts_with_them_all() {
+    use cudnn_graph::backend::{BuildOptions, Cudnn};
+    use cudnn_graph::engines::{CacheSource, PlanCache};
+    use cudnn_graph::serialize::plan::Expect;
+    let out = cli().args(["aot", "--help"]).output().unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("--dyn"));
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-classes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // The graph at S = 128, as the service's type writes it; the classes as it declares them.
+    let template = Served::new(128).graph().unwrap();
+    let typed = dir.join("typed");
+    let fingerprint = format!("Served={:#018x}", Served::FINGERPRINT);
+    let dyn_s = "S: 64..=512 pow2 @ a[1]";
+    let out = aot_classes(&dir, &template, &["--out", typed.to_str().unwrap(), "--dyn", dyn_s, "--type", &fingerprint]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("could not be loaded") {
+        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
+        println!("skipped: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    for s in [64, 128, 256, 512] {
+        assert!(stdout.contains(&format!("S = {s}: ")), "{stdout}");
+    }
+    assert!(stdout.contains("Served: 4 class plans in "), "{stdout}");
+    assert_eq!(std::fs::read_dir(&typed).unwrap().count(), 4, "one payload per class, no temporaries");
+
+    // The service: seeded from the directory, its type finds every class plan, nothing built.
+    let cudnn = Cudnn::deviceless(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-devprop.json")).unwrap(),
+    )
+    .unwrap();
+    let cache = PlanCache::in_memory();
+    assert_eq!(cache.seed_from_dir(&typed).unwrap().seeded, 4);
+    for v in Served::class_values().unwrap() {
+        let (plan, outcome) = v.build_cached(&cache, &cudnn, &BuildOptions::default()).unwrap();
+        assert_eq!(outcome.source, CacheSource::Memory, "S = {}", v.S);
+        assert_eq!(plan.plan().graph(), &v.graph().unwrap());
+    }
+    assert_eq!(cache.stats().builds, 0);
+    // Through the cache directory itself, and the serialized type and binding load by payload.
+    let on_disk = PlanCache::with_dir(&typed).unwrap();
+    let (_, outcome) = Served::new(256).build_cached(&on_disk, &cudnn, &BuildOptions::default()).unwrap();
+    assert_eq!(outcome.source, CacheSource::Disk);
+
+    for v in Served::class_values().unwrap() {
+        let (plan, _) = v.build_cached(&on_disk, &cudnn, &BuildOptions::default()).unwrap();
+        assert!(!plan.plan().is_dynamic_shape(), "each class specialized");
+    }
+
+    // Without --type: plans for the bare graphs, as `get_or_build` looks them up; with
+    // --dynamic-shapes, dynamic-shape plans whose kernels compiled once.
+    let bare = dir.join("bare");
+    let flags = ["--out", bare.to_str().unwrap(), "--dyn", dyn_s, "--plan-only", "--dynamic-shapes"];
+    let out = aot_classes(&dir, &template, &flags);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches(": dynamic-shape, ").count(), 4);
+    let cache = PlanCache::with_dir(&bare).unwrap();
+    for s in [64, 512] {
+        let g = Served::new(s).graph().unwrap();
+        let got = cache.get_or_build(&cudnn, &g, &Expect::default(), &BuildOptions::default()).unwrap();
+        assert_eq!(got.source, CacheSource::Disk, "S = {s}");
+        assert!(got.plan.is_dynamic_shape(), "S = {s}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
+fn aot_classes_refuse_bad_input_naming_the_cause() {
+    use cudnn_graph::{DataType, GraphBuilder};
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let template = Served::new(128).graph().unwrap();
+    let out_dir = dir.join("out");
+    let out_dir = out_dir.to_str().unwrap();
+    let refused = |graph: &cudnn_graph::Graph, extra: &[&str], expected: &str| {
+        let out = aot_classes(&dir, graph, &[&["--out", out_dir][..], extra].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(stderr.contains(expected), "{extra:?}: `{expected}` not in: {stderr}");
+    };
+    let cases: [(&[&str], &str); 13] = [
+        (&["--dyn", "S: 64..=512 pow2"], "--dyn `S: 64..=512 pow2`: name its dims after `@`"),
+        (&["--dyn", "S 64..=512 @ a[1]"], "no `:` after the dim's name"),
+        (&["--dyn", "1S: 64..=512 @ a[1]"], "`1S` is not a dim name"),
+        (&["--dyn", "S: 512..=64 pow2 @ a[1]"], "--dyn `S`: the range 512..=64 is empty"),
+        (&["--dyn", "S: 64..=512 pow3 @ a[1]"], "unknown classes `pow3`"),
+        (&["--dyn", "S: 64..=512 @"], "--dyn `S`: no dims after `@`"),
+        (&["--dyn", "S: 64..=512 @ x[1]"], "`x[1]`: `x` is not an input of the graph (its inputs: a, b, bias)"),
+        (&["--dyn", "S: 64..=512 @ a[3]"], "`a[3]`: `a` has 3 dims, axes 0 to 2"),
+        (&["--dyn", "S: 64..=512 @ a.1"], "`a.1` is not a dim: write `tensor[axis]`"),
+        (
+            &["--dyn", "S: 64..=512 @ a[1] b[1]"],
+            "`a[1]` is 128 but `b[1]` is 64: the dims of one dyn dim have one value",
+        ),
+        (&["--dyn", "S: 64..=512 @ a[1]", "--dyn", "T: [64] @ a[1]"], "`a[1]` is named by --dyn `S` and `T`"),
+        (&["--dyn", "S: 1..=100000 @ a[1]"], "the classes make more than 4096 plans (S has 100000)"),
+        (
+            &["--dyn", "S: 64..=512 pow2 @ a[1]", "--type", "Served=xyz"],
+            "--type `Served=xyz`: `xyz` is not a 64-bit hex fingerprint",
+        ),
+    ];
+    for (extra, expected) in cases {
+        refused(&template, extra, expected);
+    }
+    refused(&template, &["--type", "Served=0x1"], "--type names the graph! type of class plans: it needs --dyn");
+    refused(&template, &["--dyn", "S: [64] @ a[1]", "--dyn", "S: [64] @ b[1]"], "--dyn `S` is given twice");
+    // A graph its ops do not give back: an input with a uid of its own.
+    let mut g = GraphBuilder::new("own_uids");
+    let a = g.input("a", DataType::F16, &[1, 128, 32]).unwrap();
+    g.set_uid(a, 77).unwrap();
+    let b = g.input("b", DataType::F16, &[1, 32, 16]).unwrap();
+    let c = g.matmul(a, b).unwrap();
+    g.output(c, "c", DataType::F16).unwrap();
+    refused(
+        &g.build().unwrap(),
+        &["--dyn", "S: 64..=512 pow2 @ a[1]"],
+        "cannot be derived at other values of its dyn dims: tensor `a`: its uid is 77, applying the ops again gives",
+    );
+    // --out must be a directory.
+    std::fs::write(dir.join("file"), b"x").unwrap();
+    let out = aot_classes(&dir, &template, &["--out", dir.join("file").to_str().unwrap(), "--dyn", "S: [64] @ a[1]"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("with --dyn, --out is a directory"), "{out:?}");
+    assert!(!std::path::Path::new(out_dir).exists(), "nothing is written for refused input");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,6 +10,11 @@
 //! what these tests check is that a plan made from the kernel cache computes what the graph
 //! says, at every shape. Figures (host time per new shape, plan build, engine) are printed.
 //!
+//! The specialization policies (eager, lazy, none) each serve plans that compute what the graph
+//! says; the lazy policy's swap, timed for real (autotuning's `measure` on the worker's own
+//! stream) and forced (timings injected), leaves a CUDA graph of the dynamic-shape plan it
+//! replaced replaying correctly.
+//!
 //! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
 //! GPU bundle's runner), which makes that a failure.
 
@@ -175,4 +180,126 @@ fn gpu_a_plan_a_cuda_graph_replays_stays_cached_through_a_workload_of_other_shap
     recorded.launch().unwrap();
     stream.synchronize().unwrap();
     check("CUDA graph of the pinned plan", "y", &stream.clone_dtoh(&y_d).unwrap(), &want);
+}
+
+/// Runs `g`'s typed plan on fresh random inputs and checks it against the reference.
+fn run_mbr(
+    stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,
+    cudnn: &cudnn_graph::backend::Cudnn,
+    what: &str,
+    plan: &DynMbrPlan,
+    m: usize,
+    seed: u64,
+) {
+    let (a, b, bias) =
+        (random::<bf16>(seed, m * 256), random::<bf16>(seed + 1, 256 * 128), random::<bf16>(seed + 2, 128));
+    let want = DynMbr::new(m).reference(DynMbrInputs { a: &a, b: &b, bias: &bias }).unwrap().y;
+    let [a_d, b_d, bias_d] = [&a, &b, &bias].map(|h| stream.clone_htod(h).unwrap());
+    let mut y_d = stream.clone_htod(&vec![bf16::NAN; m * 128]).unwrap();
+    let mut ws = common::workspace(stream, plan.workspace_size());
+    plan.execute(cudnn, DynMbrArgs { a: &a_d, b: &b_d, bias: &bias_d, y: &mut y_d }, Some(&mut ws)).unwrap();
+    check(what, "y", &stream.clone_dtoh(&y_d).unwrap(), &want);
+}
+
+#[test]
+fn gpu_every_specialization_policy_serves_plans_that_match_the_reference() {
+    use cudnn_graph::engines::{ServeReason, Specialization};
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let options = BuildOptions::default();
+    for policy in [Specialization::Eager, Specialization::None, Specialization::Lazy] {
+        let cache = PlanCache::in_memory().specialization(policy);
+        for (i, m) in [256usize, 100, 1000].into_iter().enumerate() {
+            let (plan, outcome) = DynMbr::new(m).build_cached(&cache, &cudnn, &options).unwrap();
+            let served = cache
+                .serving(&cudnn_graph::engines::PlanKey::new(
+                    &cudnn,
+                    plan.plan().graph(),
+                    &DynMbr::new(m).expectation(),
+                ))
+                .unwrap();
+            println!(
+                "{policy} M = {m}: {:?} host, dynamic {}, {}",
+                outcome.elapsed,
+                plan.plan().is_dynamic_shape(),
+                served.reason
+            );
+            let expected_dynamic = policy != Specialization::Eager;
+            assert_eq!(plan.plan().is_dynamic_shape(), expected_dynamic, "{policy} M = {m}");
+            run_mbr(&stream, &cudnn, &format!("{policy} M = {m} (first call)"), &plan, m, 10 * i as u64);
+        }
+        if policy == Specialization::Lazy {
+            // Timed for real on the worker's stream: swapped in or kept, with both medians.
+            assert_eq!(cache.wait_for_specializations(), 3);
+            for (i, m) in [256usize, 100, 1000].into_iter().enumerate() {
+                let (plan, outcome) = DynMbr::new(m).build_cached(&cache, &cudnn, &options).unwrap();
+                assert_eq!(outcome.source, CacheSource::Memory);
+                let served = cache
+                    .serving(&cudnn_graph::engines::PlanKey::new(
+                        &cudnn,
+                        plan.plan().graph(),
+                        &DynMbr::new(m).expectation(),
+                    ))
+                    .unwrap();
+                println!("lazy M = {m} settled: {}", served.reason);
+                match served.reason {
+                    ServeReason::LazyFaster { dynamic_us, specialized_us } => {
+                        assert!(!plan.plan().is_dynamic_shape() && specialized_us < dynamic_us)
+                    }
+                    ServeReason::LazyNotFaster { dynamic_us, specialized_us } => {
+                        assert!(plan.plan().is_dynamic_shape() && specialized_us > 0.0 && dynamic_us > 0.0)
+                    }
+                    other => panic!("lazy M = {m}: {other:?}"),
+                }
+                run_mbr(&stream, &cudnn, &format!("lazy M = {m} (settled)"), &plan, m, 100 + i as u64);
+            }
+            println!("{:?}", cache.stats());
+        }
+    }
+}
+
+#[test]
+fn gpu_a_lazy_swap_leaves_a_cuda_graph_of_the_replaced_plan_replaying_correctly() {
+    use cudnn_graph::backend::cudarc::driver::DevicePtr;
+    use cudnn_graph::backend::ExecutionPlan;
+    use cudnn_graph::engines::{ServeReason, Specialization};
+    let Some((default_stream, _)) = common::gpu() else { return };
+    let stream = default_stream.context().new_stream().unwrap();
+    let cudnn = cudnn_graph::backend::Cudnn::new(stream.clone()).unwrap();
+    // The swap forced: the specialized plan is reported twice as fast.
+    let cache = PlanCache::in_memory()
+        .specialization(Specialization::Lazy)
+        .time_plans_with(|_, plan: &ExecutionPlan| Ok(if plan.is_dynamic_shape() { 10.0 } else { 5.0 }));
+    let m = 512;
+    let (plan, _) = DynMbr::new(m).build_cached(&cache, &cudnn, &BuildOptions::default()).unwrap();
+    assert!(plan.plan().is_dynamic_shape());
+    let (a, b, bias) = (random::<bf16>(1, m * 256), random::<bf16>(2, 256 * 128), random::<bf16>(3, 128));
+    let want = DynMbr::new(m).reference(DynMbrInputs { a: &a, b: &b, bias: &bias }).unwrap().y;
+    let [a_d, b_d, bias_d] = [&a, &b, &bias].map(|h| stream.clone_htod(h).unwrap());
+    let y_d = stream.clone_htod(&vec![bf16::NAN; m * 128]).unwrap();
+    let ws = common::workspace(&stream, plan.workspace_size());
+    let graph = plan.plan().graph();
+    let io: Vec<u64> = graph
+        .inputs()
+        .into_iter()
+        .chain(graph.outputs())
+        .map(|id| match graph.tensor(id).name.as_str() {
+            "a" => a_d.device_ptr(&stream).0,
+            "b" => b_d.device_ptr(&stream).0,
+            "bias" => bias_d.device_ptr(&stream).0,
+            "y" => y_d.device_ptr(&stream).0,
+            other => panic!("unexpected port {other}"),
+        })
+        .collect();
+    // SAFETY: the buffers live until the end of the test, past every launch.
+    let recorded = unsafe { plan.plan().cuda_graph(&cudnn, &io, ws.device_ptr(&stream).0, GraphMode::Auto) }.unwrap();
+    assert_eq!(cache.wait_for_specializations(), 1);
+    let (now, _) = DynMbr::new(m).build_cached(&cache, &cudnn, &BuildOptions::default()).unwrap();
+    assert!(!now.plan().is_dynamic_shape(), "the specialized plan serves now");
+    let key = cudnn_graph::engines::PlanKey::new(&cudnn, graph, &DynMbr::new(m).expectation());
+    assert_eq!(cache.serving(&key).unwrap().reason, ServeReason::LazyFaster { dynamic_us: 10.0, specialized_us: 5.0 });
+    // The graph replays the plan it captured, which its holder kept through the swap.
+    recorded.launch().unwrap();
+    stream.synchronize().unwrap();
+    check("CUDA graph of the replaced dynamic-shape plan", "y", &stream.clone_dtoh(&y_d).unwrap(), &want);
+    run_mbr(&stream, &cudnn, "the specialized plan swapped in", &now, m, 40);
 }

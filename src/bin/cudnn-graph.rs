@@ -6,6 +6,10 @@
 //! cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
 //!     compile a plan ahead of time, without a GPU, for the device the properties describe;
 //!     GRAPH.json is a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
+//! cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR
+//!         --dyn 'S: 64..=8192 pow2 @ q[2] k[2] v[2]' [--dyn ...] [--type NAME=FINGERPRINT]
+//!     one plan per class bound of the named dims (every combination), into DIR under the plan
+//!     cache's file names: `PlanCache::with_dir(DIR)` or `seed_from_dir(DIR)` serves them all
 //! cudnn-graph devprop [--device N] [--out DEVPROP.json]
 //!     on a GPU machine: the device properties cuDNN plans with, for `aot` and
 //!     `Cudnn::deviceless` on machines without that GPU (stdout without --out)
@@ -24,6 +28,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   cudnn-graph env [--json]
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
+  cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR --dyn 'S: 64..=8192 pow2 @ q[2] k[2]' [--dyn ...] [--type NAME=FINGERPRINT]
   cudnn-graph devprop [--device N] [--out DEVPROP.json]
   cudnn-graph picture GRAPH.json [--mermaid] [--parts (--device-properties DEVPROP.json | --device N)]
   cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--plan-only]";
@@ -44,6 +49,40 @@ The plan is loaded, not copied: the graph is read from the payload's structure, 
 is checked against the graph's lowering and loaded by cuDNN, and every key of cudnn-frontend's
 payload is checked; what cudnn-graph cannot honour (workspace modifications, pointer replacements,
 tensors to dump, a front-end workspace) is refused naming the key.";
+
+const AOT_HELP: &str = "cudnn-graph aot: plans compiled ahead of time, without a GPU
+
+usage:
+  cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
+  cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR
+      --dyn 'S: 64..=8192 pow2 @ q[2] k[2] v[2]' [--dyn ...] [--type NAME=FINGERPRINT] [--plan-only]
+      [--dynamic-shapes]
+
+  --device-properties the device-properties JSON of the GPU to plan for (`cudnn-graph devprop`)
+  --graph             a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
+  --out               the payload file; with --dyn, a directory (created) of one payload per class
+  --plan-only         write the plan without the graph's structure
+  --dyn               a dyn dim: its name, its classes as `graph!` declares them after `dyn S:`
+                      (`MIN..=MAX`, `MIN..=MAX pow2`, `MIN..=MAX multiple(K)`, `MIN..=MAX exact`,
+                      `[A, B, C]`), then after `@` the input dims that are it, as `tensor[axis]`;
+                      once per dyn dim
+  --type              the graph! type the plans are for, NAME=FINGERPRINT (`Name::FINGERPRINT` in
+                      hex): its payloads record the type and the runtime-dim binding (`S = 128`, the
+                      --dyn dims in order: give them in the type's declaration order), so that
+                      `Name::build_cached` finds them; without it they serve `PlanCache::get_or_build`
+                      of the bare graph
+  --dynamic-shapes    plan the classes as dynamic-shape operation graphs sharing one kernel cache
+                      (the kernels compile once, for every class; shape-generic kernels) instead of
+                      one plan specialized to each class (compiled per class; cuDNN may specialize
+                      its kernels to the shape); graphs cuDNN plans only statically stay ordinary
+
+With --dyn, GRAPH.json is the graph at one value of each dyn dim (the dims named for it all have
+it); the graph at every class bound is derived from it by applying its ops again to inputs of the
+new dims, as `GraphBuilder` does, and must give GRAPH.json back at its own values (a graph with
+extents in its op attributes, custom output layouts or uids other than the builder's is refused,
+naming the difference). Every combination of class bounds gets its plan, in DIR under the name the
+plan cache gives its entry: a service starts with every class prebuilt through
+`PlanCache::with_dir(DIR)` or `seed_from_dir(DIR)`.";
 
 const PICTURE_HELP: &str = "cudnn-graph picture: a graph, or the plan of its parts, as a picture
 
@@ -67,6 +106,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("env") => env(&args[1..]),
+        Some("aot") if args.iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{AOT_HELP}");
+            return ExitCode::SUCCESS;
+        }
         Some("aot") => aot(&args[1..]),
         Some("devprop") => devprop(&args[1..]),
         Some("picture") if args.iter().any(|a| a == "--help" || a == "-h") => {
@@ -154,6 +197,16 @@ fn value<'a>(args: &'a [String], name: &str) -> Result<&'a str, String> {
     args.get(i + 1).map(String::as_str).ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
 }
 
+/// The values after every `--name`.
+#[cfg(feature = "cudnn")]
+fn values<'a>(args: &'a [String], name: &str) -> Result<Vec<&'a str>, String> {
+    let mut out = Vec::new();
+    for (i, _) in args.iter().enumerate().filter(|(_, a)| *a == name) {
+        out.push(args.get(i + 1).map(String::as_str).ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?);
+    }
+    Ok(out)
+}
+
 /// The value after `--name`, if given.
 #[cfg(feature = "cudnn")]
 fn optional<'a>(args: &'a [String], name: &str) -> Result<Option<&'a str>, String> {
@@ -223,6 +276,13 @@ fn aot(args: &[String]) -> Result<(), String> {
     let graph =
         cudnn_graph::serialize::structure_from_json(&read(graph_path)?).map_err(|e| format!("{graph_path}: {e}"))?;
     let out = value(args, "--out")?;
+    let dyns = values(args, "--dyn")?;
+    if !dyns.is_empty() {
+        return classes::aot(&devprop, &graph, graph_path, &dyns, optional(args, "--type")?, out, args);
+    }
+    if optional(args, "--type")?.is_some() {
+        return Err(format!("--type names the graph! type of class plans: it needs --dyn\n{USAGE}"));
+    }
     let cudnn = Cudnn::deviceless(&devprop).map_err(|e| e.to_string())?;
     let start = std::time::Instant::now();
     let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).map_err(|e| e.to_string())?;
@@ -286,4 +346,282 @@ fn convert(args: &[String]) -> Result<(), String> {
 #[cfg(not(feature = "cudnn"))]
 fn convert(_: &[String]) -> Result<(), String> {
     Err("this build has no cuDNN backend (built without the `cudnn` feature)".into())
+}
+
+/// `aot --dyn`: one plan per class bound.
+#[cfg(feature = "cudnn")]
+mod classes {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, KernelCache};
+    use cudnn_graph::engines::PlanKey;
+    use cudnn_graph::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
+    use cudnn_graph::shape_class::ClassDecl;
+    use cudnn_graph::{Graph, GraphBuilder, GraphError, Operand, TensorId};
+
+    /// The most plans one `aot --dyn` makes (every combination of the dims' class bounds).
+    const MAX_CLASS_PLANS: usize = 4096;
+
+    /// One `--dyn`: a dyn dim, its classes, the input dims that are it and their value in the
+    /// graph given.
+    struct DynDim {
+        name: String,
+        class: ClassDecl,
+        /// (input, axis), in the order written.
+        dims: Vec<(TensorId, usize)>,
+        value: i64,
+    }
+
+    /// Reads `--dyn NAME: CLASSES @ tensor[axis] ...` against `graph`'s inputs.
+    fn parse_dyn(text: &str, graph: &Graph) -> Result<DynDim, String> {
+        let example = "`S: 64..=8192 pow2 @ q[2] k[2]`";
+        let (decl, at) =
+            text.split_once('@').ok_or_else(|| format!("--dyn `{text}`: name its dims after `@`, as in {example}"))?;
+        let (name, class) = decl
+            .split_once(':')
+            .ok_or_else(|| format!("--dyn `{text}`: no `:` after the dim's name, as in {example}"))?;
+        let name = name.trim();
+        let identifier = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !identifier {
+            return Err(format!("--dyn `{text}`: `{name}` is not a dim name (letters, digits, `_`)"));
+        }
+        let class: ClassDecl = class.parse().map_err(|e| format!("--dyn `{name}`: {e}"))?;
+        let inputs = graph.inputs();
+        let names = || inputs.iter().map(|&i| graph.tensor(i).name.as_str()).collect::<Vec<_>>().join(", ");
+        let mut dims = Vec::new();
+        let mut value: Option<(i64, &str)> = None;
+        for item in at.split(|c: char| c == ',' || c.is_whitespace()).filter(|t| !t.is_empty()) {
+            let Some((tensor, axis)) = item.strip_suffix(']').and_then(|t| t.split_once('[')) else {
+                return Err(format!("--dyn `{name}`: `{item}` is not a dim: write `tensor[axis]`, as `q[2]`"));
+            };
+            let id = inputs.iter().copied().find(|&i| graph.tensor(i).name == tensor).ok_or_else(|| {
+                format!("--dyn `{name}`: `{item}`: `{tensor}` is not an input of the graph (its inputs: {})", names())
+            })?;
+            let rank = graph.tensor(id).dims.len();
+            let axis = axis.parse::<usize>().ok().filter(|&a| a < rank).ok_or_else(|| {
+                format!("--dyn `{name}`: `{item}`: `{tensor}` has {rank} dims, axes 0 to {}", rank - 1)
+            })?;
+            let here = graph.tensor(id).dims[axis];
+            match value {
+                Some((v, first)) if v != here => {
+                    return Err(format!(
+                    "--dyn `{name}`: `{first}` is {v} but `{item}` is {here}: the dims of one dyn dim have one value"
+                ))
+                }
+                Some(_) => {}
+                None => value = Some((here, item)),
+            }
+            if dims.contains(&(id, axis)) {
+                return Err(format!("--dyn `{name}`: `{item}` is named twice"));
+            }
+            dims.push((id, axis));
+        }
+        let (value, _) = value.ok_or_else(|| format!("--dyn `{name}`: no dims after `@`, as in {example}"))?;
+        Ok(DynDim { name: name.to_string(), class, dims, value })
+    }
+
+    /// `graph` with each (input, axis) of `values` set to its value and every op applied again
+    /// through `GraphBuilder` (as the graph's own builder did), so that every other dim and
+    /// stride follows.
+    fn rebind(graph: &Graph, values: &[((TensorId, usize), i64)]) -> Result<Graph, GraphError> {
+        let mut b = GraphBuilder::new(graph.name.clone());
+        b.context(graph.context);
+        let mut map: Vec<Option<TensorId>> = vec![None; graph.tensors.len()];
+        for id in graph.inputs() {
+            let t = graph.tensor(id);
+            let new = if t.host_scalar {
+                b.host_scalar(&t.name, t.data_type, t.dims.len())?
+            } else {
+                let mut dims = t.dims.clone();
+                for &((tensor, axis), v) in values {
+                    if tensor == id {
+                        dims[axis] = v;
+                    }
+                }
+                let new = b.input(&t.name, t.data_type, &dims)?;
+                // A layout other than packed row-major: the same order of the dims in memory.
+                let mut order: Vec<usize> = (0..t.dims.len()).collect();
+                order.sort_by_key(|&a| std::cmp::Reverse(t.strides[a]));
+                if order.iter().enumerate().any(|(i, &a)| i != a) {
+                    b.set_dim_order(new, &order)?;
+                }
+                new
+            };
+            map[id.0] = Some(new);
+        }
+        for node in &graph.nodes {
+            let operands = node
+                .inputs
+                .iter()
+                .map(|&i| match (map[i.0], graph.tensor(i).pass_by_value) {
+                    (Some(t), _) => Ok(Operand::Tensor(t)),
+                    (None, Some(v)) => Ok(Operand::Scalar(v)),
+                    (None, None) => Err(GraphError::UnknownTensor { node: node.name.clone(), index: i.0 }),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let outs = b.apply_named(&node.name, node.op.clone(), &operands)?;
+            for (o, n) in node.outputs.iter().zip(outs) {
+                map[o.0] = Some(n);
+            }
+        }
+        for id in graph.outputs() {
+            let t = graph.tensor(id);
+            if let Some(new) = map[id.0] {
+                b.output(new, &t.name, t.data_type)?;
+            }
+        }
+        b.build()
+    }
+
+    /// The first difference between `given` and `again` (its ops applied again at its own
+    /// values): why `given` cannot be derived at other values.
+    fn difference(given: &Graph, again: &Graph) -> String {
+        if given.tensors.len() != again.tensors.len() || given.nodes.len() != again.nodes.len() {
+            return format!(
+                "it has {} tensors and {} nodes, applying its ops again gives {} and {}",
+                given.tensors.len(),
+                given.nodes.len(),
+                again.tensors.len(),
+                again.nodes.len()
+            );
+        }
+        for (a, b) in given.tensors.iter().zip(&again.tensors) {
+            let field = if a.name != b.name {
+                Some(("name", format!("{:?}", a.name), format!("{:?}", b.name)))
+            } else if a.dims != b.dims {
+                Some(("dims", format!("{:?}", a.dims), format!("{:?}", b.dims)))
+            } else if a.strides != b.strides {
+                Some(("strides", format!("{:?}", a.strides), format!("{:?}", b.strides)))
+            } else if a.uid != b.uid {
+                Some(("uid", a.uid.to_string(), b.uid.to_string()))
+            } else if a != b {
+                Some(("type and flags", format!("{a:?}"), format!("{b:?}")))
+            } else {
+                None
+            };
+            if let Some((what, has, gives)) = field {
+                return format!("tensor `{}`: its {what} is {has}, applying the ops again gives {gives}", a.name);
+            }
+        }
+        match given.nodes.iter().zip(&again.nodes).find(|(a, b)| a != b) {
+            Some((a, _)) => format!("node `{}` is not what its op gives when applied again", a.name),
+            None => "the graph is not what its ops give when applied again".into(),
+        }
+    }
+
+    /// `--type NAME=FINGERPRINT`.
+    fn graph_type(text: &str) -> Result<(String, u64), String> {
+        let (name, fp) = text
+            .split_once('=')
+            .ok_or_else(|| format!("--type `{text}`: write NAME=FINGERPRINT (`Name::FINGERPRINT` in hex)"))?;
+        let hex = fp.trim().trim_start_matches("0x");
+        let fp = u64::from_str_radix(hex, 16)
+            .map_err(|_| format!("--type `{text}`: `{}` is not a 64-bit hex fingerprint", fp.trim()))?;
+        Ok((name.trim().to_string(), fp))
+    }
+
+    /// Plans every combination of the class bounds of `dyns` for the device `devprop` describes
+    /// and writes each payload into `out`; every input is checked before cuDNN is loaded.
+    pub fn aot(
+        devprop: &str,
+        graph: &Graph,
+        graph_path: &str,
+        dyns: &[&str],
+        type_text: Option<&str>,
+        out: &str,
+        args: &[String],
+    ) -> Result<(), String> {
+        let dyns = dyns.iter().map(|t| parse_dyn(t, graph)).collect::<Result<Vec<_>, _>>()?;
+        let mut named: HashMap<(TensorId, usize), &str> = HashMap::new();
+        for d in &dyns {
+            if dyns.iter().filter(|o| o.name == d.name).count() > 1 {
+                return Err(format!("--dyn `{}` is given twice", d.name));
+            }
+            for &dim in &d.dims {
+                if let Some(other) = named.insert(dim, &d.name) {
+                    let t = &graph.tensor(dim.0).name;
+                    return Err(format!(
+                        "`{t}[{}]` is named by --dyn `{other}` and `{}`: a dim is one dyn dim",
+                        dim.1, d.name
+                    ));
+                }
+            }
+        }
+        let combinations = dyns.iter().try_fold(1usize, |n, d| n.checked_mul(d.class.count()));
+        if combinations.is_none_or(|n| n > MAX_CLASS_PLANS) {
+            let counts: Vec<String> = dyns.iter().map(|d| format!("{} has {}", d.name, d.class.count())).collect();
+            return Err(format!(
+                "the classes make more than {MAX_CLASS_PLANS} plans ({}): declare coarser classes",
+                counts.join(", ")
+            ));
+        }
+        let type_of = type_text.map(graph_type).transpose()?;
+        // GRAPH.json must be what its ops give at its own values, or the graphs derived at other
+        // values would not be the ones a service builds.
+        let own: Vec<((TensorId, usize), i64)> =
+            dyns.iter().flat_map(|d| d.dims.iter().map(move |&k| (k, d.value))).collect();
+        let again = rebind(graph, &own).map_err(|e| format!("{graph_path}: its ops do not apply again: {e}"))?;
+        if again != *graph {
+            let why = difference(graph, &again);
+            return Err(format!("{graph_path}: cannot be derived at other values of its dyn dims: {why}"));
+        }
+        let dir = Path::new(out);
+        if dir.is_file() {
+            return Err(format!("{out}: with --dyn, --out is a directory (one payload per class), not a file"));
+        }
+        // Every input checked: now cuDNN.
+        let cudnn = &Cudnn::deviceless(devprop).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{out}: {e}"))?;
+        let options = SerializeOptions { structure: !args.iter().any(|a| a == "--plan-only") };
+        let build = if args.iter().any(|a| a == "--dynamic-shapes") {
+            BuildOptions::default().dynamic_shapes(KernelCache::new())
+        } else {
+            BuildOptions::default()
+        };
+        let bounds: Vec<Vec<usize>> = dyns.iter().map(|d| d.class.bounds()).collect();
+        let mut index = vec![0usize; dyns.len()];
+        let start = std::time::Instant::now();
+        let mut written = 0;
+        loop {
+            let values: Vec<i64> =
+                index.iter().zip(&bounds).map(|(&i, b)| i64::try_from(b[i]).unwrap_or(i64::MAX)).collect();
+            let binding =
+                dyns.iter().zip(&values).map(|(d, v)| format!("{} = {v}", d.name)).collect::<Vec<_>>().join(", ");
+            let at: Vec<((TensorId, usize), i64)> =
+                dyns.iter().zip(&values).flat_map(|(d, &v)| d.dims.iter().map(move |&k| (k, v))).collect();
+            let g = rebind(graph, &at).map_err(|e| format!("{binding}: {e}"))?;
+            let expect = match &type_of {
+                Some((name, fp)) => Expect {
+                    type_fingerprint: Some(*fp),
+                    type_name: Some(name.clone()),
+                    binding: Some(binding.clone()),
+                    runtime_dims: dyns.iter().zip(&values).map(|(d, &v)| (d.name.clone(), v)).collect(),
+                },
+                None => Expect::default(),
+            };
+            let began = std::time::Instant::now();
+            let plan = ExecutionPlan::build(cudnn, &g, &build).map_err(|e| format!("{binding}: {e}"))?;
+            let bytes = write_payload(&plan, &PlanOrigin::of(cudnn), options, &expect)
+                .map_err(|e| format!("{binding}: {e}"))?;
+            let path = dir.join(PlanKey::new(cudnn, &g, &expect).file_name());
+            // Atomically, for the plan cache's readers: dot-prefixed temporaries are skipped.
+            let tmp = dir.join(format!(".aot-{written}.tmp"));
+            std::fs::write(&tmp, &bytes)
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let ms = began.elapsed().as_secs_f64() * 1e3;
+            let kind = if plan.is_dynamic_shape() { "dynamic-shape" } else { "specialized" };
+            println!("{binding}: {kind}, {} in {ms:.0} ms, {} B -> {}", plan.selected(), bytes.len(), path.display());
+            written += 1;
+            // The next combination, the last dim fastest.
+            let Some(k) = (0..index.len()).rev().find(|&k| index[k] + 1 < bounds[k].len()) else { break };
+            index[k] += 1;
+            index[k + 1..].iter_mut().for_each(|i| *i = 0);
+        }
+        let name = if graph.name.is_empty() { "(unnamed graph)" } else { graph.name.as_str() };
+        println!("{name}: {written} class plans in {:.0} ms -> {out}", start.elapsed().as_secs_f64() * 1e3);
+        Ok(())
+    }
 }

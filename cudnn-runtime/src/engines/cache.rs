@@ -26,6 +26,15 @@
 //! caller's `Arc`) is pinned and never evicted. [`PlanCache::stats`] gives hits, misses, builds,
 //! evictions and the bytes held; hits, misses and evictions are traced (`tracing::debug!`).
 //!
+//! **Specialization.** With dynamic shapes ([`PlanCache::dynamic_shapes`]) a new shape can be
+//! served its dynamic-shape plan (kernels from the structure's kernel cache, milliseconds) or the
+//! plan specialized to it (heuristics and compilation): [`PlanCache::specialization`] sets the
+//! policy ([`Specialization`]: eager, lazy, none). Lazy serves the dynamic-shape plan and builds
+//! and times the specialized one on a background thread, swapping it in at a later lookup only if
+//! it is faster; a swap replaces the cache's `Arc`s, so whoever holds the old plan (a CUDA graph
+//! among them) keeps it. Every entry records why it serves its plan ([`ServeReason`]:
+//! [`CachedPlan::reason`], [`PlanCache::serving`], the stats and `tracing`).
+//!
 //! **Threads.** The cache is `Send + Sync`: one `Mutex` around the map, held only to look up or
 //! insert, never while cuDNN works. Share it with an `Arc`, or a `static`.
 //!
@@ -69,8 +78,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::lru::{Evicted, Lru, Weigh};
+use super::specialize::{
+    median_us, specialized_is_faster, Contexts, PlanTimer, PushError, ServeReason, Serving, Specialization, Target,
+    Task, Worker, MAX_PENDING_SPECIALIZATIONS,
+};
 use crate::backend::{
-    BehaviorNote, BuildOptions, Cudnn, EngineConfig, ExecutionPlan, Fusion, KernelCache, NumericalNote,
+    BackendError, BehaviorNote, BuildOptions, Cudnn, EngineConfig, ExecutionPlan, Fusion, KernelCache, NumericalNote,
 };
 use crate::serialize::plan::{
     load_payload, parse_payload, parse_signed_payload, write, EngineRecord, Expect, Payload, PayloadError, PayloadKey,
@@ -244,6 +257,8 @@ pub struct CachedPlan {
     pub warnings: Vec<CacheWarning>,
     /// Time from the call to the plan, lookups and (on a miss) the build and store included.
     pub elapsed: Duration,
+    /// Why the cache serves this plan for this shape (the specialization policy's choice).
+    pub reason: ServeReason,
 }
 
 /// The counters of a [`PlanCache`] ([`PlanCache::stats`]): lookups, builds, evictions, and the
@@ -277,6 +292,21 @@ pub struct CacheStats {
     pub pinned_bytes: usize,
     /// The budget in bytes.
     pub budget: usize,
+    /// The specialization policy ([`PlanCache::specialization`]).
+    pub specialization: Specialization,
+    /// Specialized plans queued for the background worker ([`Specialization::Lazy`]).
+    pub specializations_queued: u64,
+    /// Of those, waiting or being built and timed now.
+    pub specializations_pending: usize,
+    /// Specialized plans swapped in, timed faster than the dynamic-shape plan they replaced.
+    pub specializations_swapped: u64,
+    /// Specialized plans dropped because they were not faster.
+    pub specializations_kept_dynamic: u64,
+    /// Specializations that failed (not built, not timed, not stored) or were not queued (the
+    /// queue was full); the dynamic-shape plan stays.
+    pub specializations_failed: u64,
+    /// Specializations finished after their entry was replaced, evicted or cleared: dropped.
+    pub specializations_stale: u64,
 }
 
 /// What [`PlanCache::seed_from_dir`] loaded.
@@ -303,6 +333,48 @@ pub struct PlanCache {
     evictions: AtomicU64,
     /// Kernel caches by structure, with [`PlanCache::dynamic_shapes`].
     kernels: Option<Mutex<Lru<StructureKey, Kernels>>>,
+    /// The specialization policy as set ([`PlanCache::specialization`]); unset, eager without
+    /// dynamic shapes and none with them.
+    policy: Option<Specialization>,
+    /// How the lazy policy times plans.
+    timer: Arc<PlanTimer>,
+    /// The lazy policy's background builds (its thread starts with the first).
+    worker: Worker<Specialized>,
+    specializations: SpecializationCounters,
+}
+
+/// The counters of the lazy policy.
+#[derive(Default)]
+struct SpecializationCounters {
+    queued: AtomicU64,
+    swapped: AtomicU64,
+    kept: AtomicU64,
+    failed: AtomicU64,
+    stale: AtomicU64,
+}
+
+/// A background specialization, finished: the entry it was for (and the dynamic-shape plan that
+/// entry held), and its outcome.
+struct Specialized {
+    key: PlanKey,
+    dynamic: Arc<ExecutionPlan>,
+    outcome: Outcome,
+}
+
+enum Outcome {
+    /// Faster: the plan, its payload (already in the directory, if any) and both times.
+    Faster {
+        plan: Arc<ExecutionPlan>,
+        payload: Box<Payload>,
+        payload_bytes: usize,
+        dynamic_us: f64,
+        specialized_us: f64,
+    },
+    NotFaster {
+        dynamic_us: f64,
+        specialized_us: f64,
+    },
+    Failed(String),
 }
 
 impl fmt::Debug for PlanCache {
@@ -332,6 +404,8 @@ struct Entry {
     /// The payload's size as serialized.
     payload_bytes: usize,
     plans: Vec<Arc<ExecutionPlan>>,
+    /// Why the entry holds this plan.
+    reason: ServeReason,
 }
 
 impl Weigh for Entry {
@@ -364,13 +438,15 @@ struct Lookup<'a> {
 }
 
 impl Lookup<'_> {
-    /// Traces a hit: the tier, whether the plan had to be loaded into cuDNN, and the time taken.
-    fn hit(&self, source: CacheSource, loaded: bool) {
+    /// Traces a hit: the tier, whether the plan had to be loaded into cuDNN, why the entry
+    /// serves that plan, and the time taken.
+    fn hit(&self, source: CacheSource, loaded: bool, reason: &ServeReason) {
         let tier = if source == CacheSource::Disk { "disk" } else { "memory" };
         tracing::debug!(
             fingerprint = format_args!("{:#018x}", self.key.graph_fingerprint),
             tier,
             loaded,
+            reason = %reason,
             elapsed_us = crate::micros(self.start.elapsed()),
             "plan cache hit"
         );
@@ -433,6 +509,10 @@ impl PlanCache {
             ignored: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             kernels: None,
+            policy: None,
+            timer: Arc::new(median_us),
+            worker: Worker::new(),
+            specializations: SpecializationCounters::default(),
         }
     }
 
@@ -522,20 +602,30 @@ impl PlanCache {
         }
     }
 
-    /// Builds `graph` for [`PlanCache::get_or_build`]: as asked, or with the structure's kernel
-    /// cache and engine under [`PlanCache::dynamic_shapes`].
-    fn build(&self, cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> crate::Result<ExecutionPlan> {
+    /// Builds `graph` for [`PlanCache::get_or_build`] as the policy says: specialized to its
+    /// shape (as asked), or with the structure's kernel cache and engine under
+    /// [`PlanCache::dynamic_shapes`]; with why.
+    fn build(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        options: &BuildOptions,
+    ) -> crate::Result<(ExecutionPlan, ServeReason)> {
         let chooses = options.engine.is_some()
             || options.candidate.is_some()
             || options.build_all
             || options.kernel_cache.is_some();
+        if chooses {
+            return Ok((ExecutionPlan::build(cudnn, graph, options)?, ServeReason::OptionsChoose));
+        }
+        let policy = self.policy();
         let key = StructureKey::new(cudnn, graph);
-        let kernels = if chooses { None } else { self.kernels_of(&key) };
+        let kernels = if policy == Specialization::Eager { None } else { self.kernels_of(&key) };
         let Some((cache, engine, static_only)) = kernels else {
-            return Ok(ExecutionPlan::build(cudnn, graph, options)?);
+            return Ok((ExecutionPlan::build(cudnn, graph, options)?, ServeReason::Specialized));
         };
         if static_only {
-            return Ok(ExecutionPlan::build(cudnn, graph, options)?);
+            return Ok((ExecutionPlan::build(cudnn, graph, options)?, ServeReason::StaticOnly));
         }
         let dynamic = options.clone().dynamic_shapes(cache.clone());
         let built = match engine {
@@ -552,7 +642,55 @@ impl PlanCache {
             None => ExecutionPlan::build(cudnn, graph, &dynamic),
         }?;
         self.built_with_kernels(&key, &cache, &built);
-        Ok(built)
+        let reason = match (built.is_dynamic_shape(), policy) {
+            (false, _) => ServeReason::StaticOnly,
+            (true, Specialization::Lazy) => ServeReason::LazyPending,
+            (true, _) => ServeReason::DynamicByPolicy,
+        };
+        Ok((built, reason))
+    }
+
+    /// Sets the [`Specialization`] policy: which plan a new shape gets. [`Specialization::Lazy`]
+    /// and [`Specialization::None`] serve dynamic-shape plans, so they turn dynamic shapes on
+    /// ([`PlanCache::dynamic_shapes`] with a kernel budget of [`DEFAULT_BUDGET_BYTES`], unless
+    /// one was set); [`Specialization::Eager`] builds every shape's own plan and leaves the
+    /// kernel caches unused. Without this call a cache is eager, and a cache with dynamic shapes
+    /// is none.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::{PlanCache, Specialization};
+    /// assert_eq!(PlanCache::in_memory().policy(), Specialization::Eager);
+    /// assert_eq!(PlanCache::in_memory().dynamic_shapes(64 << 20).policy(), Specialization::None);
+    /// let lazy = PlanCache::in_memory().specialization(Specialization::Lazy);
+    /// assert_eq!(lazy.policy(), Specialization::Lazy);
+    /// assert_eq!(lazy.stats().specialization, Specialization::Lazy);
+    /// ```
+    pub fn specialization(mut self, policy: Specialization) -> Self {
+        if policy != Specialization::Eager && self.kernels.is_none() {
+            self.kernels = Some(Mutex::new(Lru::new(DEFAULT_BUDGET_BYTES)));
+        }
+        PlanCache { policy: Some(policy), ..self }
+    }
+
+    /// The specialization policy in force (see [`PlanCache::specialization`]).
+    pub fn policy(&self) -> Specialization {
+        match (self.policy, &self.kernels) {
+            (Some(policy), _) => policy,
+            (None, Some(_)) => Specialization::None,
+            (None, None) => Specialization::Eager,
+        }
+    }
+
+    /// Times plans for the lazy policy with `timer` instead of [`median_us`] (autotuning's
+    /// [`measure`](super::measure)): to time with the service's own inputs, say, or to decide
+    /// the swap in a test without a GPU. It runs on the worker thread, with the worker's cuDNN
+    /// context.
+    pub fn time_plans_with(
+        self,
+        timer: impl Fn(&Cudnn, &ExecutionPlan) -> Result<f64, BackendError> + Send + Sync + 'static,
+    ) -> Self {
+        PlanCache { timer: Arc::new(timer), ..self }
     }
 
     /// Keeps the memory tier within `bytes` (the default is [`DEFAULT_BUDGET_BYTES`]), evicting
@@ -595,10 +733,7 @@ impl PlanCache {
 
     /// Parses an entry's bytes, with the signature check if the cache has a key.
     fn parse(&self, bytes: &[u8]) -> Result<Payload, PayloadError> {
-        match &self.key {
-            Some(key) => parse_signed_payload(bytes, key),
-            None => parse_payload(bytes),
-        }
+        parse_with(self.key.as_ref(), bytes)
     }
 
     /// The cache directory, if any.
@@ -652,6 +787,13 @@ impl PlanCache {
             budget: entries.budget(),
             kernel_caches: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).len()),
             kernel_bytes: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).bytes()),
+            specialization: self.policy(),
+            specializations_queued: self.specializations.queued.load(Ordering::Relaxed),
+            specializations_pending: self.worker.pending(),
+            specializations_swapped: self.specializations.swapped.load(Ordering::Relaxed),
+            specializations_kept_dynamic: self.specializations.kept.load(Ordering::Relaxed),
+            specializations_failed: self.specializations.failed.load(Ordering::Relaxed),
+            specializations_stale: self.specializations.stale.load(Ordering::Relaxed),
         }
     }
 
@@ -677,7 +819,9 @@ impl PlanCache {
 
     /// The cached plan of `graph` for `cudnn`, or one built with `options` and stored. On a hit
     /// no heuristics run and nothing is compiled: the plan is shared from memory, or cuDNN loads
-    /// it.
+    /// it. On a miss the cache's [`Specialization`] policy decides which plan a new shape gets;
+    /// [`CachedPlan::reason`] says which and why. Specialized plans the background worker
+    /// finished since the last call are swapped in first ([`Specialization::Lazy`]).
     pub fn get_or_build(
         &self,
         cudnn: &Cudnn,
@@ -685,11 +829,18 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        self.get_or_insert_with(cudnn, graph, expect, options, || self.build(cudnn, graph, options))
+        let mut got = self.get_or_make(cudnn, graph, expect, options, || self.build(cudnn, graph, options))?;
+        if got.source == CacheSource::Built && got.reason == ServeReason::LazyPending {
+            if let Some(reason) = self.specialize(cudnn, graph, expect, options, &got.plan) {
+                got.reason = reason;
+            }
+        }
+        Ok(got)
     }
 
     /// [`PlanCache::get_or_build`] with the plan made by `make` on a miss (built with
-    /// `build_all` and autotuned, say); `options` are what an entry must satisfy to be used.
+    /// `build_all` and autotuned, say); `options` are what an entry must satisfy to be used. The
+    /// policy does not apply to a plan `make` makes ([`ServeReason::Caller`]).
     pub fn get_or_insert_with(
         &self,
         cudnn: &Cudnn,
@@ -698,11 +849,23 @@ impl PlanCache {
         options: &BuildOptions,
         make: impl FnOnce() -> crate::Result<ExecutionPlan>,
     ) -> crate::Result<CachedPlan> {
+        self.get_or_make(cudnn, graph, expect, options, || Ok((make()?, ServeReason::Caller)))
+    }
+
+    fn get_or_make(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        make: impl FnOnce() -> crate::Result<(ExecutionPlan, ServeReason)>,
+    ) -> crate::Result<CachedPlan> {
+        self.settle_specializations(self.worker.take_done());
         let query =
             Lookup { cudnn, graph, expect, options, key: PlanKey::new(cudnn, graph, expect), start: Instant::now() };
         let mut warnings = Vec::new();
-        if let Some((plan, source)) = self.lookup(&query, &mut warnings) {
-            return Ok(CachedPlan { plan, source, warnings, elapsed: query.start.elapsed() });
+        if let Some((plan, source, reason)) = self.lookup(&query, &mut warnings) {
+            return Ok(CachedPlan { plan, source, warnings, elapsed: query.start.elapsed(), reason });
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
@@ -710,10 +873,19 @@ impl PlanCache {
             elapsed_us = crate::micros(query.start.elapsed()),
             "plan cache miss"
         );
-        let plan = Arc::new(make()?);
+        let (plan, reason) = make()?;
+        let plan = Arc::new(plan);
         self.builds.fetch_add(1, Ordering::Relaxed);
-        warnings.extend(self.insert(cudnn, &plan, expect));
-        Ok(CachedPlan { plan, source: CacheSource::Built, warnings, elapsed: query.start.elapsed() })
+        tracing::debug!(
+            fingerprint = format_args!("{:#018x}", query.key.graph_fingerprint),
+            policy = %self.policy(),
+            dynamic_shape = plan.is_dynamic_shape(),
+            reason = %reason,
+            elapsed_us = crate::micros(query.start.elapsed()),
+            "plan cache build"
+        );
+        warnings.extend(self.store(cudnn, &plan, expect, reason.clone()));
+        Ok(CachedPlan { plan, source: CacheSource::Built, warnings, elapsed: query.start.elapsed(), reason })
     }
 
     /// The cached plan of `graph` for `cudnn`, if an entry satisfies `options` and loads.
@@ -724,33 +896,162 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> (Option<(Arc<ExecutionPlan>, CacheSource)>, Vec<CacheWarning>) {
+        self.settle_specializations(self.worker.take_done());
         let query =
             Lookup { cudnn, graph, expect, options, key: PlanKey::new(cudnn, graph, expect), start: Instant::now() };
         let mut warnings = Vec::new();
-        let found = self.lookup(&query, &mut warnings);
+        let found = self.lookup(&query, &mut warnings).map(|(plan, source, _)| (plan, source));
         (found, warnings)
     }
 
-    fn lookup(&self, q: &Lookup<'_>, warnings: &mut Vec<CacheWarning>) -> Option<(Arc<ExecutionPlan>, CacheSource)> {
+    /// What the entry of `key` serves now and why; `None` without an entry in memory.
+    /// Specialized plans finished in the background are swapped in first.
+    pub fn serving(&self, key: &PlanKey) -> Option<Serving> {
+        self.settle_specializations(self.worker.take_done());
+        let mut entries = self.entries();
+        let entry = entries.get(key)?;
+        Some(Serving { dynamic_shape: entry.plans.first().map(|p| p.is_dynamic_shape()), reason: entry.reason.clone() })
+    }
+
+    /// Waits until the background worker has built and timed every specialization queued
+    /// ([`Specialization::Lazy`]), and swaps in those that are faster; returns how many
+    /// finished. For tests, benchmarks and a service that wants its specialized plans before it
+    /// takes traffic; lookups swap in whatever has finished without waiting.
+    pub fn wait_for_specializations(&self) -> usize {
+        let done = self.worker.wait_idle();
+        let n = done.len();
+        self.settle_specializations(done);
+        n
+    }
+
+    /// Queues the background specialization of `plan`, the dynamic-shape plan just built and
+    /// stored for `graph`; the entry's new reason if it cannot be queued.
+    fn specialize(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        plan: &Arc<ExecutionPlan>,
+    ) -> Option<ServeReason> {
+        let key = PlanKey::new(cudnn, graph, expect);
+        let Some(target) = Target::of(cudnn) else {
+            return Some(self.not_queued(&key, ServeReason::LazyFailed { reason: "the context has no target".into() }));
+        };
+        let (graph, options, expect, dynamic) = (graph.clone(), options.clone(), expect.clone(), plan.clone());
+        let (timer, signing, path) = (self.timer.clone(), self.key.clone(), self.path_of(&key));
+        let task_key = key.clone();
+        let task: Task<Specialized> = Box::new(move |contexts: &mut Contexts| {
+            let outcome = specialize_in_background(
+                contexts,
+                &target,
+                &graph,
+                &options,
+                &expect,
+                &dynamic,
+                &*timer,
+                signing.as_ref(),
+                path.as_deref(),
+            );
+            Specialized { key: task_key, dynamic, outcome }
+        });
+        let if_panicked = Specialized {
+            key: key.clone(),
+            dynamic: plan.clone(),
+            outcome: Outcome::Failed("the background build panicked".into()),
+        };
+        match self.worker.push(task, if_panicked, MAX_PENDING_SPECIALIZATIONS) {
+            Ok(()) => {
+                self.specializations.queued.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(fingerprint = format_args!("{:#018x}", key.graph_fingerprint), "specialization queued");
+                None
+            }
+            Err(PushError::Full) => Some(self.not_queued(&key, ServeReason::LazyQueueFull)),
+            Err(PushError::Spawn(e)) => Some(self.not_queued(
+                &key,
+                ServeReason::LazyFailed { reason: format!("the specialization worker cannot start: {e}") },
+            )),
+        }
+    }
+
+    /// Records on `key`'s entry that its specialization was not queued, and why.
+    fn not_queued(&self, key: &PlanKey, reason: ServeReason) -> ServeReason {
+        self.specializations.failed.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(fingerprint = format_args!("{:#018x}", key.graph_fingerprint), reason = %reason, "specialization not queued");
+        self.set_reason(key, reason.clone());
+        reason
+    }
+
+    /// Sets the reason of `key`'s entry, if it is still held.
+    fn set_reason(&self, key: &PlanKey, reason: ServeReason) {
+        let mut entries = self.entries();
+        if entries.contains_key(key) {
+            if let Some(((), evicted)) = entries.update(key, |e| e.reason = reason) {
+                drop(entries);
+                self.evicted(evicted);
+            }
+        }
+    }
+
+    /// Applies finished specializations: a faster specialized plan replaces the dynamic-shape
+    /// plan of its entry (the entry's plans are let go by the cache; a caller or CUDA graph
+    /// holding one keeps it), a slower or failed one leaves the entry as it is with the reason
+    /// recorded. One whose entry no longer holds the dynamic-shape plan it was timed against
+    /// (replaced, evicted, cleared) is dropped.
+    fn settle_specializations(&self, done: Vec<Specialized>) {
+        for Specialized { key, dynamic, outcome } in done {
+            let current = self.entries().get(&key).is_some_and(|e| e.plans.iter().any(|p| Arc::ptr_eq(p, &dynamic)));
+            let fingerprint = format_args!("{:#018x}", key.graph_fingerprint).to_string();
+            if !current {
+                self.specializations.stale.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(fingerprint, "specialization dropped: its entry was replaced or evicted");
+                continue;
+            }
+            match outcome {
+                Outcome::Faster { plan, payload, payload_bytes, dynamic_us, specialized_us } => {
+                    let reason = ServeReason::LazyFaster { dynamic_us, specialized_us };
+                    tracing::debug!(fingerprint, dynamic_us, specialized_us, "specialized plan swapped in");
+                    self.remember(key, *payload, payload_bytes, Some(plan), reason);
+                    self.specializations.swapped.fetch_add(1, Ordering::Relaxed);
+                }
+                Outcome::NotFaster { dynamic_us, specialized_us } => {
+                    tracing::debug!(fingerprint, dynamic_us, specialized_us, "dynamic-shape plan kept: not slower");
+                    self.set_reason(&key, ServeReason::LazyNotFaster { dynamic_us, specialized_us });
+                    self.specializations.kept.fetch_add(1, Ordering::Relaxed);
+                }
+                Outcome::Failed(reason) => {
+                    tracing::debug!(fingerprint, reason = %reason, "specialization failed: dynamic-shape plan kept");
+                    self.set_reason(&key, ServeReason::LazyFailed { reason });
+                    self.specializations.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    fn lookup(
+        &self,
+        q: &Lookup<'_>,
+        warnings: &mut Vec<CacheWarning>,
+    ) -> Option<(Arc<ExecutionPlan>, CacheSource, ServeReason)> {
         let key = &q.key;
         let held = match self.entries().get(key) {
             Some(entry) if accepts(q.options, &entry.payload.plan) => {
                 if let Some(plan) = entry.plans.iter().find(|p| serves(p, q.cudnn, q.graph)) {
                     self.memory_hits.fetch_add(1, Ordering::Relaxed);
-                    q.hit(CacheSource::Memory, false);
-                    return Some((plan.clone(), CacheSource::Memory));
+                    q.hit(CacheSource::Memory, false, &entry.reason);
+                    return Some((plan.clone(), CacheSource::Memory, entry.reason.clone()));
                 }
-                Some(entry.payload.clone())
+                Some((entry.payload.clone(), entry.reason.clone()))
             }
             _ => None,
         };
-        if let Some(payload) = held {
+        if let Some((payload, reason)) = held {
             match load_payload(q.cudnn, &payload, Some(q.graph.clone()), q.expect) {
                 Ok(plan) => {
                     let plan = self.share(q, &payload, plan);
                     self.memory_hits.fetch_add(1, Ordering::Relaxed);
-                    q.hit(CacheSource::Memory, true);
-                    return Some((plan, CacheSource::Memory));
+                    q.hit(CacheSource::Memory, true, &reason);
+                    return Some((plan, CacheSource::Memory, reason));
                 }
                 Err(e) => {
                     self.ignored.fetch_add(1, Ordering::Relaxed);
@@ -788,10 +1089,10 @@ impl PlanCache {
         match loaded {
             Ok(Some((plan, payload))) => {
                 let plan = Arc::new(plan);
-                self.remember(key.clone(), payload, bytes.len(), Some(plan.clone()));
+                self.remember(key.clone(), payload, bytes.len(), Some(plan.clone()), ServeReason::Loaded);
                 self.disk_hits.fetch_add(1, Ordering::Relaxed);
-                q.hit(CacheSource::Disk, true);
-                Some((plan, CacheSource::Disk))
+                q.hit(CacheSource::Disk, true, &ServeReason::Loaded);
+                Some((plan, CacheSource::Disk, ServeReason::Loaded))
             }
             Ok(None) => None,
             Err(reason) => {
@@ -845,9 +1146,16 @@ impl PlanCache {
 
     /// Keeps a payload in memory, without its structure (lookups always bring the graph), with
     /// the plan made from it if there is one; replaces the entry for `key`.
-    fn remember(&self, key: PlanKey, payload: Payload, payload_bytes: usize, plan: Option<Arc<ExecutionPlan>>) {
+    fn remember(
+        &self,
+        key: PlanKey,
+        payload: Payload,
+        payload_bytes: usize,
+        plan: Option<Arc<ExecutionPlan>>,
+        reason: ServeReason,
+    ) {
         let payload = Arc::new(Payload { structure: None, ..payload });
-        let entry = Entry { payload, payload_bytes, plans: plan.into_iter().collect() };
+        let entry = Entry { payload, payload_bytes, plans: plan.into_iter().collect(), reason };
         let evicted = self.entries().insert(key, entry);
         self.evicted(evicted);
     }
@@ -857,6 +1165,17 @@ impl PlanCache {
     /// replaces an entry there. Failures are returned as warnings: a cache that cannot write is
     /// still a working build.
     pub fn insert(&self, cudnn: &Cudnn, plan: &Arc<ExecutionPlan>, expect: &Expect) -> Vec<CacheWarning> {
+        self.store(cudnn, plan, expect, ServeReason::Caller)
+    }
+
+    /// [`PlanCache::insert`], recording why the entry holds the plan.
+    fn store(
+        &self,
+        cudnn: &Cudnn,
+        plan: &Arc<ExecutionPlan>,
+        expect: &Expect,
+        reason: ServeReason,
+    ) -> Vec<CacheWarning> {
         let mut warnings = Vec::new();
         let key = PlanKey::new(cudnn, plan.graph(), expect);
         let bytes = match write(
@@ -873,7 +1192,7 @@ impl PlanCache {
             }
         };
         match self.parse(&bytes) {
-            Ok(payload) => self.remember(key.clone(), payload, bytes.len(), Some(plan.clone())),
+            Ok(payload) => self.remember(key.clone(), payload, bytes.len(), Some(plan.clone()), reason),
             Err(e) => warn(&mut warnings, None, format!("the payload written for {key} does not read back: {e}")),
         }
         if let Some(path) = self.path_of(&key) {
@@ -907,7 +1226,7 @@ impl PlanCache {
             match parsed {
                 Ok((payload, bytes)) => match PlanKey::of_record(&payload.plan) {
                     Some(key) => {
-                        self.remember(key, payload, bytes, None);
+                        self.remember(key, payload, bytes, None, ServeReason::Loaded);
                         report.seeded += 1;
                     }
                     None => warn(&mut report.warnings, Some(&path), "skipped: its graph fingerprint is not hex".into()),
@@ -916,6 +1235,69 @@ impl PlanCache {
             }
         }
         Ok(report)
+    }
+}
+
+/// Parses an entry's bytes, with the signature check if there is a key.
+fn parse_with(key: Option<&PayloadKey>, bytes: &[u8]) -> Result<Payload, PayloadError> {
+    match key {
+        Some(key) => parse_signed_payload(bytes, key),
+        None => parse_payload(bytes),
+    }
+}
+
+/// The lazy policy's background work for one shape, on the worker thread: builds the plan
+/// specialized to the shape (an ordinary operation graph, `options` as asked), times it and the
+/// dynamic-shape plan with `timer`, and if the specialized one is faster writes its payload (to
+/// `path` too, atomically, with a directory) for the cache to swap in.
+#[allow(clippy::too_many_arguments)]
+fn specialize_in_background(
+    contexts: &mut Contexts,
+    target: &Target,
+    graph: &Graph,
+    options: &BuildOptions,
+    expect: &Expect,
+    dynamic: &ExecutionPlan,
+    timer: &PlanTimer,
+    signing: Option<&PayloadKey>,
+    path: Option<&Path>,
+) -> Outcome {
+    let cudnn = match contexts.get(target) {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("the worker's cuDNN context cannot be made: {e}")),
+    };
+    let plan = match ExecutionPlan::build(cudnn, graph, options) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(format!("the specialized plan does not build: {e}")),
+    };
+    let (dynamic_us, specialized_us) = match (timer(cudnn, dynamic), timer(cudnn, &plan)) {
+        (Ok(d), Ok(s)) => (d, s),
+        (Err(e), _) => return Outcome::Failed(format!("the dynamic-shape plan cannot be timed: {e}")),
+        (_, Err(e)) => return Outcome::Failed(format!("the specialized plan cannot be timed: {e}")),
+    };
+    if !specialized_is_faster(dynamic_us, specialized_us) {
+        return Outcome::NotFaster { dynamic_us, specialized_us };
+    }
+    let origin = PlanOrigin::of(cudnn);
+    let bytes = match write(&plan, &origin, SerializeOptions { structure: true }, expect, signing) {
+        Ok(b) => b,
+        Err(e) => return Outcome::Failed(format!("the specialized plan cannot be written as a payload: {e}")),
+    };
+    let payload = match parse_with(signing, &bytes) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(format!("the specialized plan's payload does not read back: {e}")),
+    };
+    if let Some(path) = path {
+        if let Err(e) = write_atomically(path, &bytes) {
+            return Outcome::Failed(format!("the specialized plan cannot be stored at {}: {e}", path.display()));
+        }
+    }
+    Outcome::Faster {
+        plan: Arc::new(plan),
+        payload: Box::new(payload),
+        payload_bytes: bytes.len(),
+        dynamic_us,
+        specialized_us,
     }
 }
 

@@ -7,6 +7,8 @@
 //! 3. [`cache`]: a [`PlanCache`] (in memory, optionally on disk) makes warm starts skip
 //!    heuristics and compilation; it is `Sync`, hands out shared plans (`Arc<ExecutionPlan>`)
 //!    and keeps within a byte budget, least recently used first (`lru.rs`).
+//! 4. [`specialize`]: the specialization policy of a cache with dynamic shapes (eager, lazy,
+//!    none), what each shape is served and why, and the lazy policy's background worker.
 //!
 //! These sat in `backend` before; they moved here because they use the backend *and* the
 //! reference executor (and plan payloads), so the backend can stay below them.
@@ -15,6 +17,7 @@ mod autotune;
 pub mod cache;
 pub mod engine;
 mod lru;
+pub mod specialize;
 
 pub use autotune::{
     autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming, ProgressFn, Timing,
@@ -24,3 +27,7 @@ pub use cache::{
     DEFAULT_BUDGET_BYTES, SHARED_PLANS,
 };
 pub use engine::{Engine, EngineId, Router};
+pub use specialize::{
+    median_us, specialized_is_faster, PlanTimer, ServeReason, Serving, Specialization, MAX_PENDING_SPECIALIZATIONS,
+    SWAP_MARGIN,
+};

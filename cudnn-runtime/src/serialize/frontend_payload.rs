@@ -60,7 +60,7 @@ use std::collections::BTreeSet;
 
 use super::layout::{PLAN_FIELDS, STRUCTURE_FIELDS};
 use super::plan::{PayloadError, PlanOrigin, SerializeOptions, MAX_PAYLOAD_BYTES};
-use super::read::graph_from_json;
+use super::read::planned_graph_from_json;
 use super::ubjson::{from_ubjson, to_ubjson, UbjsonError};
 use super::write::graph_to_json;
 use crate::backend::{BehaviorNote, ByValueScalar, Cudnn, ExecutionPlan};
@@ -188,6 +188,10 @@ impl FrontendScalar {
 pub struct FrontendPayload {
     /// The graph from the payload's structure; `None` for a plan-only payload.
     pub structure: Option<Graph>,
+    /// The structure context's `is_dynamic_shape_enabled` (cudnn-frontend's
+    /// `set_dynamic_shape_enabled`, which makes the plan a dynamic-shape one); `None` for a
+    /// plan-only payload. Must be what the plan JSON says when the plan loads.
+    pub dynamic_shape: Option<bool>,
     /// `cudnn_backend_version` as `cudnnGetVersion()` numbers it (`91900`), when stamped.
     pub cudnn_version: Option<usize>,
     /// `cudnn_frontend_version` (`13200`), when stamped.
@@ -325,16 +329,17 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
     // The structure: present when it has nodes or tensors (as cudnn-frontend decides). Printed
     // after lowering (the payload's plan says so), so attention's K and V are as its lowering
     // left them: transposed back first.
-    let structure = if get("nodes").is_some() || get("tensors").is_some() {
+    let (structure, dynamic_shape) = if get("nodes").is_some() || get("tensors").is_some() {
         let mut structural: Vec<(String, Json)> =
             members.iter().filter(|(k, _)| STRUCTURE_FIELDS.contains(&k.as_str())).cloned().collect();
         transpose_attention_operands(&mut structural);
-        Some(graph_from_json(&Json::Obj(structural))?)
+        let (graph, dynamic_shape) = planned_graph_from_json(&Json::Obj(structural))?;
+        (Some(graph), Some(dynamic_shape))
     } else {
         if let Some(key) = ["context", "gid", "cudnn_graph"].into_iter().find(|k| get(k).is_some()) {
             return Err(key_error(key, "is given without the structure's `nodes` and `tensors`"));
         }
-        None
+        (None, None)
     };
 
     let plan_json = match req("cudnn_backend_data")? {
@@ -426,6 +431,7 @@ pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadEr
 
     Ok(FrontendPayload {
         structure,
+        dynamic_shape,
         cudnn_version,
         frontend_version,
         plan_json,
@@ -644,6 +650,10 @@ pub fn load_frontend_payload(
     };
     let plan =
         ExecutionPlan::from_json(cudnn, graph, &payload.plan_json).map_err(|e| PayloadError::Load(Box::new(e)))?;
+    // cudnn-frontend plans with its context's flag, and so does our export: both must agree.
+    if let Some(flag) = payload.dynamic_shape.filter(|&f| f != plan.is_dynamic_shape()) {
+        return Err(PayloadError::DynamicShapeFlag { structure: flag, plan: plan.is_dynamic_shape() });
+    }
     let layout = plan.layout();
 
     // cudnn-frontend binds `variant_pack_uids`, fills `pass_by_values` in and points the
@@ -798,16 +808,11 @@ pub fn write_frontend_payload(
 
     let mut members: Vec<(String, Json)> = Vec::new();
     if options.structure {
-        match graph_to_json(plan.graph()) {
-            Json::Obj(structure) => members.extend(structure),
-            other => members.push(("structure".into(), other)),
-        }
         // The context's dynamic-shape flag is how the plan was made (cudnn-frontend's
         // `set_dynamic_shape_enabled`), which the graph alone does not say.
-        if let Some((_, Json::Obj(context))) = members.iter_mut().find(|(k, _)| k == "context") {
-            for (_, value) in context.iter_mut().filter(|(k, _)| k == "is_dynamic_shape_enabled") {
-                *value = Json::Bool(plan.is_dynamic_shape());
-            }
+        match graph_to_json(plan.graph(), plan.is_dynamic_shape()) {
+            Json::Obj(structure) => members.extend(structure),
+            other => members.push(("structure".into(), other)),
         }
         // As cudnn-frontend's lowering leaves them in the structure it prints with its plan.
         transpose_attention_operands(&mut members);

@@ -105,7 +105,14 @@ pub const MAX_RANK: usize = crate::dim::MAX_RANK;
 /// assert!(text.contains(r#""tag": "MATMUL""#));
 /// ```
 pub fn structure_to_json(graph: &Graph) -> String {
-    write::graph_to_json(graph).to_pretty()
+    write::graph_to_json(graph, false).to_pretty()
+}
+
+/// [`structure_to_json`] for the structure of a plan: the context's `is_dynamic_shape_enabled`
+/// says whether the plan was made as a dynamic-shape operation graph.
+#[cfg(feature = "cudnn")]
+pub(crate) fn planned_structure_to_json(graph: &Graph, dynamic_shape: bool) -> String {
+    write::graph_to_json(graph, dynamic_shape).to_pretty()
 }
 
 /// Reads a graph from its structural JSON, written by [`structure_to_json`] or by cudnn-frontend
@@ -126,6 +133,11 @@ pub fn structure_to_json(graph: &Graph) -> String {
 /// assert!(matches!(e, Err(SerializeError::UnknownTag { .. })));
 /// ```
 pub fn structure_from_json(text: &str) -> Result<Graph, SerializeError> {
+    planned_structure_from_json(text).map(|(graph, _)| graph)
+}
+
+/// [`structure_from_json`], with the context's `is_dynamic_shape_enabled` (`false` when absent).
+pub(crate) fn planned_structure_from_json(text: &str) -> Result<(Graph, bool), SerializeError> {
     if text.len() > MAX_INPUT_BYTES {
         return Err(SerializeError::InputTooLarge { len: text.len(), max: MAX_INPUT_BYTES });
     }
@@ -143,5 +155,5 @@ pub fn structure_from_json(text: &str) -> Result<Graph, SerializeError> {
             max: MAX_JSON_VALUES,
         });
     };
-    read::graph_from_json(&doc)
+    read::planned_graph_from_json(&doc)
 }

@@ -50,7 +50,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use super::{structure_from_json, structure_to_json, SerializeError};
+use super::{planned_structure_from_json, planned_structure_to_json, SerializeError};
 use crate::backend::{Candidate, Cudnn, CutReason, ExecutionPlan, PlanPart, SavedPart, VariantLayout};
 use crate::{DataType, Graph};
 
@@ -349,6 +349,14 @@ pub enum PayloadError {
         /// The given graph's.
         given: String,
     },
+    /// The structure's `is_dynamic_shape_enabled` is not what the plan JSON says of the plan.
+    #[error("the payload's structure says its plan was made {} dynamic shapes (`is_dynamic_shape_enabled`), but its plan JSON says {}", with(*.structure), with(*.plan))]
+    DynamicShapeFlag {
+        /// The structure's flag.
+        structure: bool,
+        /// The plan's (`isDynamicShapeEnabled` of cuDNN's plan JSON).
+        plan: bool,
+    },
     /// Made by another graph type.
     #[error(
         "payload was made by graph type `{payload_type}` (fingerprint {payload}), not `{expected_type}` ({expected})"
@@ -531,6 +539,15 @@ pub fn write_signed_payload(
     write(plan, origin, options, expect, Some(key))
 }
 
+/// "with" or "without", for [`PayloadError::DynamicShapeFlag`].
+fn with(flag: bool) -> &'static str {
+    if flag {
+        "with"
+    } else {
+        "without"
+    }
+}
+
 pub(crate) fn write(
     plan: &ExecutionPlan,
     origin: &PlanOrigin,
@@ -540,7 +557,8 @@ pub(crate) fn write(
 ) -> Result<Vec<u8>, PayloadError> {
     let malformed = |e: serde_json::Error| PayloadError::Malformed(e.to_string());
     let structure = if options.structure {
-        Some(RawValue::from_string(structure_to_json(plan.graph())).map_err(malformed)?)
+        let text = planned_structure_to_json(plan.graph(), plan.is_dynamic_shape());
+        Some(RawValue::from_string(text).map_err(malformed)?)
     } else {
         None
     };
@@ -572,6 +590,9 @@ pub fn seal(body: &str, key: Option<&PayloadKey>) -> Vec<u8> {
 pub struct Payload {
     /// The graph from the payload's structure, if it has one.
     pub structure: Option<Graph>,
+    /// The structure's `is_dynamic_shape_enabled`: whether the plan was made as a dynamic-shape
+    /// operation graph (`None` without a structure). Checked against the plan when it loads.
+    pub dynamic_shape: Option<bool>,
     /// The plan record.
     pub plan: PlanRecord,
 }
@@ -620,9 +641,12 @@ fn parse(bytes: &[u8], key: Option<&PayloadKey>) -> Result<Payload, PayloadError
         key.mac(body.as_bytes()).verify_slice(&signature).map_err(|_| PayloadError::Signature)?;
     }
     let doc: BodyIn<'_> = serde_json::from_str(body).map_err(malformed)?;
-    let structure = match doc.structure {
-        Some(s) => Some(structure_from_json(s.get())?),
-        None => None,
+    let (structure, dynamic_shape) = match doc.structure {
+        Some(s) => {
+            let (graph, dynamic_shape) = planned_structure_from_json(s.get())?;
+            (Some(graph), Some(dynamic_shape))
+        }
+        None => (None, None),
     };
     if let Some(g) = &structure {
         let given = hex(g.fingerprint());
@@ -634,7 +658,7 @@ fn parse(bytes: &[u8], key: Option<&PayloadKey>) -> Result<Payload, PayloadError
             });
         }
     }
-    Ok(Payload { structure, plan: doc.plan })
+    Ok(Payload { structure, dynamic_shape, plan: doc.plan })
 }
 
 /// Reads a payload into a plan for `cudnn`: the graph comes from the payload's structure or from
@@ -729,6 +753,12 @@ fn check_and_load(
         ExecutionPlan::from_parts_json(cudnn, graph, &parts)
     }
     .map_err(|e| PayloadError::Load(Box::new(e)))?;
+    // The structure says how the plan was made; cuDNN's plan JSON is the authority. Payloads
+    // written before the structure recorded it say `false` whatever the plan, so only a structure
+    // claiming a dynamic-shape plan the JSON does not hold is refused.
+    if payload.dynamic_shape == Some(true) && !plan.is_dynamic_shape() {
+        return Err(PayloadError::DynamicShapeFlag { structure: true, plan: false });
+    }
     if plan.layout().uids() != p.variant_pack_uids.as_slice() {
         return Err(PayloadError::VariantPack {
             payload: p.variant_pack_uids.clone(),

@@ -20,8 +20,9 @@ fn sorted(mut members: Vec<(&str, Json)>) -> Json {
     Json::Obj(members.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
-/// The document for `g`.
-pub(crate) fn graph_to_json(g: &Graph) -> Json {
+/// The document for `g`; `dynamic_shape` is the context's `is_dynamic_shape_enabled`, how a plan
+/// of `g` was made (`false` for a bare graph: it has no plan).
+pub(crate) fn graph_to_json(g: &Graph, dynamic_shape: bool) -> Json {
     let in_range = |ids: &[TensorId]| ids.iter().all(|t| t.0 < g.tensors.len());
     let wired = g.nodes.iter().all(|n| in_range(&n.inputs) && in_range(&n.outputs));
 
@@ -43,7 +44,7 @@ pub(crate) fn graph_to_json(g: &Graph) -> Json {
         ("intermediate_data_type", Json::str(data_type_name(g.context.intermediate_data_type))),
         // Every tensor's type is explicit, so there is no I/O default to give.
         ("io_data_type", Json::Null),
-        ("is_dynamic_shape_enabled", Json::Bool(false)),
+        ("is_dynamic_shape_enabled", Json::Bool(dynamic_shape)),
         ("is_override_shape_enabled", Json::Bool(false)),
         ("sm_count", Json::Int(-1)),
     ];

@@ -25,8 +25,9 @@ use crate::{DataType, Graph};
 
 type Result<T> = std::result::Result<T, SerializeError>;
 
-/// The graph in `doc`, validated.
-pub(crate) fn graph_from_json(doc: &Json) -> Result<Graph> {
+/// The graph in `doc`, validated, and the context's `is_dynamic_shape_enabled` (how the graph's plan was made, which
+/// a plan payload's structure records; `false` when absent).
+pub(crate) fn planned_graph_from_json(doc: &Json) -> Result<(Graph, bool)> {
     if !matches!(doc, Json::Obj(_)) {
         return Err(wrong_type("(document)", "an object", doc));
     }
@@ -52,6 +53,7 @@ pub(crate) fn graph_from_json(doc: &Json) -> Result<Graph> {
     }
     let ext = Extension::read(&top)?;
     let cx = RawContext::read(&top)?;
+    let dynamic_shape = cx.dynamic_shape;
     let mut tensors = tensors::read_tensors(&top)?;
     let nodes = nodes::read_nodes(&top, &cx, &tensors)?;
     let nodes = nodes::fill_in(&cx, &mut tensors, nodes)?;
@@ -63,7 +65,7 @@ pub(crate) fn graph_from_json(doc: &Json) -> Result<Graph> {
             return Err(SerializeError::FingerprintMismatch { stored, computed });
         }
     }
-    Ok(graph)
+    Ok((graph, dynamic_shape))
 }
 
 /// The top-level `cudnn_graph` object.
@@ -107,23 +109,33 @@ struct RawContext {
     compute: Option<DataType>,
     intermediate: Option<DataType>,
     io: Option<DataType>,
+    /// `is_dynamic_shape_enabled`: a planning knob, not structure.
+    dynamic_shape: bool,
 }
 
 impl RawContext {
     fn read(top: &Obj<'_>) -> Result<RawContext> {
         let Some(c) = top.opt_obj("context")? else {
-            return Ok(RawContext { name: String::new(), compute: None, intermediate: None, io: None });
+            return Ok(RawContext {
+                name: String::new(),
+                compute: None,
+                intermediate: None,
+                io: None,
+                dynamic_shape: false,
+            });
         };
         c.deny_unknown(&CONTEXT_FIELDS)?;
-        // Planning knobs, not structure: type-checked, then left to the plan payload.
+        // Planning knobs, not structure: type-checked, then left to the plan payload (which
+        // checks the dynamic-shape flag against its plan).
         c.opt_i64("sm_count")?;
-        c.bool_or("is_dynamic_shape_enabled", false)?;
+        let dynamic_shape = c.bool_or("is_dynamic_shape_enabled", false)?;
         c.bool_or("is_override_shape_enabled", false)?;
         Ok(RawContext {
             name: c.opt_str("name")?.unwrap_or_default().to_string(),
             compute: data_type(&c, "compute_data_type")?,
             intermediate: data_type(&c, "intermediate_data_type")?,
             io: data_type(&c, "io_data_type")?,
+            dynamic_shape,
         })
     }
 }
