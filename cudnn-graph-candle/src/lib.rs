@@ -34,13 +34,31 @@
 //!
 //! ## What a tensor must be
 //!
-//! Inputs are passed in the graph's input order (its declaration order). Each must have the
-//! port's dims and element type, be on the first input's device, and have the port's strides:
-//! a contiguous tensor for a row-major port (any storage offset: a narrowed tensor works in
-//! place). A transposed or otherwise strided view is refused by name
-//! ([`AdapterError::Layout`]), never copied silently: call `.contiguous()` if you want the copy.
-//! Every mismatch is a candle error whose message names the graph and the port. Element types:
-//! `f32`, `f64`, `f16`, `bf16`, `u8`, `i32`, `i64` (candle has no `bool`, `i8` or fp8 e5m2 tensors).
+//! Inputs are passed in the graph's input order (its declaration order). The graph runs on the
+//! device of its inputs: a CUDA device if one is on it (every other input must be too), else the
+//! CPU. Each must have the port's dims and element type, and the port's strides: a contiguous
+//! tensor for a row-major port (any storage offset: a narrowed tensor works in place). A
+//! transposed or otherwise strided view is refused by name ([`AdapterError::Layout`]), never
+//! copied silently: call `.contiguous()` if you want the copy. Every mismatch is a candle error
+//! whose message names the graph and the port. Element types: `f32`, `f64`, `f16`, `bf16`, `u8`,
+//! `i32`, `i64` (candle has no `bool`, `i8` or fp8 e5m2 tensors). Outputs come in the order the
+//! graph computes them (`Graph::outputs`), which is the declaration order when outputs are
+//! declared in the order they are computed.
+//!
+//! ## Host scalars
+//!
+//! A host scalar port (`eps: f32[1, 1] host`: one value given at each run) takes a CPU tensor of
+//! one element of the port's element type, of any rank: `Tensor::new(1e-5f32, &Device::Cpu)` or
+//! one of the port's dims, on the CPU and on CUDA alike. On CUDA its value is read on the host
+//! and passed to cuDNN by value, so each run may give another without a new plan; a tensor on
+//! the device is refused by name ([`AdapterError::HostScalarDevice`]: reading it would wait for
+//! the device).
+//!
+//! ## Autograd
+//!
+//! A graph type paired with its backward graph type ([`Differentiable`]) runs through
+//! [`Runner::run_with_backward`], whose output is a candle op: `loss.backward()` computes its
+//! inputs' gradients with the backward graph, on the same engine (the CPU reference, or cuDNN).
 //!
 //! ## CUDA
 //!
@@ -293,3 +311,8 @@ impl Runner {
         })
     }
 }
+
+/// The Rust examples of `docs/frameworks.md`, compiled and run as this crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/frameworks.md")]
+pub struct FrameworksDoc;
