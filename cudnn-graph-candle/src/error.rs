@@ -244,7 +244,10 @@ pub enum AdapterError {
     /// The candle op of a `Runner::run_with_backward` call asked for its forward output twice, or
     /// on another device than the graph ran on; the op hands over the output the graph computed,
     /// once.
-    #[error("graph `{graph}`: its candle op gives the output of its one forward run, which was already taken")]
+    #[error(
+        "graph `{graph}`: its candle op hands over the output of its one forward run once, on the device it ran on; \
+         run the graph again with `Runner::run_with_backward`"
+    )]
     ForwardReplay {
         /// The forward graph.
         graph: String,

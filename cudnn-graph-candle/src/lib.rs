@@ -232,16 +232,17 @@ impl Runner {
             }
             .into());
         }
+        // A host scalar on the device first: it would otherwise have chosen the device.
+        if let Some((port, tensor)) = prepared.inputs.iter().zip(inputs).find(|(p, t)| p.host && !t.device().is_cpu()) {
+            return Err(AdapterError::HostScalarDevice {
+                graph: name.clone(),
+                port: port.name.clone(),
+                found: format!("{:?}", tensor.device().location()),
+            }
+            .into());
+        }
         let mut offsets = Vec::with_capacity(inputs.len());
         for (port, tensor) in prepared.inputs.iter().zip(inputs) {
-            if port.host && !tensor.device().is_cpu() {
-                return Err(AdapterError::HostScalarDevice {
-                    graph: name.clone(),
-                    port: port.name.clone(),
-                    found: format!("{:?}", tensor.device().location()),
-                }
-                .into());
-            }
             if !port.host && !tensor.device().same_device(&device) {
                 return Err(AdapterError::Device {
                     graph: name.clone(),
