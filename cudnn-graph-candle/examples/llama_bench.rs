@@ -10,7 +10,9 @@
 //! target/release/examples/llama_bench [--iters 50]
 //! ```
 
+// Shared with llama_layer and the tests; the training half is not timed here.
 #[path = "llama/layer.rs"]
+#[allow(dead_code)]
 mod layer;
 
 use std::time::Instant;

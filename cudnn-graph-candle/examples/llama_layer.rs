@@ -7,14 +7,16 @@
 //! ```
 //!
 //! It runs a prefill of 6 tokens, then a decode step after a KV cache of 9 positions, and prints
-//! each output's largest difference from candle's, relative to candle's largest value. On the CPU
+//! each output's largest difference from candle's, relative to candle's largest value; then a
+//! training prefill, and the largest difference of each gradient of its loss (input and weights)
+//! through the graphs' backward graphs from candle's own autograd of the layer in f32. On the CPU
 //! the graphs run on cudnn-graph's reference engine; with `--gpu` (and the `cuda` feature) on
 //! cuDNN, at Llama 3 8B's sizes.
 
 #[path = "llama/layer.rs"]
 mod layer;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 use cudnn_graph_candle::Runner;
 use layer::{random, Config, Layer};
 
@@ -49,5 +51,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let want = layer.forward_candle(&x, &cos, &sin, Some(&cache_candle))?;
     let got = layer.forward_graphs(&runner, &x, &cos, &sin, Some(&cache_graphs))?;
     println!("decode after {past} positions: relative difference {:.2e}", relative_difference(&got, &want)?);
+
+    // Training: loss = Σ y ⊙ r, its gradients by the graphs' backward graphs and by candle's.
+    let x = random(&[b, s, cfg.hidden], 1.0, 3, &device)?;
+    let (cos, sin) = layer.rope_tables(0, s, &device)?;
+    let r = random(&[b, s, cfg.hidden], 1.0, 4, &device)?.to_dtype(DType::F32)?;
+    let loss = |y: &Tensor| (y.to_dtype(DType::F32)? * &r)?.sum_all();
+    let (graphs, graph_weights) = layer.trainable(DType::BF16)?;
+    let xg = Var::from_tensor(&x)?;
+    let got = loss(&graphs.forward_graphs_training(&runner, &xg, &cos, &sin)?)?.backward()?;
+    let (candle, candle_weights) = layer.trainable(DType::F32)?;
+    let xc = Var::from_tensor(&x.to_dtype(DType::F32)?)?;
+    let (cos, sin) = (cos.to_dtype(DType::F32)?, sin.to_dtype(DType::F32)?);
+    let want = loss(&candle.forward_candle_training(&xc, &cos, &sin)?)?.backward()?;
+    let mut line = vec![("x", &xg, &xc)];
+    line.extend(graph_weights.iter().zip(&candle_weights).map(|((name, g), (_, c))| (*name, g, c)));
+    let missing = |name: &str| format!("no gradient for {name}");
+    for (name, g, c) in line {
+        let (g, c) = (got.get(g).ok_or_else(|| missing(name))?, want.get(c).ok_or_else(|| missing(name))?);
+        println!("training prefill, d_{name}: relative difference {:.2e}", relative_difference(g, c)?);
+    }
     Ok(())
 }

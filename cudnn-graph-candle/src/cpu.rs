@@ -2,18 +2,18 @@
 //! rounded to its storage type), reading candle's storage in place.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, Device, Storage, Tensor};
+use candle_core::{CpuStorage, Storage, Tensor};
 use cudnn_graph::reference::{self, HostSlice};
 use cudnn_graph::DataType;
 use half::{bf16, f16};
 
 use crate::error::AdapterError;
-use crate::ports::{in_port_order, storage_shape};
 use crate::Prepared;
 
 /// Runs `prepared` on CPU tensors already checked against its inputs (`offsets`: each one's
-/// first element in its storage).
-pub(crate) fn run(prepared: &Prepared, inputs: &[&Tensor], offsets: &[usize]) -> candle_core::Result<Vec<Tensor>> {
+/// first element in its storage). Returns each output packed in its allocation order
+/// (`Prepared::output_orders`).
+pub(crate) fn run(prepared: &Prepared, inputs: &[&Tensor], offsets: &[usize]) -> candle_core::Result<Vec<Storage>> {
     let graph = &prepared.graph;
     let guards: Vec<_> = inputs.iter().map(|t| t.storage_and_layout().0).collect();
     let mut named = Vec::with_capacity(inputs.len());
@@ -59,17 +59,17 @@ pub(crate) fn run(prepared: &Prepared, inputs: &[&Tensor], offsets: &[usize]) ->
     drop(guards);
     let mut outputs = Vec::with_capacity(arrays.len());
     let ids = graph.outputs();
-    for (((port, array), order), id) in prepared.outputs.iter().zip(&arrays).zip(&prepared.output_orders).zip(ids) {
+    for ((port, array), id) in prepared.outputs.iter().zip(&arrays).zip(ids) {
         let tensor = graph.tensor(id);
-        let shape = storage_shape(port, order);
-        let packed = match port.data_type {
-            DataType::F32 => Tensor::from_vec(reference::scatter::<f32>(tensor, array), shape, &Device::Cpu),
-            DataType::F64 => Tensor::from_vec(reference::scatter::<f64>(tensor, array), shape, &Device::Cpu),
-            DataType::F16 => Tensor::from_vec(reference::scatter::<f16>(tensor, array), shape, &Device::Cpu),
-            DataType::BF16 => Tensor::from_vec(reference::scatter::<bf16>(tensor, array), shape, &Device::Cpu),
-            DataType::U8 => Tensor::from_vec(reference::scatter::<u8>(tensor, array), shape, &Device::Cpu),
-            DataType::I32 => Tensor::from_vec(reference::scatter::<i32>(tensor, array), shape, &Device::Cpu),
-            DataType::I64 => Tensor::from_vec(reference::scatter::<i64>(tensor, array), shape, &Device::Cpu),
+        // `scatter` lays the values out at the tensor's strides, which `packed_order` found packed.
+        let storage = match port.data_type {
+            DataType::F32 => CpuStorage::F32(reference::scatter::<f32>(tensor, array)),
+            DataType::F64 => CpuStorage::F64(reference::scatter::<f64>(tensor, array)),
+            DataType::F16 => CpuStorage::F16(reference::scatter::<f16>(tensor, array)),
+            DataType::BF16 => CpuStorage::BF16(reference::scatter::<bf16>(tensor, array)),
+            DataType::U8 => CpuStorage::U8(reference::scatter::<u8>(tensor, array)),
+            DataType::I32 => CpuStorage::I32(reference::scatter::<i32>(tensor, array)),
+            DataType::I64 => CpuStorage::I64(reference::scatter::<i64>(tensor, array)),
             // `ports` admits only the element types above.
             data_type => {
                 return Err(AdapterError::UnsupportedDType {
@@ -79,13 +79,14 @@ pub(crate) fn run(prepared: &Prepared, inputs: &[&Tensor], offsets: &[usize]) ->
                 }
                 .into())
             }
-        }?;
-        outputs.push(in_port_order(packed, order)?);
+        };
+        outputs.push(Storage::Cpu(storage));
     }
     Ok(outputs)
 }
 
-fn storage_len(storage: &CpuStorage) -> usize {
+/// Elements a CPU storage holds.
+pub(crate) fn storage_len(storage: &CpuStorage) -> usize {
     match storage {
         CpuStorage::U8(v) => v.len(),
         CpuStorage::U32(v) => v.len(),

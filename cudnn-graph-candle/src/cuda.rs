@@ -7,17 +7,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId};
-use candle_core::op::BackpropOp;
-use candle_core::{Device, Storage, Tensor};
+use candle_core::{CpuStorage, Device, Storage, Tensor};
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaView};
-use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion};
+use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar};
 use cudnn_graph::engines::PlanCache;
 use cudnn_graph::serialize::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphType};
 use half::{bf16, f16};
 
 use crate::error::AdapterError;
-use crate::ports::{in_port_order, storage_shape, Port};
+use crate::ports::Port;
 use crate::Prepared;
 
 /// The plan cache, the options plans are built with, and one cuDNN handle (on candle's stream)
@@ -84,14 +83,16 @@ impl Devices {
     }
 
     /// Runs `prepared` on CUDA tensors of `device` already checked against its inputs
-    /// (`offsets`: each one's first element in its storage).
+    /// (`offsets`: each one's first element in its storage; host scalars are CPU tensors, whose
+    /// value is passed by value). Returns each output packed in its allocation order
+    /// (`Prepared::output_orders`).
     pub(crate) fn run(
         &self,
         prepared: &Prepared,
         device: &Device,
         inputs: &[&Tensor],
         offsets: &[usize],
-    ) -> candle_core::Result<Vec<Tensor>> {
+    ) -> candle_core::Result<Vec<Storage>> {
         let graph = &prepared.graph.name;
         let (Device::Cuda(dev), Some(plan)) = (device, &prepared.plan) else {
             // `Runner::run` prepares a plan for every CUDA device it sends here.
@@ -105,16 +106,29 @@ impl Devices {
         let guards: Vec<_> = inputs.iter().map(|t| t.storage_and_layout().0).collect();
         let mut views = Vec::with_capacity(inputs.len());
         for ((port, guard), &offset) in prepared.inputs.iter().zip(&guards).zip(offsets) {
-            let Storage::Cuda(storage) = &**guard else {
-                return Err(AdapterError::Device {
-                    graph: graph.clone(),
-                    port: port.name.clone(),
-                    expected: format!("{:?}", device.location()),
-                    found: "another device".into(),
+            let input = match &**guard {
+                Storage::Cpu(storage) if port.host => {
+                    let value = scalar_at(storage, offset).ok_or_else(|| AdapterError::Storage {
+                        graph: graph.clone(),
+                        port: port.name.clone(),
+                        held: crate::cpu::storage_len(storage),
+                        needed: offset + 1,
+                    })?;
+                    Input::Host(HostScalar::new(port.data_type, value))
                 }
-                .into());
+                Storage::Cuda(storage) if !port.host => Input::Device(View::of(storage, port, offset, graph)?),
+                // `Runner::run` checked every device: host scalars on the CPU, the rest on `device`.
+                _ => {
+                    return Err(AdapterError::Device {
+                        graph: graph.clone(),
+                        port: port.name.clone(),
+                        expected: format!("{:?}", device.location()),
+                        found: "another device".into(),
+                    }
+                    .into())
+                }
             };
-            views.push(View::of(storage, port, offset, graph)?);
+            views.push(input);
         }
         let mut outputs =
             prepared.outputs.iter().map(|p| Output::alloc(dev, p, graph)).collect::<candle_core::Result<Vec<_>>>()?;
@@ -129,20 +143,44 @@ impl Devices {
                 *workspace = Some(unsafe { dev.alloc::<u8>(needed)? });
             }
             let mut io: Vec<DeviceBuffer<'_>> =
-                views.iter().map(View::buffer).chain(outputs.iter_mut().map(Output::buffer)).collect();
+                views.iter().map(Input::buffer).chain(outputs.iter_mut().map(Output::buffer)).collect();
             let workspace = if needed > 0 { workspace.as_mut() } else { None };
             plan.execute(cudnn, &mut io, workspace).map_err(graph_error)?;
         }
         drop(views);
         drop(guards);
-        let mut tensors = Vec::with_capacity(outputs.len());
-        for ((output, port), order) in outputs.into_iter().zip(&prepared.outputs).zip(&prepared.output_orders) {
-            let storage = Storage::Cuda(output.into_storage(dev.clone()));
-            let packed = Tensor::from_storage(storage, storage_shape(port, order), BackpropOp::none(), false);
-            tensors.push(in_port_order(packed, order)?);
-        }
-        Ok(tensors)
+        Ok(outputs.into_iter().map(|output| Storage::Cuda(output.into_storage(dev.clone()))).collect())
     }
+}
+
+/// A graph input: a view of a CUDA tensor, or a host scalar's value.
+enum Input<'a> {
+    Device(View<'a>),
+    Host(HostScalar),
+}
+
+impl Input<'_> {
+    fn buffer(&self) -> DeviceBuffer<'_> {
+        match self {
+            Input::Device(view) => view.buffer(),
+            Input::Host(value) => DeviceBuffer::host_scalar(value),
+        }
+    }
+}
+
+/// The element at `offset` of a CPU storage, as `f64` (a host scalar's value); `None` past its end
+/// or for the element types no graph port has.
+fn scalar_at(storage: &CpuStorage, offset: usize) -> Option<f64> {
+    Some(match storage {
+        CpuStorage::F32(v) => f64::from(*v.get(offset)?),
+        CpuStorage::F64(v) => *v.get(offset)?,
+        CpuStorage::F16(v) => v.get(offset)?.to_f64(),
+        CpuStorage::BF16(v) => v.get(offset)?.to_f64(),
+        CpuStorage::U8(v) => f64::from(*v.get(offset)?),
+        CpuStorage::I32(v) => f64::from(*v.get(offset)?),
+        CpuStorage::I64(v) => *v.get(offset)? as f64,
+        _ => return None,
+    })
 }
 
 /// Declares the typed views and outputs over the element types candle and cudnn-graph share.

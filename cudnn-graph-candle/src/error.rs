@@ -83,13 +83,13 @@ pub enum AdapterError {
         strides: Vec<i64>,
     },
     /// Inputs on different devices.
-    #[error("graph `{graph}`, input `{port}`: the tensor is on {found}, the graph's first input on {expected}")]
+    #[error("graph `{graph}`, input `{port}`: the tensor is on {found}, the graph runs on {expected} (where its other inputs are)")]
     Device {
         /// The graph.
         graph: String,
         /// The port.
         port: String,
-        /// The first input's device.
+        /// The device the graph runs on (its first input's that is not the CPU).
         expected: String,
         /// This one's.
         found: String,
@@ -118,6 +118,139 @@ pub enum AdapterError {
         held: usize,
         /// Elements the layout reaches.
         needed: usize,
+    },
+    /// A host scalar port (`eps: f32[1, 1] host`) given a tensor on a device: its value is read
+    /// on the host when the work is enqueued, and reading a device tensor would wait for the device.
+    #[error(
+        "graph `{graph}`, input `{port}` is a host scalar: give it a CPU tensor (`Tensor::new(1e-5f32, &Device::Cpu)`), \
+         the tensor is on {found}"
+    )]
+    HostScalarDevice {
+        /// The graph.
+        graph: String,
+        /// The port.
+        port: String,
+        /// The tensor's device.
+        found: String,
+    },
+    /// A host scalar port given a tensor of more than one element (or none).
+    #[error(
+        "graph `{graph}`, input `{port}` is a host scalar: give it one value (`Tensor::new(1e-5f32, &Device::Cpu)`), \
+         the tensor is {found:?}"
+    )]
+    HostScalarShape {
+        /// The graph.
+        graph: String,
+        /// The port.
+        port: String,
+        /// The tensor's dims.
+        found: Vec<usize>,
+    },
+    /// A backward graph input that is neither an input nor an output of the forward graph, nor
+    /// `d_<output>` ([`crate::Differentiable`] pairs ports by name).
+    #[error(
+        "graph `{backward}` (the backward of `{forward}`), input `{port}`: `{forward}` has no input or output so \
+         named, and it is not `d_<output>`; name it after one of {ports}"
+    )]
+    BackwardInput {
+        /// The forward graph.
+        forward: String,
+        /// The backward graph.
+        backward: String,
+        /// The backward input.
+        port: String,
+        /// The forward graph's inputs and outputs, comma-separated.
+        ports: String,
+    },
+    /// A backward graph output that is not `d_<input>` of a forward input that can have a
+    /// gradient (host scalars cannot).
+    #[error(
+        "graph `{backward}` (the backward of `{forward}`), output `{port}`: not the gradient of an input of \
+         `{forward}`; name it `d_<input>` for one of {inputs}"
+    )]
+    BackwardOutput {
+        /// The forward graph.
+        forward: String,
+        /// The backward graph.
+        backward: String,
+        /// The backward output.
+        port: String,
+        /// The forward inputs that can have a gradient, comma-separated.
+        inputs: String,
+    },
+    /// A backward graph that takes no `d_<output>`: no forward output has a gradient.
+    #[error(
+        "graph `{backward}` (the backward of `{forward}`) takes no gradient of an output of `{forward}`: \
+         give it an input `d_<output>` for one of {expected}"
+    )]
+    NoOutputGradient {
+        /// The forward graph.
+        forward: String,
+        /// The backward graph.
+        backward: String,
+        /// The forward outputs, comma-separated.
+        expected: String,
+    },
+    /// A backward graph that takes the gradients of two forward outputs: candle's custom ops
+    /// return one tensor, so one output of a forward graph can have a gradient.
+    #[error(
+        "graph `{backward}` (the backward of `{forward}`) takes the gradients of outputs `{first}` and `{second}`: \
+         candle's custom ops return one tensor, so one output can have a gradient; return the other from a graph of its own"
+    )]
+    GradientOutputs {
+        /// The forward graph.
+        forward: String,
+        /// The backward graph.
+        backward: String,
+        /// The first differentiated output.
+        first: String,
+        /// Another one.
+        second: String,
+    },
+    /// A gradient (`d_<input>`) whose dims or element type are not its input's.
+    #[error(
+        "graph `{backward}` (the backward of `{forward}`), output `{port}`: a gradient must be what its input is, \
+         {expected}; it is {found}"
+    )]
+    GradientPort {
+        /// The forward graph.
+        forward: String,
+        /// The backward graph.
+        backward: String,
+        /// The backward output.
+        port: String,
+        /// The input's element type and dims.
+        expected: String,
+        /// The gradient's.
+        found: String,
+    },
+    /// More forward inputs with gradients than a candle custom op takes.
+    #[error(
+        "graph `{backward}` (the backward of `{forward}`) gives gradients of {found} inputs ({inputs}); candle's custom \
+         ops take at most {limit} tensors (`CustomOp3`): split the forward graph, or leave gradients out of the backward"
+    )]
+    TooManyGradients {
+        /// The forward graph.
+        forward: String,
+        /// The backward graph.
+        backward: String,
+        /// The inputs with gradients, comma-separated.
+        inputs: String,
+        /// How many.
+        found: usize,
+        /// candle's limit.
+        limit: usize,
+    },
+    /// The candle op of a `Runner::run_with_backward` call asked for its forward output twice, or
+    /// on another device than the graph ran on; the op hands over the output the graph computed,
+    /// once.
+    #[error(
+        "graph `{graph}`: its candle op hands over the output of its one forward run once, on the device it ran on; \
+         run the graph again with `Runner::run_with_backward`"
+    )]
+    ForwardReplay {
+        /// The forward graph.
+        graph: String,
     },
     /// The graph failed: building its IR, planning it, executing it.
     #[error(transparent)]

@@ -34,13 +34,31 @@
 //!
 //! ## What a tensor must be
 //!
-//! Inputs are passed in the graph's input order (its declaration order). Each must have the
-//! port's dims and element type, be on the first input's device, and have the port's strides:
-//! a contiguous tensor for a row-major port (any storage offset: a narrowed tensor works in
-//! place). A transposed or otherwise strided view is refused by name
-//! ([`AdapterError::Layout`]), never copied silently: call `.contiguous()` if you want the copy.
-//! Every mismatch is a candle error whose message names the graph and the port. Element types:
-//! `f32`, `f64`, `f16`, `bf16`, `u8`, `i32`, `i64` (candle has no `bool`, `i8` or fp8 e5m2 tensors).
+//! Inputs are passed in the graph's input order (its declaration order). The graph runs on the
+//! device of its inputs: a CUDA device if one is on it (every other input must be too), else the
+//! CPU. Each must have the port's dims and element type, and the port's strides: a contiguous
+//! tensor for a row-major port (any storage offset: a narrowed tensor works in place). A
+//! transposed or otherwise strided view is refused by name ([`AdapterError::Layout`]), never
+//! copied silently: call `.contiguous()` if you want the copy. Every mismatch is a candle error
+//! whose message names the graph and the port. Element types: `f32`, `f64`, `f16`, `bf16`, `u8`,
+//! `i32`, `i64` (candle has no `bool`, `i8` or fp8 e5m2 tensors). Outputs come in the order the
+//! graph computes them (`Graph::outputs`), which is the declaration order when outputs are
+//! declared in the order they are computed.
+//!
+//! ## Host scalars
+//!
+//! A host scalar port (`eps: f32[1, 1] host`: one value given at each run) takes a CPU tensor of
+//! one element of the port's element type, of any rank: `Tensor::new(1e-5f32, &Device::Cpu)` or
+//! one of the port's dims, on the CPU and on CUDA alike. On CUDA its value is read on the host
+//! and passed to cuDNN by value, so each run may give another without a new plan; a tensor on
+//! the device is refused by name ([`AdapterError::HostScalarDevice`]: reading it would wait for
+//! the device).
+//!
+//! ## Autograd
+//!
+//! A graph type paired with its backward graph type ([`Differentiable`]) runs through
+//! [`Runner::run_with_backward`], whose output is a candle op: `loss.backward()` computes its
+//! inputs' gradients with the backward graph, on the same engine (the CPU reference, or cuDNN).
 //!
 //! ## CUDA
 //!
@@ -52,6 +70,7 @@
 
 #![warn(missing_docs)]
 
+mod autograd;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -62,16 +81,23 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use candle_core::{Device, Tensor};
+use candle_core::op::BackpropOp;
+use candle_core::{Device, Storage, Tensor};
 use cudnn_graph::{Graph, GraphType};
 
+pub use autograd::Differentiable;
 pub use error::AdapterError;
-use ports::Port;
+use ports::{in_port_order, storage_shape, Port};
 
 /// Runs `graph!` types on candle tensors, keeping what each (graph type, runtime dims, device)
 /// needs: the graph's IR and ports, and on CUDA its plan. `Send + Sync`: one runner serves every
-/// thread.
+/// thread; a clone shares the same plans.
+#[derive(Clone)]
 pub struct Runner {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     /// Per graph type (by `TypeId`), a `HashMap<(G, DeviceKey), Arc<Prepared>>`.
     prepared: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
     #[cfg(feature = "cuda")]
@@ -80,7 +106,7 @@ pub struct Runner {
 
 impl std::fmt::Debug for Runner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let types = self.prepared.lock().map(|m| m.len()).unwrap_or_default();
+        let types = self.inner.prepared.lock().map(|m| m.len()).unwrap_or_default();
         f.debug_struct("Runner").field("graph_types", &types).finish_non_exhaustive()
     }
 }
@@ -93,7 +119,7 @@ impl Default for Runner {
 
 /// Where a graph runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum DeviceKey {
+pub(crate) enum DeviceKey {
     Cpu,
     #[cfg(feature = "cuda")]
     Cuda(candle_core::cuda_backend::DeviceId),
@@ -113,7 +139,7 @@ pub(crate) struct Prepared {
 type PerType<G> = HashMap<(G, DeviceKey), Arc<Prepared>>;
 
 /// Which engine `device` is: the CPU, a CUDA device (with the `cuda` feature), or unsupported.
-fn device_key<G: GraphType>(device: &Device) -> Result<DeviceKey, AdapterError> {
+pub(crate) fn device_key<G: GraphType>(device: &Device) -> Result<DeviceKey, AdapterError> {
     match device {
         Device::Cpu => Ok(DeviceKey::Cpu),
         #[cfg(feature = "cuda")]
@@ -127,17 +153,47 @@ fn device_key<G: GraphType>(device: &Device) -> Result<DeviceKey, AdapterError> 
     }
 }
 
+/// The device a graph runs on for `inputs`: the first one's that is not the CPU (host scalars are
+/// CPU tensors whatever the device), else the CPU.
+pub(crate) fn run_device(inputs: &[&Tensor]) -> Device {
+    inputs.iter().map(|t| t.device()).find(|d| !d.is_cpu()).cloned().unwrap_or(Device::Cpu)
+}
+
+/// A graph run's outputs as candle storage, before they become tensors: each packed in its
+/// port's allocation order.
+pub(crate) struct Outputs {
+    pub(crate) prepared: Arc<Prepared>,
+    pub(crate) storages: Vec<Storage>,
+}
+
+impl Outputs {
+    /// Output `i` as a tensor without a backward op, seen in its port's dim order.
+    pub(crate) fn tensor(prepared: &Prepared, i: usize, storage: Storage) -> candle_core::Result<Tensor> {
+        let order = &prepared.output_orders[i];
+        let packed =
+            Tensor::from_storage(storage, storage_shape(&prepared.outputs[i], order), BackpropOp::none(), false);
+        in_port_order(packed, order)
+    }
+
+    fn into_tensors(self) -> candle_core::Result<Vec<Tensor>> {
+        let prepared = self.prepared;
+        self.storages.into_iter().enumerate().map(|(i, s)| Self::tensor(&prepared, i, s)).collect()
+    }
+}
+
 impl Runner {
     /// A runner with no plans yet; CUDA plans are kept in memory
     /// (`PlanCache::in_memory`) and built with the default `BuildOptions`.
     pub fn new() -> Self {
         Runner {
-            prepared: Mutex::new(HashMap::new()),
-            #[cfg(feature = "cuda")]
-            cuda: cuda::Devices::new(
-                cudnn_graph::engines::PlanCache::in_memory(),
-                cudnn_graph::backend::BuildOptions::default(),
-            ),
+            inner: Arc::new(Inner {
+                prepared: Mutex::new(HashMap::new()),
+                #[cfg(feature = "cuda")]
+                cuda: cuda::Devices::new(
+                    cudnn_graph::engines::PlanCache::in_memory(),
+                    cudnn_graph::backend::BuildOptions::default(),
+                ),
+            }),
         }
     }
 
@@ -149,13 +205,21 @@ impl Runner {
         cache: cudnn_graph::engines::PlanCache,
         options: cudnn_graph::backend::BuildOptions,
     ) -> Self {
-        Runner { prepared: Mutex::new(HashMap::new()), cuda: cuda::Devices::new(cache, options) }
+        Runner {
+            inner: Arc::new(Inner { prepared: Mutex::new(HashMap::new()), cuda: cuda::Devices::new(cache, options) }),
+        }
     }
 
     /// Runs `graph` on `inputs` (in the graph's input order) and returns its outputs (in its
     /// output order), on the inputs' device. See the crate docs for what each tensor must be.
+    /// The outputs have no backward op: [`Runner::run_with_backward`] gives one.
     pub fn run<G: GraphType>(&self, graph: &G, inputs: &[&Tensor]) -> candle_core::Result<Vec<Tensor>> {
-        let device = inputs.first().map_or(Device::Cpu, |t| t.device().clone());
+        self.run_storages(graph, inputs)?.into_tensors()
+    }
+
+    /// Runs `graph` on `inputs` and returns its outputs as candle storage.
+    pub(crate) fn run_storages<G: GraphType>(&self, graph: &G, inputs: &[&Tensor]) -> candle_core::Result<Outputs> {
+        let device = run_device(inputs);
         let key = device_key::<G>(&device)?;
         let prepared = self.prepared(graph, key, &device)?;
         let name = &prepared.graph.name;
@@ -168,9 +232,18 @@ impl Runner {
             }
             .into());
         }
+        // A host scalar on the device first: it would otherwise have chosen the device.
+        if let Some((port, tensor)) = prepared.inputs.iter().zip(inputs).find(|(p, t)| p.host && !t.device().is_cpu()) {
+            return Err(AdapterError::HostScalarDevice {
+                graph: name.clone(),
+                port: port.name.clone(),
+                found: format!("{:?}", tensor.device().location()),
+            }
+            .into());
+        }
         let mut offsets = Vec::with_capacity(inputs.len());
         for (port, tensor) in prepared.inputs.iter().zip(inputs) {
-            if !tensor.device().same_device(&device) {
+            if !port.host && !tensor.device().same_device(&device) {
                 return Err(AdapterError::Device {
                     graph: name.clone(),
                     port: port.name.clone(),
@@ -181,15 +254,16 @@ impl Runner {
             }
             offsets.push(port.check(name, tensor)?);
         }
-        match key {
-            DeviceKey::Cpu => cpu::run(&prepared, inputs, &offsets),
+        let storages = match key {
+            DeviceKey::Cpu => cpu::run(&prepared, inputs, &offsets)?,
             #[cfg(feature = "cuda")]
-            DeviceKey::Cuda(_) => self.cuda.run(&prepared, &device, inputs, &offsets),
-        }
+            DeviceKey::Cuda(_) => self.inner.cuda.run(&prepared, &device, inputs, &offsets)?,
+        };
+        Ok(Outputs { prepared, storages })
     }
 
     /// The prepared graph for `graph` on `key`, made on first use.
-    fn prepared<G: GraphType>(
+    pub(crate) fn prepared<G: GraphType>(
         &self,
         graph: &G,
         key: DeviceKey,
@@ -197,6 +271,7 @@ impl Runner {
     ) -> Result<Arc<Prepared>, AdapterError> {
         // The entry for `TypeId::of::<G>()` is only ever a `PerType<G>`.
         let found = self
+            .inner
             .prepared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -208,7 +283,7 @@ impl Runner {
         }
         // Made without the lock held: planning takes a while, and other graphs may run meanwhile.
         let made = Arc::new(self.prepare(graph, device)?);
-        let mut map = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.inner.prepared.lock().unwrap_or_else(PoisonError::into_inner);
         let per_type = map.entry(TypeId::of::<G>()).or_insert_with(|| Box::new(PerType::<G>::new()));
         match per_type.downcast_mut::<PerType<G>>() {
             Some(m) => Ok(m.entry((*graph, key)).or_insert(made).clone()),
@@ -222,7 +297,7 @@ impl Runner {
         let output_orders = outputs.iter().map(|p| p.packed_order(&ir.name)).collect::<Result<_, _>>()?;
         #[cfg(feature = "cuda")]
         let plan = match device {
-            Device::Cuda(cuda) => Some(self.cuda.plan(graph, &ir, cuda)?),
+            Device::Cuda(cuda) => Some(self.inner.cuda.plan(graph, &ir, cuda)?),
             _ => None,
         };
         #[cfg(not(feature = "cuda"))]
@@ -237,3 +312,8 @@ impl Runner {
         })
     }
 }
+
+/// The Rust examples of `docs/frameworks.md`, compiled and run as this crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/frameworks.md")]
+pub struct FrameworksDoc;

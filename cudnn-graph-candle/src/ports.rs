@@ -16,6 +16,8 @@ pub(crate) struct Port {
     pub(crate) strides: Vec<i64>,
     /// Elements from the first to one past the last (`Tensor::storage_len`).
     pub(crate) span: usize,
+    /// A host scalar (`eps: f32[1, 1] host`): one value, given as a CPU tensor whatever the device.
+    pub(crate) host: bool,
 }
 
 /// candle's element type for a graph element type, where candle has one.
@@ -48,6 +50,7 @@ pub(crate) fn ports(graph: &Graph) -> Result<(Vec<Port>, Vec<Port>), AdapterErro
             dims: t.dims.clone(),
             strides: t.strides.clone(),
             span: t.storage_len(),
+            host: t.host_scalar,
         })
     };
     let inputs = graph.inputs().into_iter().map(port).collect::<Result<_, _>>()?;
@@ -57,11 +60,23 @@ pub(crate) fn ports(graph: &Graph) -> Result<(Vec<Port>, Vec<Port>), AdapterErro
 
 impl Port {
     /// Checks `tensor` against the port: dims, element type, strides (those of extent-1 dims do
-    /// not matter). Returns the tensor's first element's offset in its storage.
+    /// not matter). A host scalar takes a tensor of one element, of any rank (`Tensor::new(1e-5f32,
+    /// &Device::Cpu)` or the port's `[1, 1]`). Returns the tensor's first element's offset in its
+    /// storage.
     pub(crate) fn check(&self, graph: &str, tensor: &Tensor) -> Result<usize, AdapterError> {
         let layout = tensor.layout();
-        let dims_match = layout.dims().len() == self.dims.len()
-            && layout.dims().iter().zip(&self.dims).all(|(&d, &p)| d as i64 == p);
+        let dims_match = if self.host {
+            layout.shape().elem_count() == 1
+        } else {
+            layout.dims().len() == self.dims.len() && layout.dims().iter().zip(&self.dims).all(|(&d, &p)| d as i64 == p)
+        };
+        if !dims_match && self.host {
+            return Err(AdapterError::HostScalarShape {
+                graph: graph.to_string(),
+                port: self.name.clone(),
+                found: layout.dims().to_vec(),
+            });
+        }
         if !dims_match {
             return Err(AdapterError::Shape {
                 graph: graph.to_string(),
@@ -78,7 +93,7 @@ impl Port {
                 found: tensor.dtype(),
             });
         }
-        if !self.same_strides(layout) {
+        if !self.host && !self.same_strides(layout) {
             return Err(AdapterError::Layout {
                 graph: graph.to_string(),
                 port: self.name.clone(),
@@ -158,6 +173,7 @@ mod tests {
             dims: dims.to_vec(),
             strides: strides.to_vec(),
             span: 0,
+            host: false,
         }
     }
 

@@ -12,7 +12,10 @@ mod layer;
 
 use cudnn_graph::backend::{BuildOptions, Cudnn, CudnnError, ExecutionPlan};
 use cudnn_graph::GraphType;
-use layer::{Attention, Config, ProjResidual, Qkv, SwiGlu};
+use layer::{
+    Attention, AttentionTrain, AttentionTrainBackward, Config, Proj, ProjBackward, ProjResidual, ProjResidualBackward,
+    Qkv, RmsNormTrain, RmsNormTrainBackward, SwiGlu, SwiGluTrain, SwiGluTrainBackward,
+};
 
 const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
 
@@ -54,4 +57,28 @@ fn the_layers_graphs_plan_for_the_h200_at_the_benchmark_sizes() {
         let swiglu = plan(&cudnn, SwiGlu::new(t, e, f));
         assert!(swiglu <= 2, "SwiGLU: two GEMMs with the activation in their epilogues, {swiglu} kernels");
     }
+}
+
+#[test]
+fn the_training_graphs_and_their_backward_graphs_plan_for_the_h200() {
+    let Some(cudnn) = deviceless() else { return };
+    let cfg = Config::LLAMA3_8B;
+    let (e, h, hkv, d, f) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim(), cfg.intermediate);
+    let (b, s) = (1, 4096);
+    let t = b * s;
+    let parts = [
+        ("rmsnorm", plan(&cudnn, RmsNormTrain::new(t, e))),
+        ("rmsnorm backward", plan(&cudnn, RmsNormTrainBackward::new(t, e))),
+        ("projection", plan(&cudnn, Proj::new(t, e, h * d))),
+        ("projection backward", plan(&cudnn, ProjBackward::new(t, e, h * d))),
+        ("projection + residual backward", plan(&cudnn, ProjResidualBackward::new(t, f, e))),
+        ("attention", plan(&cudnn, AttentionTrain::new(b, h, hkv, s, d))),
+        ("attention backward", plan(&cudnn, AttentionTrainBackward::new(b, h, hkv, s, d))),
+        ("swiglu", plan(&cudnn, SwiGluTrain::new(t, e, f))),
+        ("swiglu backward", plan(&cudnn, SwiGluTrainBackward::new(t, e, f))),
+    ];
+    println!("{parts:?}");
+    let get = |name: &str| parts.iter().find(|(n, _)| *n == name).map(|(_, k)| *k);
+    assert_eq!(get("attention"), Some(1), "one attention kernel");
+    assert_eq!(get("attention backward"), Some(1), "one attention backward kernel");
 }

@@ -1,7 +1,8 @@
 //! The Llama layer of `examples/llama/layer.rs` on a GPU (feature `cuda`): attention and GEMM
 //! epilogues as cuDNN graphs on candle's CUDA tensors, against candle's own CUDA implementation,
 //! at Llama 3 8B's sizes (prefill of 2 × 128 tokens, then a decode step after 300 cached
-//! positions). Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
+//! positions), and the gradients of a prefill's loss through the training graphs' backward graphs
+//! against candle's CUDA autograd of the same layer in f32. Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 //! candle-core links libcuda (cudarc `dynamic-linking`), so this binary needs a libcuda.so.1 to
 //! start at all.
 
@@ -12,7 +13,7 @@
 #[allow(dead_code)]
 mod layer;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 use cudnn_graph_candle::Runner;
 use layer::{random, Config, Layer};
 
@@ -61,4 +62,41 @@ fn gpu_llama_layer_matches_candle() {
     let d = relative_difference(&got, &want);
     println!("decode after {past}: relative difference {d:.2e}");
     assert!(d < 3e-2, "decode: relative difference {d}");
+}
+
+#[test]
+fn gpu_llama_layer_gradients_match_candle() {
+    let Some(device) = gpu() else { return };
+    let cfg = Config::LLAMA3_8B;
+    let layer = Layer::random(cfg, &device, 4).unwrap();
+    let runner = Runner::new();
+    let (b, s) = (1, 256);
+    let x = random(&[b, s, cfg.hidden], 1.0, 8, &device).unwrap();
+    let (cos, sin) = layer.rope_tables(0, s, &device).unwrap();
+    let r = random(&[b, s, cfg.hidden], 1.0, 9, &device).unwrap().to_dtype(DType::F32).unwrap();
+    let loss = |y: &Tensor| (y.to_dtype(DType::F32).unwrap() * &r).unwrap().sum_all().unwrap();
+
+    let (graphs, graph_weights) = layer.trainable(DType::BF16).unwrap();
+    let xg = Var::from_tensor(&x).unwrap();
+    let y = graphs.forward_graphs_training(&runner, &xg, &cos, &sin).unwrap();
+    let got = loss(&y).backward().unwrap();
+
+    let (candle, candle_weights) = layer.trainable(DType::F32).unwrap();
+    let xc = Var::from_tensor(&x.to_dtype(DType::F32).unwrap()).unwrap();
+    let (cos32, sin32) = (cos.to_dtype(DType::F32).unwrap(), sin.to_dtype(DType::F32).unwrap());
+    let want_y = candle.forward_candle_training(&xc, &cos32, &sin32).unwrap();
+    let want = loss(&want_y).backward().unwrap();
+
+    let d = relative_difference(&y, &want_y);
+    println!("training prefill [{b}, {s}]: output relative difference {d:.2e}");
+    assert!(d < 3e-2, "output: relative difference {d}");
+    let mut named = vec![("x", got.get(&xg).unwrap().clone(), want.get(&xc).unwrap().clone())];
+    for ((name, g), (_, c)) in graph_weights.iter().zip(&candle_weights) {
+        named.push((name, got.get(g).unwrap().clone(), want.get(c).unwrap().clone()));
+    }
+    for (name, got, want) in named {
+        let d = relative_difference(&got, &want);
+        println!("d_{name}: relative difference {d:.2e}");
+        assert!(d < 5e-2, "d_{name}: relative difference {d}");
+    }
 }

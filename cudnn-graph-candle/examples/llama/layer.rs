@@ -5,17 +5,26 @@
 //! [`Layer::forward_graphs`], where the projections with their epilogues and the attention are
 //! cudnn-graph types run through [`Runner`]. RMSNorm and the rotary embedding are candle's in both.
 //!
+//! For training, [`Layer::forward_graphs_training`] runs RMSNorm, the projections, the attention
+//! and the SwiGLU MLP as graph types with backward graphs ([`Differentiable`]) through
+//! [`Runner::run_with_backward`], so `loss.backward()` computes their gradients with cudnn-graph's
+//! backward graphs; [`Layer::forward_candle_training`] is the same layer in differentiable candle
+//! ops (candle's fused `rms_norm`, `rope` and `softmax_last_dim` have no backward). The rotary
+//! embedding is candle's `rope_slow` in both.
+//!
 //! Shared by `examples/llama_layer.rs`, `examples/llama_bench.rs` and the crate's tests.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
+use candle_core::Var;
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::ops::{rms_norm, softmax_last_dim};
-use candle_nn::rotary_emb::{rope, rope_thd};
+use candle_nn::ops::{rms_norm_slow, silu, softmax};
+use candle_nn::rotary_emb::{rope, rope_slow, rope_thd};
 use candle_nn::Linear;
 use cudnn_graph::graph;
-use cudnn_graph_candle::Runner;
+use cudnn_graph_candle::{Differentiable, Runner};
 
 graph! {
     /// The Q, K and V projections of `x` (weights in candle's `[out, in]` layout, seen as
@@ -59,6 +68,131 @@ graph! {
         wu: bf16[1, E, F] order [0, 2, 1],
     ) -> (h: bf16[1, T, F]) {
         h = mul(swish(matmul(x, wg)), matmul(x, wu));
+    }
+}
+
+graph! {
+    /// RMSNorm for training over `[T, E]` rows: the inverse RMS kept for the backward, epsilon
+    /// given at run time.
+    pub RmsNormTrain<dyn T, dyn E>(x: bf16[T, E], scale: bf16[1, E], eps: f32[1, 1] host)
+        -> (y: bf16[T, E], inv_var: f32[T, 1])
+    {
+        (y, inv_var) = rmsnorm(x, scale, eps, phase = training);
+    }
+
+    /// Its gradients.
+    pub RmsNormTrainBackward<dyn T, dyn E>(d_y: bf16[T, E], x: bf16[T, E], scale: bf16[1, E], inv_var: f32[T, 1])
+        -> (d_x: bf16[T, E], d_scale: bf16[1, E])
+    {
+        (d_x, d_scale) = rmsnorm_backward(d_y, x, scale, inv_var);
+    }
+
+    /// A projection `y = x · wᵀ` (`w` in candle's `[out, in]` layout).
+    pub Proj<dyn T, dyn IN, dyn OUT>(x: bf16[1, T, IN], w: bf16[1, IN, OUT] order [0, 2, 1]) -> (y: bf16[1, T, OUT]) {
+        y = matmul(x, w);
+    }
+
+    /// Its gradients.
+    pub ProjBackward<dyn T, dyn IN, dyn OUT>(x: bf16[1, T, IN], w: bf16[1, IN, OUT] order [0, 2, 1], d_y: bf16[1, T, OUT])
+        -> (d_x: bf16[1, T, IN], d_w: bf16[1, IN, OUT])
+    {
+        d_x = matmul(d_y, transpose(w, permutation = [0, 2, 1]));
+        d_w = matmul(transpose(x, permutation = [0, 2, 1]), d_y);
+    }
+
+    /// `ProjResidual`'s gradients.
+    pub ProjResidualBackward<dyn T, dyn IN, dyn OUT>(
+        x: bf16[1, T, IN],
+        w: bf16[1, IN, OUT] order [0, 2, 1],
+        d_y: bf16[1, T, OUT],
+    ) -> (d_x: bf16[1, T, IN], d_w: bf16[1, IN, OUT], d_r: bf16[1, T, OUT]) {
+        d_x = matmul(d_y, transpose(w, permutation = [0, 2, 1]));
+        d_w = matmul(transpose(x, permutation = [0, 2, 1]), d_y);
+        d_r = identity(d_y);
+    }
+
+    /// Causal grouped-query attention for training (queries and keys aligned: a prefill), with
+    /// the softmax statistics.
+    pub AttentionTrain<dyn B, dyn H, dyn HKV, dyn S, dyn DH>(
+        q: bf16[B, H, S, DH],
+        k: bf16[B, HKV, S, DH],
+        v: bf16[B, HKV, S, DH],
+    ) -> (o: bf16[B, H, S, DH], stats: f32[B, H, S, 1]) {
+        (o, stats) = sdpa(q, k, v, causal = true, training = true);
+    }
+
+    /// Its gradients.
+    pub AttentionTrainBackward<dyn B, dyn H, dyn HKV, dyn S, dyn DH>(
+        q: bf16[B, H, S, DH],
+        k: bf16[B, HKV, S, DH],
+        v: bf16[B, HKV, S, DH],
+        o: bf16[B, H, S, DH],
+        d_o: bf16[B, H, S, DH],
+        stats: f32[B, H, S, 1],
+    ) -> (d_q: bf16[B, H, S, DH], d_k: bf16[B, HKV, S, DH], d_v: bf16[B, HKV, S, DH]) {
+        (d_q, d_k, d_v) = sdpa_backward(q, k, v, o, d_o, stats, causal = true);
+    }
+
+    /// SwiGLU's first half for training: the two projections kept for the backward.
+    pub SwiGluTrain<dyn T, dyn E, dyn F>(
+        x: bf16[1, T, E],
+        wg: bf16[1, E, F] order [0, 2, 1],
+        wu: bf16[1, E, F] order [0, 2, 1],
+    ) -> (g: bf16[1, T, F], u: bf16[1, T, F], h: bf16[1, T, F]) {
+        g = matmul(x, wg);
+        u = matmul(x, wu);
+        h = mul(swish(g), u);
+    }
+
+    /// Its gradients.
+    pub SwiGluTrainBackward<dyn T, dyn E, dyn F>(
+        x: bf16[1, T, E],
+        wg: bf16[1, E, F] order [0, 2, 1],
+        wu: bf16[1, E, F] order [0, 2, 1],
+        g: bf16[1, T, F],
+        u: bf16[1, T, F],
+        d_h: bf16[1, T, F],
+    ) -> (d_x: bf16[1, T, E], d_wg: bf16[1, E, F], d_wu: bf16[1, E, F]) {
+        let dg = swish_bwd(mul(d_h, u), g);
+        let du = mul(d_h, swish(g));
+        d_x = add(matmul(dg, transpose(wg, permutation = [0, 2, 1])), matmul(du, transpose(wu, permutation = [0, 2, 1])));
+        d_wg = matmul(transpose(x, permutation = [0, 2, 1]), dg);
+        d_wu = matmul(transpose(x, permutation = [0, 2, 1]), du);
+    }
+}
+
+impl Differentiable for RmsNormTrain {
+    type Backward = RmsNormTrainBackward;
+    fn backward(&self) -> RmsNormTrainBackward {
+        RmsNormTrainBackward::new(self.T, self.E)
+    }
+}
+
+impl Differentiable for Proj {
+    type Backward = ProjBackward;
+    fn backward(&self) -> ProjBackward {
+        ProjBackward::new(self.T, self.IN, self.OUT)
+    }
+}
+
+impl Differentiable for ProjResidual {
+    type Backward = ProjResidualBackward;
+    fn backward(&self) -> ProjResidualBackward {
+        ProjResidualBackward::new(self.T, self.IN, self.OUT)
+    }
+}
+
+impl Differentiable for AttentionTrain {
+    type Backward = AttentionTrainBackward;
+    fn backward(&self) -> AttentionTrainBackward {
+        AttentionTrainBackward::new(self.B, self.H, self.HKV, self.S, self.DH)
+    }
+}
+
+impl Differentiable for SwiGluTrain {
+    type Backward = SwiGluTrainBackward;
+    fn backward(&self) -> SwiGluTrainBackward {
+        SwiGluTrainBackward::new(self.T, self.E, self.F)
     }
 }
 
@@ -234,6 +368,95 @@ impl Layer {
         let n2 = rms_norm(&x1, &self.mlp_norm, self.cfg.eps)?;
         let [mlp] = outputs(runner.run(&SwiGlu::new(t, e, f), &[&n2, &as_port(&self.gate)?, &as_port(&self.up)?])?)?;
         let [y] = outputs(runner.run(&ProjResidual::new(t, f, e), &[&mlp, &as_port(&self.down)?, &x1])?)?;
+        y.reshape((b, s, e))
+    }
+}
+
+/// A layer's weights as new variables: each weight's name and its [`Var`].
+pub type Weights = Vec<(&'static str, Var)>;
+
+impl Layer {
+    /// A copy of the layer whose weights are new variables of `dtype` (gradients are taken with
+    /// respect to them), and those variables by name.
+    pub fn trainable(&self, dtype: DType) -> Result<(Layer, Weights)> {
+        let mut weights = Vec::new();
+        let mut var = |name: &'static str, t: &Tensor| -> Result<Tensor> {
+            let v = Var::from_tensor(&t.to_dtype(dtype)?)?;
+            let t = v.as_tensor().clone();
+            weights.push((name, v));
+            Ok(t)
+        };
+        let linear = |v: Tensor| Linear::new(v, None);
+        let layer = Layer {
+            cfg: self.cfg,
+            attn_norm: var("attn_norm", &self.attn_norm)?,
+            mlp_norm: var("mlp_norm", &self.mlp_norm)?,
+            q: linear(var("q", self.q.weight())?),
+            k: linear(var("k", self.k.weight())?),
+            v: linear(var("v", self.v.weight())?),
+            o: linear(var("o", self.o.weight())?),
+            gate: linear(var("gate", self.gate.weight())?),
+            up: linear(var("up", self.up.weight())?),
+            down: linear(var("down", self.down.weight())?),
+            masks: Mutex::new(HashMap::new()),
+        };
+        Ok((layer, weights))
+    }
+
+    /// candle's layer for training, a prefill of `x` `[B, S, E]` (no cache), in differentiable
+    /// candle ops, in the layer's element type.
+    pub fn forward_candle_training(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let (b, s, e) = x.dims3()?;
+        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
+        let n = rms_norm_slow(x, &self.attn_norm, self.cfg.eps)?;
+        let q = self.q.forward(&n)?.reshape((b, s, h, d))?.transpose(1, 2)?.contiguous()?;
+        let k = self.k.forward(&n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?.contiguous()?;
+        let v = self.v.forward(&n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?.contiguous()?;
+        let (q, k) = (rope_slow(&q, cos, sin)?, rope_slow(&k, cos, sin)?);
+        let (k, v) = (repeat_kv(&k, h / hkv)?, repeat_kv(&v, h / hkv)?);
+        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+        let attn = softmax(&self.masked(&scores, 0)?, D::Minus1)?.matmul(&v)?;
+        let x1 = (self.o.forward(&attn.transpose(1, 2)?.reshape((b, s, e))?)? + x)?;
+        let n2 = rms_norm_slow(&x1, &self.mlp_norm, self.cfg.eps)?;
+        let mlp = (silu(&self.gate.forward(&n2)?)? * self.up.forward(&n2)?)?;
+        self.down.forward(&mlp)? + x1
+    }
+
+    /// The same with cudnn-graph types that have backward graphs (bf16 weights): RMSNorm, the
+    /// projections, the attention and the SwiGLU MLP with their epilogues run through
+    /// [`Runner::run_with_backward`]; the rotary embedding is candle's `rope_slow`.
+    pub fn forward_graphs_training(&self, runner: &Runner, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let (b, s, e) = x.dims3()?;
+        let (h, hkv, d, f) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim(), self.cfg.intermediate);
+        let t = b * s;
+        let eps = Tensor::new(self.cfg.eps, &Device::Cpu)?;
+        let norm = |x: &Tensor, scale: &Tensor| -> Result<Tensor> {
+            let [y, _inv_var] =
+                outputs(runner.run_with_backward(
+                    &RmsNormTrain::new(t, e),
+                    &[&x.reshape((t, e))?, &scale.reshape((1, e))?, &eps],
+                )?)?;
+            y.reshape((1, t, e))
+        };
+        let proj = |x: &Tensor, w: &Linear, out: usize| -> Result<Tensor> {
+            let [y] = outputs(runner.run_with_backward(&Proj::new(t, e, out), &[x, &as_port(w)?])?)?;
+            Ok(y)
+        };
+        let n = norm(x, &self.attn_norm)?;
+        let heads = |y: Tensor, heads: usize| y.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous();
+        let q = rope_slow(&heads(proj(&n, &self.q, h * d)?, h)?, cos, sin)?;
+        let k = rope_slow(&heads(proj(&n, &self.k, hkv * d)?, hkv)?, cos, sin)?;
+        let v = heads(proj(&n, &self.v, hkv * d)?, hkv)?;
+        let [o, _stats] = outputs(runner.run_with_backward(&AttentionTrain::new(b, h, hkv, s, d), &[&q, &k, &v])?)?;
+        let o = o.transpose(1, 2)?.reshape((1, t, e))?;
+        let [x1] = outputs(
+            runner.run_with_backward(&ProjResidual::new(t, e, e), &[&o, &as_port(&self.o)?, &x.reshape((1, t, e))?])?,
+        )?;
+        let n2 = norm(&x1, &self.mlp_norm)?;
+        let [_g, _u, mlp] = outputs(
+            runner.run_with_backward(&SwiGluTrain::new(t, e, f), &[&n2, &as_port(&self.gate)?, &as_port(&self.up)?])?,
+        )?;
+        let [y] = outputs(runner.run_with_backward(&ProjResidual::new(t, f, e), &[&mlp, &as_port(&self.down)?, &x1])?)?;
         y.reshape((b, s, e))
     }
 }
