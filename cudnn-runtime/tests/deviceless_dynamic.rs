@@ -6,10 +6,11 @@
 //! structure's engine, no heuristics).
 //!
 //! Measured here (2 shared cores, debug build; the build of a first shape compiles its kernels):
-//! matmul + bias + relu, layer norm and attention forward plan dynamic-shape, and a new shape's
-//! plan finalize drops from 1.2–1.5 s to 15–80 µs (layer norm 17–35 ms); attention backward and
-//! graphs of pointwise ops alone get no engine from cuDNN 9.19 as dynamic-shape graphs, and are
-//! planned as ordinary ones.
+//! matmul + bias + relu and layer norm plan dynamic-shape, and a new shape's plan finalize drops
+//! from 1.2–1.5 s to 15–80 µs (layer norm 17–35 ms); attention backward and graphs of pointwise
+//! ops alone get no engine from cuDNN 9.19 as dynamic-shape graphs, and are planned as ordinary
+//! ones. Attention forward gets one, but on the H200 its plan at a second shape ran the first
+//! shape's kernel (tests/gpu_dynamic.rs, 2026-12-05): attention is never planned dynamic-shape.
 //!
 //! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
@@ -108,11 +109,8 @@ fn build(cudnn: &Cudnn, what: &str, graph: &Graph, options: &BuildOptions) -> Ex
 fn new_shapes_of_a_structure_find_their_kernels_in_the_shared_cache() {
     let Some(cudnn) = common::deviceless() else { return };
     type Family = (&'static str, fn(i64) -> Graph, [i64; 3]);
-    let families: [Family; 3] = [
-        ("matmul+bias+relu", matmul_bias_relu, [64, 128, 192]),
-        ("layernorm", layernorm, [256, 512, 1024]),
-        ("sdpa forward", sdpa, [256, 512, 1024]),
-    ];
+    let families: [Family; 2] =
+        [("matmul+bias+relu", matmul_bias_relu, [64, 128, 192]), ("layernorm", layernorm, [256, 512, 1024])];
     for (what, graph, shapes) in families {
         let kernels = KernelCache::new();
         let options = BuildOptions::default().dynamic_shapes(kernels.clone());
@@ -140,13 +138,20 @@ fn new_shapes_of_a_structure_find_their_kernels_in_the_shared_cache() {
 #[test]
 fn graphs_cudnn_plans_only_as_ordinary_ones_fall_back() {
     let Some(cudnn) = common::deviceless() else { return };
-    let cases = [("add+relu", add_relu(64)), ("sdpa backward", sdpa_backward(256)), ("two matmuls", two_matmuls(64))];
+    let cases = [
+        ("add+relu", add_relu(64)),
+        ("sdpa forward", sdpa(256)),
+        ("sdpa backward", sdpa_backward(256)),
+        ("two matmuls", two_matmuls(64)),
+    ];
     for (what, graph) in cases {
         let kernels = KernelCache::new();
         let options = BuildOptions::default().dynamic_shapes(kernels.clone());
         let plan = build(&cudnn, what, &graph, &options);
-        // cuDNN 9.19 proposes no engine for the first two as dynamic-shape graphs; the parts of a
-        // partitioned plan are planned without the kernel cache, which serves one structure.
+        // cuDNN 9.19 proposes no engine for pointwise ops alone or attention backward as
+        // dynamic-shape graphs, attention forward is refused by its family (its cached kernel runs
+        // at the shape it was compiled for); the parts of a partitioned plan are planned without
+        // the kernel cache, which serves one structure.
         assert!(!plan.is_dynamic_shape(), "{what}");
         assert_eq!(plan.parts().len(), if what == "two matmuls" { 2 } else { 1 }, "{what}");
         assert_eq!(kernels.uses(), 0, "{what}");

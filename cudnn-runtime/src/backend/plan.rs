@@ -824,7 +824,8 @@ impl PlanPart {
     /// Lowers, plans and builds `graph` (validated by the caller) as one kernel. With
     /// [`BuildOptions::kernel_cache`], as a dynamic-shape operation graph whose plans use the
     /// cache; where cuDNN plans no such graph (cuDNN 9.19 proposes no engine for a dynamic-shape
-    /// graph of pointwise ops alone, nor for attention backward), as an ordinary one
+    /// graph of pointwise ops alone, nor for attention backward), or where an op's family refuses
+    /// one (`OpFamily::dynamic_shape_refusal`: attention), as an ordinary one
     /// ([`PlanPart::is_dynamic_shape`] says which).
     fn build(
         cudnn: &Cudnn,
@@ -836,6 +837,10 @@ impl PlanPart {
         let Some(kernels) = &options.kernel_cache else {
             return Self::build_with(cudnn, graph, nodes, cut, options, None);
         };
+        if let Some((node, reason)) = graph.nodes.iter().find_map(|n| Some((&n.name, n.op.dynamic_shape_refusal()?))) {
+            tracing::debug!(%node, reason, "planned for its one shape: no dynamic-shape operation graph may hold it");
+            return Self::build_with(cudnn, graph, nodes, cut, options, None);
+        }
         match Self::build_with(cudnn, graph.clone(), nodes.clone(), cut.clone(), options, Some(kernels)) {
             Err(BackendError::NoPlan { candidates, .. }) => {
                 tracing::debug!(

@@ -85,6 +85,13 @@ pub(crate) trait OpFamily: Sized {
     /// patterns).
     fn fusion(&self) -> FusionRule;
 
+    /// Why a dynamic-shape operation graph (kernels compiled once, reused at every shape) must not
+    /// hold this op, where it must not: the backend plans a part holding it as an ordinary,
+    /// shape-specialized graph instead. Most ops reuse their kernels correctly.
+    fn dynamic_shape_refusal(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The cudnn-frontend tags its nodes have (`MATMUL`, `CONV_FPROP`, ...).
     const TAGS: &'static [&'static str];
 

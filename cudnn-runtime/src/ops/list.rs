@@ -232,6 +232,14 @@ macro_rules! families {
                 }
             }
 
+            /// Why a dynamic-shape operation graph must not hold this op, where it must not (the
+            /// backend then plans the part holding it for its one shape).
+            pub fn dynamic_shape_refusal(&self) -> Option<&'static str> {
+                match self {
+                    $( Op::$name(op) => OpFamily::dynamic_shape_refusal(op), )*
+                }
+            }
+
             /// The node's cuDNN operation descriptors (the backend's graph lowering calls it per
             /// node).
             #[cfg(feature = "cudnn")]
