@@ -3,9 +3,11 @@
 //! a pointwise op; a convolution's output concatenated with an input in place (cudnn-frontend's
 //! "Convolution fprop concatenate"); each compared with the CPU reference. The concatenations
 //! cuDNN 9.19 computes wrongly are shown to stop at the `concat.fused_in_place` support rule.
-//! Views that are graph outputs (a slice, a transpose, a slice of a matmul): each port is
-//! packed row-major as declared, written by a pointwise identity copy from the view bound into
-//! X's memory, and must equal the reference in exactly its element count.
+//! Views that are graph outputs (a slice, a transpose, a slice of a matmul): each port is laid
+//! out as declared, written by a pointwise identity copy from the view bound into X's memory,
+//! and must equal the reference in exactly its element count (a transpose into a port of
+//! another axis order is refused: cuDNN 9.19 computed that copy wrongly here). The transpose of
+//! an input read by a matmul is the input bound column-major.
 //!
 //! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
@@ -34,9 +36,17 @@ graph! {
         y = slice(x, start = [0, 0, 16], limit = [2, 64, 48]);
     }
 
-    /// `x` rotated, as the output: packed row-major `[32, 8, 16]`, not `x`'s strides permuted.
-    pub RotateOut(x: f16[8, 16, 32]) -> (y: f16[32, 8, 16]) {
+    /// `x` rotated, as the output in `x`'s memory order (declared): the copy reads and writes
+    /// in one axis order. Into a packed port it is refused (rule `pointwise.axis_order`: cuDNN
+    /// 9.19 wrote wrong values for that copy here, relative error 1.41).
+    pub RotateOut(x: f16[8, 16, 32]) -> (y: f16[32, 8, 16] order [1, 2, 0]) {
         y = transpose(x, permutation = [2, 0, 1]);
+    }
+
+    /// A weight gradient, `xᵀ · dh`: the transpose of a graph input read by a matmul is that
+    /// input described column-major, no operation.
+    pub TransposeMatmul(x: f16[1, 128, 256], dh: f16[1, 128, 64]) -> (d_w: f16[1, 256, 64]) {
+        d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
     }
 
     /// Columns 16..48 of a matmul, as the output: two parts (the matmul writes its product to
@@ -229,8 +239,20 @@ fn gpu_view_outputs_are_packed_copies() {
     let mut y_d = poisoned::<f16>(&stream, want.y.len());
     let mut ws = workspace(&stream, plan.workspace_size());
     plan.execute(&cudnn, RotateOutArgs { x: &x_d, y: &mut y_d }, Some(&mut ws)).unwrap();
-    let case = format!("transpose [2, 0, 1] as the output f16, engine {}", plan.plan().selected().tag());
+    let case = format!("transpose [2, 0, 1] as the output f16 in x's order, engine {}", plan.plan().selected().tag());
     check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
+
+    let x = uniform::<f16>(9, 128 * 256, -1.0, 1.0);
+    let dh = uniform::<f16>(10, 128 * 64, -1.0, 1.0);
+    let g = TransposeMatmul::new();
+    let want = g.reference(TransposeMatmulInputs { x: &x, dh: &dh }).unwrap();
+    let plan = g.build(&cudnn, &opts).unwrap();
+    let (x_d, dh_d) = (upload(&stream, &x), upload(&stream, &dh));
+    let mut d_w = poisoned::<f16>(&stream, want.d_w.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, TransposeMatmulArgs { x: &x_d, dh: &dh_d, d_w: &mut d_w }, Some(&mut ws)).unwrap();
+    let case = format!("matmul of a transposed input f16, engine {}", plan.plan().selected().tag());
+    check(&case, "d_w", &stream.clone_dtoh(&d_w).unwrap(), &want.d_w);
 
     let a = uniform::<f16>(7, 2 * 64 * 64, -1.0, 1.0);
     let b = uniform::<f16>(8, 64 * 64, -0.25, 0.25);

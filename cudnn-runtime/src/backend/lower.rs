@@ -9,10 +9,10 @@ use sys::cudnnBackendDescriptorType_t as K;
 
 use super::BackendError;
 use crate::cudnn::{
-    padded_layout, Binding, Cudnn, Descriptor, Internals, Label, NodeCx, Port, Record, ALIGNMENT, MAX_RANK,
+    padded_layout, Binding, Cudnn, CudnnError, Descriptor, Internals, Label, NodeCx, Port, Record, ALIGNMENT, MAX_RANK,
 };
 use crate::ir::{Graph, Node, Tensor, TensorId};
-use crate::ops::{Layout, Op, Pointwise, PointwiseMode};
+use crate::ops::{FusionRule, Layout, Op, Pointwise, PointwiseMode};
 use crate::DataType;
 
 /// A finalized operation graph and every descriptor it was built from (kept alive with it).
@@ -35,7 +35,10 @@ pub(crate) struct LoweredGraph {
 ///   view: V, Y's dims with the view's strides, is bound to X's address plus the offset, and a
 ///   pointwise identity writes Y. X must be in memory, a graph input (or what an earlier part
 ///   wrote);
-/// - a reshape or transpose feeding another op is a reshape operation (`ops::layout::lower`).
+/// - a reshape or transpose of a graph input read only by matmuls is no operation either: its Y,
+///   with the view's strides, is bound to X's address;
+/// - any other reshape or transpose feeding another op is a reshape operation
+///   (`ops::layout::lower`).
 fn views(graph: &Graph, next_uid: &mut i64) -> Result<(Internals, Vec<Option<Tensor>>), BackendError> {
     let mut out = Internals::default();
     let mut copies: Vec<Option<Tensor>> = vec![None; graph.nodes.len()];
@@ -50,7 +53,18 @@ fn views(graph: &Graph, next_uid: &mut i64) -> Result<(Internals, Vec<Option<Ten
         let (Some(&x_id), Some(&y_id)) = (node.inputs.first(), node.outputs.first()) else { continue };
         let (x, y) = (graph.tensor(x_id), graph.tensor(y_id));
         let slice = matches!(layout, Layout::Slice { .. });
-        if !node.op.is_view() || (y.is_virtual && !slice) {
+        let computed = graph.nodes.iter().any(|m| m.outputs.contains(&x_id));
+        // A reshape or transpose of a graph input that only matmuls read is that input described
+        // again (its view strides), as cuDNN's matmul takes any strides: its engines take no
+        // reshape operation before them (a matmul of `transpose(w)` got no engine).
+        let matmul_view = !slice
+            && y.is_virtual
+            && !x.is_virtual
+            && !computed
+            && !x.is_by_value()
+            && layout.view_strides(&x.dims, &x.strides, &y.dims).ok().as_ref() == Some(&y.strides)
+            && graph.nodes.iter().filter(|m| m.inputs.contains(&y_id)).all(|m| matches!(m.op, Op::Matmul(_)));
+        if !node.op.is_view() || (y.is_virtual && !slice && !matmul_view) {
             continue;
         }
         if x.is_by_value() {
@@ -62,7 +76,6 @@ fn views(graph: &Graph, next_uid: &mut i64) -> Result<(Internals, Vec<Option<Ten
                 ),
             ));
         }
-        let computed = graph.nodes.iter().any(|m| m.outputs.contains(&x_id));
         if x.is_virtual || computed {
             let reason = if y.is_virtual {
                 format!(
@@ -315,13 +328,67 @@ pub(crate) fn manifest(graph: &Graph, cudnn: &Cudnn) -> Result<Manifest, Backend
     Ok(manifest)
 }
 
+/// The axes of a tensor that address memory (extent above 1, stride not 0), outermost in memory
+/// first (ties in the order of the dims).
+fn memory_order(dims: &[i64], strides: &[i64]) -> Vec<usize> {
+    let mut axes: Vec<usize> = (0..dims.len()).filter(|&i| dims[i] > 1 && strides.get(i) != Some(&0)).collect();
+    axes.sort_by_key(|&i| std::cmp::Reverse(strides.get(i).copied().unwrap_or(0)));
+    axes
+}
+
+/// Rule `pointwise.axis_order`: a kernel of elementwise ops alone reads no input laid out in
+/// another axis order than the output it writes (a transposed view read elementwise), on the axes
+/// both address (a broadcast input is compared on its own axes). Measured on the H200 with cuDNN
+/// 9.19 (2026-12-05; `tests/gpu_ops_layout.rs`, and through cudnn-frontend alone
+/// `tests/frontend/probe_cudnn.py`): a pointwise identity from `x.permute(2, 0, 1)`'s strides into
+/// a packed output was planned (engine 1) and wrote neither the transpose nor a linear copy; the
+/// same copy described with the input row-major and the output strided got no engine. An anchor's
+/// fused epilogue (a convolution's channels-last output into an NCHW port) is the anchor engine's
+/// and is not concerned.
+fn check_axis_order(node: &Node, x: &Tensor, x_named: &str, y: &Tensor) -> Result<(), BackendError> {
+    if x.is_by_value() || x.dims.len() != y.dims.len() {
+        return Ok(());
+    }
+    let order = memory_order(&x.dims, &x.strides);
+    let shared: Vec<usize> = memory_order(&y.dims, &y.strides).into_iter().filter(|a| order.contains(a)).collect();
+    if order == shared {
+        return Ok(());
+    }
+    Err(CudnnError::SupportRule {
+        node: node.name.clone(),
+        op: node.op.call_name(),
+        rule: "pointwise.axis_order",
+        message: format!(
+            "{x_named} (strides {:?}) is read elementwise into `{}` (strides {:?}), laid out in another axis \
+             order; cuDNN 9.19's pointwise kernels wrote wrong values for such a copy on the H200: give `{}` the \
+             same order (`order [..]` on a graph output), or read the view with a matmul",
+            x.strides, y.name, y.strides, y.name
+        ),
+    }
+    .into())
+}
+
 fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendError> {
     let mut tensors: Vec<Option<Descriptor>> = std::iter::repeat_with(|| None).take(graph.tensors.len()).collect();
     let mut operations = Vec::with_capacity(graph.nodes.len());
     let mut parts = Vec::new();
     let mut next_uid = first_free_uid(graph);
     let (mut internals, copies) = views(graph, &mut next_uid)?;
+    // A kernel of elementwise ops alone: the pointwise engines, which rule `pointwise.axis_order`
+    // is about.
+    let elementwise = graph.nodes.iter().all(|n| matches!(n.op.fusion(), FusionRule::Elementwise | FusionRule::View));
     for (node, copy) in graph.nodes.iter().zip(&copies) {
+        if let Some(view) = copy {
+            let x = graph.tensor(node.inputs[0]);
+            check_axis_order(node, view, &format!("the view of `{}`", x.name), graph.tensor(node.outputs[0]))?;
+        } else if elementwise && matches!(node.op, Op::Pointwise(_)) {
+            for &y in &node.outputs {
+                for &x in &node.inputs {
+                    let x = graph.tensor(x);
+                    check_axis_order(node, x, &format!("`{}`", x.name), graph.tensor(y))?;
+                }
+            }
+        }
         if let Some(view) = copy {
             let copied = lower_view_copy(graph, node, view, &mut tensors, cudnn, &mut next_uid)?;
             operations.extend(copied.operations);
@@ -329,7 +396,8 @@ fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendE
             internals.extend(copied.internals);
             continue;
         }
-        if let Op::Layout(Layout::Slice { .. }) = node.op {
+        let y_uid = node.outputs.first().map(|&y| graph.tensor(y).uid);
+        if node.op.is_view() && internals.views.iter().any(|&(bound, _, _)| Some(bound) == y_uid) {
             // No operation: Y, described as a device tensor, is bound to X's address plus the
             // offset (`views`); X is described only where another op reads it.
             let y = graph.tensor(node.outputs[0]);
