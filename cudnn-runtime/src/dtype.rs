@@ -370,9 +370,13 @@ impl Fp8E4M3 {
         E4M3.decode(self.0)
     }
 
-    /// The nearest value, as cuDNN's kernels convert (PTX `cvt.rn.satfinite.e4m3x2.f32`, the
-    /// conversion Hopper has): round to nearest, ties to even; beyond ±448 (infinities included)
-    /// saturate to ±448; NaN is NaN (`0x7f`).
+    /// The nearest value, as cuDNN's fp8 GEMM and attention epilogues convert (PTX
+    /// `cvt.rn.satfinite.e4m3x2.f32`): round to nearest, ties to even; beyond ±448 (infinities
+    /// included) saturate to ±448; NaN is NaN (`0x7f`). A kernel of pointwise ops alone does not
+    /// saturate: on the H200 with cuDNN 9.19 (2026-12-05, `tests/gpu_fp8.rs`,
+    /// `tests/frontend/probe_cudnn.py`) a value rounding past 448 (from ±464) came out `0x7f`,
+    /// NaN, whatever its sign, while the matmul's epilogue wrote `0x7e`. Scale values into range
+    /// ([`scale_from_amax`](crate::fp8::scale_from_amax)) before a standalone conversion.
     pub fn from_f64(x: f64) -> Self {
         Fp8E4M3(E4M3.encode(x))
     }
@@ -387,9 +391,11 @@ impl Fp8E5M2 {
         E5M2.decode(self.0)
     }
 
-    /// The nearest finite value, as cuDNN's kernels convert (PTX `cvt.rn.satfinite.e5m2x2.f32`):
-    /// round to nearest, ties to even; beyond ±57344 (infinities included) saturate to ±57344;
-    /// NaN is NaN (`0x7f`).
+    /// The nearest finite value, as cuDNN's fp8 GEMM and attention epilogues convert (PTX
+    /// `cvt.rn.satfinite.e5m2x2.f32`): round to nearest, ties to even; beyond ±57344 (infinities
+    /// included) saturate to ±57344; NaN is NaN (`0x7f`). A kernel of pointwise ops alone does
+    /// not saturate (H200, cuDNN 9.19): from ±61440 it wrote ±infinity, and NaN for ±1e6 and
+    /// beyond.
     pub fn from_f64(x: f64) -> Self {
         Fp8E5M2(E5M2.encode(x))
     }
