@@ -60,6 +60,32 @@ graph! {
     }
 }
 
+graph! {
+    /// y = relu(x · w): the dense layer without a bias, whose backward is matmuls alone.
+    pub DenseNoBias<dyn T, dyn IN, dyn OUT>(x: f32[1, T, IN], w: f32[1, IN, OUT])
+        -> (h: f32[1, T, OUT], y: f32[1, T, OUT])
+    {
+        h = matmul(x, w);
+        y = relu(h);
+    }
+
+    /// Its gradients.
+    pub DenseNoBiasBackward<dyn T, dyn IN, dyn OUT>(d_y: f32[1, T, OUT], h: f32[1, T, OUT], x: f32[1, T, IN], w: f32[1, IN, OUT])
+        -> (d_x: f32[1, T, IN], d_w: f32[1, IN, OUT])
+    {
+        let dh = relu_bwd(d_y, h);
+        d_x = matmul(dh, transpose(w, permutation = [0, 2, 1]));
+        d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
+    }
+}
+
+impl Differentiable for DenseNoBias {
+    type Backward = DenseNoBiasBackward;
+    fn backward(&self) -> DenseNoBiasBackward {
+        DenseNoBiasBackward::new(self.T, self.IN, self.OUT)
+    }
+}
+
 impl Differentiable for RmsNorm {
     type Backward = RmsNormBackward;
     fn backward(&self) -> RmsNormBackward {
@@ -205,6 +231,29 @@ pub fn dense(runner: &Runner, device: &Device, t: usize, i: usize, o: usize) -> 
         ("d_x", relative(grads.get(&x).expect("d_x"), want.get(&x64).expect("candle's d_x"))?),
         ("d_w", relative(grads.get(&w).expect("d_w"), want.get(&w64).expect("candle's d_w"))?),
         ("d_b", relative(grads.get(&b).expect("d_b"), want.get(&b64).expect("candle's d_b"))?),
+    ])
+}
+
+/// [`dense`] without the bias: on cuDNN 9.19 the bias gradient, a sum over the rows of a
+/// row-major tensor computed alone, has no engine (`NoPlan`), so the GPU runs this one.
+pub fn dense_no_bias(runner: &Runner, device: &Device, t: usize, i: usize, o: usize) -> Result<Differences> {
+    let x = Var::from_tensor(&tensor(&[1, t, i], 21, DType::F32, device)?)?;
+    let w = Var::from_tensor(&tensor(&[1, i, o], 22, DType::F32, device)?)?;
+    let model = |x: &Tensor, layer: &dyn Fn(&Tensor) -> Result<Tensor>| -> Result<Tensor> {
+        let y = layer(&x.affine(2.0, -0.1)?)?.to_dtype(DType::F64)?;
+        loss(&y, 24)? + y.sum_all()?
+    };
+    let graphs = model(&x, &|x| Ok(runner.run_with_backward(&DenseNoBias::new(t, i, o), &[x, &w])?.remove(1)))?;
+    let grads = graphs.backward()?;
+
+    let (x64, w64) = (f64_var(&x)?, f64_var(&w)?);
+    let candle = model(&x64, &|x| x.matmul(&w64)?.relu())?;
+    let want = candle.backward()?;
+    let (lg, lc) = (graphs.to_scalar::<f64>()?, candle.to_scalar::<f64>()?);
+    Ok(vec![
+        ("loss", (lg - lc).abs() / lc.abs()),
+        ("d_x", relative(grads.get(&x).expect("d_x"), want.get(&x64).expect("candle's d_x"))?),
+        ("d_w", relative(grads.get(&w).expect("d_w"), want.get(&w64).expect("candle's d_w"))?),
     ])
 }
 
