@@ -1,9 +1,10 @@
 //! Layout ops lowered by real cuDNN 9.19 without a GPU, for the H200. Reshape and transpose: the
 //! reshape operation finalizes, but heuristics propose no engine for it alone, after a matmul's
 //! epilogue or feeding a matmul (a typed `NoPlan`, recorded in `docs/ops.md`; cuDNN 9.22 adds
-//! dedicated transpose and slice operations). A test here fails the day cuDNN plans one. Slices
-//! plan as pointer offsets; a view that is a graph output, packed as every port, as a pointwise
-//! identity copy; a concatenation plans in the one form cuDNN 9.19 computes correctly.
+//! dedicated transpose and slice operations). A test here fails the day cuDNN plans one. Slices,
+//! and transposes of graph inputs read by matmuls, plan as pointer bindings; a view that is a
+//! graph output, packed as every port, as a pointwise identity copy where the copy keeps one axis
+//! order; a concatenation plans in the one form cuDNN 9.19 computes correctly.
 //!
 //! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
@@ -25,16 +26,20 @@ fn cudnn_9_19_has_no_engine_for_layout_ops() {
     let Some(cudnn) = deviceless() else { return };
     use DataType::F16;
 
-    // matmul(a, transpose(b)): B stored [N, K], viewed as [K, N].
+    // matmul(a, transpose(b)) with B computed (relu(b), stored [N, K], viewed as [K, N]): the
+    // reshape operation before the matmul. (With B a graph input the view is B bound column-major,
+    // no operation: `transposes_of_graph_inputs_read_by_matmuls_are_bindings`.)
     let mut g = GraphBuilder::new("matmul_transposed_b");
     let a = g.input("a", F16, &[1, 64, 32]).unwrap();
     let b = g.input("b", F16, &[1, 48, 32]).unwrap();
+    let b = g.pointwise(PointwiseMode::Relu, &[Operand::Tensor(b)]).unwrap();
     let bt = g.op("transpose", &[b.into()], &ints("permutation", &[0, 2, 1])).unwrap()[0];
     let c = g.matmul(a, bt).unwrap();
     g.output(c, "c", F16).unwrap();
     let graph = g.build().unwrap();
     let bt_strides = &graph.tensors[bt.0].strides;
     assert_eq!(bt_strides, &vec![48 * 32, 1, 32], "a transpose is a view: its strides are B's, permuted");
+    // Planned whole it has no engine; the partitioner makes the view an alias between parts.
     no_plan(&cudnn, &graph);
 
     // relu(matmul) reshaped, [1, 64, 48] -> [1, 3072, 1], and scaled in the same kernel (a
@@ -50,6 +55,27 @@ fn cudnn_9_19_has_no_engine_for_layout_ops() {
     no_plan(&cudnn, &g.build().unwrap());
     // A lone transpose is a copy into its packed output port:
     // `a_view_output_port_is_packed_and_copied_by_an_identity`.
+}
+
+/// A transpose of a graph input read only by matmuls is no operation: the view (B's strides,
+/// permuted) bound to B's address, which cuDNN's matmul reads column-major. The reshape operation
+/// in its place got no engine (`matmul(a, transpose(b))` was a `NoPlan`).
+#[test]
+fn transposes_of_graph_inputs_read_by_matmuls_are_bindings() {
+    let Some(cudnn) = deviceless() else { return };
+    use DataType::F16;
+    let mut g = GraphBuilder::new("matmul_transposed_input");
+    let a = g.input("a", F16, &[1, 64, 32]).unwrap();
+    let b = g.input("b", F16, &[1, 48, 32]).unwrap();
+    let bt = g.op("transpose", &[b.into()], &ints("permutation", &[0, 2, 1])).unwrap()[0];
+    let c = g.matmul(a, bt).unwrap();
+    g.output(c, "c", F16).unwrap();
+    let graph = g.build().unwrap();
+    let plan = common::plan(&cudnn, &graph);
+    assert_eq!(plan.parts().len(), 1);
+    let layout = plan.layout();
+    assert_eq!(layout.io_positions()[1], None, "b is bound only through the view");
+    assert_eq!(layout.views().iter().map(|v| (v.1, v.2)).collect::<Vec<_>>(), [(1, 0)]);
 }
 
 /// A slice of a graph input lowers as cudnn-frontend does before cuDNN 9.22: no operation, the
@@ -233,11 +259,11 @@ fn emulated_error(plan: &ExecutionPlan) -> f64 {
 /// a view (no slice operation, no engine for a reshape or transpose). The lowering copies it
 /// with a pointwise identity from the view bound by pointer into X's memory (as a slice is
 /// bound): alone, one kernel reading the input at the view's offset; after a computing op, two
-/// parts, X written to the arena by the first. A transposing copy plans for some shapes (a
-/// rotation of `[8, 16, 32]`) and not others (swapping the two inner dims of `[2, 64, 64]`: a
-/// typed `NoPlan`, and after a relu the whole graph's `Unsupported` naming the transpose). Each
-/// plan run through its memory on the CPU equals the reference; `tests/gpu_ops_layout.rs`
-/// checks them on the H200.
+/// parts, X written to the arena by the first. A transposing copy into the packed port is refused
+/// by support rule `pointwise.axis_order` (cuDNN 9.19 planned the rotation of `[8, 16, 32]` and
+/// computed it wrongly on the H200), and after a relu the whole graph's `Unsupported` names the
+/// transpose. Each plan run through its memory on the CPU equals the reference;
+/// `tests/gpu_ops_layout.rs` checks them on the H200.
 #[test]
 fn a_view_output_port_is_packed_and_copied_by_an_identity() {
     let Some(cudnn) = deviceless() else { return };
@@ -253,7 +279,7 @@ fn a_view_output_port_is_packed_and_copied_by_an_identity() {
     let cases = [
         ("slice_alone", "slice", slice.to_vec(), [2, 64, 64], 0, [2, 64, 32], 1),
         ("reshape_alone", "reshape", reshape.clone(), [2, 64, 64], 0, [2, 32, 128], 1),
-        ("rotation_alone", "transpose", ints("permutation", &[2, 0, 1]), [8, 16, 32], 0, [32, 8, 16], 1),
+        ("rotation_alone", "transpose", ints("permutation", &[2, 0, 1]), [8, 16, 32], 0, [32, 8, 16], 0),
         ("slice_of_relu", "slice", slice.to_vec(), [2, 64, 64], 1, [2, 64, 32], 2),
         ("slice_of_matmul", "slice", slice.to_vec(), [2, 64, 64], 2, [2, 64, 32], 2),
         ("reshape_of_matmul", "reshape", reshape, [2, 64, 64], 2, [2, 32, 128], 2),
@@ -298,15 +324,13 @@ fn a_view_output_port_is_packed_and_copied_by_an_identity() {
             Err(e) => {
                 println!("{name}: {e}");
                 assert_eq!(parts, 0, "{name}: {e}");
-                if x_is == 0 {
-                    assert!(matches!(e, BackendError::NoPlan { .. }), "{name}: {e:?}");
-                } else {
-                    assert!(
-                        matches!(&e, BackendError::Unsupported { node, .. } if node == "transpose_1"),
-                        "{name}: {e:?}"
-                    );
-                    assert!(e.to_string().contains("`y` is a graph output, delivered packed"), "{name}: {e}");
-                }
+                // Alone or after the relu's part, the copy reads the transposed view into the
+                // packed port: refused by name, with both strides.
+                let want = if x_is == 0 { "transpose_0" } else { "transpose_1" };
+                assert!(
+                    matches!(&e, BackendError::SupportRule { rule: "pointwise.axis_order", node, .. } if node == want),
+                    "{name}: {e:?}"
+                );
             }
         }
     }
