@@ -3,11 +3,12 @@
 //! a pointwise op; a convolution's output concatenated with an input in place (cudnn-frontend's
 //! "Convolution fprop concatenate"); each compared with the CPU reference. The concatenations
 //! cuDNN 9.19 computes wrongly are shown to stop at the `concat.fused_in_place` support rule.
-//! Views that are graph outputs (a slice, a transpose, a slice of a matmul): each port is laid
-//! out as declared, written by a pointwise identity copy from the view bound into X's memory,
-//! and must equal the reference in exactly its element count (a transpose into a port of
-//! another axis order is refused: cuDNN 9.19 computed that copy wrongly here). The transpose of
-//! an input read by a matmul is the input bound column-major.
+//! Views that are graph outputs (a slice, a slice of a matmul): each port is laid out as
+//! declared, written by a pointwise identity copy from the view bound into X's memory, and must
+//! equal the reference in exactly its element count (a transpose as the output is refused, rule
+//! `pointwise.axis_order`: cuDNN 9.19 computed that copy wrongly here, into a packed port and into
+//! one of the view's own order). The transpose of an input read by a matmul is the input bound
+//! column-major: a weight gradient and a dense layer's backward in f32 against the reference.
 //!
 //! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
@@ -36,16 +37,19 @@ graph! {
         y = slice(x, start = [0, 0, 16], limit = [2, 64, 48]);
     }
 
-    /// `x` rotated, as the output in `x`'s memory order (declared): the copy reads and writes
-    /// in one axis order. Into a packed port it is refused (rule `pointwise.axis_order`: cuDNN
-    /// 9.19 wrote wrong values for that copy here, relative error 1.41).
-    pub RotateOut(x: f16[8, 16, 32]) -> (y: f16[32, 8, 16] order [1, 2, 0]) {
-        y = transpose(x, permutation = [2, 0, 1]);
-    }
-
     /// A weight gradient, `xᵀ · dh`: the transpose of a graph input read by a matmul is that
     /// input described column-major, no operation.
     pub TransposeMatmul(x: f16[1, 128, 256], dh: f16[1, 128, 64]) -> (d_w: f16[1, 256, 64]) {
+        d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
+    }
+
+    /// A dense layer's backward in f32 (`cudnn-graph-candle`'s GPU autograd case, without the
+    /// bias): both products read a transposed graph input.
+    pub DenseBackward(d_y: f32[1, 128, 512], h: f32[1, 128, 512], x: f32[1, 128, 256], w: f32[1, 256, 512])
+        -> (d_x: f32[1, 128, 256], d_w: f32[1, 256, 512])
+    {
+        let dh = relu_bwd(d_y, h);
+        d_x = matmul(dh, transpose(w, permutation = [0, 2, 1]));
         d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
     }
 
@@ -231,17 +235,6 @@ fn gpu_view_outputs_are_packed_copies() {
     let case = format!("slice as the output f16, engine {}", plan.plan().selected().tag());
     check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
 
-    let x = uniform::<f16>(6, 8 * 16 * 32, -1.0, 1.0);
-    let g = RotateOut::new();
-    let want = g.reference(RotateOutInputs { x: &x }).unwrap();
-    let plan = g.build(&cudnn, &opts).unwrap();
-    let x_d = upload(&stream, &x);
-    let mut y_d = poisoned::<f16>(&stream, want.y.len());
-    let mut ws = workspace(&stream, plan.workspace_size());
-    plan.execute(&cudnn, RotateOutArgs { x: &x_d, y: &mut y_d }, Some(&mut ws)).unwrap();
-    let case = format!("transpose [2, 0, 1] as the output f16 in x's order, engine {}", plan.plan().selected().tag());
-    check(&case, "y", &stream.clone_dtoh(&y_d).unwrap(), &want.y);
-
     let x = uniform::<f16>(9, 128 * 256, -1.0, 1.0);
     let dh = uniform::<f16>(10, 128 * 64, -1.0, 1.0);
     let g = TransposeMatmul::new();
@@ -253,6 +246,25 @@ fn gpu_view_outputs_are_packed_copies() {
     plan.execute(&cudnn, TransposeMatmulArgs { x: &x_d, dh: &dh_d, d_w: &mut d_w }, Some(&mut ws)).unwrap();
     let case = format!("matmul of a transposed input f16, engine {}", plan.plan().selected().tag());
     check(&case, "d_w", &stream.clone_dtoh(&d_w).unwrap(), &want.d_w);
+
+    let d_y = uniform::<f32>(11, 128 * 512, -1.0, 1.0);
+    let h = uniform::<f32>(12, 128 * 512, -1.0, 1.0);
+    let x = uniform::<f32>(13, 128 * 256, -1.0, 1.0);
+    let w = uniform::<f32>(14, 256 * 512, -1.0, 1.0);
+    let g = DenseBackward::new();
+    let want = g.reference(DenseBackwardInputs { d_y: &d_y, h: &h, x: &x, w: &w }).unwrap();
+    let plan = g.build(&cudnn, &opts).unwrap();
+    let [d_y_d, h_d, x_d, w_d] = [&d_y, &h, &x, &w].map(|v| upload(&stream, v));
+    let mut d_x = poisoned::<f32>(&stream, want.d_x.len());
+    let mut d_w = poisoned::<f32>(&stream, want.d_w.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args = DenseBackwardArgs { d_y: &d_y_d, h: &h_d, x: &x_d, w: &w_d, d_x: &mut d_x, d_w: &mut d_w };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let parts: Vec<String> =
+        plan.plan().parts().iter().map(|p| format!("{:?} {}", p.nodes(), p.selected().tag())).collect();
+    println!("dense backward f32 parts: {parts:?}");
+    check("dense backward f32", "d_x", &stream.clone_dtoh(&d_x).unwrap(), &want.d_x);
+    check("dense backward f32", "d_w", &stream.clone_dtoh(&d_w).unwrap(), &want.d_w);
 
     let a = uniform::<f16>(7, 2 * 64 * 64, -1.0, 1.0);
     let b = uniform::<f16>(8, 64 * 64, -0.25, 0.25);

@@ -76,6 +76,29 @@ fn transposes_of_graph_inputs_read_by_matmuls_are_bindings() {
     let layout = plan.layout();
     assert_eq!(layout.io_positions()[1], None, "b is bound only through the view");
     assert_eq!(layout.views().iter().map(|v| (v.1, v.2)).collect::<Vec<_>>(), [(1, 0)]);
+    assert_eq!(emulated_error(&plan), 0.0);
+
+    // A dense layer's backward in f32: dh = relu_bwd(d_y, h); d_x = dh · wᵀ; d_w = xᵀ · dh.
+    let mut g = GraphBuilder::new("dense_backward");
+    let d_y = g.input("d_y", DataType::F32, &[1, 128, 512]).unwrap();
+    let h = g.input("h", DataType::F32, &[1, 128, 512]).unwrap();
+    let x = g.input("x", DataType::F32, &[1, 128, 256]).unwrap();
+    let w = g.input("w", DataType::F32, &[1, 256, 512]).unwrap();
+    let dh = g.pointwise(PointwiseMode::ReluBwd, &[Operand::Tensor(d_y), Operand::Tensor(h)]).unwrap();
+    let wt = g.op("transpose", &[w.into()], &ints("permutation", &[0, 2, 1])).unwrap()[0];
+    let xt = g.op("transpose", &[x.into()], &ints("permutation", &[0, 2, 1])).unwrap()[0];
+    let d_x = g.matmul(dh, wt).unwrap();
+    let d_w = g.matmul(xt, dh).unwrap();
+    g.output(d_x, "d_x", DataType::F32).unwrap();
+    g.output(d_w, "d_w", DataType::F32).unwrap();
+    let graph = g.build().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    let parts: Vec<Vec<&str>> =
+        plan.parts().iter().map(|p| p.graph().nodes.iter().map(|n| n.op.call_name()).collect()).collect();
+    println!("dense_backward parts: {parts:?}");
+    let error = emulated_error(&plan);
+    println!("dense_backward emulated error {error:e}");
+    assert!(error < 1e-9, "{error}");
 }
 
 /// A slice of a graph input lowers as cudnn-frontend does before cuDNN 9.22: no operation, the

@@ -336,22 +336,38 @@ fn memory_order(dims: &[i64], strides: &[i64]) -> Vec<usize> {
     axes
 }
 
+/// Whether a tensor's memory order is one cuDNN's pointwise kernels keep: row-major, or
+/// channels-last (the first dim outermost, the second innermost, the rest in order), on the axes
+/// that address memory.
+fn pointwise_layout(t: &Tensor) -> bool {
+    let order = memory_order(&t.dims, &t.strides);
+    let row_major = order.windows(2).all(|w| w[0] < w[1]);
+    let mut channels_last: Vec<usize> = (0..t.dims.len()).filter(|&i| i != 1).collect();
+    if t.dims.len() > 1 {
+        channels_last.push(1);
+    }
+    channels_last.retain(|a| order.contains(a));
+    row_major || order == channels_last
+}
+
 /// Rule `pointwise.axis_order`: a kernel of elementwise ops alone reads no input laid out in
 /// another axis order than the output it writes (a transposed view read elementwise), on the axes
-/// both address (a broadcast input is compared on its own axes). Measured on the H200 with cuDNN
-/// 9.19 (2026-12-05; `tests/gpu_ops_layout.rs`, and through cudnn-frontend alone
-/// `tests/frontend/probe_cudnn.py`): a pointwise identity from `x.permute(2, 0, 1)`'s strides into
-/// a packed output was planned (engine 1) and wrote neither the transpose nor a linear copy; the
-/// same copy described with the input row-major and the output strided got no engine. An anchor's
-/// fused epilogue (a convolution's channels-last output into an NCHW port) is the anchor engine's
-/// and is not concerned.
+/// both address (a broadcast input is compared on its own axes), and its tensors are row-major or
+/// channels-last. Measured on the H200 with cuDNN 9.19 (2026-12-05; `tests/gpu_ops_layout.rs`,
+/// and through cudnn-frontend alone `tests/frontend/probe_cudnn.py`): a pointwise identity from
+/// `x.permute(2, 0, 1)`'s strides into a packed output was planned (engine 1) and wrote neither
+/// the transpose nor a linear copy (relative error 1.41); the same copy into a port declared in
+/// the view's own order (`order [1, 2, 0]`, one order on both sides) was planned and wrote
+/// non-finite values; described with the input row-major and the output strided it got no
+/// engine. An anchor's fused epilogue (a convolution's channels-last output into an NCHW port) is
+/// the anchor engine's and is not concerned.
 fn check_axis_order(node: &Node, x: &Tensor, x_named: &str, y: &Tensor) -> Result<(), BackendError> {
     if x.is_by_value() || x.dims.len() != y.dims.len() {
         return Ok(());
     }
     let order = memory_order(&x.dims, &x.strides);
     let shared: Vec<usize> = memory_order(&y.dims, &y.strides).into_iter().filter(|a| order.contains(a)).collect();
-    if order == shared {
+    if order == shared && pointwise_layout(x) && pointwise_layout(y) {
         return Ok(());
     }
     Err(CudnnError::SupportRule {
@@ -359,10 +375,11 @@ fn check_axis_order(node: &Node, x: &Tensor, x_named: &str, y: &Tensor) -> Resul
         op: node.op.call_name(),
         rule: "pointwise.axis_order",
         message: format!(
-            "{x_named} (strides {:?}) is read elementwise into `{}` (strides {:?}), laid out in another axis \
-             order; cuDNN 9.19's pointwise kernels wrote wrong values for such a copy on the H200: give `{}` the \
-             same order (`order [..]` on a graph output), or read the view with a matmul",
-            x.strides, y.name, y.strides, y.name
+            "{x_named} (strides {:?}) is read elementwise into `{}` (strides {:?}); cuDNN 9.19's pointwise kernels \
+             computed such copies wrongly on the H200 (a transposed view into a packed port, and into a port in the \
+             view's own order), so a kernel of elementwise ops alone reads and writes one order, row-major or \
+             channels-last: read the view with a matmul, or keep the transpose inside the graph",
+            x.strides, y.name, y.strides
         ),
     }
     .into())
