@@ -39,10 +39,7 @@ graph! {
         scale_s: f32[1, 1, 1, 1],
         scale_o: f32[1, 1, 1, 1],
     ) -> (o: fp8_e4m3[B, H, S, D], amax_s: f32[1, 1, 1, 1], amax_o: f32[1, 1, 1, 1]) {
-        let (out, a_s, a_o) = sdpa(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, fp8 = e4m3);
-        o = out;
-        amax_s = a_s;
-        amax_o = a_o;
+        (o, amax_s, amax_o) = sdpa(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, fp8 = e4m3);
     }
 
     /// The same, causal (top-left: bottom-right fp8 attention needs Blackwell).
@@ -57,11 +54,8 @@ graph! {
         scale_s: f32[1, 1, 1, 1],
         scale_o: f32[1, 1, 1, 1],
     ) -> (o: fp8_e4m3[B, H, S, D], amax_s: f32[1, 1, 1, 1], amax_o: f32[1, 1, 1, 1]) {
-        let (out, a_s, a_o) =
+        (o, amax_s, amax_o) =
             sdpa(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, fp8 = e4m3, causal = true);
-        o = out;
-        amax_s = a_s;
-        amax_o = a_o;
     }
 }
 
@@ -78,12 +72,8 @@ graph! {
         scale_s: f32[1, 1, 1, 1],
         scale_o: f32[1, 1, 1, 1],
     ) -> (o: fp8_e4m3[B, H, S, D], stats: f32[B, H, S, 1], amax_s: f32[1, 1, 1, 1], amax_o: f32[1, 1, 1, 1]) {
-        let (out, st, a_s, a_o) =
+        (o, stats, amax_s, amax_o) =
             sdpa(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, fp8 = e4m3, training = true);
-        o = out;
-        stats = st;
-        amax_s = a_s;
-        amax_o = a_o;
     }
 
     /// The same, causal.
@@ -98,14 +88,10 @@ graph! {
         scale_s: f32[1, 1, 1, 1],
         scale_o: f32[1, 1, 1, 1],
     ) -> (o: fp8_e4m3[B, H, S, D], stats: f32[B, H, S, 1], amax_s: f32[1, 1, 1, 1], amax_o: f32[1, 1, 1, 1]) {
-        let (out, st, a_s, a_o) = sdpa(
+        (o, stats, amax_s, amax_o) = sdpa(
             q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
             fp8 = e4m3, training = true, causal = true,
         );
-        o = out;
-        stats = st;
-        amax_s = a_s;
-        amax_o = a_o;
     }
 
     /// fp8 attention's backward: e4m3 gradients and four amaxes.
@@ -137,19 +123,12 @@ graph! {
         amax_dv: f32[1, 1, 1, 1],
         amax_dp: f32[1, 1, 1, 1],
     ) {
-        let (g_q, g_k, g_v, a_q, a_k, a_v, a_p) = sdpa_backward(
+        (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp) = sdpa_backward(
             q, k, v, o, d_o, stats,
             descale_q, descale_k, descale_v, descale_o, descale_d_o, descale_s, descale_dp,
             scale_s, scale_dq, scale_dk, scale_dv, scale_dp,
             fp8 = e4m3,
         );
-        dq = g_q;
-        dk = g_k;
-        dv = g_v;
-        amax_dq = a_q;
-        amax_dk = a_k;
-        amax_dv = a_v;
-        amax_dp = a_p;
     }
 
     /// The same, causal.
@@ -181,19 +160,12 @@ graph! {
         amax_dv: f32[1, 1, 1, 1],
         amax_dp: f32[1, 1, 1, 1],
     ) {
-        let (g_q, g_k, g_v, a_q, a_k, a_v, a_p) = sdpa_backward(
+        (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp) = sdpa_backward(
             q, k, v, o, d_o, stats,
             descale_q, descale_k, descale_v, descale_o, descale_d_o, descale_s, descale_dp,
             scale_s, scale_dq, scale_dk, scale_dv, scale_dp,
             fp8 = e4m3, causal = true,
         );
-        dq = g_q;
-        dk = g_k;
-        dv = g_v;
-        amax_dq = a_q;
-        amax_dk = a_k;
-        amax_dv = a_v;
-        amax_dp = a_p;
     }
 }
 

@@ -58,19 +58,12 @@ graph! {
         amax_dv: f32[1, 1, 1, 1],
         amax_dp: f32[1, 1, 1, 1],
     ) {
-        let (g_q, g_k, g_v, a_q, a_k, a_v, a_p) = sdpa_backward(
+        (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp) = sdpa_backward(
             q, k, v, o, d_o, stats,
             descale_q, descale_k, descale_v, descale_o, descale_d_o, descale_s, descale_dp,
             scale_s, scale_dq, scale_dk, scale_dv, scale_dp,
             fp8 = e4m3, causal = true,
         );
-        dq = g_q;
-        dk = g_k;
-        dv = g_v;
-        amax_dq = a_q;
-        amax_dk = a_k;
-        amax_dv = a_v;
-        amax_dp = a_p;
     }
 
     /// The plain form: e4m3 · e4m3 with per-tensor descales, to bf16.

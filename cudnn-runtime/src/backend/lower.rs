@@ -395,10 +395,7 @@ fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendE
     // is about.
     let elementwise = graph.nodes.iter().all(|n| matches!(n.op.fusion(), FusionRule::Elementwise | FusionRule::View));
     for (node, copy) in graph.nodes.iter().zip(&copies) {
-        if let Some(view) = copy {
-            let x = graph.tensor(node.inputs[0]);
-            check_axis_order(node, view, &format!("the view of `{}`", x.name), graph.tensor(node.outputs[0]))?;
-        } else if elementwise && matches!(node.op, Op::Pointwise(_)) {
+        if elementwise && matches!(node.op, Op::Pointwise(_)) {
             for &y in &node.outputs {
                 for &x in &node.inputs {
                     let x = graph.tensor(x);
@@ -407,6 +404,8 @@ fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendE
             }
         }
         if let Some(view) = copy {
+            let x = graph.tensor(node.inputs[0]);
+            check_axis_order(node, view, &format!("the view of `{}`", x.name), graph.tensor(node.outputs[0]))?;
             let copied = lower_view_copy(graph, node, view, &mut tensors, cudnn, &mut next_uid)?;
             operations.extend(copied.operations);
             parts.extend(copied.parts);

@@ -331,16 +331,7 @@ impl ExecutionPlan {
         refused: Option<String>,
         validate: std::time::Duration,
     ) -> Result<Option<ExecutionPlan>, BackendError> {
-        // A kernel cache is finalized with the operation graph of its first plan, and serves the
-        // shapes of that one structure: the parts, each another structure, are planned without it.
-        let without_kernels;
-        let options = match options.kernel_cache {
-            Some(_) => {
-                without_kernels = BuildOptions { kernel_cache: None, ..options.clone() };
-                &without_kernels
-            }
-            None => options,
-        };
+        let options = &*without_kernel_cache(options);
         let restrided = partition::restride(planned);
         let graph = &restrided;
         let alias = partition::aliases(graph);
@@ -423,15 +414,7 @@ impl ExecutionPlan {
         planned: &Graph,
         options: &BuildOptions,
     ) -> Result<Vec<Partitioning>, BackendError> {
-        // As in `build_parts`: a kernel cache serves the one structure it was made for.
-        let without_kernels;
-        let options = match options.kernel_cache {
-            Some(_) => {
-                without_kernels = BuildOptions { kernel_cache: None, ..options.clone() };
-                &without_kernels
-            }
-            None => options,
-        };
+        let options = &*without_kernel_cache(options);
         let restrided = partition::restride(planned);
         let alias = partition::aliases(&restrided);
         let groups = if self.is_partitioned() {
@@ -817,6 +800,16 @@ impl ExecutionPlan {
 
     pub(crate) fn anchor(&self) -> &Anchor {
         &self.anchor
+    }
+}
+
+/// `options` for the parts of a partitioned plan: a kernel cache is finalized with the operation
+/// graph of its first plan and serves the shapes of that one structure, so the parts, each another
+/// structure, are planned without it.
+fn without_kernel_cache(options: &BuildOptions) -> std::borrow::Cow<'_, BuildOptions> {
+    match options.kernel_cache {
+        Some(_) => std::borrow::Cow::Owned(BuildOptions { kernel_cache: None, ..options.clone() }),
+        None => std::borrow::Cow::Borrowed(options),
     }
 }
 
