@@ -8,7 +8,8 @@
 //! equal the reference in exactly its element count (a transpose as the output is refused, rule
 //! `pointwise.axis_order`: cuDNN 9.19 computed that copy wrongly here, into a packed port and into
 //! one of the view's own order). The transpose of an input read by a matmul is the input bound
-//! column-major: a weight gradient and a dense layer's backward in f32 against the reference.
+//! column-major: a weight gradient and a dense layer's backward in f32 and bf16 against the
+//! reference, its bias gradient a matmul by ones (`ir::column_sum_as_matmul`).
 //!
 //! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
@@ -19,7 +20,7 @@ mod common;
 use common::{check, poisoned, uniform, upload, workspace};
 use cudnn_graph::backend::BuildOptions;
 use cudnn_graph::graph;
-use half::f16;
+use half::{bf16, f16};
 
 graph! {
     /// Rows 8..40 of batches 1..3 of `a`, times `b`.
@@ -43,14 +44,33 @@ graph! {
         d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
     }
 
-    /// A dense layer's backward in f32 (`cudnn-graph-candle`'s GPU autograd case, without the
-    /// bias): both products read a transposed graph input.
+    /// A dense layer's backward in f32 (`cudnn-graph-candle`'s GPU autograd case): both products
+    /// read a transposed graph input; the bias gradient, a sum over rows, is a matmul by ones
+    /// (`ir::column_sum_as_matmul`).
     pub DenseBackward(d_y: f32[1, 128, 512], h: f32[1, 128, 512], x: f32[1, 128, 256], w: f32[1, 256, 512])
-        -> (d_x: f32[1, 128, 256], d_w: f32[1, 256, 512])
+        -> (d_x: f32[1, 128, 256], d_w: f32[1, 256, 512], d_b: f32[1, 1, 512])
     {
         let dh = relu_bwd(d_y, h);
         d_x = matmul(dh, transpose(w, permutation = [0, 2, 1]));
         d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
+        d_b = reduce_sum(dh, dims = [1]);
+    }
+
+    /// The same in bf16 at a training batch's size, the bias gradient in f32: the ones are bf16
+    /// (dh is stored in bf16 between parts, as the GEMMs read it).
+    pub DenseBackwardBf16(d_y: bf16[1, 4096, 1024], h: bf16[1, 4096, 1024], x: bf16[1, 4096, 512], w: bf16[1, 512, 1024])
+        -> (d_x: bf16[1, 4096, 512], d_w: bf16[1, 512, 1024], d_b: f32[1, 1, 1024])
+    {
+        let dh = relu_bwd(d_y, h);
+        d_x = matmul(dh, transpose(w, permutation = [0, 2, 1]));
+        d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
+        d_b = reduce_sum(dh, dims = [1]);
+    }
+
+    /// A bias gradient over batches and rows of a graph input: the ones GEMM reads the input's
+    /// view `[1, B·T, N]`, bound by pointer.
+    pub BatchBiasGrad(d_y: bf16[4, 1024, 768]) -> (d_b: f32[1, 1, 768]) {
+        d_b = reduce_sum(d_y, dims = [0, 1]);
     }
 
     /// Columns 16..48 of a matmul, as the output: two parts (the matmul writes its product to
@@ -257,14 +277,51 @@ fn gpu_view_outputs_are_packed_copies() {
     let [d_y_d, h_d, x_d, w_d] = [&d_y, &h, &x, &w].map(|v| upload(&stream, v));
     let mut d_x = poisoned::<f32>(&stream, want.d_x.len());
     let mut d_w = poisoned::<f32>(&stream, want.d_w.len());
+    let mut d_b = poisoned::<f32>(&stream, want.d_b.len());
     let mut ws = workspace(&stream, plan.workspace_size());
-    let args = DenseBackwardArgs { d_y: &d_y_d, h: &h_d, x: &x_d, w: &w_d, d_x: &mut d_x, d_w: &mut d_w };
+    let args =
+        DenseBackwardArgs { d_y: &d_y_d, h: &h_d, x: &x_d, w: &w_d, d_x: &mut d_x, d_w: &mut d_w, d_b: &mut d_b };
     plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
     let parts: Vec<String> =
         plan.plan().parts().iter().map(|p| format!("{:?} {}", p.nodes(), p.selected().tag())).collect();
     println!("dense backward f32 parts: {parts:?}");
     check("dense backward f32", "d_x", &stream.clone_dtoh(&d_x).unwrap(), &want.d_x);
     check("dense backward f32", "d_w", &stream.clone_dtoh(&d_w).unwrap(), &want.d_w);
+    check("dense backward f32", "d_b", &stream.clone_dtoh(&d_b).unwrap(), &want.d_b);
+
+    let (t, i, o) = (4096, 512, 1024);
+    let d_y = uniform::<bf16>(15, t * o, -1.0, 1.0);
+    let h = uniform::<bf16>(16, t * o, -1.0, 1.0);
+    let x = uniform::<bf16>(17, t * i, -1.0, 1.0);
+    let w = uniform::<bf16>(18, i * o, -1.0, 1.0);
+    let g = DenseBackwardBf16::new();
+    let want = g.reference(DenseBackwardBf16Inputs { d_y: &d_y, h: &h, x: &x, w: &w }).unwrap();
+    let plan = g.build(&cudnn, &opts).unwrap();
+    let [d_y_d, h_d, x_d, w_d] = [&d_y, &h, &x, &w].map(|v| upload(&stream, v));
+    let mut d_x = poisoned::<bf16>(&stream, want.d_x.len());
+    let mut d_w = poisoned::<bf16>(&stream, want.d_w.len());
+    let mut d_b = poisoned::<f32>(&stream, want.d_b.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let args =
+        DenseBackwardBf16Args { d_y: &d_y_d, h: &h_d, x: &x_d, w: &w_d, d_x: &mut d_x, d_w: &mut d_w, d_b: &mut d_b };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let parts: Vec<String> =
+        plan.plan().parts().iter().map(|p| format!("{:?} {}", p.nodes(), p.selected().tag())).collect();
+    println!("dense backward bf16 parts: {parts:?}");
+    check("dense backward bf16", "d_x", &stream.clone_dtoh(&d_x).unwrap(), &want.d_x);
+    check("dense backward bf16", "d_w", &stream.clone_dtoh(&d_w).unwrap(), &want.d_w);
+    check("dense backward bf16", "d_b", &stream.clone_dtoh(&d_b).unwrap(), &want.d_b);
+
+    let d_y = uniform::<bf16>(19, 4 * 1024 * 768, -1.0, 1.0);
+    let g = BatchBiasGrad::new();
+    let want = g.reference(BatchBiasGradInputs { d_y: &d_y }).unwrap();
+    let plan = g.build(&cudnn, &opts).unwrap();
+    let d_y_d = upload(&stream, &d_y);
+    let mut d_b = poisoned::<f32>(&stream, want.d_b.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, BatchBiasGradArgs { d_y: &d_y_d, d_b: &mut d_b }, Some(&mut ws)).unwrap();
+    let case = format!("bias gradient over batches and rows bf16, engine {}", plan.plan().selected().tag());
+    check(&case, "d_b", &stream.clone_dtoh(&d_b).unwrap(), &want.d_b);
 
     let a = uniform::<f16>(7, 2 * 64 * 64, -1.0, 1.0);
     let b = uniform::<f16>(8, 64 * 64, -0.25, 0.25);

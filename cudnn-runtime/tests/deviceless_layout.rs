@@ -11,10 +11,9 @@
 
 mod common;
 
-use common::{deviceless, no_plan};
+use common::{deviceless, emulated_error, no_plan};
 use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
 use cudnn_runtime::ops::{AttrValue, PointwiseMode};
-use cudnn_runtime::reference::{run_arrays, Array};
 use cudnn_runtime::{DataType, GraphBuilder, Operand};
 
 fn ints(name: &str, v: &[i64]) -> Vec<(String, AttrValue)> {
@@ -243,38 +242,6 @@ fn concatenations() {
         },
         "is computed by a relu, not a conv_fprop",
     );
-}
-
-/// The largest difference between `plan` run through its memory on the CPU
-/// ([`ExecutionPlan::emulate`]) and the whole graph on the reference, over fixed-seed inputs.
-fn emulated_error(plan: &ExecutionPlan) -> f64 {
-    let graph = plan.graph();
-    let mut rng = cudnn_runtime::rng::SplitMix64::new(7);
-    let inputs: Vec<Array> = graph
-        .inputs()
-        .iter()
-        .map(|id| {
-            let t = graph.tensor(*id);
-            let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
-            a.round_to(t.data_type);
-            a
-        })
-        .collect();
-    let mut values = vec![None; graph.tensors.len()];
-    for (id, a) in graph.inputs().iter().zip(&inputs) {
-        values[id.0] = Some(a.clone());
-    }
-    let want = run_arrays(graph, values).unwrap();
-    let got = plan.emulate(&inputs).unwrap();
-    let mut worst: f64 = 0.0;
-    for (g, w) in got.iter().zip(&want) {
-        assert_eq!(g.dims, w.dims);
-        for (a, b) in g.data.iter().zip(&w.data) {
-            assert!(a.is_finite(), "emulated output reads memory no part wrote");
-            worst = worst.max((a - b).abs());
-        }
-    }
-    worst
 }
 
 /// A view whose output is a graph output: the port is packed like every other (the builder gives

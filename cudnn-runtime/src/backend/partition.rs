@@ -306,6 +306,10 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
                 (!reads_closer && to.anchor.is_none_or(|a| matches!(a, FusionRule::Anchor { epilogue: true, .. })))
                     .then_some(g)
             }
+            // A fill (`Graph::is_fill`) reads nothing: it starts the kernel of the op reading it,
+            // which takes it as its prologue, rather than writing its broadcast to memory beside
+            // an unrelated elementwise kernel's outputs.
+            (FusionRule::Elementwise, None) if graph.is_fill(node) => None,
             (FusionRule::Elementwise, None) => {
                 // Elementwise ops on memory share the last elementwise-only kernel.
                 groups.len().checked_sub(1).filter(|&g| g >= floor && groups[g].anchor.is_none())

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use super::partition::{self, Place};
 use super::plan::ExecutionPlan;
 use crate::ir::picture as pic;
-use crate::ir::{batchnorm_as_pointwise, Graph};
+use crate::ir::{for_cudnn, Graph};
 
 /// What a plan's picture shows: the graph its parts run, the part of each node, the tensors in
 /// the arena.
@@ -45,7 +45,7 @@ impl ExecutionPlan {
         }
         // The plan was built from this rewrite of this graph, so it succeeds again; were it to
         // fail, the user's graph is drawn, nodes the parts do not name outside every part.
-        let planned = batchnorm_as_pointwise(self.graph()).map_or_else(|_| self.graph().clone(), |r| r.graph);
+        let planned = for_cudnn(self.graph()).map_or_else(|_| self.graph().clone(), |r| r.graph);
         partition::restride(&planned)
     }
 

@@ -19,7 +19,7 @@ use super::partition::{self, Cut, CutReason, Place, Refusals};
 use super::variant::VariantLayout;
 use super::{binding, BackendError, Cudnn};
 use crate::cudnn::{Anchor, Binding, Descriptor, Internals, KernelCache};
-use crate::ir::{batchnorm_as_pointwise, Graph, Rewrite, Rewritten, TensorId};
+use crate::ir::{for_cudnn, Graph, Rewrite, Rewritten, TensorId};
 
 /// One finalized plan: the candidate it was built from and the workspace it needs (its
 /// descriptors are in [`Descriptors::plans`], at the same index).
@@ -228,7 +228,7 @@ impl ExecutionPlan {
         let explicit = options.engine.is_some() || options.candidate.is_some();
         if options.fusion == Fusion::Measure && !explicit {
             let start = Instant::now();
-            let Rewritten { graph: planned, .. } = batchnorm_as_pointwise(graph)?;
+            let Rewritten { graph: planned, .. } = for_cudnn(graph)?;
             plan.timings.validate += start.elapsed();
             plan.alternatives = plan.measured_alternatives(cudnn, &planned, options)?;
         }
@@ -239,7 +239,7 @@ impl ExecutionPlan {
     fn build_auto(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> Result<ExecutionPlan, BackendError> {
         let start = Instant::now();
         graph.validate()?;
-        let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(graph)?;
+        let Rewritten { graph: planned, rewrites } = for_cudnn(graph)?;
         for r in &rewrites {
             tracing::debug!(rewrite = %r, "rewritten");
         }
@@ -495,7 +495,7 @@ impl ExecutionPlan {
         let start = Instant::now();
         graph.validate()?;
         // The plan was made from the graph as `build` rewrote it.
-        let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(&graph)?;
+        let Rewritten { graph: planned, rewrites } = for_cudnn(&graph)?;
         let validate = start.elapsed();
         let nodes = planned.nodes.iter().map(|n| n.name.clone()).collect();
         let part = PlanPart::from_json(cudnn, planned, nodes, None, json)?;
@@ -510,7 +510,7 @@ impl ExecutionPlan {
         let _span = tracing::debug_span!("plan_from_parts_json", graph = %graph.name, parts = parts.len()).entered();
         let start = Instant::now();
         graph.validate()?;
-        let Rewritten { graph: planned, rewrites } = batchnorm_as_pointwise(&graph)?;
+        let Rewritten { graph: planned, rewrites } = for_cudnn(&graph)?;
         if let [SavedPart { nodes, json, .. }] = parts {
             if nodes.len() == planned.nodes.len() && nodes.iter().zip(&planned.nodes).all(|(a, n)| *a == n.name) {
                 return Self::from_json(cudnn, graph, json);

@@ -1,5 +1,5 @@
 //! The graph IR: tensors, nodes, graph-level data types, [`Graph::validate`], and rewrites that
-//! keep what a graph computes ([`batchnorm_as_pointwise`]).
+//! keep what a graph computes ([`for_cudnn`]: [`batchnorm_as_pointwise`], [`column_sum_as_matmul`]).
 //!
 //! A [`Graph`] is always concrete (every dim is a number) and always valid once built: the
 //! [`GraphBuilder`] infers shapes eagerly as ops are added and validates again at the end, and
@@ -16,7 +16,7 @@ mod rewrite;
 pub use builder::{GraphBuilder, Operand};
 pub use error::{GraphError, NotChannelsLast};
 pub use layout::{channels_last_order, type_string, MemoryLayout};
-pub use rewrite::{batchnorm_as_pointwise, Rewrite, RewriteKind, Rewritten};
+pub use rewrite::{batchnorm_as_pointwise, column_sum_as_matmul, for_cudnn, Rewrite, RewriteKind, Rewritten};
 
 use std::fmt;
 
@@ -226,6 +226,16 @@ impl Graph {
             .collect()
     }
 
+    /// Whether `node` is a fill: a pointwise `identity` of one by-value constant, whose output
+    /// may have any dims of the constant's rank (the constant broadcast over them; every other
+    /// node's outputs have the dims its op infers). `graph!` and the builder never make one;
+    /// [`column_sum_as_matmul`](crate::ir::column_sum_as_matmul) does (a vector of ones), and cuDNN fuses it into the kernel that
+    /// reads it.
+    pub fn is_fill(&self, node: &Node) -> bool {
+        matches!(&node.op, Op::Pointwise(p) if p.mode == crate::ops::PointwiseMode::Identity)
+            && matches!(node.inputs.as_slice(), [c] if self.tensors.get(c.0).is_some_and(|t| t.pass_by_value.is_some()))
+    }
+
     /// Checks every rule a graph must satisfy: unique names and uids, dims and strides well
     /// formed, topological order, every node's inputs and attributes accepted by its op's shape
     /// rule and every output's dims and type equal to what the rule infers.
@@ -349,7 +359,7 @@ impl Graph {
             let ports = node.op.outputs();
             for ((o, meta), port) in node.outputs.iter().zip(&inferred).zip(ports) {
                 let t = self.tensor(*o);
-                if t.dims != meta.dims {
+                if t.dims != meta.dims && !(self.is_fill(node) && t.dims.len() == meta.dims.len()) {
                     return Err(GraphError::DeclaredDims {
                         tensor: t.name.clone(),
                         node: node.name.clone(),

@@ -2,17 +2,22 @@
 //! that comes out has the same inputs and outputs (ids, uids, names, types, layouts) and computes
 //! the same function, with different nodes in between.
 //!
-//! One rewrite so far, [`batchnorm_as_pointwise`]: cuDNN 9.19 has no engine for
-//! `batchnorm_inference` on its own nor with a convolution before it (measured deviceless for the
-//! H200: `conv_fprop → batchnorm_inference → relu` gets no engine configuration), while the same
-//! formula written as four pointwise ops plans alone and fuses as a convolution's epilogue.
+//! [`for_cudnn`] applies every rewrite, in order; each also stands alone:
+//! - [`batchnorm_as_pointwise`]: cuDNN 9.19 has no engine for `batchnorm_inference` on its own
+//!   nor with a convolution before it (measured deviceless for the H200: `conv_fprop →
+//!   batchnorm_inference → relu` gets no engine configuration), while the same formula written as
+//!   four pointwise ops plans alone and fuses as a convolution's epilogue.
+//! - [`column_sum_as_matmul`]: cuDNN 9.19 has no engine for a sum over the rows of a row-major
+//!   tensor (a bias gradient), alone or after pointwise ops, while a matmul by a vector of ones
+//!   plans, with those pointwise ops fused before it.
 
 use std::collections::HashSet;
 use std::fmt;
 
 use super::{Graph, GraphError, Node, Tensor, TensorId};
 use crate::dim::{strides_in_order_of, Concrete};
-use crate::ops::{ConvKind, NormKind, Op, Pointwise, PointwiseMode, TensorMeta};
+use crate::ops::{ConvKind, Layout, Matmul, NormKind, Op, Pointwise, PointwiseMode, ReductionMode, TensorMeta};
+use crate::DataType;
 
 /// A graph after rewrites, with what was rewritten.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +49,9 @@ pub enum RewriteKind {
         /// nodes), whose epilogue the chain becomes; `None` when no convolution comes before it.
         after_conv: Option<String>,
     },
+    /// `reduce_sum(x, dims = [1])` of a row-major `[B, T, N]` as `matmul(ones, x)` (see
+    /// [`column_sum_as_matmul`]).
+    ColumnSumAsMatmul,
 }
 
 impl fmt::Display for Rewrite {
@@ -56,6 +64,11 @@ impl fmt::Display for Rewrite {
                     None => write!(f, " (a pointwise chain plans where the norm op has no engine)"),
                 }
             }
+            RewriteKind::ColumnSumAsMatmul => write!(
+                f,
+                "reduce_sum `{}` over rows as a matmul by a vector of ones (cuDNN plans no such reduction)",
+                self.node
+            ),
         }
     }
 }
@@ -143,6 +156,223 @@ pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
     }
     out.validate()?;
     Ok(Rewritten { graph: out, rewrites })
+}
+
+/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], then
+/// [`column_sum_as_matmul`]; the rewrites of both, in that order.
+///
+/// # Errors
+///
+/// Whatever [`Graph::validate`] says of `graph`.
+pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
+    let Rewritten { graph, mut rewrites } = batchnorm_as_pointwise(graph)?;
+    let sums = column_sum_as_matmul(&graph)?;
+    rewrites.extend(sums.rewrites);
+    Ok(Rewritten { graph: sums.graph, rewrites })
+}
+
+/// Replaces each sum over the rows of a row-major `[B, T, N]` tensor, `y = reduce_sum(x, dims =
+/// [1])` (a bias gradient: `[B, 1, N]`; or `dims = [0, 1]`, below), by the matmul that computes it:
+///
+/// ```text
+/// ones = identity(1.0)      a fill: the constant broadcast to [B, 1, T], in x's type (*)
+/// y = matmul(ones, x)       [B, 1, T] · [B, T, N] = [B, 1, N], accumulated in f32
+/// ```
+///
+/// (*) For an intermediate `x`, the narrowest type its producer reads where narrower: cuDNN takes
+/// a matmul's operands in one type, and an intermediate read by matmuls beside narrower operands
+/// is stored in theirs.
+///
+/// Measured deviceless for the H200 with cuDNN 9.19: such a reduction gets no engine
+/// configuration, alone or after pointwise ops (`relu_bwd → reduce_sum`); cuDNN plans a lone
+/// reduction only over the innermost axis in memory (and then only into `[1, 1, N]`). The
+/// matmul plans alone (engine 7) and with pointwise ops before its `x` fused into the same kernel
+/// (`relu_bwd`, engines 1 and 7), the fill fused too: no buffer of ones exists in memory.
+///
+/// Which nodes: `reduce_sum` over axis 1 of a rank-3 `x` of `f16`, `bf16` or `f32` whose rows are
+/// contiguous (`x`'s innermost stride 1, axis 1's stride not), except where `x` is a matmul's
+/// output (cuDNN fuses that reduction as the matmul's epilogue); and over axes 0 and 1 (batches
+/// and rows, `[1, 1, N]`) where the batches' rows are one run of memory: the sum over the rows of
+/// the view `reshape(x, [1, B·T, N])` (node and tensor `{node}_rows`), which the partitioner binds
+/// or aliases like any view. f32 sums are
+/// then a GEMM's: cuDNN may round `x` to TF32 (10 bits of mantissa) on the way, as for any f32
+/// matmul.
+///
+/// The matmul keeps the reduction node's name and writes its output tensor (id, uid, name, type
+/// and layout kept: graph inputs and outputs do not change); the fill and its two tensors (the
+/// constant and the virtual ones) are called `{node}_ones` and `{node}_one`, made unique with
+/// `_1`, `_2`, ... if taken, with the smallest uids the graph does not use.
+///
+/// # Errors
+///
+/// Whatever [`Graph::validate`] says of `graph` (the rewritten graph passes it).
+///
+/// # Example
+///
+/// ```
+/// use cudnn_runtime::ir::column_sum_as_matmul;
+/// use cudnn_runtime::{DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("bias_grad");
+/// let dy = g.input("dy", DataType::BF16, &[1, 128, 64]).unwrap();
+/// let h = g.input("h", DataType::BF16, &[1, 128, 64]).unwrap();
+/// let dh = g.op("relu_bwd", &[dy.into(), h.into()], &[]).unwrap()[0];
+/// let db = g.op_named("db", "reduce_sum", &[dh.into()], &[("dims".into(), vec![1i64].into())]).unwrap()[0];
+/// g.output(db, "d_b", DataType::F32).unwrap();
+/// let graph = g.build().unwrap();
+///
+/// let rewritten = column_sum_as_matmul(&graph).unwrap();
+/// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
+/// assert_eq!(ops, ["relu_bwd", "identity", "matmul"]);
+/// assert_eq!(rewritten.graph.outputs(), graph.outputs());
+/// assert_eq!(
+///     rewritten.rewrites[0].to_string(),
+///     "reduce_sum `db` over rows as a matmul by a vector of ones (cuDNN plans no such reduction)"
+/// );
+/// ```
+pub fn column_sum_as_matmul(graph: &Graph) -> Result<Rewritten, GraphError> {
+    graph.validate()?;
+    let producer = graph.producer();
+    let mut out = Graph {
+        name: graph.name.clone(),
+        context: graph.context,
+        tensors: graph.tensors.clone(),
+        nodes: Vec::with_capacity(graph.nodes.len()),
+    };
+    let mut names = Names::of(graph);
+    let mut rewrites = Vec::new();
+    for node in &graph.nodes {
+        let Some((x, y, merge)) = column_sum(graph, &producer, node) else {
+            out.nodes.push(node.clone());
+            continue;
+        };
+        let mut replaced_by = Vec::with_capacity(3);
+        // A sum over batches and rows of [B, T, N]: over the rows of its view [1, B·T, N].
+        let x = if merge {
+            let t = graph.tensor(x);
+            let dims = vec![1, t.dims[0] * t.dims[1], t.dims[2]];
+            let reshape = Layout::Reshape { shape: dims.clone() };
+            let base = format!("{}_rows", node.name);
+            out.tensors.push(Tensor {
+                name: names.tensor(&base),
+                uid: names.uid(),
+                strides: reshape.output_strides(&t.dims, &t.strides, &dims),
+                dims,
+                data_type: t.data_type,
+                is_virtual: true,
+                pass_by_value: None,
+                host_scalar: false,
+            });
+            let rows = TensorId(out.tensors.len() - 1);
+            let name = names.node(&base);
+            out.nodes.push(Node {
+                name: name.clone(),
+                op: Op::Layout(reshape),
+                inputs: vec![x],
+                outputs: vec![rows],
+                compute_data_type: node.compute_data_type,
+            });
+            replaced_by.push(name);
+            rows
+        } else {
+            x
+        };
+        let x_dims = out.tensor(x).dims.clone();
+        let base = format!("{}_ones", node.name);
+        let fill = names.node(&base);
+        out.tensors.push(Tensor {
+            name: names.tensor(&format!("{}_one", node.name)),
+            uid: names.uid(),
+            dims: vec![1, 1, 1],
+            strides: vec![1, 1, 1],
+            data_type: DataType::F32,
+            is_virtual: false,
+            pass_by_value: Some(1.0),
+            host_scalar: false,
+        });
+        let one = TensorId(out.tensors.len() - 1);
+        let ones_dims = vec![x_dims[0], 1, x_dims[1]];
+        out.tensors.push(Tensor {
+            name: names.tensor(&base),
+            uid: names.uid(),
+            strides: crate::dim::packed_strides(&ones_dims),
+            dims: ones_dims,
+            data_type: ones_type(&out, x),
+            is_virtual: true,
+            pass_by_value: None,
+            host_scalar: false,
+        });
+        let ones = TensorId(out.tensors.len() - 1);
+        out.nodes.push(Node {
+            name: fill.clone(),
+            op: Op::Pointwise(Pointwise::new(PointwiseMode::Identity)),
+            inputs: vec![one],
+            outputs: vec![ones],
+            compute_data_type: DataType::F32,
+        });
+        out.nodes.push(Node {
+            name: node.name.clone(),
+            op: Op::Matmul(Matmul {}),
+            inputs: vec![ones, x],
+            outputs: vec![y],
+            compute_data_type: node.compute_data_type,
+        });
+        replaced_by.extend([fill, node.name.clone()]);
+        let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind: RewriteKind::ColumnSumAsMatmul };
+        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
+        rewrites.push(rewrite);
+    }
+    out.validate()?;
+    Ok(Rewritten { graph: out, rewrites })
+}
+
+/// The type of the ones multiplying `x`: `x`'s, or for an intermediate, the narrowest floating
+/// type among the tensors its producer reads where that is narrower (`relu_bwd` of bf16 tensors
+/// computes in f32, and the partitioner stores such an intermediate in bf16 where matmuls read it
+/// beside bf16 operands: cuDNN takes a matmul's A and B in one type).
+fn ones_type(graph: &Graph, x: TensorId) -> DataType {
+    let producer = |t: TensorId| graph.nodes.iter().position(|n| n.outputs.contains(&t));
+    let own = graph.tensor(x).data_type;
+    let Some(mut n) = producer(x).filter(|_| graph.tensor(x).is_virtual) else { return own };
+    // Through the view of the batches' rows, to the op computing them.
+    if let Op::Layout(_) = graph.nodes[n].op {
+        let base = graph.nodes[n].inputs[0];
+        match producer(base).filter(|_| graph.tensor(base).is_virtual) {
+            Some(p) => n = p,
+            None => return own,
+        }
+    }
+    graph.nodes[n]
+        .inputs
+        .iter()
+        .map(|i| graph.tensor(*i))
+        .filter(|t| !t.is_by_value() && t.data_type.is_float())
+        .map(|t| t.data_type)
+        .filter(|d| d.size_bytes() < own.size_bytes())
+        .min_by_key(|d| d.size_bytes())
+        .unwrap_or(own)
+}
+
+/// `node`'s input and output if it is a sum [`column_sum_as_matmul`] rewrites, and whether it
+/// sums over the batches too (through the view `[1, B·T, N]`).
+fn column_sum(graph: &Graph, producer: &[Option<usize>], node: &Node) -> Option<(TensorId, TensorId, bool)> {
+    let Op::Reduction(r) = &node.op else { return None };
+    let (&[x], &[y]) = (node.inputs.as_slice(), node.outputs.as_slice()) else { return None };
+    let t = graph.tensor(x);
+    if r.mode != ReductionMode::Sum || t.dims.len() != 3 {
+        return None;
+    }
+    let merge = match r.axes(3).ok()?.as_slice() {
+        [1] => false,
+        // Over the batches too: over the rows of the view [1, B·T, N], where the batches' rows
+        // are one run of memory (one batch needs no view).
+        [0, 1] if t.dims[0] == 1 => false,
+        [0, 1] if t.strides[0] == t.dims[1] * t.strides[1] => true,
+        _ => return None,
+    };
+    let rows =
+        t.strides[2] == 1 && t.strides[1] != 1 && matches!(t.data_type, DataType::F16 | DataType::BF16 | DataType::F32);
+    let after_matmul = producer.get(x.0).copied().flatten().is_some_and(|n| matches!(graph.nodes[n].op, Op::Matmul(_)));
+    (rows && !after_matmul).then_some((x, y, merge))
 }
 
 /// The tensors of a `batchnorm_inference` node, by port.

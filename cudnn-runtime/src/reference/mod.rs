@@ -143,7 +143,13 @@ fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Result<Vec<Array>, 
             }),
         })?;
         tracing::trace!(node = %node.name, op = node.op.call_name(), "computed");
+        let fill = graph.is_fill(node);
         for (id, mut out) in node.outputs.iter().zip(outs) {
+            let dims = &graph.tensor(*id).dims;
+            if fill && out.dims != *dims {
+                // A fill writes its constant over whatever dims its output declares.
+                out = Array::from_fn(dims, |_| out.data[0]);
+            }
             out.round_to(graph.tensor(*id).data_type);
             values[id.0] = Some(out);
         }

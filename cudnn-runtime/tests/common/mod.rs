@@ -87,3 +87,36 @@ pub fn no_plan(cudnn: &Cudnn, graph: &Graph) {
         Err(e) => panic!("{}: not a NoPlan error: {e}", graph.name),
     }
 }
+
+#[cfg(feature = "cudnn")]
+/// The largest difference between `plan` run through its memory on the CPU
+/// ([`ExecutionPlan::emulate`]) and the whole graph on the reference, over fixed-seed inputs.
+pub fn emulated_error(plan: &ExecutionPlan) -> f64 {
+    let graph = plan.graph();
+    let mut rng = cudnn_runtime::rng::SplitMix64::new(7);
+    let inputs: Vec<cudnn_runtime::reference::Array> = graph
+        .inputs()
+        .iter()
+        .map(|id| {
+            let t = graph.tensor(*id);
+            let mut a = cudnn_runtime::reference::Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
+            a.round_to(t.data_type);
+            a
+        })
+        .collect();
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().iter().zip(&inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    let want = cudnn_runtime::reference::run_arrays(graph, values).unwrap();
+    let got = plan.emulate(&inputs).unwrap();
+    let mut worst: f64 = 0.0;
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.dims, w.dims);
+        for (a, b) in g.data.iter().zip(&w.data) {
+            assert!(a.is_finite(), "emulated output reads memory no part wrote");
+            worst = worst.max((a - b).abs());
+        }
+    }
+    worst
+}
