@@ -5,9 +5,19 @@
 //! line per (phase, implementation); `docs/bench/llama_layer_torch.py` times PyTorch eager on the
 //! same shapes.
 //!
+//! With `--stages`, the prefill is also timed stage by stage, for both implementations: `rms_norm`
+//! (before the attention), `qkv`, `rope` (of q and k), `attention`, `o_proj_residual` (the
+//! attention's output back to `[B, S, E]`, its projection and the residual), `rms_norm2`, `swiglu`
+//! (gate and up projections with the activation) and `down_residual`, each on inputs computed once
+//! by a real forward pass, timed as the forward is (5 warm-up calls, then the mean of `--iters`
+//! calls between two synchronizations). One JSON line per (implementation, stage), `tflops` on the
+//! GEMM and attention stages (2·M·N·K per GEMM; the causal attention's 2·2·B·H·S·S·D/2), then a
+//! `"stage":"sum"` line with the stages' total next to the whole forward's time
+//! (`docs/bench/llama_layer_torch.py --stages` splits PyTorch eager the same way).
+//!
 //! ```text
 //! cargo build --release -p cudnn-graph-candle --features cuda --example llama_bench
-//! target/release/examples/llama_bench [--iters 50]
+//! target/release/examples/llama_bench [--iters 50] [--stages]
 //! ```
 
 // Shared with llama_layer and the tests; the training half is not timed here.
@@ -33,12 +43,159 @@ const CASES: [Case; 2] = [
     Case { phase: "prefill", batch: 1, tokens: 4096, past: 0 },
 ];
 
+/// The mean time of `f` in milliseconds: 5 warm-up calls, then `iters` calls between two
+/// synchronizations of `device`.
+fn time<T>(device: &Device, iters: usize, f: impl Fn() -> candle_core::Result<T>) -> candle_core::Result<f64> {
+    for _ in 0..5 {
+        f()?;
+    }
+    device.synchronize()?;
+    let start = Instant::now();
+    for _ in 0..iters {
+        f()?;
+    }
+    device.synchronize()?;
+    Ok(start.elapsed().as_secs_f64() * 1e3 / iters as f64)
+}
+
+/// One stage of a forward: its name, its floating-point operations where it is a GEMM or an
+/// attention, and a call of it on inputs computed beforehand.
+struct Stage<'a> {
+    name: &'static str,
+    flops: Option<f64>,
+    run: Box<dyn Fn() -> candle_core::Result<()> + 'a>,
+}
+
+impl<'a> Stage<'a> {
+    fn new<T>(name: &'static str, flops: Option<f64>, run: impl Fn() -> candle_core::Result<T> + 'a) -> Self {
+        Stage { name, flops, run: Box::new(move || run().map(|_| ())) }
+    }
+}
+
+/// The GEMM and attention stages' floating-point operations for a prefill of `x` `[B, S, E]` (no
+/// cache): Q/K/V, attention, output projection, SwiGLU, down projection.
+struct Flops {
+    qkv: f64,
+    attention: f64,
+    o_proj: f64,
+    swiglu: f64,
+    down: f64,
+}
+
+impl Flops {
+    fn prefill(cfg: Config, b: usize, s: usize) -> Self {
+        let (t, e, f) = ((b * s) as f64, cfg.hidden as f64, cfg.intermediate as f64);
+        let (h, hkv, d) = (cfg.heads as f64, cfg.kv_heads as f64, cfg.head_dim() as f64);
+        let (b, s) = (b as f64, s as f64);
+        Flops {
+            qkv: 2.0 * t * e * (h * d + 2.0 * hkv * d),
+            // Q·Kᵀ and P·V, the causal half of each.
+            attention: 2.0 * 2.0 * b * h * s * s * d / 2.0,
+            o_proj: 2.0 * t * (h * d) * e,
+            swiglu: 2.0 * 2.0 * t * e * f,
+            down: 2.0 * t * f * e,
+        }
+    }
+}
+
+/// candle's forward of a prefill of `x` (no cache) as stages.
+fn candle_stages<'a>(
+    layer: &'a Layer,
+    x: &'a Tensor,
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+) -> candle_core::Result<Vec<Stage<'a>>> {
+    let (b, s, _) = x.dims3()?;
+    let flops = Flops::prefill(layer.cfg, b, s);
+    let n = layer.attn_norm(x)?;
+    let (q, k, v) = layer.qkv_candle(&n)?;
+    let (qr, kr) = layer.rope_candle(&q, &k, cos, sin)?;
+    let attn = layer.attention_candle(&qr, &kr, &v, None)?;
+    let x1 = layer.o_proj_candle(&attn, x)?;
+    let n2 = layer.mlp_norm(&x1)?;
+    let mlp = layer.swiglu_candle(&n2)?;
+    let x1_ = x1.clone();
+    Ok(vec![
+        Stage::new("rms_norm", None, move || layer.attn_norm(x)),
+        Stage::new("qkv", Some(flops.qkv), move || layer.qkv_candle(&n)),
+        Stage::new("rope", None, move || layer.rope_candle(&q, &k, cos, sin)),
+        Stage::new("attention", Some(flops.attention), move || layer.attention_candle(&qr, &kr, &v, None)),
+        Stage::new("o_proj_residual", Some(flops.o_proj), move || layer.o_proj_candle(&attn, x)),
+        Stage::new("rms_norm2", None, move || layer.mlp_norm(&x1_)),
+        Stage::new("swiglu", Some(flops.swiglu), move || layer.swiglu_candle(&n2)),
+        Stage::new("down_residual", Some(flops.down), move || layer.down_candle(&mlp, &x1)),
+    ])
+}
+
+/// The graphs' forward of a prefill of `x` (no cache) as stages, as `Layer::forward_graphs` runs
+/// them.
+fn graph_stages<'a>(
+    layer: &'a Layer,
+    runner: &'a Runner,
+    x: &'a Tensor,
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+) -> candle_core::Result<Vec<Stage<'a>>> {
+    let (b, s, e) = x.dims3()?;
+    let (hkv, d) = (layer.cfg.kv_heads, layer.cfg.head_dim());
+    let flops = Flops::prefill(layer.cfg, b, s);
+    let n = layer.attn_norm(x)?.reshape((1, b * s, e))?;
+    let [q, k, v] = layer.qkv_graphs(runner, &n)?;
+    let (qr, kr) = layer.rope_graphs(&q, &k, cos, sin, b)?;
+    let v = v.reshape((b, s, hkv, d))?;
+    let o = layer.attention_graphs(runner, &qr, &kr, &v)?;
+    let x1 = layer.o_proj_graphs(runner, &o, x)?;
+    let n2 = layer.mlp_norm(&x1)?;
+    let mlp = layer.swiglu_graphs(runner, &n2)?;
+    let x1_ = x1.clone();
+    Ok(vec![
+        Stage::new("rms_norm", None, move || layer.attn_norm(x)?.reshape((1, b * s, e))),
+        Stage::new("qkv", Some(flops.qkv), move || layer.qkv_graphs(runner, &n)),
+        Stage::new("rope", None, move || layer.rope_graphs(&q, &k, cos, sin, b)),
+        Stage::new("attention", Some(flops.attention), move || layer.attention_graphs(runner, &qr, &kr, &v)),
+        Stage::new("o_proj_residual", Some(flops.o_proj), move || layer.o_proj_graphs(runner, &o, x)),
+        Stage::new("rms_norm2", None, move || layer.mlp_norm(&x1_)),
+        Stage::new("swiglu", Some(flops.swiglu), move || layer.swiglu_graphs(runner, &n2)),
+        Stage::new("down_residual", Some(flops.down), move || layer.down_graphs(runner, &mlp, &x1)),
+    ])
+}
+
+/// Times `stages` one by one and prints a JSON line for each, then their sum next to the whole
+/// forward's `forward_ms`.
+fn time_stages(
+    implementation: &str,
+    phase: &str,
+    stages: &[Stage],
+    device: &Device,
+    iters: usize,
+    forward_ms: f64,
+) -> candle_core::Result<()> {
+    let mut sum = 0.0;
+    for stage in stages {
+        let ms = time(device, iters, &stage.run)?;
+        sum += ms;
+        let tflops = match stage.flops {
+            Some(flops) => format!(",\"tflops\":{:.1}", flops / (ms * 1e-3) / 1e12),
+            None => String::new(),
+        };
+        println!(
+            "{{\"bench\":\"llama_layer_stage\",\"impl\":\"{implementation}\",\"phase\":\"{phase}\",\"stage\":\"{}\",\"iters\":{iters},\"ms\":{ms:.4}{tflops}}}",
+            stage.name,
+        );
+    }
+    println!(
+        "{{\"bench\":\"llama_layer_stage\",\"impl\":\"{implementation}\",\"phase\":\"{phase}\",\"stage\":\"sum\",\"iters\":{iters},\"ms\":{sum:.4},\"forward_ms\":{forward_ms:.4}}}"
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let iters: usize = match args.iter().position(|a| a == "--iters") {
         Some(i) => args.get(i + 1).ok_or("--iters needs a count")?.parse()?,
         None => 50,
     };
+    let stages = args.iter().any(|a| a == "--stages");
     let device = Device::new_cuda(0)?;
     let cfg = Config::LLAMA3_8B;
     let layer = Layer::random(cfg, &device, 1)?;
@@ -58,22 +215,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let first_call_ms = start.elapsed().as_secs_f64() * 1e3;
         let mut results = Vec::new();
         for implementation in ["candle", "cudnn-graph"] {
-            let forward = || -> candle_core::Result<Tensor> {
+            let ms = time(&device, iters, || -> candle_core::Result<Tensor> {
                 match implementation {
                     "candle" => layer.forward_candle(&x, &cos, &sin, cache_candle),
                     _ => layer.forward_graphs(&runner, &x, &cos, &sin, cache_graphs),
                 }
-            };
-            for _ in 0..5 {
-                forward()?;
-            }
-            device.synchronize()?;
-            let start = Instant::now();
-            for _ in 0..iters {
-                forward()?;
-            }
-            device.synchronize()?;
-            let ms = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
+            })?;
             results.push(ms);
             println!(
                 "{{\"bench\":\"llama_layer_forward\",\"impl\":\"{implementation}\",\"phase\":\"{}\",\"batch\":{},\"tokens\":{},\"past\":{},\"hidden\":{},\"heads\":{},\"kv_heads\":{},\"intermediate\":{},\"iters\":{iters},\"ms\":{ms:.4}{}}}",
@@ -93,6 +240,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             case.phase,
             results[0] / results[1]
         );
+        if stages && case.phase == "prefill" {
+            time_stages("candle", case.phase, &candle_stages(&layer, &x, &cos, &sin)?, &device, iters, results[0])?;
+            time_stages(
+                "cudnn-graph",
+                case.phase,
+                &graph_stages(&layer, &runner, &x, &cos, &sin)?,
+                &device,
+                iters,
+                results[1],
+            )?;
+        }
     }
     Ok(())
 }

@@ -4,6 +4,9 @@
 //! `rms_norm`, `rope` and `softmax_last_dim`, as candle-transformers' Llama does it), and
 //! [`Layer::forward_graphs`], where the projections with their epilogues and the attention are
 //! cudnn-graph types run through [`Runner`]. RMSNorm and the rotary embedding are candle's in both.
+//! Each is a chain of one function per stage ([`Layer::attn_norm`], `qkv_*`, `rope_*`,
+//! `attention_*`, `o_proj_*`, [`Layer::mlp_norm`], `swiglu_*`, `down_*`, with `_candle` and
+//! `_graphs` suffixes), which `examples/llama_bench.rs --stages` times one by one.
 //!
 //! For training, [`Layer::forward_graphs_training`] runs RMSNorm, the projections, the attention
 //! and the SwiGLU MLP as graph types with backward graphs ([`Differentiable`]) through
@@ -303,36 +306,21 @@ impl Layer {
     }
 
     /// candle's own layer: `x` `[B, S, E]` at positions `past..past + S` (`cos`, `sin` from
-    /// [`Layer::rope_tables`]), after `cache` (`[B, HKV, P, D]`) if any.
+    /// [`Layer::rope_tables`]), after `cache` (`[B, HKV, P, D]`) if any. Its stages are the
+    /// `*_candle` functions below, with [`Layer::attn_norm`] and [`Layer::mlp_norm`].
     pub fn forward_candle(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, cache: Option<&Cache>) -> Result<Tensor> {
-        let (b, s, e) = x.dims3()?;
-        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
-        let n = rms_norm(x, &self.attn_norm, self.cfg.eps)?;
-        let q = self.q.forward(&n)?.reshape((b, s, h, d))?.transpose(1, 2)?.contiguous()?;
-        let k = self.k.forward(&n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?.contiguous()?;
-        let v = self.v.forward(&n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?;
-        let q = rope(&q, cos, sin)?;
-        let k = rope(&k, cos, sin)?;
-        let (k, v) = match cache {
-            Some(c) => (Tensor::cat(&[&c.k, &k], 2)?, Tensor::cat(&[&c.v, &v], 2)?),
-            None => (k, v.contiguous()?),
-        };
-        let past = k.dim(2)? - s;
-        let k = repeat_kv(&k, h / hkv)?;
-        let v = repeat_kv(&v, h / hkv)?;
-        // Attention in f32, as candle-transformers' Llama computes it.
-        let (q, k, v) = (q.to_dtype(DType::F32)?, k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?);
-        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
-        let scores = if s == 1 { scores } else { self.masked(&scores, past)? };
-        let attn = softmax_last_dim(&scores)?.matmul(&v.contiguous()?)?.to_dtype(DType::BF16)?;
-        let attn = attn.transpose(1, 2)?.reshape((b, s, e))?;
-        let x1 = (self.o.forward(&attn)? + x)?;
-        let n2 = rms_norm(&x1, &self.mlp_norm, self.cfg.eps)?;
-        let mlp = (candle_nn::ops::silu(&self.gate.forward(&n2)?)? * self.up.forward(&n2)?)?;
-        self.down.forward(&mlp)? + x1
+        let n = self.attn_norm(x)?;
+        let (q, k, v) = self.qkv_candle(&n)?;
+        let (q, k) = self.rope_candle(&q, &k, cos, sin)?;
+        let attn = self.attention_candle(&q, &k, &v, cache)?;
+        let x1 = self.o_proj_candle(&attn, x)?;
+        let n2 = self.mlp_norm(&x1)?;
+        let mlp = self.swiglu_candle(&n2)?;
+        self.down_candle(&mlp, &x1)
     }
 
-    /// The same layer with cudnn-graph types: `cache` in `[B, P, HKV, D]`.
+    /// The same layer with cudnn-graph types: `cache` in `[B, P, HKV, D]`. Its stages are the
+    /// `*_graphs` functions below, with [`Layer::attn_norm`] and [`Layer::mlp_norm`].
     pub fn forward_graphs(
         &self,
         runner: &Runner,
@@ -342,33 +330,158 @@ impl Layer {
         cache: Option<&Cache>,
     ) -> Result<Tensor> {
         let (b, s, e) = x.dims3()?;
-        let (h, hkv, d, f) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim(), self.cfg.intermediate);
-        let t = b * s;
-        let n = rms_norm(x, &self.attn_norm, self.cfg.eps)?.reshape((1, t, e))?;
-        let [q, k, v] = outputs(runner.run(
-            &Qkv::new(t, e, h * d, hkv * d),
-            &[&n, &as_port(&self.q)?, &as_port(&self.k)?, &as_port(&self.v)?],
-        )?)?;
-        let q = rope_thd(&q.reshape((b, s, h, d))?, cos, sin)?;
-        let k = rope_thd(&k.reshape((b, s, hkv, d))?, cos, sin)?;
+        let (hkv, d) = (self.cfg.kv_heads, self.cfg.head_dim());
+        let n = self.attn_norm(x)?.reshape((1, b * s, e))?;
+        let [q, k, v] = self.qkv_graphs(runner, &n)?;
+        let (q, k) = self.rope_graphs(&q, &k, cos, sin, b)?;
         let v = v.reshape((b, s, hkv, d))?;
         let (k, v) = match cache {
             Some(c) => (Tensor::cat(&[&c.k, &k], 1)?, Tensor::cat(&[&c.v, &v], 1)?),
             None => (k, v),
         };
+        let o = self.attention_graphs(runner, &q, &k, &v)?;
+        let x1 = self.o_proj_graphs(runner, &o, x)?;
+        let n2 = self.mlp_norm(&x1)?;
+        let mlp = self.swiglu_graphs(runner, &n2)?;
+        self.down_graphs(runner, &mlp, &x1)?.reshape((b, s, e))
+    }
+}
+
+/// The stages of [`Layer::forward_candle`] and [`Layer::forward_graphs`], one function each, so
+/// that `examples/llama_bench.rs --stages` can time them one by one.
+impl Layer {
+    /// RMSNorm before the attention: candle's fused `rms_norm`, in both implementations.
+    pub fn attn_norm(&self, x: &Tensor) -> Result<Tensor> {
+        rms_norm(x, &self.attn_norm, self.cfg.eps)
+    }
+
+    /// RMSNorm before the MLP: candle's fused `rms_norm`, in both implementations.
+    pub fn mlp_norm(&self, x1: &Tensor) -> Result<Tensor> {
+        rms_norm(x1, &self.mlp_norm, self.cfg.eps)
+    }
+
+    /// candle's Q, K and V projections of `n` `[B, S, E]` (three `Linear`s): `q` `[B, H, S, D]`
+    /// and `k` `[B, HKV, S, D]` made contiguous, `v` `[B, HKV, S, D]` a transposed view.
+    pub fn qkv_candle(&self, n: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let (b, s, _) = n.dims3()?;
+        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
+        let q = self.q.forward(n)?.reshape((b, s, h, d))?.transpose(1, 2)?.contiguous()?;
+        let k = self.k.forward(n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?.contiguous()?;
+        let v = self.v.forward(n)?.reshape((b, s, hkv, d))?.transpose(1, 2)?;
+        Ok((q, k, v))
+    }
+
+    /// candle's `rope` of `q` and `k` (`[B, ·, S, D]`).
+    pub fn rope_candle(&self, q: &Tensor, k: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor)> {
+        Ok((rope(q, cos, sin)?, rope(k, cos, sin)?))
+    }
+
+    /// candle's attention of `q` `[B, H, S, D]` over `cache` (`[B, HKV, P, D]`) if any and `k`, `v`
+    /// `[B, HKV, S, D]`: KV heads repeated, in f32 (as candle-transformers' Llama computes it),
+    /// causal with a mask; `[B, H, S, D]` in bf16.
+    pub fn attention_candle(&self, q: &Tensor, k: &Tensor, v: &Tensor, cache: Option<&Cache>) -> Result<Tensor> {
+        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
+        let s = q.dim(2)?;
+        let (k, v) = match cache {
+            Some(c) => (Tensor::cat(&[&c.k, k], 2)?, Tensor::cat(&[&c.v, v], 2)?),
+            None => (k.clone(), v.contiguous()?),
+        };
+        let past = k.dim(2)? - s;
+        let k = repeat_kv(&k, h / hkv)?;
+        let v = repeat_kv(&v, h / hkv)?;
+        let (q, k, v) = (q.to_dtype(DType::F32)?, k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?);
+        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+        let scores = if s == 1 { scores } else { self.masked(&scores, past)? };
+        softmax_last_dim(&scores)?.matmul(&v.contiguous()?)?.to_dtype(DType::BF16)
+    }
+
+    /// candle's output projection of `attn` (`[B, H, S, D]`, from [`Layer::attention_candle`],
+    /// copied to `[B, S, E]`) plus the residual `x` `[B, S, E]`.
+    pub fn o_proj_candle(&self, attn: &Tensor, x: &Tensor) -> Result<Tensor> {
+        let (b, s, e) = x.dims3()?;
+        let attn = attn.transpose(1, 2)?.reshape((b, s, e))?;
+        self.o.forward(&attn)? + x
+    }
+
+    /// candle's SwiGLU MLP's first half of `n2` `[B, S, E]`: `silu(gate(n2)) * up(n2)`.
+    pub fn swiglu_candle(&self, n2: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::silu(&self.gate.forward(n2)?)? * self.up.forward(n2)?
+    }
+
+    /// candle's down projection of `mlp` `[B, S, F]` plus the residual `x1` `[B, S, E]`.
+    pub fn down_candle(&self, mlp: &Tensor, x1: &Tensor) -> Result<Tensor> {
+        self.down.forward(mlp)? + x1
+    }
+
+    /// The graphs' Q, K and V projections of `n` `[1, T, E]`, one [`Qkv`] graph: `q`
+    /// `[1, T, H·D]`, `k` and `v` `[1, T, HKV·D]`.
+    pub fn qkv_graphs(&self, runner: &Runner, n: &Tensor) -> Result<[Tensor; 3]> {
+        let (_, t, e) = n.dims3()?;
+        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
+        outputs(
+            runner.run(
+                &Qkv::new(t, e, h * d, hkv * d),
+                &[n, &as_port(&self.q)?, &as_port(&self.k)?, &as_port(&self.v)?],
+            )?,
+        )
+    }
+
+    /// candle's `rope_thd` of the graphs' `q` and `k` (`[1, B·S, ·]`, batch `b`), seen as
+    /// `[B, S, H, D]` and `[B, S, HKV, D]`.
+    pub fn rope_graphs(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        b: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
+        let s = q.dim(1)? / b;
+        Ok((rope_thd(&q.reshape((b, s, h, d))?, cos, sin)?, rope_thd(&k.reshape((b, s, hkv, d))?, cos, sin)?))
+    }
+
+    /// The graphs' attention, one [`Attention`] graph: `q` `[B, S, H, D]` over `k`, `v`
+    /// `[B, SKV, HKV, D]` (the cache included), passed as transposed views `[B, ·, S, D]`; `o`
+    /// `[B, H, S, D]` over `[B, S, H, D]` storage.
+    pub fn attention_graphs(&self, runner: &Runner, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let (h, hkv, d) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
+        let (b, s) = (q.dim(0)?, q.dim(1)?);
         let skv = k.dim(1)?;
         let [o] = outputs(runner.run(
             &Attention::new(b, h, hkv, s, skv, d),
             &[&q.transpose(1, 2)?, &k.transpose(1, 2)?, &v.transpose(1, 2)?],
         )?)?;
+        Ok(o)
+    }
+
+    /// The graphs' output projection of `o` (from [`Layer::attention_graphs`]) plus the residual
+    /// `x` `[B, S, E]`, one [`ProjResidual`] graph: `x1` `[1, T, E]`.
+    pub fn o_proj_graphs(&self, runner: &Runner, o: &Tensor, x: &Tensor) -> Result<Tensor> {
+        let (b, s, e) = x.dims3()?;
+        let t = b * s;
         // `o` is `[B, H, S, D]` over `[B, S, H, D]` storage: back to `[1, T, E]` without a copy.
         let o = o.transpose(1, 2)?.reshape((1, t, e))?;
         let [x1] =
             outputs(runner.run(&ProjResidual::new(t, e, e), &[&o, &as_port(&self.o)?, &x.reshape((1, t, e))?])?)?;
-        let n2 = rms_norm(&x1, &self.mlp_norm, self.cfg.eps)?;
-        let [mlp] = outputs(runner.run(&SwiGlu::new(t, e, f), &[&n2, &as_port(&self.gate)?, &as_port(&self.up)?])?)?;
-        let [y] = outputs(runner.run(&ProjResidual::new(t, f, e), &[&mlp, &as_port(&self.down)?, &x1])?)?;
-        y.reshape((b, s, e))
+        Ok(x1)
+    }
+
+    /// The graphs' SwiGLU MLP's first half of `n2` `[1, T, E]`, one [`SwiGlu`] graph: `[1, T, F]`.
+    pub fn swiglu_graphs(&self, runner: &Runner, n2: &Tensor) -> Result<Tensor> {
+        let (_, t, e) = n2.dims3()?;
+        let [mlp] = outputs(
+            runner.run(&SwiGlu::new(t, e, self.cfg.intermediate), &[n2, &as_port(&self.gate)?, &as_port(&self.up)?])?,
+        )?;
+        Ok(mlp)
+    }
+
+    /// The graphs' down projection of `mlp` `[1, T, F]` plus the residual `x1` `[1, T, E]`, one
+    /// [`ProjResidual`] graph: `[1, T, E]`.
+    pub fn down_graphs(&self, runner: &Runner, mlp: &Tensor, x1: &Tensor) -> Result<Tensor> {
+        let (_, t, f) = mlp.dims3()?;
+        let [y] = outputs(runner.run(&ProjResidual::new(t, f, self.cfg.hidden), &[mlp, &as_port(&self.down)?, x1])?)?;
+        Ok(y)
     }
 }
 
