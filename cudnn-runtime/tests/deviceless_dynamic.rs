@@ -7,7 +7,8 @@
 //!
 //! Measured here (2 shared cores, debug build; the build of a first shape compiles its kernels):
 //! matmul + bias + relu and layer norm plan dynamic-shape, and a new shape's plan finalize drops
-//! from 1.2–1.5 s to 15–80 µs (layer norm 17–35 ms); attention backward and graphs of pointwise
+//! from 1.2–1.5 s to 15–80 µs (layer norm 5–50 ms, growing about 2.4 ms with every shape its
+//! cache has seen, until the plan cache starts that cache over); attention backward and graphs of pointwise
 //! ops alone get no engine from cuDNN 9.19 as dynamic-shape graphs, and are planned as ordinary
 //! ones. Attention forward gets one, but on the H200 its plan at a second shape ran the first
 //! shape's kernel (tests/gpu_dynamic.rs, 2026-12-05): attention is never planned dynamic-shape.
@@ -207,6 +208,37 @@ fn the_plan_cache_plans_a_new_shape_with_the_structures_kernels_and_engine() {
     // A hit is a hit, as ever.
     let again = cache.get_or_build(&cudnn, &matmul_bias_relu(128), &expect, &options).unwrap();
     assert_eq!(again.source, CacheSource::Memory);
+}
+
+/// A layer norm's new shapes finalize slower the more shapes its kernel cache has seen (cuDNN
+/// 9.19, measured here: about 2.4 ms more per shape, 100 ms at the 40th); the plan cache starts
+/// the structure's kernel cache over when two shapes in a row cost more than the cache's average
+/// plan, so the cost stays bounded. A matmul's stays flat: never.
+#[test]
+fn a_kernel_cache_whose_finalize_grows_with_its_shapes_starts_over() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let expect = Expect::default();
+    let options = BuildOptions::default();
+    let cache = PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES);
+    let mut finalize = Vec::new();
+    for i in 0..45 {
+        let built = cache.get_or_build(&cudnn, &layernorm(256 + 64 * i), &expect, &options).unwrap();
+        assert!(built.plan.is_dynamic_shape());
+        finalize.push(built.plan.timings().plan_build.as_secs_f64() * 1e3);
+    }
+    let line: Vec<String> = finalize.iter().map(|ms| format!("{ms:.1}")).collect();
+    let stats = cache.stats();
+    println!("layer norm, finalize per new shape (ms): {}; {stats:?}", line.join(" "));
+    assert!(stats.kernel_restarts >= 1, "{stats:?}");
+    // Some restart made the next shape compile again (a cold finalize after warm ones).
+    assert!(finalize.windows(2).skip(1).any(|w| w[1] > 4.0 * w[0]), "{line:?}");
+
+    let cache = PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES);
+    for m in 1..=25 {
+        let built = cache.get_or_build(&cudnn, &matmul_bias_relu(64 * m), &expect, &options).unwrap();
+        assert!(built.plan.is_dynamic_shape());
+    }
+    assert_eq!(cache.stats().kernel_restarts, 0, "{:?}", cache.stats());
 }
 
 #[test]

@@ -196,6 +196,45 @@ struct Kernels {
     /// graphs of pointwise ops alone, with cuDNN 9.19): later shapes are planned as ordinary
     /// graphs at once.
     static_only: bool,
+    /// The plans finalized with `cache` and their finalize times (the first compiled the
+    /// kernels): what [`Kernels::finalized`] weighs a new one against.
+    epoch: Epoch,
+}
+
+/// The plans finalized with one kernel cache, their finalize times summed, and whether the last
+/// one cost more than the average before it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Epoch {
+    plans: u32,
+    finalize: Duration,
+    over: bool,
+}
+
+impl Kernels {
+    /// Records a plan finalized with the cache in `finalize`, and starts a new cache where that
+    /// cost more than the average plan of this one, the first's compilation included: measured
+    /// deviceless for the H200 with cuDNN 9.19, every new shape of a layer norm's structure made
+    /// its cache's finalize slower (about 2.4 ms per shape the cache had seen: 8 ms at the second
+    /// shape, 100 ms at the 40th, against 420–630 ms to compile the first), where a matmul's
+    /// stayed flat (3 ms). Starting over when a shape's cost passes the average is the
+    /// ski-rental rule: with costs growing linearly it starts over near the number of shapes that
+    /// minimizes the average (√(2·compile/growth), about 19 for the layer norm: about 50 ms a
+    /// shape instead of growing without bound), and with flat costs never. It takes two shapes
+    /// in a row over the average, so one slow finalize (the host busy) does not throw away a
+    /// cache whose costs are flat. Plans made with the old cache keep it (their kernels live
+    /// there). Returns whether it started over.
+    fn finalized(&mut self, finalize: Duration) -> bool {
+        let Epoch { plans, finalize: total, over: was_over } = self.epoch;
+        let over = plans > 0 && finalize * plans > total;
+        if over && was_over {
+            self.cache = KernelCache::new();
+            self.bytes = 0;
+            self.epoch = Epoch::default();
+            return true;
+        }
+        self.epoch = Epoch { plans: plans + 1, finalize: total + finalize, over };
+        false
+    }
 }
 
 impl Weigh for Kernels {
@@ -287,6 +326,9 @@ pub struct CacheStats {
     /// Their bytes: each cache's JSON (`CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION`), its
     /// compiled kernels serialized, measured after each plan built with it.
     pub kernel_bytes: usize,
+    /// Kernel caches replaced by a new one for their structure because a new shape's finalize
+    /// cost more than the average of the plans made with them (see [`PlanCache::dynamic_shapes`]).
+    pub kernel_restarts: u64,
     /// Of `bytes`, those of entries pinned now: a plan held outside the cache (by a caller, or
     /// borrowed by a CUDA graph that replays it) is never evicted.
     pub pinned_bytes: usize,
@@ -331,6 +373,8 @@ pub struct PlanCache {
     builds: AtomicU64,
     ignored: AtomicU64,
     evictions: AtomicU64,
+    /// Kernel caches started over ([`CacheStats::kernel_restarts`]).
+    kernel_restarts: AtomicU64,
     /// Kernel caches by structure, with [`PlanCache::dynamic_shapes`].
     kernels: Option<Mutex<Lru<StructureKey, Kernels>>>,
     /// The specialization policy as set ([`PlanCache::specialization`]); unset, eager without
@@ -508,6 +552,7 @@ impl PlanCache {
             builds: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            kernel_restarts: AtomicU64::new(0),
             kernels: None,
             policy: None,
             timer: Arc::new(median_us),
@@ -527,7 +572,10 @@ impl PlanCache {
     /// asking again. Options that choose the engine themselves
     /// (`engine`, `candidate`, `build_all`, or a `kernel_cache` of their own) are kept as given.
     /// Kernel caches are kept within `kernel_budget` bytes, least recently used first; one held
-    /// by a plan (its kernels live there) is never evicted.
+    /// by a plan (its kernels live there) is never evicted. A structure whose new shapes finalize
+    /// slower the more shapes its cache has seen (cuDNN 9.19's layer norm: 2.4 ms more per shape)
+    /// gets a new cache when a shape's finalize passes the average of the cache's plans
+    /// ([`CacheStats::kernel_restarts`]), which bounds that cost instead of letting it grow.
     ///
     /// ```
     /// # use cudnn_runtime as cudnn_graph;
@@ -554,7 +602,8 @@ impl PlanCache {
             return Some((k.cache.clone(), k.engine.clone(), k.static_only));
         }
         let cache = KernelCache::new();
-        let entry = Kernels { cache: cache.clone(), bytes: 0, engine: None, static_only: false };
+        let entry =
+            Kernels { cache: cache.clone(), bytes: 0, engine: None, static_only: false, epoch: Epoch::default() };
         let evicted = kernels.insert(key.clone(), entry);
         drop(kernels);
         self.evicted_kernels(evicted);
@@ -574,18 +623,30 @@ impl PlanCache {
         };
         // cuDNN serializes the cache outside the lock of the map (not of the cache).
         let bytes = cache.json().ok().flatten().map_or(0, |j| j.len());
+        let finalize: Duration =
+            plan.parts().iter().filter(|p| p.is_dynamic_shape()).map(|p| p.timings().plan_build).sum();
         let mut held = kernels.lock().unwrap_or_else(PoisonError::into_inner);
         let updated = held.update(key, |k| {
-            if k.cache == *cache {
-                k.bytes = bytes;
-                k.static_only = static_only;
-                if k.engine.is_none() {
-                    k.engine = engine;
-                }
+            if k.cache != *cache {
+                return false;
             }
+            k.bytes = bytes;
+            k.static_only = static_only;
+            if k.engine.is_none() {
+                k.engine = engine;
+            }
+            plan.is_dynamic_shape() && k.finalized(finalize)
         });
         drop(held);
-        if let Some(((), evicted)) = updated {
+        if let Some((restarted, evicted)) = updated {
+            if restarted {
+                self.kernel_restarts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    structure = format_args!("{:#018x}", key.structure_fingerprint),
+                    finalize_us = crate::micros(finalize),
+                    "kernel cache restarted: its plans' finalize grew past their average"
+                );
+            }
             self.evicted_kernels(evicted);
         }
     }
@@ -787,6 +848,7 @@ impl PlanCache {
             budget: entries.budget(),
             kernel_caches: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).len()),
             kernel_bytes: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).bytes()),
+            kernel_restarts: self.kernel_restarts.load(Ordering::Relaxed),
             specialization: self.policy(),
             specializations_queued: self.specializations.queued.load(Ordering::Relaxed),
             specializations_pending: self.worker.pending(),
@@ -1354,6 +1416,38 @@ mod tests {
 
     fn key(fp: u64, binding: Option<&str>, sm: Option<u32>, version: usize) -> PlanKey {
         PlanKey { graph_fingerprint: fp, binding: binding.map(str::to_string), sm, cudnn_version: version }
+    }
+
+    /// The ski-rental rule of [`Kernels::finalized`] on finalize times as measured deviceless:
+    /// growing by 2.4 ms a shape after a 420 ms compilation, the cache starts over near √(2 ·
+    /// 420 / 2.4) ≈ 19 shapes (one more: two in a row over the average), and again as often;
+    /// flat, never, even with a slow finalize now and then.
+    #[test]
+    fn kernel_caches_start_over_when_a_shape_costs_more_than_their_average() {
+        let ms = |v: f64| Duration::from_secs_f64(v / 1e3);
+        let mut k =
+            Kernels { cache: KernelCache::new(), bytes: 1, engine: None, static_only: false, epoch: Epoch::default() };
+        let first = k.cache.clone();
+        let mut restarts = Vec::new();
+        let mut seen = 0u32;
+        for shape in 0..100 {
+            let cost = if seen == 0 { ms(420.0) } else { ms(5.0 + 2.4 * f64::from(seen)) };
+            if k.finalized(cost) {
+                restarts.push(shape);
+                seen = 0;
+            } else {
+                seen += 1;
+            }
+        }
+        assert!(k.cache != first, "a new cache after a restart");
+        assert!((18..=22).contains(&restarts[0]), "{restarts:?}");
+        let gaps: Vec<usize> = restarts.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.len() >= 3 && gaps.iter().all(|g| (18..=23).contains(g)), "{gaps:?}");
+        // Flat costs (a matmul's shape-generic kernel): never.
+        let mut k =
+            Kernels { cache: KernelCache::new(), bytes: 1, engine: None, static_only: false, epoch: Epoch::default() };
+        assert!(!k.finalized(ms(412.0)));
+        assert!((0..1000).all(|i| !k.finalized(ms(if i % 7 == 0 { 40.0 } else { 0.03 }))));
     }
 
     #[test]
