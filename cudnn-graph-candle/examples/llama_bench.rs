@@ -15,9 +15,13 @@
 //! `"stage":"sum"` line with the stages' total next to the whole forward's time
 //! (`docs/bench/llama_layer_torch.py --stages` splits PyTorch eager the same way).
 //!
+//! With `--autotune`, a third implementation, `cudnn-graph-autotuned`: the same graphs through
+//! `Runner::with_autotune` (every plan's candidates timed on the GPU at its first call, the
+//! fastest kept), its first call (the tuning) reported as `first_call_ms`.
+//!
 //! ```text
 //! cargo build --release -p cudnn-graph-candle --features cuda --example llama_bench
-//! target/release/examples/llama_bench [--iters 50] [--stages]
+//! target/release/examples/llama_bench [--iters 50] [--stages] [--autotune]
 //! ```
 
 // Shared with llama_layer and the tests; the training half is not timed here.
@@ -28,6 +32,8 @@ mod layer;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
+use cudnn_graph::backend::BuildOptions;
+use cudnn_graph::engines::{AutotuneOptions, PlanCache};
 use cudnn_graph_candle::Runner;
 use layer::{random, Cache, Config, Layer};
 
@@ -196,6 +202,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => 50,
     };
     let stages = args.iter().any(|a| a == "--stages");
+    let tuned = args
+        .iter()
+        .any(|a| a == "--autotune")
+        .then(|| Runner::with_autotune(PlanCache::in_memory(), BuildOptions::default(), AutotuneOptions::default()));
     let device = Device::new_cuda(0)?;
     let cfg = Config::LLAMA3_8B;
     let layer = Layer::random(cfg, &device, 1)?;
@@ -208,17 +218,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some((c, g)) => (Some(c), Some(g)),
             None => (None, None),
         };
-        // The graphs' first call builds their plans (cuDNN heuristics and compilation).
-        let start = Instant::now();
-        layer.forward_graphs(&runner, &x, &cos, &sin, cache_graphs)?;
-        device.synchronize()?;
-        let first_call_ms = start.elapsed().as_secs_f64() * 1e3;
+        // The graphs' first call builds their plans (cuDNN heuristics and compilation; with
+        // autotuning, the timing of every candidate too).
+        let mut graphs: Vec<(&str, &Runner, f64)> = Vec::new();
+        for (name, r) in [("cudnn-graph", Some(&runner)), ("cudnn-graph-autotuned", tuned.as_ref())] {
+            let Some(r) = r else { continue };
+            let start = Instant::now();
+            layer.forward_graphs(r, &x, &cos, &sin, cache_graphs)?;
+            device.synchronize()?;
+            graphs.push((name, r, start.elapsed().as_secs_f64() * 1e3));
+        }
         let mut results = Vec::new();
-        for implementation in ["candle", "cudnn-graph"] {
+        let implementations = std::iter::once(("candle", None)).chain(graphs.iter().map(|g| (g.0, Some((g.1, g.2)))));
+        for (implementation, graph_runner) in implementations {
             let ms = time(&device, iters, || -> candle_core::Result<Tensor> {
-                match implementation {
-                    "candle" => layer.forward_candle(&x, &cos, &sin, cache_candle),
-                    _ => layer.forward_graphs(&runner, &x, &cos, &sin, cache_graphs),
+                match graph_runner {
+                    None => layer.forward_candle(&x, &cos, &sin, cache_candle),
+                    Some((r, _)) => layer.forward_graphs(r, &x, &cos, &sin, cache_graphs),
                 }
             })?;
             results.push(ms);
@@ -232,7 +248,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cfg.heads,
                 cfg.kv_heads,
                 cfg.intermediate,
-                if implementation == "cudnn-graph" { format!(",\"first_call_ms\":{first_call_ms:.1}") } else { String::new() },
+                graph_runner.map(|(_, first)| format!(",\"first_call_ms\":{first:.1}")).unwrap_or_default(),
             );
         }
         println!(
@@ -242,14 +258,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         if stages && case.phase == "prefill" {
             time_stages("candle", case.phase, &candle_stages(&layer, &x, &cos, &sin)?, &device, iters, results[0])?;
-            time_stages(
-                "cudnn-graph",
-                case.phase,
-                &graph_stages(&layer, &runner, &x, &cos, &sin)?,
-                &device,
-                iters,
-                results[1],
-            )?;
+            for (k, (name, r, _)) in graphs.iter().enumerate() {
+                time_stages(
+                    name,
+                    case.phase,
+                    &graph_stages(&layer, r, &x, &cos, &sin)?,
+                    &device,
+                    iters,
+                    results[1 + k],
+                )?;
+            }
         }
     }
     Ok(())

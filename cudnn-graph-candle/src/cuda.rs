@@ -10,7 +10,7 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId};
 use candle_core::{CpuStorage, Device, Storage, Tensor};
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaView};
 use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar};
-use cudnn_graph::engines::PlanCache;
+use cudnn_graph::engines::{autotune, AutotuneOptions, PlanCache};
 use cudnn_graph::serialize::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphType};
 use half::{bf16, f16};
@@ -24,6 +24,8 @@ use crate::Prepared;
 pub(crate) struct Devices {
     cache: PlanCache,
     options: BuildOptions,
+    /// Set: every plan built is autotuned before it is cached ([`crate::Runner::with_autotune`]).
+    autotune: Option<AutotuneOptions>,
     devices: Mutex<HashMap<DeviceId, Arc<Mutex<DeviceState>>>>,
 }
 
@@ -39,8 +41,8 @@ fn graph_error(e: impl Into<cudnn_graph::Error>) -> AdapterError {
 }
 
 impl Devices {
-    pub(crate) fn new(cache: PlanCache, options: BuildOptions) -> Self {
-        Devices { cache, options, devices: Mutex::new(HashMap::new()) }
+    pub(crate) fn new(cache: PlanCache, options: BuildOptions, autotune: Option<AutotuneOptions>) -> Self {
+        Devices { cache, options, autotune, devices: Mutex::new(HashMap::new()) }
     }
 
     fn state(&self, device: &CudaDevice) -> Result<Arc<Mutex<DeviceState>>, AdapterError> {
@@ -79,7 +81,16 @@ impl Devices {
         } else {
             Cow::Borrowed(&self.options)
         };
-        Ok(self.cache.get_or_build(&state.cudnn, ir, &expect, &options)?.plan)
+        let Some(tuning) = &self.autotune else {
+            return Ok(self.cache.get_or_build(&state.cudnn, ir, &expect, &options)?.plan);
+        };
+        let options = BuildOptions { build_all: true, ..options.into_owned() };
+        let cached = self.cache.get_or_insert_with(&state.cudnn, ir, &expect, &options, || {
+            let mut plan = ExecutionPlan::build(&state.cudnn, ir, &options)?;
+            autotune(&state.cudnn, &mut plan, tuning)?;
+            Ok(plan)
+        })?;
+        Ok(cached.plan)
     }
 
     /// Runs `prepared` on CUDA tensors of `device` already checked against its inputs

@@ -192,6 +192,7 @@ impl Runner {
                 cuda: cuda::Devices::new(
                     cudnn_graph::engines::PlanCache::in_memory(),
                     cudnn_graph::backend::BuildOptions::default(),
+                    None,
                 ),
             }),
         }
@@ -206,7 +207,29 @@ impl Runner {
         options: cudnn_graph::backend::BuildOptions,
     ) -> Self {
         Runner {
-            inner: Arc::new(Inner { prepared: Mutex::new(HashMap::new()), cuda: cuda::Devices::new(cache, options) }),
+            inner: Arc::new(Inner {
+                prepared: Mutex::new(HashMap::new()),
+                cuda: cuda::Devices::new(cache, options, None),
+            }),
+        }
+    }
+
+    /// [`Runner::with_plan_cache`], every plan autotuned before it is cached: built with
+    /// `build_all` (each viable engine configuration; with `Fusion::Measure` in `options`, each
+    /// partitioning too) and timed on the tensors' device with `autotune`'s settings
+    /// (`cudnn_graph::engines::autotune`), the fastest kept. A first call costs the timing (about
+    /// a second a graph); a plan loaded from a directory cache keeps the choice it was saved with.
+    #[cfg(feature = "cuda")]
+    pub fn with_autotune(
+        cache: cudnn_graph::engines::PlanCache,
+        options: cudnn_graph::backend::BuildOptions,
+        autotune: cudnn_graph::engines::AutotuneOptions,
+    ) -> Self {
+        Runner {
+            inner: Arc::new(Inner {
+                prepared: Mutex::new(HashMap::new()),
+                cuda: cuda::Devices::new(cache, options, Some(autotune)),
+            }),
         }
     }
 
