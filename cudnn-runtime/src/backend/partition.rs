@@ -55,6 +55,11 @@ pub enum CutReason {
     AfterView,
     /// Nothing connects the two: the op after reads only memory.
     Independent,
+    /// The op before is a fill ([`crate::Graph::is_fill`]), which is a kernel of its own: cuDNN
+    /// 9.19 plans a fill fused into the kernel reading it (as a matmul's prologue), but on the
+    /// H200 that kernel computed wrong results (a bias gradient's matmul by ones: relative error
+    /// 1.0, 2026-12-05).
+    AfterFill,
     /// cuDNN refused the fused part (at this build, or at an earlier one of the same part with
     /// the same cuDNN version and GPU): the message says how.
     Refused(String),
@@ -79,6 +84,9 @@ impl fmt::Display for Cut {
             CutReason::NoPrologue => write!(f, "cuDNN fuses no elementwise op before a {b_op}"),
             CutReason::AfterView => write!(f, "`{b}` reads a view of memory an earlier part writes"),
             CutReason::Independent => write!(f, "`{b}` reads only memory, nothing computed in the kernel before"),
+            CutReason::AfterFill => {
+                write!(f, "a fill is its own kernel (cuDNN 9.19 computed one fused into its reader wrongly)")
+            }
             CutReason::Refused(why) => write!(f, "cuDNN refused them fused: {why}"),
             CutReason::ToMeasure => {
                 write!(f, "cuDNN fuses them; cut so that autotuning times them apart (not timed yet)")
@@ -300,19 +308,23 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
             rule => rule,
         };
         let joined = match (rule, link) {
+            // A fill (`Graph::is_fill`) is a kernel of its own, and nothing joins it
+            // ([`CutReason::AfterFill`]).
+            (FusionRule::Elementwise, None) if graph.is_fill(node) => None,
+            (_, Some((p, _))) if graph.is_fill(&graph.nodes[p]) => None,
             (FusionRule::Elementwise, Some((_, g))) => {
                 let to = &groups[g];
                 let reads_closer = to.closed_by.is_some_and(|c| node.inputs.iter().any(|t| producer[t.0] == Some(c)));
                 (!reads_closer && to.anchor.is_none_or(|a| matches!(a, FusionRule::Anchor { epilogue: true, .. })))
                     .then_some(g)
             }
-            // A fill (`Graph::is_fill`) reads nothing: it starts the kernel of the op reading it,
-            // which takes it as its prologue, rather than writing its broadcast to memory beside
-            // an unrelated elementwise kernel's outputs.
-            (FusionRule::Elementwise, None) if graph.is_fill(node) => None,
             (FusionRule::Elementwise, None) => {
                 // Elementwise ops on memory share the last elementwise-only kernel.
-                groups.len().checked_sub(1).filter(|&g| g >= floor && groups[g].anchor.is_none())
+                groups.len().checked_sub(1).filter(|&g| {
+                    g >= floor
+                        && groups[g].anchor.is_none()
+                        && !groups[g].nodes.iter().any(|&n| graph.is_fill(&graph.nodes[n]))
+                })
             }
             (FusionRule::Anchor { follows: true, .. }, Some((_, g)))
                 if groups[g].closed_by.is_none()
@@ -343,6 +355,7 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
                     // The pair: the anchor that takes no more, or the op this one cannot follow.
                     let before = &groups[g];
                     match (before.anchor, before.anchor_node, rule) {
+                        _ if graph.is_fill(&graph.nodes[p]) => (CutReason::AfterFill, p),
                         (Some(_), Some(a), FusionRule::Anchor { .. }) => (CutReason::SecondAnchor, a),
                         (Some(_), Some(a), _) => (CutReason::NoEpilogue, a),
                         _ => (CutReason::NoPrologue, p),

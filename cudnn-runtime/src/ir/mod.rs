@@ -229,8 +229,8 @@ impl Graph {
     /// Whether `node` is a fill: a pointwise `identity` of one by-value constant, whose output
     /// may have any dims of the constant's rank (the constant broadcast over them; every other
     /// node's outputs have the dims its op infers). `graph!` and the builder never make one;
-    /// [`column_sum_as_matmul`] does (a vector of ones), and cuDNN fuses it into the kernel
-    /// that reads it.
+    /// [`column_sum_as_matmul`] does (a vector of ones). The partitioner makes it a kernel of
+    /// its own: fused into the matmul reading it, cuDNN 9.19 computed wrong results on the H200.
     pub fn is_fill(&self, node: &Node) -> bool {
         matches!(&node.op, Op::Pointwise(p) if p.mode == crate::ops::PointwiseMode::Identity)
             && matches!(node.inputs.as_slice(), [c] if self.tensors.get(c.0).is_some_and(|t| t.pass_by_value.is_some()))

@@ -175,7 +175,7 @@ pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
 /// [1])` (a bias gradient: `[B, 1, N]`; or `dims = [0, 1]`, below), by the matmul that computes it:
 ///
 /// ```text
-/// ones = identity(1.0)      a fill: the constant broadcast to [B, 1, T], in x's type (*)
+/// ones = identity(1.0)      a fill: the constant broadcast to [B, 1, T], in x's type (*), its own kernel
 /// y = matmul(ones, x)       [B, 1, T] · [B, T, N] = [B, 1, N], accumulated in f32
 /// ```
 ///
@@ -186,8 +186,10 @@ pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
 /// Measured deviceless for the H200 with cuDNN 9.19: such a reduction gets no engine
 /// configuration, alone or after pointwise ops (`relu_bwd → reduce_sum`); cuDNN plans a lone
 /// reduction only over the innermost axis in memory (and then only into `[1, 1, N]`). The
-/// matmul plans alone (engine 7) and with pointwise ops before its `x` fused into the same kernel
-/// (`relu_bwd`, engines 1 and 7), the fill fused too: no buffer of ones exists in memory.
+/// matmul plans (engine 7). cuDNN also plans the fill fused into the matmul as its prologue, but
+/// on the H200 that kernel computed the sums wrongly (relative error 1.0, 2026-12-05), so the
+/// partitioner makes a fill a kernel of its own (`CutReason::AfterFill`): the ones go through
+/// the workspace (`[B, 1, T]` elements).
 ///
 /// Which nodes: `reduce_sum` over axis 1 of a rank-3 `x` of `f16`, `bf16` or `f32` whose rows are
 /// contiguous (`x`'s innermost stride 1, axis 1's stride not), except where `x` is a matmul's
