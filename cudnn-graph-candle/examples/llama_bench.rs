@@ -113,21 +113,21 @@ fn candle_stages<'a>(
 ) -> candle_core::Result<Vec<Stage<'a>>> {
     let (b, s, _) = x.dims3()?;
     let flops = Flops::prefill(layer.cfg, b, s);
-    let n = layer.attn_norm(x)?;
+    let n = layer.attn_norm_candle(x)?;
     let (q, k, v) = layer.qkv_candle(&n)?;
     let (qr, kr) = layer.rope_candle(&q, &k, cos, sin)?;
     let attn = layer.attention_candle(&qr, &kr, &v, None)?;
     let x1 = layer.o_proj_candle(&attn, x)?;
-    let n2 = layer.mlp_norm(&x1)?;
+    let n2 = layer.mlp_norm_candle(&x1)?;
     let mlp = layer.swiglu_candle(&n2)?;
     let x1_ = x1.clone();
     Ok(vec![
-        Stage::new("rms_norm", None, move || layer.attn_norm(x)),
+        Stage::new("rms_norm", None, move || layer.attn_norm_candle(x)),
         Stage::new("qkv", Some(flops.qkv), move || layer.qkv_candle(&n)),
         Stage::new("rope", None, move || layer.rope_candle(&q, &k, cos, sin)),
         Stage::new("attention", Some(flops.attention), move || layer.attention_candle(&qr, &kr, &v, None)),
         Stage::new("o_proj_residual", Some(flops.o_proj), move || layer.o_proj_candle(&attn, x)),
-        Stage::new("rms_norm2", None, move || layer.mlp_norm(&x1_)),
+        Stage::new("rms_norm2", None, move || layer.mlp_norm_candle(&x1_)),
         Stage::new("swiglu", Some(flops.swiglu), move || layer.swiglu_candle(&n2)),
         Stage::new("down_residual", Some(flops.down), move || layer.down_candle(&mlp, &x1)),
     ])
@@ -142,25 +142,25 @@ fn graph_stages<'a>(
     cos: &'a Tensor,
     sin: &'a Tensor,
 ) -> candle_core::Result<Vec<Stage<'a>>> {
-    let (b, s, e) = x.dims3()?;
+    let (b, s, _) = x.dims3()?;
     let (hkv, d) = (layer.cfg.kv_heads, layer.cfg.head_dim());
     let flops = Flops::prefill(layer.cfg, b, s);
-    let n = layer.attn_norm(x)?.reshape((1, b * s, e))?;
+    let n = layer.attn_norm_graphs(runner, x)?;
     let [q, k, v] = layer.qkv_graphs(runner, &n)?;
     let (qr, kr) = layer.rope_graphs(&q, &k, cos, sin, b)?;
     let v = v.reshape((b, s, hkv, d))?;
     let o = layer.attention_graphs(runner, &qr, &kr, &v)?;
     let x1 = layer.o_proj_graphs(runner, &o, x)?;
-    let n2 = layer.mlp_norm(&x1)?;
+    let n2 = layer.mlp_norm_graphs(runner, &x1)?;
     let mlp = layer.swiglu_graphs(runner, &n2)?;
     let x1_ = x1.clone();
     Ok(vec![
-        Stage::new("rms_norm", None, move || layer.attn_norm(x)?.reshape((1, b * s, e))),
+        Stage::new("rms_norm", None, move || layer.attn_norm_graphs(runner, x)),
         Stage::new("qkv", Some(flops.qkv), move || layer.qkv_graphs(runner, &n)),
         Stage::new("rope", None, move || layer.rope_graphs(&q, &k, cos, sin, b)),
         Stage::new("attention", Some(flops.attention), move || layer.attention_graphs(runner, &qr, &kr, &v)),
         Stage::new("o_proj_residual", Some(flops.o_proj), move || layer.o_proj_graphs(runner, &o, x)),
-        Stage::new("rms_norm2", None, move || layer.mlp_norm(&x1_)),
+        Stage::new("rms_norm2", None, move || layer.mlp_norm_graphs(runner, &x1_)),
         Stage::new("swiglu", Some(flops.swiglu), move || layer.swiglu_graphs(runner, &n2)),
         Stage::new("down_residual", Some(flops.down), move || layer.down_graphs(runner, &mlp, &x1)),
     ])

@@ -14,7 +14,7 @@ use cudnn_graph::backend::{BuildOptions, Cudnn, CudnnError, ExecutionPlan};
 use cudnn_graph::GraphType;
 use layer::{
     Attention, AttentionTrain, AttentionTrainBackward, Config, Proj, ProjBackward, ProjResidual, ProjResidualBackward,
-    Qkv, RmsNormTrain, RmsNormTrainBackward, SwiGlu, SwiGluTrain, SwiGluTrainBackward,
+    Qkv, RmsNorm, RmsNormTrain, RmsNormTrainBackward, SwiGlu, SwiGluTrain, SwiGluTrainBackward,
 };
 
 const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
@@ -50,6 +50,7 @@ fn the_layers_graphs_plan_for_the_h200_at_the_benchmark_sizes() {
     let (e, h, hkv, d, f) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim(), cfg.intermediate);
     for (b, s, past) in [(1, 1, 4095), (1, 4096, 0)] {
         let t = b * s;
+        assert_eq!(plan(&cudnn, RmsNorm::new(t, e)), 1, "one norm kernel");
         assert_eq!(plan(&cudnn, Qkv::new(t, e, h * d, hkv * d)), 3, "three GEMMs, three kernels");
         assert_eq!(plan(&cudnn, Attention::new(b, h, hkv, s, past + s, d)), 1, "one attention kernel");
         assert_eq!(plan(&cudnn, ProjResidual::new(t, e, e)), 1, "the residual in the GEMM's epilogue");
