@@ -134,12 +134,7 @@ impl fmt::Display for Rewrite {
 pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
     graph.validate()?;
     let producer = graph.producer();
-    let mut out = Graph {
-        name: graph.name.clone(),
-        context: graph.context,
-        tensors: graph.tensors.clone(),
-        nodes: Vec::with_capacity(graph.nodes.len()),
-    };
+    let mut out = without_nodes(graph);
     let mut names = Names::of(graph);
     let mut rewrites = Vec::new();
     for node in &graph.nodes {
@@ -234,12 +229,7 @@ pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
 pub fn column_sum_as_matmul(graph: &Graph) -> Result<Rewritten, GraphError> {
     graph.validate()?;
     let producer = graph.producer();
-    let mut out = Graph {
-        name: graph.name.clone(),
-        context: graph.context,
-        tensors: graph.tensors.clone(),
-        nodes: Vec::with_capacity(graph.nodes.len()),
-    };
+    let mut out = without_nodes(graph);
     let mut names = Names::of(graph);
     let mut rewrites = Vec::new();
     for node in &graph.nodes {
@@ -501,6 +491,16 @@ fn feeds_batchnorm_backward(graph: &Graph, bn: &Node) -> bool {
         }
     }
     false
+}
+
+/// `graph`'s name, context and tensors, with no nodes yet: what a rewrite fills in node order.
+fn without_nodes(graph: &Graph) -> Graph {
+    Graph {
+        name: graph.name.clone(),
+        context: graph.context,
+        tensors: graph.tensors.clone(),
+        nodes: Vec::with_capacity(graph.nodes.len()),
+    }
 }
 
 /// The names and uids taken, to make fresh ones.
