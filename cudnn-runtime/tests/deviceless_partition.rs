@@ -5,47 +5,9 @@
 
 mod common;
 
-use common::deviceless;
+use common::{deviceless, emulated_error};
 use cudnn_runtime::backend::{BuildOptions, CutReason, ExecutionPlan};
-use cudnn_runtime::reference::{run_arrays, Array};
-use cudnn_runtime::rng::SplitMix64;
-use cudnn_runtime::{Context, DataType, Graph, GraphBuilder};
-
-fn inputs(graph: &Graph, seed: u64) -> Vec<Array> {
-    let mut rng = SplitMix64::new(seed);
-    graph
-        .inputs()
-        .iter()
-        .map(|id| {
-            let t = graph.tensor(*id);
-            let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
-            a.round_to(t.data_type);
-            a
-        })
-        .collect()
-}
-
-/// The largest difference between the parts run through the plan's memory and the whole graph,
-/// relative to the largest output magnitude.
-fn emulated_error(plan: &ExecutionPlan, seed: u64) -> f64 {
-    let graph = plan.graph();
-    let inputs = inputs(graph, seed);
-    let mut values = vec![None; graph.tensors.len()];
-    for (id, a) in graph.inputs().iter().zip(&inputs) {
-        values[id.0] = Some(a.clone());
-    }
-    let want = run_arrays(graph, values).unwrap();
-    let got = plan.emulate(&inputs).unwrap();
-    let mut worst: f64 = 0.0;
-    for (g, w) in got.iter().zip(&want) {
-        let scale = w.data.iter().fold(0f64, |m, v| m.max(v.abs()));
-        for (a, b) in g.data.iter().zip(&w.data) {
-            assert!(a.is_finite(), "emulated output reads memory no part wrote");
-            worst = worst.max((a - b).abs() / scale);
-        }
-    }
-    worst
-}
+use cudnn_runtime::{Context, DataType, GraphBuilder};
 
 /// Two f16 matmuls with the builder's default f32 intermediates: cuDNN 9.19 has no engine for an
 /// f32 × f16 matmul, so the intermediate between the parts is stored in f16, the type of the

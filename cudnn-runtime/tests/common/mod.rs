@@ -6,16 +6,41 @@
 
 pub mod pointwise;
 
+use cudnn_runtime::reference::{run_arrays, Array};
 use cudnn_runtime::rng::SplitMix64;
+use cudnn_runtime::Graph;
 
 #[cfg(feature = "cudnn")]
 use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, CudnnError, ExecutionPlan};
-#[cfg(feature = "cudnn")]
-use cudnn_runtime::Graph;
 
 /// Fixed-seed values in `[lo, hi)`, never all zeros.
 pub fn random(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
     SplitMix64::new(seed).uniform_vec(n, lo, hi)
+}
+
+/// Fixed-seed inputs of `graph` in the order of `graph.inputs()`: values of magnitude in
+/// `[0.25, 1)` and either sign, rounded to each tensor's type (so never zero).
+pub fn inputs(graph: &Graph, seed: u64) -> Vec<Array> {
+    let mut rng = SplitMix64::new(seed);
+    graph
+        .inputs()
+        .iter()
+        .map(|id| {
+            let t = graph.tensor(*id);
+            let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
+            a.round_to(t.data_type);
+            a
+        })
+        .collect()
+}
+
+/// `graph`'s outputs on the reference engine, for `inputs` in the order of `graph.inputs()`.
+pub fn reference(graph: &Graph, inputs: &[Array]) -> Vec<Array> {
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().iter().zip(inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    run_arrays(graph, values).unwrap_or_else(|e| panic!("{}: {e}", graph.name))
 }
 
 /// The H200's device properties.
@@ -90,32 +115,20 @@ pub fn no_plan(cudnn: &Cudnn, graph: &Graph) {
 
 #[cfg(feature = "cudnn")]
 /// The largest difference between `plan` run through its memory on the CPU
-/// ([`ExecutionPlan::emulate`]) and the whole graph on the reference, over fixed-seed inputs.
-pub fn emulated_error(plan: &ExecutionPlan) -> f64 {
+/// ([`ExecutionPlan::emulate`]) and the whole graph on the reference, relative to the largest
+/// output magnitude, over the fixed-seed [`inputs`] of `seed`.
+pub fn emulated_error(plan: &ExecutionPlan, seed: u64) -> f64 {
     let graph = plan.graph();
-    let mut rng = cudnn_runtime::rng::SplitMix64::new(7);
-    let inputs: Vec<cudnn_runtime::reference::Array> = graph
-        .inputs()
-        .iter()
-        .map(|id| {
-            let t = graph.tensor(*id);
-            let mut a = cudnn_runtime::reference::Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
-            a.round_to(t.data_type);
-            a
-        })
-        .collect();
-    let mut values = vec![None; graph.tensors.len()];
-    for (id, a) in graph.inputs().iter().zip(&inputs) {
-        values[id.0] = Some(a.clone());
-    }
-    let want = cudnn_runtime::reference::run_arrays(graph, values).unwrap();
-    let got = plan.emulate(&inputs).unwrap();
+    let inputs = inputs(graph, seed);
+    let want = reference(graph, &inputs);
+    let got = plan.emulate(&inputs).unwrap_or_else(|e| panic!("{}: emulate: {e}", graph.name));
     let mut worst: f64 = 0.0;
     for (g, w) in got.iter().zip(&want) {
         assert_eq!(g.dims, w.dims);
+        let scale = w.data.iter().fold(f64::MIN_POSITIVE, |m, v| m.max(v.abs()));
         for (a, b) in g.data.iter().zip(&w.data) {
             assert!(a.is_finite(), "emulated output reads memory no part wrote");
-            worst = worst.max((a - b).abs());
+            worst = worst.max((a - b).abs() / scale);
         }
     }
     worst
