@@ -11,6 +11,8 @@
 mod cases;
 
 use candle_core::{DType, Device, Tensor};
+use cudnn_graph::backend::BuildOptions;
+use cudnn_graph::engines::{AutotuneOptions, PlanCache};
 use cudnn_graph_candle::Runner;
 
 use cases::{check, tensor, RmsNorm};
@@ -33,18 +35,22 @@ fn gpu_host_scalars_take_cpu_tensors() {
     let (n, c) = (64, 256);
     let x = tensor(&[n, c], 1, DType::F32, &device).unwrap();
     let scale = tensor(&[1, c], 2, DType::F32, &device).unwrap();
-    let runner = Runner::new();
     let graph = RmsNorm::new(n, c);
-    let run = |eps: &Tensor| runner.run(&graph, &[&x, &scale, eps]).unwrap().remove(0);
-    // The same plan takes each execute's value.
-    for eps in [1e-5f32, 0.5, 100.0] {
-        let got = run(&Tensor::new(eps, &Device::Cpu).unwrap());
-        let rms = (x.sqr().unwrap().mean_keepdim(1).unwrap() + f64::from(eps)).unwrap().sqrt().unwrap();
-        let want = x.broadcast_div(&rms).unwrap().broadcast_mul(&scale).unwrap();
-        let d = cases::relative(&got, &want).unwrap();
-        println!("rmsnorm, eps {eps}: relative difference {d:.1e}");
-        assert!(d < 1e-4, "eps {eps}: {d}");
+    // The autotuning runner times the plan with the scalar in host memory, where cuDNN reads it.
+    let tuned = Runner::with_autotune(PlanCache::in_memory(), BuildOptions::default(), AutotuneOptions::default());
+    for (name, runner) in [("plain", Runner::new()), ("autotuned", tuned)] {
+        let run = |eps: &Tensor| runner.run(&graph, &[&x, &scale, eps]).unwrap().remove(0);
+        // The same plan takes each execute's value.
+        for eps in [1e-5f32, 0.5, 100.0] {
+            let got = run(&Tensor::new(eps, &Device::Cpu).unwrap());
+            let rms = (x.sqr().unwrap().mean_keepdim(1).unwrap() + f64::from(eps)).unwrap().sqrt().unwrap();
+            let want = x.broadcast_div(&rms).unwrap().broadcast_mul(&scale).unwrap();
+            let d = cases::relative(&got, &want).unwrap();
+            println!("rmsnorm ({name} runner), eps {eps}: relative difference {d:.1e}");
+            assert!(d < 1e-4, "{name}, eps {eps}: {d}");
+        }
     }
+    let runner = Runner::new();
     // A host scalar on the device is refused by name (reading it would wait for the device).
     let on_device = Tensor::new(1e-5f32, &device).unwrap();
     let e = runner.run(&graph, &[&x, &scale, &on_device]).unwrap_err().to_string();

@@ -29,6 +29,10 @@ impl ExecutionPlan {
     /// stream made with `CudaContext::new_stream` (the legacy default stream cannot be captured:
     /// that is a [`BackendError::Driver`]).
     ///
+    /// A host scalar ([`crate::Tensor::host_scalar`]) is read when the graph is recorded (it
+    /// becomes a kernel argument): every launch computes with that value, and a new value needs
+    /// [`PlanGraph::update`] or a new recording.
+    ///
     /// # Safety
     /// As [`ExecutionPlan::execute_raw`], and the pointers must stay valid for every launch of
     /// the returned graph (it replays them).

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
-use crate::backend::{BackendError, ByValueScalar, Cudnn, ExecutionPlan};
+use crate::backend::{BackendError, ByValueScalar, Cudnn, ExecutionPlan, HostScalar};
 use crate::DataType;
 
 /// What the scratch input buffers hold.
@@ -300,11 +300,12 @@ fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Backend
     move |e| BackendError::Driver { call, message: e.to_string() }
 }
 
-/// Device buffers for every I/O tensor of a plan, and a workspace large enough for every built
-/// candidate.
+/// Device buffers for every I/O tensor of a plan (host storage for a host scalar, which cuDNN
+/// reads on the host), and a workspace large enough for every built candidate.
 struct Scratch {
-    // Kept alive while their addresses are used.
+    // Kept alive while their addresses are used; the scalars boxed, so their addresses stay put.
     _buffers: Vec<CudaSlice<u8>>,
+    _scalars: Box<[HostScalar]>,
     _workspace: CudaSlice<u8>,
     io: Vec<u64>,
     workspace: u64,
@@ -313,9 +314,22 @@ struct Scratch {
 impl Scratch {
     fn new(stream: &Arc<CudaStream>, plan: &ExecutionPlan, fill: Fill) -> Result<Self, BackendError> {
         let (graph, layout) = (plan.graph(), plan.layout());
-        let mut buffers = Vec::with_capacity(layout.io().len());
+        // Where each I/O tensor's address comes from: a device buffer or a host scalar.
+        enum Slot {
+            Device(usize),
+            Host(usize),
+        }
+        let (mut buffers, mut scalars, mut slots) = (Vec::new(), Vec::new(), Vec::with_capacity(layout.io().len()));
         for (i, id) in layout.io().iter().enumerate() {
             let t = graph.tensor(*id);
+            if t.host_scalar {
+                // An input read on the host when the work is enqueued (an epsilon, a scale): a
+                // positive value of the fill, as such a scalar would be.
+                let value = sample(fill, t.data_type, &mut rng(fill, i as u64)).abs();
+                slots.push(Slot::Host(scalars.len()));
+                scalars.push(HostScalar::new(t.data_type, value));
+                continue;
+            }
             let bytes = (t.storage_len() * t.data_type.size_bytes()).max(1);
             let buffer = if layout.is_output(i) {
                 stream.alloc_zeros::<u8>(bytes)
@@ -323,40 +337,34 @@ impl Scratch {
                 stream.clone_htod(&host_data(t.data_type, bytes, fill, i as u64))
             }
             .map_err(driver("allocate autotune buffers"))?;
+            slots.push(Slot::Device(buffers.len()));
             buffers.push(buffer);
         }
+        let scalars = scalars.into_boxed_slice();
         let workspace =
             stream.alloc_zeros::<u8>(plan.max_workspace_size().max(1)).map_err(driver("allocate workspace"))?;
         // The buffers live as long as this value and are used only on `stream`, after the
-        // uploads (stream-ordered): their raw addresses stay valid for every execute below.
-        let io = buffers.iter().map(|b| b.device_ptr(stream).0).collect();
+        // uploads (stream-ordered): their raw addresses stay valid for every execute below. The
+        // scalars' boxed storage does not move either.
+        let io = slots
+            .iter()
+            .map(|slot| match *slot {
+                Slot::Device(k) => buffers[k].device_ptr(stream).0,
+                Slot::Host(k) => scalars[k].address(),
+            })
+            .collect();
         let ws = workspace.device_ptr(stream).0;
-        Ok(Scratch { _buffers: buffers, _workspace: workspace, io, workspace: ws })
+        Ok(Scratch { _buffers: buffers, _scalars: scalars, _workspace: workspace, io, workspace: ws })
     }
 }
 
 /// `bytes` of elements of `data_type`: a pattern of a prime number of elements, repeated.
 fn host_data(data_type: DataType, bytes: usize, fill: Fill, stream_id: u64) -> Vec<u8> {
     const PATTERN: usize = 4093;
-    let mut rng = SplitMix64::new(match fill {
-        Fill::Random { seed } => seed ^ stream_id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-        Fill::Constant(_) => 0,
-    });
+    let mut rng = rng(fill, stream_id);
     let mut pattern = Vec::with_capacity(PATTERN * data_type.size_bytes());
     for _ in 0..PATTERN {
-        let value = match fill {
-            Fill::Constant(v) => v,
-            Fill::Random { .. } => {
-                let v = rng.nonzero(0.0625, 1.0);
-                // Integer and boolean tensors get small non-zero integers instead.
-                match data_type {
-                    DataType::I8 | DataType::I32 | DataType::I64 => (v * 8.0).round().clamp(-8.0, 8.0).max(1.0),
-                    DataType::U8 | DataType::Bool => 1.0 + rng.below(3) as f64,
-                    _ => v,
-                }
-            }
-        };
-        pattern.extend_from_slice(ByValueScalar::new(0, 0, data_type, value).bytes());
+        pattern.extend_from_slice(ByValueScalar::new(0, 0, data_type, sample(fill, data_type, &mut rng)).bytes());
     }
     let mut out = Vec::with_capacity(bytes);
     while out.len() < bytes {
@@ -364,6 +372,30 @@ fn host_data(data_type: DataType, bytes: usize, fill: Fill, stream_id: u64) -> V
         out.extend_from_slice(&pattern[..take]);
     }
     out
+}
+
+/// The generator of I/O tensor `stream_id`'s values under `fill`.
+fn rng(fill: Fill, stream_id: u64) -> SplitMix64 {
+    SplitMix64::new(match fill {
+        Fill::Random { seed } => seed ^ stream_id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        Fill::Constant(_) => 0,
+    })
+}
+
+/// One value of `fill` for a tensor of `data_type`: the constant, or a random one of magnitude
+/// in `[0.0625, 1)` (integer and boolean tensors get small non-zero integers instead).
+fn sample(fill: Fill, data_type: DataType, rng: &mut SplitMix64) -> f64 {
+    match fill {
+        Fill::Constant(v) => v,
+        Fill::Random { .. } => {
+            let v = rng.nonzero(0.0625, 1.0);
+            match data_type {
+                DataType::I8 | DataType::I32 | DataType::I64 => (v * 8.0).round().clamp(-8.0, 8.0).max(1.0),
+                DataType::U8 | DataType::Bool => 1.0 + rng.below(3) as f64,
+                _ => v,
+            }
+        }
+    }
 }
 
 fn median(samples: &[f64]) -> f64 {
