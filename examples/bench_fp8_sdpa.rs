@@ -10,7 +10,11 @@
 //!
 //! ```text
 //! cargo run --release --example bench_fp8_sdpa -- [--json PATH] [--b 4] [--h 16] [--s 4096] [--d 128]
+//!     [--layout bshd|bhsd] [--pass fwd|bwd]
 //! ```
+//!
+//! `--layout bhsd` lays every `[B, H, S, D]` tensor out head-major instead (strides
+//! `[H·S·D, S·D, D, 1]`, case names ending `_bhsd`); `--pass` times one direction only.
 //!
 //! Each graph is timed with [`measure`] (CUDA events around batches of back-to-back executes, the
 //! median of stable samples, on scratch buffers of random values) two ways:
@@ -35,14 +39,16 @@ mod tuning;
 use json_lines::Out;
 use tuning::{pick_and_autotune, Best, Result};
 
-/// `[b, h, s, d]`.
+/// `[b, h, s, d]`, the memory layout, and which passes.
 struct Args {
     json: Option<String>,
     shape: [i64; 4],
+    bhsd: bool,
+    pass: Option<String>,
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args { json: None, shape: [4, 16, 4096, 128] };
+    let mut a = Args { json: None, shape: [4, 16, 4096, 128], bhsd: false, pass: None };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut dim = |i: usize| -> Result<()> {
@@ -55,20 +61,38 @@ fn args() -> Result<Args> {
             "--s" => dim(2)?,
             "--d" => dim(3)?,
             "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
+            "--layout" => match it.next().as_deref() {
+                Some("bshd") => a.bhsd = false,
+                Some("bhsd") => a.bhsd = true,
+                _ => return Err("--layout needs bshd or bhsd".into()),
+            },
+            "--pass" => match it.next() {
+                Some(p) if p == "fwd" || p == "bwd" => a.pass = Some(p),
+                _ => return Err("--pass needs fwd or bwd".into()),
+            },
             other => return Err(format!("unknown argument {other}; see the top of examples/bench_fp8_sdpa.rs").into()),
         }
     }
     Ok(a)
 }
 
-/// fp8 attention over BSHD e4m3 Q, K, V into a BSHD e4m3 O, with both amaxes.
-fn fp8_sdpa(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result<Graph, GraphError> {
-    let bshd = [s * h * d, d, h * d, 1];
+/// The strides of a `[B, H, S, D]` tensor: BSHD (`bhsd` false) or BHSD memory.
+fn strides([_, h, s, d]: [i64; 4], bhsd: bool) -> [i64; 4] {
+    if bhsd {
+        [h * s * d, s * d, d, 1]
+    } else {
+        [s * h * d, d, h * d, 1]
+    }
+}
+
+/// fp8 attention over e4m3 Q, K, V into an e4m3 O (`layout` strides), with both amaxes.
+fn fp8_sdpa(name: &str, shape: [i64; 4], layout: [i64; 4], causal: bool) -> Result<Graph, GraphError> {
+    let [b, h, s, d] = shape;
     let mut g = GraphBuilder::new(name);
     let mut ins: Vec<Operand> = Vec::new();
     for n in ["q", "k", "v"] {
         let t = g.input(n, DataType::Fp8E4M3, &[b, h, s, d])?;
-        g.set_strides(t, &bshd)?;
+        g.set_strides(t, &layout)?;
         ins.push(t.into());
     }
     for n in ["descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"] {
@@ -80,21 +104,21 @@ fn fp8_sdpa(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result<Graph, G
     }
     let outs = g.op("sdpa", &ins, &attrs)?;
     let o = g.output(outs[0], "o", DataType::Fp8E4M3)?;
-    g.set_strides(o, &bshd)?;
+    g.set_strides(o, &layout)?;
     g.output(outs[1], "amax_s", DataType::F32)?;
     g.output(outs[2], "amax_o", DataType::F32)?;
     g.build()
 }
 
-/// fp8 attention's backward over BSHD e4m3 Q, K, V, O, dO into BSHD e4m3 dQ, dK, dV, with the
-/// four amaxes.
-fn fp8_sdpa_backward(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result<Graph, GraphError> {
-    let bshd = [s * h * d, d, h * d, 1];
+/// fp8 attention's backward over e4m3 Q, K, V, O, dO into e4m3 dQ, dK, dV (`layout` strides),
+/// with the four amaxes.
+fn fp8_sdpa_backward(name: &str, shape: [i64; 4], layout: [i64; 4], causal: bool) -> Result<Graph, GraphError> {
+    let [b, h, s, d] = shape;
     let mut g = GraphBuilder::new(name);
     let mut ins: Vec<Operand> = Vec::new();
     for n in ["q", "k", "v", "o", "d_o"] {
         let t = g.input(n, DataType::Fp8E4M3, &[b, h, s, d])?;
-        g.set_strides(t, &bshd)?;
+        g.set_strides(t, &layout)?;
         ins.push(t.into());
     }
     ins.push(g.input("stats", DataType::F32, &[b, h, s, 1])?.into());
@@ -108,7 +132,7 @@ fn fp8_sdpa_backward(name: &str, [b, h, s, d]: [i64; 4], causal: bool) -> Result
     let outs = g.op("sdpa_backward", &ins, &attrs)?;
     for (t, n) in outs[..3].iter().zip(["dq", "dk", "dv"]) {
         let t = g.output(*t, n, DataType::Fp8E4M3)?;
-        g.set_strides(t, &bshd)?;
+        g.set_strides(t, &layout)?;
     }
     for (t, n) in outs[3..].iter().zip(["amax_dq", "amax_dk", "amax_dv", "amax_dp"]) {
         g.output(*t, n, DataType::F32)?;
@@ -143,13 +167,21 @@ fn main() -> Result<()> {
         "cudnn-graph",
         json!({"cudnn_version": cudnn.version(), "sm": cudnn.sm(), "gpu": ctx.name().ok(), "shape": args.shape}),
     );
-    type Build = fn(&str, [i64; 4], bool) -> Result<Graph, GraphError>;
+    type Build = fn(&str, [i64; 4], [i64; 4], bool) -> Result<Graph, GraphError>;
     let passes: [(&str, Build, f64); 2] = [("fwd", fp8_sdpa, 1.0), ("bwd", fp8_sdpa_backward, 2.5)];
+    let layout = strides(args.shape, args.bhsd);
     for (pass, build, flop_factor) in passes {
+        if args.pass.as_ref().is_some_and(|p| p != pass) {
+            continue;
+        }
         for causal in [false, true] {
-            let case = format!("sdpa_fp8_{pass}_b{b}_h{h}_s{s}_d{d}{}", if causal { "_causal" } else { "" });
+            let case = format!(
+                "sdpa_fp8_{pass}_b{b}_h{h}_s{s}_d{d}{}{}",
+                if causal { "_causal" } else { "" },
+                if args.bhsd { "_bhsd" } else { "" }
+            );
             let flops = flop_factor * 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
-            let result = build(&case, args.shape, causal)
+            let result = build(&case, args.shape, layout, causal)
                 .map_err(Into::into)
                 .and_then(|g| tune(&mut out, &cudnn, &case, &g, flops));
             if let Err(e) = result {
