@@ -175,6 +175,8 @@ pub mod __private {
     pub use cudnn_runtime::backend::{
         cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar, InputBuffer, OutputBuffer,
     };
+    #[cfg(feature = "cudnn")]
+    pub use cudnn_runtime::engines::{autotune, AutotuneOptions, AutotuneReport};
 
     /// The options a `graph!` type declaring `declared` plans with: `options` themselves, unless
     /// the graph demands one kernel and they do not (then a copy with `fusion` set to

@@ -110,3 +110,17 @@ fn refused_as_another_type(error: Option<Error>) {
         other => panic!("expected a type fingerprint error, got {other:?}"),
     }
 }
+
+/// `build_autotuned` times candidates on a GPU: on a deviceless context it builds them (with the
+/// declared policy) and then refuses by name to tune.
+#[test]
+fn deviceless_build_autotuned_is_a_typed_error() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let tuning = cudnn_graph::engines::AutotuneOptions::default();
+    match single::Epilogue::new(64).build_autotuned(&cudnn, &BuildOptions::default(), &tuning) {
+        Err(Error::Backend(e @ cudnn_graph::backend::BackendError::DevicelessPlan { .. })) => {
+            assert!(e.to_string().contains("Epilogue"), "{e}");
+        }
+        other => panic!("expected DevicelessPlan, got {:?}", other.map(|(p, _)| p.plan().selected().tag())),
+    }
+}

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use common::{check, gpu, poisoned, uniform, upload, workspace};
 use cudnn_graph::backend::cudarc::driver::{CudaStream, DevicePtr, DeviceRepr};
 use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, HostScalar};
-use cudnn_graph::engines::{autotune, AutotuneOptions};
+use cudnn_graph::engines::AutotuneOptions;
 use cudnn_graph::reference::{self, ArgError, Array, HostSlice};
 use cudnn_graph::serialize::frontend_payload::{read_frontend_payload, write_frontend_payload};
 use cudnn_graph::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
@@ -173,11 +173,10 @@ fn gpu_graph_macro_host_scalar_by_value() {
     let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
     // Autotuning times the plan with its epsilon in host memory, where cuDNN reads it (a device
     // address crashed the process before 2026-12-05); the tuned plan computes the reference's.
-    let mut tuned = ExecutionPlan::build(&cudnn, &g.graph().unwrap(), &BuildOptions::default().all_plans()).unwrap();
-    let report = autotune(&cudnn, &mut tuned, &AutotuneOptions::default()).unwrap();
+    let (tuned, report) = g.build_autotuned(&cudnn, &BuildOptions::default(), &AutotuneOptions::default()).unwrap();
     print!("{report}");
     assert!(!report.timings.is_empty());
-    run::<f32>("rmsnorm, host epsilon, autotuned", &tuned, &cudnn, &stream);
+    run::<f32>("rmsnorm, host epsilon, autotuned", tuned.plan(), &cudnn, &stream);
     let x: Vec<f32> = uniform(80, n * 64, -1.0, 1.0);
     let scale: Vec<f32> = uniform(81, 64, 0.5, 1.5);
     let (x_d, scale_d) = (upload(&stream, &x), upload(&stream, &scale));

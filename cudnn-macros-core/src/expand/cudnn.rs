@@ -119,7 +119,7 @@ impl Gen<'_> {
         }
     }
 
-    /// The graph type's plan methods: `FUSION`, `build_options`, `build`, `build_cached`,
+    /// The graph type's plan methods: `FUSION`, `build_options`, `build`, `build_autotuned`, `build_cached`,
     /// `expectation`, `deserialize`, `deserialize_signed`.
     fn plan_builders(&self) -> TokenStream {
         let Gen { p, name, name_str, plan_ty, generics_decl, generics_use, runtime, runtime_strs, .. } = self;
@@ -139,6 +139,26 @@ impl Gen<'_> {
                     let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
                     let plan = ::std::sync::Arc::new(plan);
                     ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order })
+                }
+
+                /// [`Self::build`] with every candidate the heuristics offer built
+                /// (`BuildOptions::build_all`), each timed on `cudnn`'s GPU with scratch inputs
+                /// (`cudnn_graph::engines::autotune`) and the fastest kept; with
+                /// `BuildOptions::measure_partitionings` the partitionings are timed too. The
+                /// report lists every timing. A deviceless context is a typed error.
+                pub fn build_autotuned(
+                    &self,
+                    cudnn: &#p::Cudnn,
+                    options: &#p::BuildOptions,
+                    tuning: &#p::AutotuneOptions,
+                ) -> ::core::result::Result<(#plan_ty #generics_use, #p::AutotuneReport), #p::Error> {
+                    let graph = self.graph()?;
+                    let options = #p::BuildOptions { build_all: true, ..Self::build_options(options).into_owned() };
+                    let mut plan = #p::ExecutionPlan::build(cudnn, &graph, &options)?;
+                    let report = #p::autotune(cudnn, &mut plan, tuning)?;
+                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    let plan = ::std::sync::Arc::new(plan);
+                    ::core::result::Result::Ok((#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order }, report))
                 }
 
                 /// [`Self::build`] through a plan cache: a hit (in memory or on disk, for this
