@@ -7,13 +7,15 @@
 //! candidate: warms up, then takes samples — each the CUDA-event time of a batch of back-to-back
 //! executes sized to about [`AutotuneOptions::sample_us`], divided by the batch — until the median
 //! is stable (the median of the last `min_samples` samples within `tolerance` of the overall
-//! median) or `max_samples` or the time budget is reached. The fastest median is selected; the
-//! whole table comes back as data ([`AutotuneReport`]).
+//! median) or `max_samples` or the time budget is reached. The fastest median is selected when
+//! it beats the plan's own choice by [`AutotuneOptions::min_gain`] (else the own choice stays);
+//! the whole table comes back as data ([`AutotuneReport`]).
 //!
 //! A plan built with [`Fusion::Measure`](crate::backend::Fusion::Measure) has other
 //! partitionings besides its own ([`ExecutionPlan::alternatives`]): each is tuned the same way,
-//! part by part, timed as the sum of its parts' fastest medians, and the fastest partitioning is
-//! kept ([`AutotuneReport::partitionings`], [`AutotuneReport::partitioning`]).
+//! part by part, timed as the sum of its parts' selected medians, and the fastest partitioning is
+//! kept where it beats the plan's own by `min_gain` ([`AutotuneReport::partitionings`],
+//! [`AutotuneReport::partitioning`]).
 //!
 //! ```no_run
 //! # use cudnn_runtime as cudnn_graph;
@@ -94,6 +96,12 @@ pub struct AutotuneOptions {
     pub sample_us: f64,
     /// Time budget per candidate; sampling stops once it is spent (after `min_samples`).
     pub max_time_per_candidate: Duration,
+    /// How much faster (a fraction of its median) a candidate must time than the plan's own
+    /// choice (the heuristics' pick, or the fused partitioning) to replace it. Timings of a few
+    /// milliseconds, taken alone, rank near-ties by noise: on the H100 (2026-12-05) autotuning
+    /// swapped the Llama layer's Q projection from `eng0_k24=0` to `eng0` for a 0.2 % gain in its
+    /// own timing, and the three projections then ran 13 % slower in the layer.
+    pub min_gain: f64,
     /// What the scratch inputs hold.
     pub fill: Fill,
     /// Called after each candidate.
@@ -101,8 +109,8 @@ pub struct AutotuneOptions {
 }
 
 impl Default for AutotuneOptions {
-    /// 3 warm-up runs, 5 to 50 samples of about 500 µs, 2 % tolerance, 2 s per candidate, random
-    /// data.
+    /// 3 warm-up runs, 5 to 50 samples of about 500 µs, 2 % tolerance, 2 s per candidate, a
+    /// candidate replaces the plan's choice when at least 2 % faster, random data.
     fn default() -> Self {
         AutotuneOptions {
             warmup: 3,
@@ -111,6 +119,7 @@ impl Default for AutotuneOptions {
             tolerance: 0.02,
             sample_us: 500.0,
             max_time_per_candidate: Duration::from_secs(2),
+            min_gain: 0.02,
             fill: Fill::default(),
             progress: None,
         }
@@ -126,6 +135,7 @@ impl fmt::Debug for AutotuneOptions {
             .field("tolerance", &self.tolerance)
             .field("sample_us", &self.sample_us)
             .field("max_time_per_candidate", &self.max_time_per_candidate)
+            .field("min_gain", &self.min_gain)
             .field("fill", &self.fill)
             .field("progress", &self.progress.as_ref().map(|_| "Fn"))
             .finish()
@@ -133,6 +143,11 @@ impl fmt::Debug for AutotuneOptions {
 }
 
 impl AutotuneOptions {
+    /// Whether `challenger` µs beats the plan's own `own` µs by at least [`Self::min_gain`].
+    fn beats(&self, challenger: f64, own: f64) -> bool {
+        challenger < own * (1.0 - self.min_gain.clamp(0.0, 1.0))
+    }
+
     /// Calls `f` after each candidate is timed.
     pub fn on_progress(mut self, f: impl Fn(&AutotuneProgress<'_>) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(f));
@@ -177,7 +192,7 @@ impl fmt::Display for Timing {
 pub struct PartitioningTiming {
     /// Each part's nodes ([`crate::backend::PlanPart::nodes`]), in execution order.
     pub parts: Vec<Vec<String>>,
-    /// The sum of its parts' fastest medians, µs; `None` where a part had no candidate that
+    /// The sum of its parts' selected medians, µs; `None` where a part had no candidate that
     /// executed.
     pub median_us: Option<f64>,
     /// Every candidate of its parts that executed ([`Timing::part`]: its parts).
@@ -208,7 +223,8 @@ pub struct AutotuneReport {
     pub timings: Vec<Timing>,
     /// Candidates that failed to execute, with why (part, candidate, error).
     pub failures: Vec<(usize, String)>,
-    /// The candidate selected now (the fastest median) of the first part.
+    /// The candidate selected now (the fastest median, unless it did not beat the previous one
+    /// by [`AutotuneOptions::min_gain`]) of the first part.
     pub selected: usize,
     /// The candidate that was selected before (the heuristics' pick) of the first part.
     pub previous: usize,
@@ -219,7 +235,8 @@ pub struct AutotuneReport {
     /// Every partitioning timed: the plan's own first (as it was built), then its
     /// [alternatives](ExecutionPlan::alternatives) in build order.
     pub partitionings: Vec<PartitioningTiming>,
-    /// The index in `partitionings` of the one kept (the fastest), which the plan now runs.
+    /// The index in `partitionings` of the one kept (the fastest, where it beats the plan's own
+    /// by [`AutotuneOptions::min_gain`]), which the plan now runs.
     pub partitioning: usize,
     /// Wall time of the whole tune.
     pub elapsed: Duration,
@@ -247,7 +264,7 @@ impl AutotuneReport {
 
     /// How many times faster the partitioning kept is than the plan's own (≥ 1; 1 when that
     /// was kept): the plan's partitioning as built over the one kept, each the sum of its
-    /// parts' fastest medians. `None` where the plan's own did not execute.
+    /// parts' selected medians. `None` where the plan's own did not execute.
     pub fn partitioning_speedup(&self) -> Option<f64> {
         Some(self.partitionings.first()?.median_us? / self.partitionings.get(self.partitioning)?.median_us?)
     }
@@ -481,10 +498,12 @@ fn online_stream(cudnn: &Cudnn, plan: &ExecutionPlan) -> Result<Arc<CudaStream>,
     cudnn.stream().cloned().ok_or(BackendError::NotOnline { what: "autotuning" })
 }
 
-/// Times every built candidate of `plan` on `cudnn`'s stream and selects the fastest (by median);
-/// returns the table. A partitioned plan is tuned part by part, each candidate timed running its
-/// part alone. A plan with [alternatives](ExecutionPlan::alternatives) ([`Fusion::Measure`])
-/// has each partitioning tuned so, and keeps the one whose parts' fastest medians sum least:
+/// Times every built candidate of `plan` on `cudnn`'s stream and selects the fastest (by median)
+/// where it beats the plan's own choice by [`AutotuneOptions::min_gain`]; returns the table. A
+/// partitioned plan is tuned part by part, each candidate timed running its part alone. A plan
+/// with [alternatives](ExecutionPlan::alternatives) ([`Fusion::Measure`]) has each partitioning
+/// tuned so, and keeps the one whose parts' selected medians sum least (by `min_gain` against
+/// its own):
 /// [`ExecutionPlan::parts`] are then that one's (an epilogue cut off says
 /// [`CutReason::MeasuredFaster`] with the times), and so are its executes and payloads; the
 /// others are dropped. Scratch buffers for every I/O tensor and the workspace are allocated here
@@ -559,7 +578,11 @@ fn tune(
     let kept = (0..count)
         .filter_map(|i| Some((i, tuned[i].figures.median_us?)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(i, _)| i);
+        .map(|(i, us)| match tuned[0].figures.median_us {
+            // The plan's own partitioning stays unless beaten by `min_gain`.
+            Some(own) if !options.beats(us, own) => 0,
+            _ => i,
+        });
     let Some(kept) = kept else {
         return Err(BackendError::Autotune { graph: plan.graph().name.clone(), failures });
     };
@@ -579,7 +602,7 @@ fn tune(
     tracing::debug!(
         partitioning = kept,
         kernels = tuned[kept].figures.parts.len(),
-        times = measured.as_deref().unwrap_or("the plan as built is the fastest"),
+        times = measured.as_deref().unwrap_or("the plan as built is kept"),
         "partitioning kept"
     );
     plan.keep_partitioning(measured);
@@ -636,7 +659,14 @@ fn tune_parts(
                 progress(&AutotuneProgress { done: *done, total, timing, candidate });
             }
         }
-        let fastest = timings[first..].iter().min_by(|a, b| a.median_us.total_cmp(&b.median_us));
+        let timed = &timings[first..];
+        let fastest = timed.iter().min_by(|a, b| a.median_us.total_cmp(&b.median_us));
+        // The plan's own choice stays unless beaten by `min_gain`.
+        let own = timed.iter().find(|t| t.candidate == previous[part]);
+        let fastest = match (fastest, own) {
+            (Some(f), Some(o)) if !options.beats(f.median_us, o.median_us) => Some(o),
+            (f, _) => f,
+        };
         match fastest {
             Some(t) => {
                 *choice = t.candidate;
@@ -894,6 +924,10 @@ mod measured {
         // [matmul, mul, mul | add, relu]: 700 + 40 + 100 + 40; [matmul, mul, mul, add | relu]: 760 + 120.
         assert_eq!(report.partitionings[1].median_us, Some(880.0));
         assert_eq!(report.partitionings[2].median_us, Some(880.0));
+        // Split 1.5 % faster (985 µs against 1000): less than `min_gain`, so the fused plan stays.
+        let (plan, report) = tuned(&cudnn, &fp8_bias_relu(), &mut timer(1000.0, (790.0, 10.0), (155.0, 10.0)));
+        assert_eq!(report.partitionings[1].median_us, Some(985.0));
+        assert_eq!((report.partitioning, plan.parts().len()), (0, 1), "{report}");
     }
 
     #[test]
@@ -958,6 +992,41 @@ mod measured {
             };
             let again = crate::serialize::plan::parse_payload(&again).unwrap();
             assert_eq!(cuts(&again.plan.parts), cuts(&payload.plan.parts));
+        }
+    }
+
+    /// A candidate replaces the plan's own choice only when it times `min_gain` faster: near-ties
+    /// are noise, and the heuristics' order is the better guess then.
+    #[test]
+    fn the_plans_own_choice_stays_unless_beaten_by_min_gain() {
+        let Some(cudnn) = deviceless() else { return };
+        let graph = bf16_bias_gelu();
+        let options = BuildOptions::default().all_plans();
+        for (gain, min_gain, switches) in [(0.005, 0.02, false), (0.03, 0.02, true), (0.005, 0.0, true)] {
+            let mut plan = ExecutionPlan::build(&cudnn, &graph, &options).unwrap();
+            let built = plan.built();
+            assert!(built.len() >= 2, "{built:?}");
+            let own = plan.selected().index;
+            let rival = *built.iter().find(|&&c| c != own).unwrap();
+            // Every candidate 100 µs, but the rival `gain` faster.
+            let mut time = |plan: &ExecutionPlan, part: Option<usize>| -> Result<Timing, BackendError> {
+                let candidate = plan.parts()[part.unwrap_or(0)].selected().index;
+                let median_us = if candidate == rival { 100.0 * (1.0 - gain) } else { 100.0 };
+                Ok(Timing {
+                    part: 0,
+                    candidate,
+                    tag: "injected".into(),
+                    median_us,
+                    min_us: median_us,
+                    runs: 1,
+                    samples: 1,
+                    batch: 1,
+                })
+            };
+            let tuning = AutotuneOptions { min_gain, ..AutotuneOptions::default() };
+            let report = tune(&mut plan, &tuning, Instant::now(), &mut time).unwrap();
+            let want = if switches { rival } else { own };
+            assert_eq!((report.selected, plan.selected().index), (want, want), "gain {gain}, min_gain {min_gain}");
         }
     }
 
