@@ -17,11 +17,15 @@
 //!
 //! With `--autotune`, a third implementation, `cudnn-graph-autotuned`: the same graphs through
 //! `Runner::with_autotune` (every plan's candidates timed on the GPU at its first call, the
-//! fastest kept), its first call (the tuning) reported as `first_call_ms`.
+//! fastest kept), its first call (the tuning) reported as `first_call_ms`. `--measure` makes
+//! those builds `BuildOptions::measure_partitionings()`: autotuning then also times each graph
+//! with its epilogues cut off into kernels of their own, and keeps the faster (the lines say
+//! `"fusion":"measure"`). `--trace` prints the library's debug events (each plan built, each
+//! autotuning's choice) on stderr.
 //!
 //! ```text
 //! cargo build --release -p cudnn-graph-candle --features cuda --example llama_bench
-//! target/release/examples/llama_bench [--iters 50] [--stages] [--autotune]
+//! target/release/examples/llama_bench [--iters 50] [--stages] [--autotune [--measure]] [--trace]
 //! ```
 
 // Shared with llama_layer and the tests; the training half is not timed here.
@@ -201,11 +205,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(i) => args.get(i + 1).ok_or("--iters needs a count")?.parse()?,
         None => 50,
     };
-    let stages = args.iter().any(|a| a == "--stages");
-    let tuned = args
-        .iter()
-        .any(|a| a == "--autotune")
-        .then(|| Runner::with_autotune(PlanCache::in_memory(), BuildOptions::default(), AutotuneOptions::default()));
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let stages = flag("--stages");
+    if flag("--trace") {
+        // The library only emits `tracing` events; showing them is the application's choice.
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .init();
+    }
+    let measure = flag("--measure");
+    let tuned_options = if measure { BuildOptions::default().measure_partitionings() } else { BuildOptions::default() };
+    let tuned = flag("--autotune")
+        .then(|| Runner::with_autotune(PlanCache::in_memory(), tuned_options, AutotuneOptions::default()));
+    let fusion = if measure { ",\"fusion\":\"measure\"" } else { "" };
     let device = Device::new_cuda(0)?;
     let cfg = Config::LLAMA3_8B;
     let layer = Layer::random(cfg, &device, 1)?;
@@ -248,7 +262,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cfg.heads,
                 cfg.kv_heads,
                 cfg.intermediate,
-                graph_runner.map(|(_, first)| format!(",\"first_call_ms\":{first:.1}")).unwrap_or_default(),
+                match graph_runner {
+                    None => String::new(),
+                    Some((_, first)) if implementation == "cudnn-graph-autotuned" => {
+                        format!(",\"first_call_ms\":{first:.1}{fusion}")
+                    }
+                    Some((_, first)) => format!(",\"first_call_ms\":{first:.1}"),
+                },
             );
         }
         println!(
