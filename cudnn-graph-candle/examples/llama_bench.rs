@@ -5,6 +5,10 @@
 //! line per (phase, implementation); `docs/bench/llama_layer_torch.py` times PyTorch eager on the
 //! same shapes.
 //!
+//! With `--rounds N`, each forward is timed N times, the implementations taking turns (so a
+//! drift of the GPU's clocks falls on all of them alike), and `ms` is the median (`min_ms`,
+//! `max_ms` the spread).
+//!
 //! With `--stages`, the prefill is also timed stage by stage, for both implementations: `rms_norm`
 //! (before the attention), `qkv`, `rope` (of q and k), `attention`, `o_proj_residual` (the
 //! attention's output back to `[B, S, E]`, its projection and the residual), `rms_norm2`, `swiglu`
@@ -25,7 +29,7 @@
 //!
 //! ```text
 //! cargo build --release -p cudnn-graph-candle --features cuda --example llama_bench
-//! target/release/examples/llama_bench [--iters 50] [--stages] [--autotune [--measure]] [--trace]
+//! target/release/examples/llama_bench [--iters 50] [--rounds 5] [--stages] [--autotune [--measure]] [--trace]
 //! ```
 
 // Shared with llama_layer and the tests; the training half is not timed here.
@@ -205,6 +209,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(i) => args.get(i + 1).ok_or("--iters needs a count")?.parse()?,
         None => 50,
     };
+    let rounds: usize = match args.iter().position(|a| a == "--rounds") {
+        Some(i) => args.get(i + 1).ok_or("--rounds needs a count")?.parse::<usize>()?.max(1),
+        None => 1,
+    };
     let flag = |name: &str| args.iter().any(|a| a == name);
     let stages = flag("--stages");
     if flag("--trace") {
@@ -242,18 +250,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             device.synchronize()?;
             graphs.push((name, r, start.elapsed().as_secs_f64() * 1e3));
         }
+        let implementations: Vec<(&str, Option<(&Runner, f64)>)> =
+            std::iter::once(("candle", None)).chain(graphs.iter().map(|g| (g.0, Some((g.1, g.2))))).collect();
+        // Rounds of every implementation in turn; each implementation's median reported.
+        let mut times = vec![Vec::with_capacity(rounds); implementations.len()];
+        for _ in 0..rounds {
+            for (k, (_, graph_runner)) in implementations.iter().enumerate() {
+                times[k].push(time(&device, iters, || -> candle_core::Result<Tensor> {
+                    match graph_runner {
+                        None => layer.forward_candle(&x, &cos, &sin, cache_candle),
+                        Some((r, _)) => layer.forward_graphs(r, &x, &cos, &sin, cache_graphs),
+                    }
+                })?);
+            }
+        }
         let mut results = Vec::new();
-        let implementations = std::iter::once(("candle", None)).chain(graphs.iter().map(|g| (g.0, Some((g.1, g.2)))));
-        for (implementation, graph_runner) in implementations {
-            let ms = time(&device, iters, || -> candle_core::Result<Tensor> {
-                match graph_runner {
-                    None => layer.forward_candle(&x, &cos, &sin, cache_candle),
-                    Some((r, _)) => layer.forward_graphs(r, &x, &cos, &sin, cache_graphs),
-                }
-            })?;
+        for ((implementation, graph_runner), mut t) in implementations.into_iter().zip(times) {
+            t.sort_by(f64::total_cmp);
+            let (ms, min, max) = (t[t.len() / 2], t[0], t[t.len() - 1]);
             results.push(ms);
             println!(
-                "{{\"bench\":\"llama_layer_forward\",\"impl\":\"{implementation}\",\"phase\":\"{}\",\"batch\":{},\"tokens\":{},\"past\":{},\"hidden\":{},\"heads\":{},\"kv_heads\":{},\"intermediate\":{},\"iters\":{iters},\"ms\":{ms:.4}{}}}",
+                "{{\"bench\":\"llama_layer_forward\",\"impl\":\"{implementation}\",\"phase\":\"{}\",\"batch\":{},\"tokens\":{},\"past\":{},\"hidden\":{},\"heads\":{},\"kv_heads\":{},\"intermediate\":{},\"iters\":{iters},\"ms\":{ms:.4},\"rounds\":{rounds},\"min_ms\":{min:.4},\"max_ms\":{max:.4}{}}}",
                 case.phase,
                 case.batch,
                 case.tokens,

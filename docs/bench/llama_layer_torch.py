@@ -3,7 +3,7 @@
 SwiGLU MLP, residuals) at Llama 3 8B's sizes in bf16, timed the same way (5 warm-up calls, then
 the mean of --iters calls between two synchronizations), one JSON line per phase:
 
-    python3 docs/bench/llama_layer_torch.py [--iters 50] [--stages]
+    python3 docs/bench/llama_layer_torch.py [--iters 50] [--rounds 5] [--stages]
 
 Attention is `F.scaled_dot_product_attention` with `enable_gqa`; a decode step (one query after
 the cache) sees every key, a prefill from position 0 is causal.
@@ -53,6 +53,8 @@ def timed(fn, iters):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the forward this many times and report the median (and the spread)")
     parser.add_argument("--stages", action="store_true", help="also time the prefill stage by stage")
     args = parser.parse_args()
     iters = args.iters
@@ -112,10 +114,12 @@ def main():
             x1 = o_proj(attention(q, k, v), x)
             return down(swiglu(norm2(x1)), x1)
 
-        ms = timed(forward, iters)
+        rounds = sorted(timed(forward, iters) for _ in range(max(args.rounds, 1)))
+        ms = rounds[len(rounds) // 2]
         print(json.dumps({"bench": "llama_layer_forward", "impl": "torch-eager", "phase": phase, "batch": b,
                           "tokens": s, "past": past, "hidden": E, "heads": H, "kv_heads": HKV,
                           "intermediate": FF, "iters": iters, "ms": round(ms, 4),
+                          "rounds": len(rounds), "min_ms": round(rounds[0], 4), "max_ms": round(rounds[-1], 4),
                           "torch": torch.__version__}))
 
         if args.stages and phase == "prefill":
