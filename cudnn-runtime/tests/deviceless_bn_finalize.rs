@@ -218,7 +218,6 @@ fn split_batchnorm_training_step_plans_as_three_graphs() {
 /// the whole graph's result exactly.
 #[test]
 fn batchnorm_training_step_as_one_graph_plans_as_three_parts() {
-    use cudnn_runtime::reference::{run_arrays, Array};
     let Some(cudnn) = deviceless() else { return };
     let (n, c, k, h, w) = (4i64, 16i64, 16i64, 8i64, 8i64);
     let mut g = GraphBuilder::new("bn_training_step");
@@ -250,25 +249,13 @@ fn batchnorm_training_step_as_one_graph_plans_as_three_parts() {
     }
     let sizes: Vec<usize> = p.parts().iter().map(|part| part.nodes().len()).collect();
     assert_eq!(sizes, [2, 1, 3], "conv_fprop + genstats | bn_finalize | mul, add, relu");
-    let mut rng = cudnn_runtime::rng::SplitMix64::new(7);
-    let inputs: Vec<Array> = graph
-        .inputs()
-        .iter()
-        .map(|id| {
-            let t = graph.tensor(*id);
-            let mut a = Array::from_fn(&t.dims, |_| rng.nonzero(0.25, 1.0));
-            if t.name == "running_var" {
-                a.data.iter_mut().for_each(|v| *v = v.abs());
-            }
-            a.round_to(t.data_type);
-            a
-        })
-        .collect();
-    let mut values = vec![None; graph.tensors.len()];
-    for (id, a) in graph.inputs().iter().zip(&inputs) {
-        values[id.0] = Some(a.clone());
+    let mut inputs = common::inputs(&graph, 7);
+    for (id, a) in graph.inputs().iter().zip(&mut inputs) {
+        if graph.tensor(*id).name == "running_var" {
+            a.data.iter_mut().for_each(|v| *v = v.abs());
+        }
     }
-    let want = run_arrays(&graph, values).unwrap();
+    let want = common::reference(&graph, &inputs);
     let got = p.emulate(&inputs).unwrap();
     assert_eq!(got, want);
 }

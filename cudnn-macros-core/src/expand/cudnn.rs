@@ -136,9 +136,7 @@ impl Gen<'_> {
                     let graph = self.graph()?;
                     let options = Self::build_options(options);
                     let plan = #p::ExecutionPlan::build(cudnn, &graph, &options)?;
-                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
-                    let plan = ::std::sync::Arc::new(plan);
-                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order })
+                    self.__typed(::std::sync::Arc::new(plan), #p::PlanOrigin::of(cudnn))
                 }
 
                 /// [`Self::build`] with every candidate the heuristics offer built
@@ -156,9 +154,7 @@ impl Gen<'_> {
                     let options = #p::BuildOptions { build_all: true, ..Self::build_options(options).into_owned() };
                     let mut plan = #p::ExecutionPlan::build(cudnn, &graph, &options)?;
                     let report = #p::autotune(cudnn, &mut plan, tuning)?;
-                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
-                    let plan = ::std::sync::Arc::new(plan);
-                    ::core::result::Result::Ok((#plan_ty { graph: *self, plan, origin: #p::PlanOrigin::of(cudnn), io_order }, report))
+                    ::core::result::Result::Ok((self.__typed(::std::sync::Arc::new(plan), #p::PlanOrigin::of(cudnn))?, report))
                 }
 
                 /// [`Self::build`] through a plan cache: a hit (in memory or on disk, for this
@@ -176,12 +172,18 @@ impl Gen<'_> {
                     let graph = self.graph()?;
                     let options = Self::build_options(options);
                     let cached = cache.get_or_build(cudnn, &graph, &self.expectation(), &options)?;
-                    let io_order = #p::io_order(cached.plan.graph(), [#(#port_strs),*])?;
                     let outcome = #p::CacheOutcome { source: cached.source, warnings: cached.warnings, elapsed: cached.elapsed };
-                    ::core::result::Result::Ok((
-                        #plan_ty { graph: *self, plan: cached.plan, origin: #p::PlanOrigin::of(cudnn), io_order },
-                        outcome,
-                    ))
+                    ::core::result::Result::Ok((self.__typed(cached.plan, #p::PlanOrigin::of(cudnn))?, outcome))
+                }
+
+                /// `plan` as this type's plan: its ports found in the plan's I/O order.
+                fn __typed(
+                    &self,
+                    plan: ::std::sync::Arc<#p::ExecutionPlan>,
+                    origin: #p::PlanOrigin,
+                ) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
+                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
+                    ::core::result::Result::Ok(#plan_ty { graph: *self, plan, origin, io_order })
                 }
 
                 /// What this graph type records in its payloads and requires of those it loads
@@ -238,9 +240,7 @@ impl Gen<'_> {
                 fn __load_as(self, cudnn: &#p::Cudnn, payload: #p::Payload, expect: #p::Expect) -> ::core::result::Result<#plan_ty #generics_use, #p::Error> {
                     let graph = self.graph()?;
                     let plan = #p::load_payload(cudnn, &payload, ::core::option::Option::Some(graph), &expect)?;
-                    let io_order = #p::io_order(plan.graph(), [#(#port_strs),*])?;
-                    let plan = ::std::sync::Arc::new(plan);
-                    ::core::result::Result::Ok(#plan_ty { graph: self, plan, origin: payload.origin(), io_order })
+                    self.__typed(::std::sync::Arc::new(plan), payload.origin())
                 }
             }
         }

@@ -831,17 +831,21 @@ mod measured {
                 (_, true) => gemm.0 + gemm.1 * (n - 1.0),
                 (_, false) => pass.0 + pass.1 * n,
             };
-            let candidate = plan.parts()[k].selected().index;
-            Ok(Timing {
-                part: k,
-                candidate,
-                tag: "injected".into(),
-                median_us,
-                min_us: median_us,
-                runs: 1,
-                samples: 1,
-                batch: 1,
-            })
+            Ok(injected(plan, k, median_us))
+        }
+    }
+
+    /// An injected timing of part `part`'s selected candidate.
+    fn injected(plan: &ExecutionPlan, part: usize, median_us: f64) -> Timing {
+        Timing {
+            part,
+            candidate: plan.parts()[part].selected().index,
+            tag: "injected".into(),
+            median_us,
+            min_us: median_us,
+            runs: 1,
+            samples: 1,
+            batch: 1,
         }
     }
 
@@ -1010,18 +1014,8 @@ mod measured {
             let rival = *built.iter().find(|&&c| c != own).unwrap();
             // Every candidate 100 µs, but the rival `gain` faster.
             let mut time = |plan: &ExecutionPlan, part: Option<usize>| -> Result<Timing, BackendError> {
-                let candidate = plan.parts()[part.unwrap_or(0)].selected().index;
-                let median_us = if candidate == rival { 100.0 * (1.0 - gain) } else { 100.0 };
-                Ok(Timing {
-                    part: 0,
-                    candidate,
-                    tag: "injected".into(),
-                    median_us,
-                    min_us: median_us,
-                    runs: 1,
-                    samples: 1,
-                    batch: 1,
-                })
+                let fast = plan.parts()[0].selected().index == rival;
+                Ok(injected(plan, part.unwrap_or(0), if fast { 100.0 * (1.0 - gain) } else { 100.0 }))
             };
             let tuning = AutotuneOptions { min_gain, ..AutotuneOptions::default() };
             let report = tune(&mut plan, &tuning, Instant::now(), &mut time).unwrap();
