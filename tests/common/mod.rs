@@ -129,3 +129,18 @@ pub fn workspace(
 ) -> cudnn_graph::backend::cudarc::driver::CudaSlice<u8> {
     stream.alloc_zeros::<u8>(bytes.max(1)).unwrap()
 }
+
+/// Asserts that autotuning kept what `AutotuneOptions::min_gain` prescribes, given the times (µs)
+/// of what it kept, of the plan's own choice before tuning (`None` if that did not execute) and of
+/// the fastest: the fastest, unless the own choice was within `min_gain` of it.
+pub fn assert_tuned(what: &str, kept: f64, own: Option<f64>, fastest: f64, min_gain: f64) {
+    match own {
+        Some(own) if fastest >= own * (1.0 - min_gain) => {
+            assert_eq!(
+                kept, own,
+                "{what}: the plan's own choice stays when the fastest ({fastest} µs) is within min_gain"
+            )
+        }
+        _ => assert_eq!(kept, fastest, "{what}: the fastest is kept"),
+    }
+}
