@@ -320,9 +320,10 @@ fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Backend
 /// Device buffers for every I/O tensor of a plan (host storage for a host scalar, which cuDNN
 /// reads on the host), and a workspace large enough for every built candidate.
 struct Scratch {
-    // Kept alive while their addresses are used; the scalars boxed, so their addresses stay put.
+    // Kept alive while their addresses are used; each scalar boxed, so its address stays put.
     _buffers: Vec<CudaSlice<u8>>,
-    _scalars: Box<[HostScalar]>,
+    #[allow(clippy::vec_box, reason = "io holds each scalar's address: it must not move as the Vec grows")]
+    _scalars: Vec<Box<HostScalar>>,
     _workspace: CudaSlice<u8>,
     io: Vec<u64>,
     workspace: u64,
@@ -331,20 +332,16 @@ struct Scratch {
 impl Scratch {
     fn new(stream: &Arc<CudaStream>, plan: &ExecutionPlan, fill: Fill) -> Result<Self, BackendError> {
         let (graph, layout) = (plan.graph(), plan.layout());
-        // Where each I/O tensor's address comes from: a device buffer or a host scalar.
-        enum Slot {
-            Device(usize),
-            Host(usize),
-        }
-        let (mut buffers, mut scalars, mut slots) = (Vec::new(), Vec::new(), Vec::with_capacity(layout.io().len()));
+        let (mut buffers, mut scalars, mut io) = (Vec::new(), Vec::new(), Vec::with_capacity(layout.io().len()));
         for (i, id) in layout.io().iter().enumerate() {
             let t = graph.tensor(*id);
             if t.host_scalar {
                 // An input read on the host when the work is enqueued (an epsilon, a scale): a
                 // positive value of the fill, as such a scalar would be.
                 let value = sample(fill, t.data_type, &mut rng(fill, i as u64)).abs();
-                slots.push(Slot::Host(scalars.len()));
-                scalars.push(HostScalar::new(t.data_type, value));
+                let scalar = Box::new(HostScalar::new(t.data_type, value));
+                io.push(scalar.address());
+                scalars.push(scalar);
                 continue;
             }
             let bytes = (t.storage_len() * t.data_type.size_bytes()).max(1);
@@ -354,22 +351,14 @@ impl Scratch {
                 stream.clone_htod(&host_data(t.data_type, bytes, fill, i as u64))
             }
             .map_err(driver("allocate autotune buffers"))?;
-            slots.push(Slot::Device(buffers.len()));
+            // The buffers live as long as this value and are used only on `stream`, after the
+            // uploads (stream-ordered): their raw addresses stay valid for every execute below,
+            // as do the boxed scalars'.
+            io.push(buffer.device_ptr(stream).0);
             buffers.push(buffer);
         }
-        let scalars = scalars.into_boxed_slice();
         let workspace =
             stream.alloc_zeros::<u8>(plan.max_workspace_size().max(1)).map_err(driver("allocate workspace"))?;
-        // The buffers live as long as this value and are used only on `stream`, after the
-        // uploads (stream-ordered): their raw addresses stay valid for every execute below. The
-        // scalars' boxed storage does not move either.
-        let io = slots
-            .iter()
-            .map(|slot| match *slot {
-                Slot::Device(k) => buffers[k].device_ptr(stream).0,
-                Slot::Host(k) => scalars[k].address(),
-            })
-            .collect();
         let ws = workspace.device_ptr(stream).0;
         Ok(Scratch { _buffers: buffers, _scalars: scalars, _workspace: workspace, io, workspace: ws })
     }
