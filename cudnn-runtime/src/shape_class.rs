@@ -6,7 +6,9 @@
 //! lists every combination of bounds, to prebuild). cuDNN 9.19 cannot run a plan at a smaller
 //! shape than it was made for (execute-time shape overrides need cuDNN 9.21), so a call still
 //! runs the plan of its exact shape; through a plan cache with dynamic shapes
-//! (`PlanCache::dynamic_shapes`) that plan finds its kernels already compiled.
+//! (`PlanCache::dynamic_shapes`) that plan finds its kernels already compiled. Attention can do
+//! better through its padding mask: `backend::PaddedPlan` runs every length of a class on the
+//! plan of its bound ([`crate::ir::ClassGraph`]).
 //!
 //! ```
 //! # use cudnn_runtime as cudnn_graph;

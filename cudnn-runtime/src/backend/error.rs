@@ -175,6 +175,10 @@ with_call_failures! {
             /// Parts the plan has.
             count: usize,
         },
+        /// A graph that cannot be padded, or a call its class plan cannot serve
+        /// ([`crate::backend::PaddedPlan`]).
+        #[error("{0}")]
+        Padding(Box<crate::ir::PadError>),
         /// The graph given to build or load a plan breaks a rule ([`crate::Graph::validate`]).
         /// Converted into [`crate::Error`], this is [`crate::Error::Graph`].
         #[error("{0}")]

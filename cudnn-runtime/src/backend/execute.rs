@@ -43,7 +43,7 @@ use super::plan::{ExecutionPlan, PlanPart};
 use super::{BackendError, Cudnn};
 use crate::cudnn::{Descriptor, ALIGNMENT};
 use crate::reference::ArgError;
-use crate::DataType;
+use crate::{DataType, Tensor};
 
 /// Variant packs of up to this many entries (I/O tensors plus by-value scalars) are filled
 /// without heap allocation.
@@ -68,6 +68,44 @@ impl<T> Slots<T> {
             Some(j) => &mut self.spill[j],
         }
     }
+}
+
+/// The checks a buffer gets against its tensor before anything is enqueued: host scalar or
+/// device memory as the tensor is, element type, packed bits for `bool`, at least the tensor's
+/// storage span, writable if an output, and of the stream's CUDA context.
+pub(super) fn check_buffer(
+    t: &Tensor,
+    buffer: &DeviceBuffer<'_>,
+    output: bool,
+    stream: &CudaStream,
+) -> Result<(), BackendError> {
+    if buffer.is_host() != t.host_scalar {
+        return Err(ArgError::HostScalar { tensor: t.name.clone(), host_scalar: t.host_scalar }.into());
+    }
+    if buffer.data_type != t.data_type {
+        return Err(ArgError::DType { tensor: t.name.clone(), expected: t.data_type, found: buffer.data_type }.into());
+    }
+    if t.data_type == DataType::Bool && !buffer.packed {
+        return Err(ArgError::UnpackedBool { tensor: t.name.clone() }.into());
+    }
+    let need = t.storage_len();
+    if buffer.len < need {
+        return Err(ArgError::Length {
+            tensor: t.name.clone(),
+            expected: need,
+            found: buffer.len,
+            dims: t.dims.clone(),
+            strides: t.strides.clone(),
+        }
+        .into());
+    }
+    if output && matches!(buffer.access, Access::Read(_)) {
+        return Err(BackendError::ReadOnlyOutput { tensor: t.name.clone() });
+    }
+    if buffer.context().is_some_and(|c| **c != **stream.context()) {
+        return Err(BackendError::ForeignContext { what: format!("the buffer of tensor `{}`", t.name) });
+    }
+    Ok(())
 }
 
 impl ExecutionPlan {
@@ -201,34 +239,7 @@ impl ExecutionPlan {
             let Some(buffer) = io.slot(i).as_deref() else {
                 return Err(ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() }.into());
             };
-            if buffer.is_host() != t.host_scalar {
-                return Err(ArgError::HostScalar { tensor: t.name.clone(), host_scalar: t.host_scalar }.into());
-            }
-            if buffer.data_type != t.data_type {
-                return Err(
-                    ArgError::DType { tensor: t.name.clone(), expected: t.data_type, found: buffer.data_type }.into()
-                );
-            }
-            if t.data_type == DataType::Bool && !buffer.packed {
-                return Err(ArgError::UnpackedBool { tensor: t.name.clone() }.into());
-            }
-            let need = t.storage_len();
-            if buffer.len < need {
-                return Err(ArgError::Length {
-                    tensor: t.name.clone(),
-                    expected: need,
-                    found: buffer.len,
-                    dims: t.dims.clone(),
-                    strides: t.strides.clone(),
-                }
-                .into());
-            }
-            if layout.is_output(i) && matches!(buffer.access, Access::Read(_)) {
-                return Err(BackendError::ReadOnlyOutput { tensor: t.name.clone() });
-            }
-            if buffer.context().is_some_and(|c| **c != **stream.context()) {
-                return Err(BackendError::ForeignContext { what: format!("the buffer of tensor `{}`", t.name) });
-            }
+            check_buffer(t, buffer, layout.is_output(i), stream)?;
         }
         let required = self.workspace_size();
         let given = workspace.as_ref().map_or(0, |w| w.len());

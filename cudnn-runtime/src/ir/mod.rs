@@ -10,12 +10,14 @@ mod builder;
 mod channels_last;
 mod error;
 mod layout;
+mod padding;
 pub(crate) mod picture;
 mod rewrite;
 
 pub use builder::{GraphBuilder, Operand};
 pub use error::{GraphError, NotChannelsLast};
 pub use layout::{channels_last_order, type_string, MemoryLayout};
+pub use padding::{Binding, ClassGraph, PadCopy, PadError};
 pub use rewrite::{batchnorm_as_pointwise, column_sum_as_matmul, for_cudnn, Rewrite, RewriteKind, Rewritten};
 
 use std::fmt;

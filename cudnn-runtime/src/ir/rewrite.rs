@@ -504,7 +504,7 @@ fn without_nodes(graph: &Graph) -> Graph {
 }
 
 /// The names and uids taken, to make fresh ones.
-struct Names {
+pub(super) struct Names {
     tensors: HashSet<String>,
     nodes: HashSet<String>,
     uids: HashSet<i64>,
@@ -512,7 +512,7 @@ struct Names {
 }
 
 impl Names {
-    fn of(graph: &Graph) -> Self {
+    pub(super) fn of(graph: &Graph) -> Self {
         Names {
             tensors: graph.tensors.iter().map(|t| t.name.clone()).collect(),
             nodes: graph.nodes.iter().map(|n| n.name.clone()).collect(),
@@ -531,7 +531,7 @@ impl Names {
         name
     }
 
-    fn tensor(&mut self, base: &str) -> String {
+    pub(super) fn tensor(&mut self, base: &str) -> String {
         Self::fresh(&mut self.tensors, base)
     }
 
@@ -541,7 +541,7 @@ impl Names {
 
     /// The smallest uid not taken (a graph of n tensors leaves one of 1..=n+1 free, far below
     /// [`super::MAX_UID`]).
-    fn uid(&mut self) -> i64 {
+    pub(super) fn uid(&mut self) -> i64 {
         while self.uids.contains(&self.next_uid) {
             self.next_uid += 1;
         }

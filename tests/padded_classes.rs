@@ -1,0 +1,307 @@
+//! Padded class plans (issue 19), deviceless: which graphs may be padded and how they are
+//! masked, how a call binds to its class graph (copies, sequence lengths, every refusal as a
+//! typed error), that the masked class graph on padded inputs computes the call's outputs on the
+//! CPU reference engine, and that cuDNN 9.19 plans the masked graphs for the H200.
+
+mod common;
+
+use common::random;
+use cudnn_graph::ir::{ClassGraph, PadCopy, PadError};
+use cudnn_graph::reference::HostSlice;
+use cudnn_graph::{graph, reference, DataType, Graph, GraphBuilder, Operand};
+use half::bf16;
+
+graph! {
+    /// Causal self-attention, sequence lengths in power-of-two classes.
+    pub Causal<dyn S: 1..=1024 pow2>(q: bf16[2, 4, S, 32], k: bf16[2, 2, S, 32], v: bf16[2, 2, S, 32])
+        -> (o: bf16[2, 4, S, 32], stats: f32[2, 4, S, 1])
+    {
+        let (out, lse) = sdpa(q, k, v, causal = true, training = true);
+        o = out;
+        stats = lse;
+    }
+
+    /// Cross-attention: query and key lengths of their own.
+    pub Cross<dyn SQ: 1..=256 multiple(64), dyn SKV: 1..=256 multiple(64)>(
+        q: bf16[1, 2, SQ, 32], k: bf16[1, 2, SKV, 32], v: bf16[1, 2, SKV, 32]
+    ) -> (o: bf16[1, 2, SQ, 32]) {
+        o = sdpa(q, k, v, scale = 0.3);
+    }
+
+    /// The gradients of `Causal`.
+    pub CausalBackward<dyn S: 1..=1024 pow2>(
+        q: bf16[2, 4, S, 32], k: bf16[2, 2, S, 32], v: bf16[2, 2, S, 32],
+        o: bf16[2, 4, S, 32], d_o: bf16[2, 4, S, 32], stats: f32[2, 4, S, 1],
+    ) -> (d_q: bf16[2, 4, S, 32], d_k: bf16[2, 2, S, 32], d_v: bf16[2, 2, S, 32]) {
+        let (dq, dk, dv) = sdpa_backward(q, k, v, o, d_o, stats, causal = true);
+        d_q = dq;
+        d_k = dk;
+        d_v = dv;
+    }
+}
+
+/// Causal attention `[B, S, H, D]` in memory (BSHD), through the builder.
+fn bshd(s: i64) -> Graph {
+    let mut g = GraphBuilder::new("bshd");
+    let mut qkv = Vec::new();
+    for name in ["q", "k", "v"] {
+        let t = g.input(name, DataType::BF16, &[2, 4, s, 32]).unwrap();
+        g.set_dim_order(t, &[0, 2, 1, 3]).unwrap();
+        qkv.push(Operand::from(t));
+    }
+    let o = g.op("sdpa", &qkv, &[("causal".into(), true.into())]).unwrap()[0];
+    g.output(o, "o", DataType::BF16).unwrap();
+    g.build().unwrap()
+}
+
+#[test]
+fn the_class_graph_gets_a_padding_mask_and_two_length_inputs_per_attention_node() {
+    let class = ClassGraph::new(&Causal::new(512).graph().unwrap()).unwrap();
+    let masked = class.masked();
+    let inputs: Vec<_> = masked.inputs().iter().map(|&i| masked.tensor(i).clone()).collect();
+    let names: Vec<_> = inputs.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names[..3], ["q", "k", "v"]);
+    assert_eq!(inputs.len(), 5, "{names:?}");
+    for t in &inputs[3..] {
+        assert_eq!((t.data_type, t.dims.as_slice()), (DataType::I32, [2, 1, 1, 1].as_slice()), "{}", t.name);
+    }
+    let cudnn_graph::ops::Op::Sdpa(op) = &masked.nodes[0].op else { panic!("{:?}", masked.nodes[0].op) };
+    assert!(op.padding_mask && op.causal && op.training);
+    // The class graph's I/O keeps its ids, uids and names; the lengths' uids are fresh.
+    let given = Causal::new(512).graph().unwrap();
+    for id in given.inputs().into_iter().chain(given.outputs()) {
+        assert_eq!(given.tensor(id), masked.tensor(id));
+    }
+    let mut uids: Vec<i64> = masked.tensors.iter().map(|t| t.uid).collect();
+    uids.sort_unstable();
+    uids.dedup();
+    assert_eq!(uids.len(), masked.tensors.len());
+    // Every I/O tensor of attention is padded along its sequence axis.
+    assert_eq!(class.padded_axes(), [Some(2); 5]);
+}
+
+#[test]
+fn a_call_binds_its_copies_and_sequence_lengths() {
+    let class = ClassGraph::new(&Causal::new(300).class().unwrap().graph().unwrap()).unwrap();
+    assert_eq!(class.class().tensors[0].dims, [2, 4, 512, 32]);
+    let call = class.bind(&Causal::new(300).graph().unwrap()).unwrap();
+    assert_eq!(call.seq_lens, [(300, 300)]);
+    assert!(!call.is_exact());
+    // q: B·H blocks of S·D; stats: B·H blocks of S.
+    assert_eq!(call.copies[0], Some(PadCopy { rows: 8, call_row: 300 * 32, class_row: 512 * 32 }));
+    assert_eq!(call.copies[1], Some(PadCopy { rows: 4, call_row: 300 * 32, class_row: 512 * 32 }));
+    assert_eq!(call.copies[4], Some(PadCopy { rows: 8, call_row: 300, class_row: 512 }));
+    assert!(class.bind(&Causal::new(512).graph().unwrap()).unwrap().is_exact());
+    // One position: a decode step's query.
+    let one = class.bind(&Causal::new(16).graph().unwrap()).unwrap();
+    assert_eq!(one.seq_lens, [(16, 16)]);
+
+    // BSHD: B blocks of S·H·D.
+    let class = ClassGraph::new(&bshd(256)).unwrap();
+    let call = class.bind(&bshd(1)).unwrap();
+    assert_eq!(call.copies[0], Some(PadCopy { rows: 2, call_row: 4 * 32, class_row: 256 * 4 * 32 }));
+    assert_eq!(call.seq_lens, [(1, 1)]);
+
+    // Cross-attention: each length its own.
+    let class = ClassGraph::new(&Cross::new(100, 200).class().unwrap().graph().unwrap()).unwrap();
+    let call = class.bind(&Cross::new(100, 200).graph().unwrap()).unwrap();
+    assert_eq!(call.seq_lens, [(100, 200)]);
+    assert_eq!(call.copies[0].unwrap().class_row, 128 * 32);
+    assert_eq!(call.copies[1].unwrap().class_row, 256 * 32);
+}
+
+#[test]
+fn calls_the_class_cannot_serve_are_typed_errors_naming_the_tensor() {
+    let class = ClassGraph::new(&Causal::new(256).graph().unwrap()).unwrap();
+    let e = class.bind(&Causal::new(512).graph().unwrap()).unwrap_err();
+    assert!(matches!(&e, PadError::Extent { tensor, axis: 2, call: 512, class: 256, .. } if tensor == "q"), "{e:?}");
+    assert!(e.to_string().contains("from 1 to its class bound"), "{e}");
+
+    // Another head count: only the sequence axis may differ.
+    let mut g = GraphBuilder::new("Causal");
+    let q = g.input("q", DataType::BF16, &[2, 8, 100, 32]).unwrap();
+    let k = g.input("k", DataType::BF16, &[2, 2, 100, 32]).unwrap();
+    let v = g.input("v", DataType::BF16, &[2, 2, 100, 32]).unwrap();
+    let attrs = [("causal".into(), true.into()), ("training".into(), true.into())];
+    let outs = g.op("sdpa", &[q.into(), k.into(), v.into()], &attrs).unwrap();
+    g.output(outs[0], "o", DataType::BF16).unwrap();
+    g.output(outs[1], "stats", DataType::F32).unwrap();
+    let e = class.bind(&g.build().unwrap()).unwrap_err();
+    assert!(matches!(&e, PadError::Structure { .. } | PadError::Extent { axis: 1, .. }), "{e:?}");
+
+    // Another graph altogether.
+    let e = class.bind(&CausalBackward::new(128).graph().unwrap()).unwrap_err();
+    assert!(matches!(&e, PadError::Structure { .. }), "{e:?}");
+    assert!(e.to_string().contains("not the class graph"), "{e}");
+
+    // BSHD class, BHSD call of the same names: the layout is refused.
+    let class = ClassGraph::new(&bshd(256)).unwrap();
+    let mut g = GraphBuilder::new("bshd");
+    let qkv: Vec<Operand> =
+        ["q", "k", "v"].iter().map(|n| g.input(n, DataType::BF16, &[2, 4, 100, 32]).unwrap().into()).collect();
+    let o = g.op("sdpa", &qkv, &[("causal".into(), true.into())]).unwrap()[0];
+    g.output(o, "o", DataType::BF16).unwrap();
+    let e = class.bind(&g.build().unwrap()).unwrap_err();
+    assert!(matches!(&e, PadError::Layout { tensor, .. } if tensor == "q"), "{e:?}");
+}
+
+#[test]
+fn graphs_whose_padding_would_leak_are_refused_naming_the_node() {
+    graph! {
+        pub NotAttention<dyn S>(x: f32[S, 8]) -> (y: f32[S, 8]) { y = relu(x); }
+        pub WithBias<dyn S>(q: bf16[1, 2, S, 32], k: bf16[1, 2, S, 32], v: bf16[1, 2, S, 32], bias: bf16[1, 2, S, S]) -> (o: bf16[1, 2, S, 32]) {
+            o = sdpa(q, k, v, bias, bias = true);
+        }
+        pub BottomRight<dyn S>(q: bf16[1, 2, S, 32], k: bf16[1, 2, S, 32], v: bf16[1, 2, S, 32]) -> (o: bf16[1, 2, S, 32]) {
+            o = sdpa(q, k, v, causal = true, alignment = bottom_right);
+        }
+        pub Windowed<dyn S>(q: bf16[1, 2, S, 32], k: bf16[1, 2, S, 32], v: bf16[1, 2, S, 32]) -> (o: bf16[1, 2, S, 32]) {
+            o = sdpa(q, k, v, causal = true, window = 16);
+        }
+        pub Dropped<dyn S>(q: bf16[1, 2, S, 32], k: bf16[1, 2, S, 32], v: bf16[1, 2, S, 32], seed: i64[1, 1, 1, 1], offset: i64[1, 1, 1, 1]) -> (o: bf16[1, 2, S, 32]) {
+            o = sdpa(q, k, v, seed, offset, dropout = 0.1);
+        }
+        pub Padded<dyn S>(q: bf16[1, 2, S, 32], k: bf16[1, 2, S, 32], v: bf16[1, 2, S, 32], sq: i32[1, 1, 1, 1], skv: i32[1, 1, 1, 1]) -> (o: bf16[1, 2, S, 32]) {
+            o = sdpa(q, k, v, sq, skv, padding_mask = true);
+        }
+    }
+    let e = ClassGraph::new(&NotAttention::new(64).graph().unwrap()).unwrap_err();
+    assert!(matches!(&e, PadError::NotAttention { op: "relu", .. }), "{e:?}");
+    assert!(e.to_string().contains("only attention"), "{e}");
+    for (graph, what) in [
+        (WithBias::new(64).graph().unwrap(), "bias"),
+        (BottomRight::new(64).graph().unwrap(), "bottom-right"),
+        (Windowed::new(64).graph().unwrap(), "sliding window"),
+        (Dropped::new(64).graph().unwrap(), "dropout"),
+        (Padded::new(64).graph().unwrap(), "padding mask of its own"),
+    ] {
+        let e = ClassGraph::new(&graph).unwrap_err();
+        assert!(matches!(&e, PadError::Unsupported { node, .. } if node == "o"), "{e:?}");
+        assert!(e.to_string().contains(what), "{graph:?}: {e}");
+    }
+}
+
+/// Runs `graph` on the reference engine with `inputs` (bf16, f32 for `stats`), by name.
+fn run(graph: &Graph, inputs: &[(&str, Vec<f64>)]) -> Vec<Vec<f64>> {
+    let typed: Vec<(&str, Typed)> = inputs
+        .iter()
+        .map(|(name, v)| {
+            let t = graph.tensor_by_name(name).unwrap();
+            let data = match t.data_type {
+                DataType::BF16 => Typed::Bf16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+                DataType::F32 => Typed::F32(v.iter().map(|&x| x as f32).collect()),
+                DataType::I32 => Typed::I32(v.iter().map(|&x| x as i32).collect()),
+                other => panic!("{other}"),
+            };
+            (*name, data)
+        })
+        .collect();
+    let slices: Vec<(&str, HostSlice<'_>)> = typed
+        .iter()
+        .map(|(n, t)| {
+            let s: HostSlice<'_> = match t {
+                Typed::Bf16(v) => v.into(),
+                Typed::F32(v) => v.into(),
+                Typed::I32(v) => v.into(),
+            };
+            (*n, s)
+        })
+        .collect();
+    reference::run(graph, &slices).unwrap().into_iter().map(|a| a.data).collect()
+}
+
+enum Typed {
+    Bf16(Vec<bf16>),
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+}
+
+/// The masked class graph run on the call's inputs padded (with `fill`), its outputs cut back,
+/// against the call's own graph: the same values.
+fn padded_matches_exact(call: &Graph, class: &Graph, seed: u64) {
+    let class = ClassGraph::new(class).unwrap();
+    let binding = class.bind(call).unwrap();
+    let masked = class.masked();
+    let ins = call.inputs();
+    let mut exact_inputs = Vec::new();
+    let mut padded_inputs = Vec::new();
+    for (i, &id) in ins.iter().enumerate() {
+        let t = call.tensor(id);
+        let n = t.element_count() as usize;
+        // Statistics are log-sum-exps: keep them in a range softmax can come from.
+        let data: Vec<f64> = random::<f64>(seed + i as u64, n).into_iter().map(|x| x + 1.0).collect();
+        let copy = binding.copies[i].unwrap();
+        let mut class_data = vec![0.0; copy.rows * copy.class_row];
+        // Poison what the mask must hide: the padding holds large values, never read.
+        copy.pad_host(&data, &mut class_data, 1e4);
+        padded_inputs.push((t.name.clone(), class_data));
+        exact_inputs.push((t.name.clone(), data));
+    }
+    for (&(seq_q, seq_kv), (q_in, kv_in)) in binding.seq_lens.iter().zip(class.seq_len_inputs()) {
+        let b = masked.tensor(q_in).dims[0] as usize;
+        padded_inputs.push((masked.tensor(q_in).name.clone(), vec![seq_q as f64; b]));
+        padded_inputs.push((masked.tensor(kv_in).name.clone(), vec![seq_kv as f64; b]));
+    }
+    let exact_in: Vec<(&str, Vec<f64>)> = exact_inputs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let padded_in: Vec<(&str, Vec<f64>)> = padded_inputs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let want = run(call, &exact_in);
+    let got = run(masked, &padded_in);
+    for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+        let copy = binding.copies[ins.len() + k].unwrap();
+        let mut cut = vec![0.0; w.len()];
+        copy.unpad_host(g, &mut cut);
+        let err = common::relative_error(&cut, w);
+        let name = &call.tensor(call.outputs()[k]).name;
+        println!("{}: {name} relative error {err:.2e} ({} values)", call.name, w.len());
+        assert!(err <= 1e-12, "{}: {name}: {err}", call.name);
+    }
+}
+
+#[test]
+fn the_masked_class_graph_on_padded_inputs_computes_the_call() {
+    for s in [1, 3, 17, 100, 128] {
+        let call = Causal::new(s).graph().unwrap();
+        padded_matches_exact(&call, &Causal::new(s).class().unwrap().graph().unwrap(), 10 + s as u64);
+        if s == 1 {
+            continue; // cuDNN's backward refuses S_q = S_kv = 1 (the graph's own rule)
+        }
+        let call = CausalBackward::new(s).graph().unwrap();
+        padded_matches_exact(&call, &CausalBackward::new(s).class().unwrap().graph().unwrap(), 20 + s as u64);
+    }
+    padded_matches_exact(&bshd(70), &bshd(128), 3);
+    let call = Cross::new(5, 130).graph().unwrap();
+    padded_matches_exact(&call, &Cross::new(5, 130).class().unwrap().graph().unwrap(), 4);
+}
+
+#[test]
+fn pad_and_unpad_on_host_round_trip() {
+    let copy = PadCopy { rows: 3, call_row: 2, class_row: 5 };
+    let call = [1, 2, 3, 4, 5, 6];
+    let mut class = [9; 15];
+    copy.pad_host(&call, &mut class, 0);
+    assert_eq!(class, [1, 2, 0, 0, 0, 3, 4, 0, 0, 0, 5, 6, 0, 0, 0]);
+    let mut back = [0; 6];
+    copy.unpad_host(&class, &mut back);
+    assert_eq!(back, call);
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
+fn cudnn_plans_the_masked_class_graphs_deviceless() {
+    use cudnn_graph::backend::{BackendError, BuildOptions, ExecutionPlan, PaddedPlan};
+    let Some(cudnn) = common::deviceless() else { return };
+    for class in [
+        Causal::new(512).graph().unwrap(),
+        CausalBackward::new(512).graph().unwrap(),
+        bshd(1024),
+        Cross::new(64, 256).graph().unwrap(),
+    ] {
+        let masked = ClassGraph::new(&class).unwrap().masked().clone();
+        let plan = ExecutionPlan::build(&cudnn, &masked, &BuildOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", class.name));
+        println!("{}: {:?}, {} parts", class.name, plan.selected(), plan.parts().len());
+    }
+    // The padded buffers need a device.
+    let e = PaddedPlan::build(&cudnn, &Causal::new(512).graph().unwrap(), &BuildOptions::default()).unwrap_err();
+    assert!(matches!(e, BackendError::NotOnline { .. }), "{e:?}");
+}
