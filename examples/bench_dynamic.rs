@@ -28,12 +28,23 @@
 //!   device time (`steady_us`, `engines::measure`; null deviceless). A row `{case}_policy_cache`
 //!   gives the cache's counters.
 //!
+//! - `padded` (GPU only): attention forward and backward served by padded class plans
+//!   (`backend::PaddedPlan`: one plan per class bound, a call's tensors copied into the class
+//!   extents and its sequence lengths masked), classes of powers of two (`pow2`) and of multiples
+//!   of 256 (`m256`), at S = 128 … 8192 including lengths between bounds. Per class bound
+//!   `build_ms` (its plan and buffers, once); per S `host_us` (the call's graph and the first
+//!   execute of that S: the host work of a new length), and the device time of the padded call
+//!   (copies included) against the exact plan of that S (`exact_us`, heuristics), both timed as
+//!   CUDA-event batches of back-to-back executes (median of 7 batches of 20), and `ratio`.
+//!
 //! Every figure is one JSON object per line on stdout (`case`, `impl`, figures), as
 //! `examples/bench.rs` prints them.
 
 use std::time::Duration;
 
-use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
+use cudnn_graph::backend::cudarc::driver::sys::CUevent_flags;
+use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream};
+use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, PaddedPlan};
 use cudnn_graph::engines::{measure, AutotuneOptions, PlanCache, Specialization, DEFAULT_BUDGET_BYTES};
 use cudnn_graph::ops::PointwiseMode;
 use cudnn_graph::serialize::plan::Expect;
@@ -218,6 +229,120 @@ fn policy(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error
     Ok(())
 }
 
+/// Median µs per call of `n` back-to-back calls of `f`, over 7 batches (after 3 warm-up calls).
+fn time_us(
+    stream: &CudaStream,
+    n: usize,
+    mut f: impl FnMut() -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    for _ in 0..3 {
+        f()?;
+    }
+    let start = stream.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = stream.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let mut samples = Vec::with_capacity(7);
+    for _ in 0..7 {
+        start.record(stream)?;
+        for _ in 0..n {
+            f()?;
+        }
+        end.record(stream)?;
+        samples.push(f64::from(start.elapsed_ms(&end)?) * 1e3 / n as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[3])
+}
+
+/// Padded class plans of attention against exact plans, per sequence length.
+fn padded(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
+    let stream = cudnn.stream().ok_or("padded plans need a GPU")?.clone();
+    let lengths = [128, 200, 300, 512, 700, 1024, 1500, 2048, 3000, 4096, 6000, 8192];
+    type Bound = fn(i64) -> i64;
+    let buckets: [(&str, Bound); 2] =
+        [("pow2", |s| (s as u64).next_power_of_two() as i64), ("m256", |s| (s + 255) / 256 * 256)];
+    let options = BuildOptions::default();
+    for (case, graph) in [("sdpa_fwd", sdpa_forward as fn(i64) -> Built), ("sdpa_bwd", sdpa_backward)] {
+        for (bucket, bound) in buckets {
+            let mut plans: Vec<(i64, PaddedPlan)> = Vec::new();
+            for &s in &lengths {
+                let class = bound(s);
+                if !plans.iter().any(|(c, _)| *c == class) {
+                    let began = std::time::Instant::now();
+                    let plan = PaddedPlan::build(cudnn, &graph(class)?, &options)?;
+                    stream.synchronize()?;
+                    emit(json!({
+                        "case": format!("{case}_padded_class"), "impl": bucket, "class": class,
+                        "build_ms": ms(began.elapsed()), "padded_bytes": plan.padded_bytes(),
+                        "engine": plan.plan().selected().tag(),
+                    }));
+                    plans.push((class, plan));
+                }
+                let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
+                let g = graph(s)?;
+                let mut buffers = buffers(&stream, &g)?;
+                let inputs = g.inputs().len();
+                // The host work of a new length: its graph, and its first execute (enqueued).
+                let began = std::time::Instant::now();
+                let call = graph(s)?;
+                let mut io = bind(&mut buffers, inputs);
+                plan.execute(cudnn, &call, &mut io)?;
+                let host_us = began.elapsed().as_secs_f64() * 1e6;
+                drop(io);
+                stream.synchronize()?;
+                let padded_us = time_us(&stream, 20, || {
+                    let mut io = bind(&mut buffers, inputs);
+                    Ok(plan.execute(cudnn, &call, &mut io)?)
+                })?;
+                let exact = ExecutionPlan::build(cudnn, &call, &options)?;
+                let mut workspace = stream.alloc_zeros::<u8>(exact.workspace_size().max(1))?;
+                let exact_us = time_us(&stream, 20, || {
+                    let mut io = bind(&mut buffers, inputs);
+                    Ok(exact.execute(cudnn, &mut io, Some(&mut workspace))?)
+                })?;
+                emit(json!({
+                    "case": format!("{case}_padded"), "impl": bucket, "s": s, "class": class,
+                    "host_us": host_us, "padded_us": padded_us, "exact_us": exact_us, "ratio": padded_us / exact_us,
+                    "exact_engine": exact.selected().tag(),
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One I/O buffer of an attention graph: bf16, or f32 statistics.
+enum Buffer {
+    Bf16(CudaSlice<half::bf16>),
+    F32(CudaSlice<f32>),
+}
+
+/// Zeroed buffers for the I/O tensors of `graph`.
+fn buffers(stream: &std::sync::Arc<CudaStream>, graph: &Graph) -> Result<Vec<Buffer>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for id in graph.inputs().into_iter().chain(graph.outputs()) {
+        let t = graph.tensor(id);
+        out.push(match t.data_type {
+            DataType::F32 => Buffer::F32(stream.alloc_zeros(t.storage_len())?),
+            _ => Buffer::Bf16(stream.alloc_zeros(t.storage_len())?),
+        });
+    }
+    Ok(out)
+}
+
+/// `buffers` as the I/O of a graph with `inputs` inputs: inputs read, outputs written.
+fn bind(buffers: &mut [Buffer], inputs: usize) -> Vec<DeviceBuffer<'_>> {
+    buffers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| match (b, i < inputs) {
+            (Buffer::Bf16(b), true) => DeviceBuffer::input(&*b),
+            (Buffer::Bf16(b), false) => DeviceBuffer::output(b),
+            (Buffer::F32(b), true) => DeviceBuffer::input(&*b),
+            (Buffer::F32(b), false) => DeviceBuffer::output(b),
+        })
+        .collect()
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -243,6 +368,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if wants("policy") {
         policy(&cudnn, &shapes)?;
+    }
+    if wants("padded") && online {
+        padded(&cudnn)?;
     }
     Ok(())
 }
