@@ -7,62 +7,21 @@
 
 #![cfg(feature = "cudnn")]
 
+#[path = "common/attention.rs"]
+mod attention;
 mod common;
 
+use attention::{bshd, Causal, CausalBackward, CausalBackwardInputs, CausalInputs, Cross, CrossInputs};
 use common::{check, poisoned, random, upload};
 use cudnn_graph::backend::{BuildOptions, DeviceBuffer, PaddedPlan};
-use cudnn_graph::{graph, DataType, Graph, GraphBuilder, Operand};
 use half::bf16;
-
-graph! {
-    /// Causal grouped-query self-attention for training.
-    pub Causal<dyn S: 1..=1024 pow2>(q: bf16[2, 4, S, 64], k: bf16[2, 2, S, 64], v: bf16[2, 2, S, 64])
-        -> (o: bf16[2, 4, S, 64], stats: f32[2, 4, S, 1])
-    {
-        let (out, lse) = sdpa(q, k, v, causal = true, training = true);
-        o = out;
-        stats = lse;
-    }
-
-    /// Its gradients.
-    pub CausalBackward<dyn S: 1..=1024 pow2>(
-        q: bf16[2, 4, S, 64], k: bf16[2, 2, S, 64], v: bf16[2, 2, S, 64],
-        o: bf16[2, 4, S, 64], d_o: bf16[2, 4, S, 64], stats: f32[2, 4, S, 1],
-    ) -> (d_q: bf16[2, 4, S, 64], d_k: bf16[2, 2, S, 64], d_v: bf16[2, 2, S, 64]) {
-        let (dq, dk, dv) = sdpa_backward(q, k, v, o, d_o, stats, causal = true);
-        d_q = dq;
-        d_k = dk;
-        d_v = dv;
-    }
-
-    /// Cross-attention with lengths of their own.
-    pub Cross<dyn SQ: 1..=256 multiple(64), dyn SKV: 1..=256 multiple(64)>(
-        q: bf16[1, 2, SQ, 64], k: bf16[1, 2, SKV, 64], v: bf16[1, 2, SKV, 64]
-    ) -> (o: bf16[1, 2, SQ, 64]) {
-        o = sdpa(q, k, v, scale = 0.2);
-    }
-}
-
-/// Causal attention `[2, 4, s, 64]` stored BSHD, through the builder.
-fn bshd(s: i64) -> Graph {
-    let mut g = GraphBuilder::new("bshd");
-    let mut qkv = Vec::new();
-    for name in ["q", "k", "v"] {
-        let t = g.input(name, DataType::BF16, &[2, 4, s, 64]).unwrap();
-        g.set_dim_order(t, &[0, 2, 1, 3]).unwrap();
-        qkv.push(Operand::from(t));
-    }
-    let o = g.op("sdpa", &qkv, &[("causal".into(), true.into())]).unwrap()[0];
-    g.output(o, "o", DataType::BF16).unwrap();
-    g.build().unwrap()
-}
 
 #[test]
 fn gpu_padded_attention_forward_and_backward_match_the_reference() {
     let Some((stream, cudnn)) = common::gpu() else { return };
     let options = BuildOptions::default();
-    let mut fwd = PaddedPlan::build(&cudnn, &Causal::new(512).graph().unwrap(), &options).unwrap();
-    let mut bwd = PaddedPlan::build(&cudnn, &CausalBackward::new(512).graph().unwrap(), &options).unwrap();
+    let mut fwd = PaddedPlan::build(&cudnn, &Causal::<64>::new(512).graph().unwrap(), &options).unwrap();
+    let mut bwd = PaddedPlan::build(&cudnn, &CausalBackward::<64>::new(512).graph().unwrap(), &options).unwrap();
     println!("forward {fwd:?}, backward {bwd:?}");
     // Down, up, down again: the tails a longer call left must not reach a shorter one.
     for (round, s) in [300usize, 512, 37, 400, 1, 129].into_iter().enumerate() {
@@ -71,11 +30,11 @@ fn gpu_padded_attention_forward_and_backward_match_the_reference() {
         let q: Vec<bf16> = random(seed, nq);
         let k: Vec<bf16> = random(seed + 1, nk);
         let v: Vec<bf16> = random(seed + 2, nk);
-        let want = Causal::new(s).reference(CausalInputs { q: &q, k: &k, v: &v }).unwrap();
+        let want = Causal::<64>::new(s).reference(CausalInputs { q: &q, k: &k, v: &v }).unwrap();
         let (dq, dk, dv) = (upload(&stream, &q), upload(&stream, &k), upload(&stream, &v));
         let mut o = poisoned::<bf16>(&stream, nq);
         let mut stats = poisoned::<f32>(&stream, 2 * 4 * s);
-        let call = Causal::new(s).graph().unwrap();
+        let call = Causal::<64>::new(s).graph().unwrap();
         let began = std::time::Instant::now();
         fwd.execute(
             &cudnn,
@@ -98,7 +57,7 @@ fn gpu_padded_attention_forward_and_backward_match_the_reference() {
         }
         let d_o: Vec<bf16> = random(seed + 3, nq);
         let o_ref: Vec<bf16> = want.o.clone();
-        let grads = CausalBackward::new(s)
+        let grads = CausalBackward::<64>::new(s)
             .reference(CausalBackwardInputs { q: &q, k: &k, v: &v, o: &o_ref, d_o: &d_o, stats: &want.stats })
             .unwrap();
         let (d_o_dev, o_dev, stats_dev) =
@@ -108,7 +67,7 @@ fn gpu_padded_attention_forward_and_backward_match_the_reference() {
         let mut d_v = poisoned::<bf16>(&stream, nk);
         bwd.execute(
             &cudnn,
-            &CausalBackward::new(s).graph().unwrap(),
+            &CausalBackward::<64>::new(s).graph().unwrap(),
             &mut [
                 DeviceBuffer::input(&dq),
                 DeviceBuffer::input(&dk),
@@ -133,11 +92,11 @@ fn gpu_padded_attention_forward_and_backward_match_the_reference() {
 fn gpu_padded_attention_bshd_and_cross_lengths() {
     let Some((stream, cudnn)) = common::gpu() else { return };
     let options = BuildOptions::default();
-    let mut plan = PaddedPlan::build(&cudnn, &bshd(1024), &options).unwrap();
+    let mut plan = PaddedPlan::build(&cudnn, &bshd(1024, 64), &options).unwrap();
     for s in [1000usize, 3, 1024] {
         let n = 2 * 4 * s * 64;
         let (q, k, v): (Vec<bf16>, Vec<bf16>, Vec<bf16>) = (random(7, n), random(8, n), random(9, n));
-        let call = bshd(s as i64);
+        let call = bshd(s as i64, 64);
         let named = [("q", q.as_slice().into()), ("k", k.as_slice().into()), ("v", v.as_slice().into())];
         let want = cudnn_graph::reference::run(&call, &named).unwrap().remove(0);
         let want: Vec<bf16> = want.data.iter().map(|&x| bf16::from_f64(x)).collect();
@@ -165,12 +124,12 @@ fn gpu_padded_attention_bshd_and_cross_lengths() {
         check(&format!("BSHD S = {s} on the S = 1024 plan"), "o", &logical, &want);
     }
 
-    let mut cross = PaddedPlan::build(&cudnn, &Cross::new(256, 256).graph().unwrap(), &options).unwrap();
+    let mut cross = PaddedPlan::build(&cudnn, &Cross::<64>::new(256, 256).graph().unwrap(), &options).unwrap();
     for (sq, skv) in [(5usize, 130usize), (256, 7), (64, 256)] {
         let q: Vec<bf16> = random(11, 2 * sq * 64);
         let k: Vec<bf16> = random(12, 2 * skv * 64);
         let v: Vec<bf16> = random(13, 2 * skv * 64);
-        let want = Cross::new(sq, skv).reference(CrossInputs { q: &q, k: &k, v: &v }).unwrap();
+        let want = Cross::<64>::new(sq, skv).reference(CrossInputs { q: &q, k: &k, v: &v }).unwrap();
         let (dq, dk, dv) = (upload(&stream, &q), upload(&stream, &k), upload(&stream, &v));
         let mut o = poisoned::<bf16>(&stream, 2 * sq * 64);
         let mut io = [
@@ -179,7 +138,7 @@ fn gpu_padded_attention_bshd_and_cross_lengths() {
             DeviceBuffer::input(&dv),
             DeviceBuffer::output(&mut o),
         ];
-        cross.execute(&cudnn, &Cross::new(sq, skv).graph().unwrap(), &mut io).unwrap();
+        cross.execute(&cudnn, &Cross::<64>::new(sq, skv).graph().unwrap(), &mut io).unwrap();
         check(&format!("cross S_q = {sq}, S_kv = {skv} on (256, 256)"), "o", &stream.clone_dtoh(&o).unwrap(), &want.o);
     }
 
@@ -188,6 +147,6 @@ fn gpu_padded_attention_bshd_and_cross_lengths() {
     let q = upload(&stream, &random::<bf16>(1, 2 * 4 * 2048 * 64));
     let mut io =
         [DeviceBuffer::input(&q), DeviceBuffer::input(&q), DeviceBuffer::input(&q), DeviceBuffer::output(&mut o)];
-    let e = plan.execute(&cudnn, &bshd(2048), &mut io).unwrap_err();
+    let e = plan.execute(&cudnn, &bshd(2048, 64), &mut io).unwrap_err();
     assert!(e.to_string().contains("class bound"), "{e}");
 }

@@ -3,60 +3,20 @@
 //! typed error), that the masked class graph on padded inputs computes the call's outputs on the
 //! CPU reference engine, and that cuDNN 9.19 plans the masked graphs for the H200.
 
+#[path = "common/attention.rs"]
+mod attention;
 mod common;
 
+use attention::{bshd, Causal, CausalBackward, Cross};
 use common::random;
 use cudnn_graph::ir::{ClassGraph, PadCopy, PadError};
 use cudnn_graph::reference::HostSlice;
 use cudnn_graph::{graph, reference, DataType, Graph, GraphBuilder, Operand};
 use half::bf16;
 
-graph! {
-    /// Causal self-attention, sequence lengths in power-of-two classes.
-    pub Causal<dyn S: 1..=1024 pow2>(q: bf16[2, 4, S, 32], k: bf16[2, 2, S, 32], v: bf16[2, 2, S, 32])
-        -> (o: bf16[2, 4, S, 32], stats: f32[2, 4, S, 1])
-    {
-        let (out, lse) = sdpa(q, k, v, causal = true, training = true);
-        o = out;
-        stats = lse;
-    }
-
-    /// Cross-attention: query and key lengths of their own.
-    pub Cross<dyn SQ: 1..=256 multiple(64), dyn SKV: 1..=256 multiple(64)>(
-        q: bf16[1, 2, SQ, 32], k: bf16[1, 2, SKV, 32], v: bf16[1, 2, SKV, 32]
-    ) -> (o: bf16[1, 2, SQ, 32]) {
-        o = sdpa(q, k, v, scale = 0.3);
-    }
-
-    /// The gradients of `Causal`.
-    pub CausalBackward<dyn S: 1..=1024 pow2>(
-        q: bf16[2, 4, S, 32], k: bf16[2, 2, S, 32], v: bf16[2, 2, S, 32],
-        o: bf16[2, 4, S, 32], d_o: bf16[2, 4, S, 32], stats: f32[2, 4, S, 1],
-    ) -> (d_q: bf16[2, 4, S, 32], d_k: bf16[2, 2, S, 32], d_v: bf16[2, 2, S, 32]) {
-        let (dq, dk, dv) = sdpa_backward(q, k, v, o, d_o, stats, causal = true);
-        d_q = dq;
-        d_k = dk;
-        d_v = dv;
-    }
-}
-
-/// Causal attention `[B, S, H, D]` in memory (BSHD), through the builder.
-fn bshd(s: i64) -> Graph {
-    let mut g = GraphBuilder::new("bshd");
-    let mut qkv = Vec::new();
-    for name in ["q", "k", "v"] {
-        let t = g.input(name, DataType::BF16, &[2, 4, s, 32]).unwrap();
-        g.set_dim_order(t, &[0, 2, 1, 3]).unwrap();
-        qkv.push(Operand::from(t));
-    }
-    let o = g.op("sdpa", &qkv, &[("causal".into(), true.into())]).unwrap()[0];
-    g.output(o, "o", DataType::BF16).unwrap();
-    g.build().unwrap()
-}
-
 #[test]
 fn the_class_graph_gets_a_padding_mask_and_two_length_inputs_per_attention_node() {
-    let class = ClassGraph::new(&Causal::new(512).graph().unwrap()).unwrap();
+    let class = ClassGraph::new(&Causal::<32>::new(512).graph().unwrap()).unwrap();
     let masked = class.masked();
     let inputs: Vec<_> = masked.inputs().iter().map(|&i| masked.tensor(i).clone()).collect();
     let names: Vec<_> = inputs.iter().map(|t| t.name.as_str()).collect();
@@ -68,7 +28,7 @@ fn the_class_graph_gets_a_padding_mask_and_two_length_inputs_per_attention_node(
     let cudnn_graph::ops::Op::Sdpa(op) = &masked.nodes[0].op else { panic!("{:?}", masked.nodes[0].op) };
     assert!(op.padding_mask && op.causal && op.training);
     // The class graph's I/O keeps its ids, uids and names; the lengths' uids are fresh.
-    let given = Causal::new(512).graph().unwrap();
+    let given = Causal::<32>::new(512).graph().unwrap();
     for id in given.inputs().into_iter().chain(given.outputs()) {
         assert_eq!(given.tensor(id), masked.tensor(id));
     }
@@ -82,29 +42,29 @@ fn the_class_graph_gets_a_padding_mask_and_two_length_inputs_per_attention_node(
 
 #[test]
 fn a_call_binds_its_copies_and_sequence_lengths() {
-    let class = ClassGraph::new(&Causal::new(300).class().unwrap().graph().unwrap()).unwrap();
+    let class = ClassGraph::new(&Causal::<32>::new(300).class().unwrap().graph().unwrap()).unwrap();
     assert_eq!(class.class().tensors[0].dims, [2, 4, 512, 32]);
-    let call = class.bind(&Causal::new(300).graph().unwrap()).unwrap();
+    let call = class.bind(&Causal::<32>::new(300).graph().unwrap()).unwrap();
     assert_eq!(call.seq_lens, [(300, 300)]);
     assert!(!call.is_exact());
     // q: B·H blocks of S·D; stats: B·H blocks of S.
     assert_eq!(call.copies[0], Some(PadCopy { rows: 8, call_row: 300 * 32, class_row: 512 * 32 }));
     assert_eq!(call.copies[1], Some(PadCopy { rows: 4, call_row: 300 * 32, class_row: 512 * 32 }));
     assert_eq!(call.copies[4], Some(PadCopy { rows: 8, call_row: 300, class_row: 512 }));
-    assert!(class.bind(&Causal::new(512).graph().unwrap()).unwrap().is_exact());
+    assert!(class.bind(&Causal::<32>::new(512).graph().unwrap()).unwrap().is_exact());
     // One position: a decode step's query.
-    let one = class.bind(&Causal::new(16).graph().unwrap()).unwrap();
+    let one = class.bind(&Causal::<32>::new(16).graph().unwrap()).unwrap();
     assert_eq!(one.seq_lens, [(16, 16)]);
 
     // BSHD: B blocks of S·H·D.
-    let class = ClassGraph::new(&bshd(256)).unwrap();
-    let call = class.bind(&bshd(1)).unwrap();
+    let class = ClassGraph::new(&bshd(256, 32)).unwrap();
+    let call = class.bind(&bshd(1, 32)).unwrap();
     assert_eq!(call.copies[0], Some(PadCopy { rows: 2, call_row: 4 * 32, class_row: 256 * 4 * 32 }));
     assert_eq!(call.seq_lens, [(1, 1)]);
 
     // Cross-attention: each length its own.
-    let class = ClassGraph::new(&Cross::new(100, 200).class().unwrap().graph().unwrap()).unwrap();
-    let call = class.bind(&Cross::new(100, 200).graph().unwrap()).unwrap();
+    let class = ClassGraph::new(&Cross::<32>::new(100, 200).class().unwrap().graph().unwrap()).unwrap();
+    let call = class.bind(&Cross::<32>::new(100, 200).graph().unwrap()).unwrap();
     assert_eq!(call.seq_lens, [(100, 200)]);
     assert_eq!(call.copies[0].unwrap().class_row, 128 * 32);
     assert_eq!(call.copies[1].unwrap().class_row, 256 * 32);
@@ -112,8 +72,8 @@ fn a_call_binds_its_copies_and_sequence_lengths() {
 
 #[test]
 fn calls_the_class_cannot_serve_are_typed_errors_naming_the_tensor() {
-    let class = ClassGraph::new(&Causal::new(256).graph().unwrap()).unwrap();
-    let e = class.bind(&Causal::new(512).graph().unwrap()).unwrap_err();
+    let class = ClassGraph::new(&Causal::<32>::new(256).graph().unwrap()).unwrap();
+    let e = class.bind(&Causal::<32>::new(512).graph().unwrap()).unwrap_err();
     assert!(matches!(&e, PadError::Extent { tensor, axis: 2, call: 512, class: 256, .. } if tensor == "q"), "{e:?}");
     assert!(e.to_string().contains("from 1 to its class bound"), "{e}");
 
@@ -130,12 +90,12 @@ fn calls_the_class_cannot_serve_are_typed_errors_naming_the_tensor() {
     assert!(matches!(&e, PadError::Structure { .. } | PadError::Extent { axis: 1, .. }), "{e:?}");
 
     // Another graph altogether.
-    let e = class.bind(&CausalBackward::new(128).graph().unwrap()).unwrap_err();
+    let e = class.bind(&CausalBackward::<32>::new(128).graph().unwrap()).unwrap_err();
     assert!(matches!(&e, PadError::Structure { .. }), "{e:?}");
     assert!(e.to_string().contains("not the class graph"), "{e}");
 
     // BSHD class, BHSD call of the same names: the layout is refused.
-    let class = ClassGraph::new(&bshd(256)).unwrap();
+    let class = ClassGraph::new(&bshd(256, 32)).unwrap();
     let mut g = GraphBuilder::new("bshd");
     let qkv: Vec<Operand> =
         ["q", "k", "v"].iter().map(|n| g.input(n, DataType::BF16, &[2, 4, 100, 32]).unwrap().into()).collect();
@@ -260,17 +220,17 @@ fn padded_matches_exact(call: &Graph, class: &Graph, seed: u64) {
 #[test]
 fn the_masked_class_graph_on_padded_inputs_computes_the_call() {
     for s in [1, 3, 17, 100, 128] {
-        let call = Causal::new(s).graph().unwrap();
-        padded_matches_exact(&call, &Causal::new(s).class().unwrap().graph().unwrap(), 10 + s as u64);
+        let call = Causal::<32>::new(s).graph().unwrap();
+        padded_matches_exact(&call, &Causal::<32>::new(s).class().unwrap().graph().unwrap(), 10 + s as u64);
         if s == 1 {
             continue; // cuDNN's backward refuses S_q = S_kv = 1 (the graph's own rule)
         }
-        let call = CausalBackward::new(s).graph().unwrap();
-        padded_matches_exact(&call, &CausalBackward::new(s).class().unwrap().graph().unwrap(), 20 + s as u64);
+        let call = CausalBackward::<32>::new(s).graph().unwrap();
+        padded_matches_exact(&call, &CausalBackward::<32>::new(s).class().unwrap().graph().unwrap(), 20 + s as u64);
     }
-    padded_matches_exact(&bshd(70), &bshd(128), 3);
-    let call = Cross::new(5, 130).graph().unwrap();
-    padded_matches_exact(&call, &Cross::new(5, 130).class().unwrap().graph().unwrap(), 4);
+    padded_matches_exact(&bshd(70, 32), &bshd(128, 32), 3);
+    let call = Cross::<32>::new(5, 130).graph().unwrap();
+    padded_matches_exact(&call, &Cross::<32>::new(5, 130).class().unwrap().graph().unwrap(), 4);
 }
 
 #[test]
@@ -291,10 +251,10 @@ fn cudnn_plans_the_masked_class_graphs_deviceless() {
     use cudnn_graph::backend::{BackendError, BuildOptions, ExecutionPlan, PaddedPlan};
     let Some(cudnn) = common::deviceless() else { return };
     for class in [
-        Causal::new(512).graph().unwrap(),
-        CausalBackward::new(512).graph().unwrap(),
-        bshd(1024),
-        Cross::new(64, 256).graph().unwrap(),
+        Causal::<32>::new(512).graph().unwrap(),
+        CausalBackward::<32>::new(512).graph().unwrap(),
+        bshd(1024, 32),
+        Cross::<32>::new(64, 256).graph().unwrap(),
     ] {
         let masked = ClassGraph::new(&class).unwrap().masked().clone();
         let plan = ExecutionPlan::build(&cudnn, &masked, &BuildOptions::default())
@@ -302,6 +262,6 @@ fn cudnn_plans_the_masked_class_graphs_deviceless() {
         println!("{}: {:?}, {} parts", class.name, plan.selected(), plan.parts().len());
     }
     // The padded buffers need a device.
-    let e = PaddedPlan::build(&cudnn, &Causal::new(512).graph().unwrap(), &BuildOptions::default()).unwrap_err();
+    let e = PaddedPlan::build(&cudnn, &Causal::<32>::new(512).graph().unwrap(), &BuildOptions::default()).unwrap_err();
     assert!(matches!(e, BackendError::NotOnline { .. }), "{e:?}");
 }

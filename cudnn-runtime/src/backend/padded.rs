@@ -36,8 +36,8 @@
 //! let mut plan = PaddedPlan::build(&cudnn, &attention(512), &BuildOptions::default())?;
 //! let stream = ctx.default_stream();
 //! let n = 16 * 300 * 128;
-//! let (q, k, v) = (stream.alloc_zeros::<half::bf16>(n)?, stream.alloc_zeros(n)?, stream.alloc_zeros(n)?);
-//! let mut o = stream.alloc_zeros::<half::bf16>(n)?;
+//! let alloc = || stream.alloc_zeros::<half::bf16>(n);
+//! let (q, k, v, mut o) = (alloc()?, alloc()?, alloc()?, alloc()?);
 //! let mut io = [DeviceBuffer::input(&q), DeviceBuffer::input(&k), DeviceBuffer::input(&v), DeviceBuffer::output(&mut o)];
 //! plan.execute(&cudnn, &attention(300), &mut io)?; // S = 300 on the S = 512 plan
 //! # Ok(())

@@ -1,0 +1,49 @@
+//! The attention graphs of the padded class plan tests, shared by `tests/padded_classes.rs`
+//! (deviceless: masking, binding, the CPU reference) and `tests/gpu_padded.rs` (executed on the
+//! GPU); `D` is the head dim.
+
+use cudnn_graph::{graph, DataType, Graph, GraphBuilder, Operand};
+
+graph! {
+    /// Causal grouped-query self-attention for training, sequence lengths in power-of-two
+    /// classes.
+    pub Causal<const D: usize, dyn S: 1..=1024 pow2>(q: bf16[2, 4, S, D], k: bf16[2, 2, S, D], v: bf16[2, 2, S, D])
+        -> (o: bf16[2, 4, S, D], stats: f32[2, 4, S, 1])
+    {
+        let (out, lse) = sdpa(q, k, v, causal = true, training = true);
+        o = out;
+        stats = lse;
+    }
+
+    /// The gradients of `Causal`.
+    pub CausalBackward<const D: usize, dyn S: 1..=1024 pow2>(
+        q: bf16[2, 4, S, D], k: bf16[2, 2, S, D], v: bf16[2, 2, S, D],
+        o: bf16[2, 4, S, D], d_o: bf16[2, 4, S, D], stats: f32[2, 4, S, 1],
+    ) -> (d_q: bf16[2, 4, S, D], d_k: bf16[2, 2, S, D], d_v: bf16[2, 2, S, D]) {
+        let (dq, dk, dv) = sdpa_backward(q, k, v, o, d_o, stats, causal = true);
+        d_q = dq;
+        d_k = dk;
+        d_v = dv;
+    }
+
+    /// Cross-attention: query and key lengths of their own.
+    pub Cross<const D: usize, dyn SQ: 1..=256 multiple(64), dyn SKV: 1..=256 multiple(64)>(
+        q: bf16[1, 2, SQ, D], k: bf16[1, 2, SKV, D], v: bf16[1, 2, SKV, D]
+    ) -> (o: bf16[1, 2, SQ, D]) {
+        o = sdpa(q, k, v, scale = 0.2);
+    }
+}
+
+/// Causal attention `[2, 4, s, d]` stored `[B, S, H, D]` (BSHD), through the builder.
+pub fn bshd(s: i64, d: i64) -> Graph {
+    let mut g = GraphBuilder::new("bshd");
+    let mut qkv = Vec::new();
+    for name in ["q", "k", "v"] {
+        let t = g.input(name, DataType::BF16, &[2, 4, s, d]).unwrap();
+        g.set_dim_order(t, &[0, 2, 1, 3]).unwrap();
+        qkv.push(Operand::from(t));
+    }
+    let o = g.op("sdpa", &qkv, &[("causal".into(), true.into())]).unwrap()[0];
+    g.output(o, "o", DataType::BF16).unwrap();
+    g.build().unwrap()
+}
