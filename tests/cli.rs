@@ -5,6 +5,10 @@
 
 use std::process::Command;
 
+#[cfg(feature = "cudnn")]
+#[path = "common/attention.rs"]
+mod attention;
+
 fn cli() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cudnn-graph"))
 }
@@ -283,6 +287,68 @@ fn aot_plans_every_class_and_a_service_starts_with_them_all() {
         assert_eq!(got.source, CacheSource::Disk, "S = {s}");
         assert!(got.plan.is_dynamic_shape(), "S = {s}");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
+fn aot_padded_class_plans_serve_a_plan_cache_with_no_planning() {
+    use attention::Causal;
+    use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn};
+    use cudnn_graph::engines::{CacheSource, PlanCache};
+    use cudnn_graph::ir::ClassGraph;
+    use cudnn_graph::serialize::plan::Expect;
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-padded-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out_dir = dir.join("out");
+    let template = Causal::<64>::new(64).graph().unwrap();
+    let flags = ["--out", out_dir.to_str().unwrap(), "--dyn", "S: 1..=1024 pow2 @ q[2] k[2] v[2]", "--padded"];
+    let out = aot_classes(&dir, &template, &flags);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("could not be loaded") {
+        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
+        println!("skipped: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    // 1, 2, 4, ..., 1024 as the type declares them: eleven class bounds, each its masked graph's plan.
+    assert_eq!(stdout.matches(": padded, ").count(), 11, "{stdout}");
+
+    // The service: every class's masked graph is in the cache, so no plan is built.
+    let devprop = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-devprop.json");
+    let cudnn = Cudnn::deviceless(&std::fs::read_to_string(devprop).unwrap()).unwrap();
+    let cache = PlanCache::with_dir(&out_dir).unwrap();
+    let options = BuildOptions::default();
+    for v in Causal::<64>::class_values().unwrap() {
+        let class = ClassGraph::new(&v.graph().unwrap()).unwrap();
+        let got = cache.get_or_build(&cudnn, class.masked(), &Expect::default(), &options).unwrap();
+        assert_eq!(got.source, CacheSource::Disk, "S = {}", v.S);
+        assert_eq!(got.plan.graph(), class.masked(), "S = {}", v.S);
+        // `padded_plan` takes the same entry; its buffers need the GPU this machine may lack.
+        let e = cache.padded_plan(&cudnn, class.class(), &Expect::default(), &options).unwrap_err();
+        assert!(matches!(e, cudnn_graph::Error::Backend(BackendError::NotOnline { .. })), "{e:?}");
+    }
+    assert_eq!(cache.stats().builds, 0);
+
+    // Refused: without --dyn, with --dynamic-shapes, and a graph that is not attention.
+    let refused = |graph: &cudnn_graph::Graph, extra: &[&str], expected: &str| {
+        let out = aot_classes(&dir, graph, &[&["--out", dir.join("no").to_str().unwrap()][..], extra].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(stderr.contains(expected), "{extra:?}: `{expected}` not in: {stderr}");
+    };
+    refused(&template, &["--padded"], "--padded plans the class bounds of attention: it needs --dyn");
+    let both = ["--dyn", "S: 1..=256 pow2 @ q[2] k[2] v[2]", "--padded", "--dynamic-shapes"];
+    refused(&template, &both, "--padded and --dynamic-shapes");
+    let served = Served::new(128).graph().unwrap();
+    refused(
+        &served,
+        &["--dyn", "S: 64..=512 pow2 @ a[1]", "--padded"],
+        "--padded: graph `Served` cannot be padded: node",
+    );
+    assert!(!dir.join("no").exists(), "nothing is written for refused input");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

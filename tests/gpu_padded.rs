@@ -14,6 +14,8 @@ mod common;
 use attention::{bshd, Causal, CausalBackward, CausalBackwardInputs, CausalInputs, Cross, CrossInputs};
 use common::{check, poisoned, random, upload};
 use cudnn_graph::backend::{BuildOptions, DeviceBuffer, PaddedPlan};
+use cudnn_graph::engines::{CacheSource, PlanCache};
+use cudnn_graph::serialize::plan::Expect;
 use half::bf16;
 
 #[test]
@@ -124,7 +126,14 @@ fn gpu_padded_attention_bshd_and_cross_lengths() {
         check(&format!("BSHD S = {s} on the S = 1024 plan"), "o", &logical, &want);
     }
 
-    let mut cross = PaddedPlan::build(&cudnn, &Cross::<64>::new(256, 256).graph().unwrap(), &options).unwrap();
+    // Cross-attention through a plan cache: the class plan is built once and shared.
+    let cache = PlanCache::in_memory();
+    let class = Cross::<64>::new(256, 256).graph().unwrap();
+    let (mut cross, first) = cache.padded_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
+    let (again, second) = cache.padded_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
+    assert_eq!((first.source, second.source), (CacheSource::Built, CacheSource::Memory));
+    assert!(std::ptr::eq(cross.plan(), again.plan()), "one class plan, shared");
+    drop(again);
     for (sq, skv) in [(5usize, 130usize), (256, 7), (64, 256)] {
         let q: Vec<bf16> = random(11, 2 * sq * 64);
         let k: Vec<bf16> = random(12, 2 * skv * 64);

@@ -249,6 +249,9 @@ fn pad_and_unpad_on_host_round_trip() {
 #[test]
 fn cudnn_plans_the_masked_class_graphs_deviceless() {
     use cudnn_graph::backend::{BackendError, BuildOptions, ExecutionPlan, PaddedPlan};
+    use cudnn_graph::engines::PlanCache;
+    use cudnn_graph::serialize::plan::Expect;
+    use std::sync::Arc;
     let Some(cudnn) = common::deviceless() else { return };
     for class in [
         Causal::<32>::new(512).graph().unwrap(),
@@ -262,6 +265,31 @@ fn cudnn_plans_the_masked_class_graphs_deviceless() {
         println!("{}: {:?}, {} parts", class.name, plan.selected(), plan.parts().len());
     }
     // The padded buffers need a device.
-    let e = PaddedPlan::build(&cudnn, &Causal::<32>::new(512).graph().unwrap(), &BuildOptions::default()).unwrap_err();
+    let options = BuildOptions::default();
+    let class = Causal::<32>::new(512).graph().unwrap();
+    let e = PaddedPlan::build(&cudnn, &class, &options).unwrap_err();
     assert!(matches!(e, BackendError::NotOnline { .. }), "{e:?}");
+
+    // A plan made before: of the masked graph it is taken (then the buffers need the device); of
+    // the class graph without its masks it is refused by name.
+    let graph = ClassGraph::new(&class).unwrap();
+    let unmasked = Arc::new(ExecutionPlan::build(&cudnn, &class, &options).unwrap());
+    let e = PaddedPlan::from_plan(&cudnn, graph.clone(), unmasked).unwrap_err();
+    assert!(matches!(&e, BackendError::Padding(p) if matches!(**p, PadError::PlanMismatch { .. })), "{e:?}");
+    assert!(e.to_string().contains("not for its masked class graph"), "{e}");
+    let masked = Arc::new(ExecutionPlan::build(&cudnn, graph.masked(), &options).unwrap());
+    let e = PaddedPlan::from_plan(&cudnn, graph.clone(), masked).unwrap_err();
+    assert!(matches!(e, BackendError::NotOnline { .. }), "{e:?}");
+
+    // Through a plan cache: the masked graph's plan is built once and stored (the padded
+    // buffers still need the device), and found again from then on.
+    let cache = PlanCache::in_memory();
+    let e = cache.padded_plan(&cudnn, &class, &Expect::default(), &options).unwrap_err();
+    assert!(matches!(e, cudnn_graph::Error::Backend(BackendError::NotOnline { .. })), "{e:?}");
+    assert_eq!(cache.stats().builds, 1);
+    let (found, _) = cache.get(&cudnn, graph.masked(), &Expect::default(), &options);
+    assert!(found.is_some_and(|(plan, _)| plan.graph() == graph.masked()));
+    let e = cache.padded_plan(&cudnn, &Causal::<32>::new(512).graph().unwrap(), &Expect::default(), &options);
+    assert!(e.is_err());
+    assert_eq!(cache.stats().builds, 1, "the class plan is built once");
 }

@@ -9,7 +9,8 @@
 //! cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR
 //!         --dyn 'S: 64..=8192 pow2 @ q[2] k[2] v[2]' [--dyn ...] [--type NAME=FINGERPRINT]
 //!     one plan per class bound of the named dims (every combination), into DIR under the plan
-//!     cache's file names: `PlanCache::with_dir(DIR)` or `seed_from_dir(DIR)` serves them all
+//!     cache's file names: `PlanCache::with_dir(DIR)` or `seed_from_dir(DIR)` serves them all;
+//!     with --padded, attention's masked class graphs, for `PlanCache::padded_plan`
 //! cudnn-graph devprop [--device N] [--out DEVPROP.json]
 //!     on a GPU machine: the device properties cuDNN plans with, for `aot` and
 //!     `Cudnn::deviceless` on machines without that GPU (stdout without --out)
@@ -56,7 +57,7 @@ usage:
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out PAYLOAD.json [--plan-only]
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR
       --dyn 'S: 64..=8192 pow2 @ q[2] k[2] v[2]' [--dyn ...] [--type NAME=FINGERPRINT] [--plan-only]
-      [--dynamic-shapes]
+      [--dynamic-shapes | --padded]
 
   --device-properties the device-properties JSON of the GPU to plan for (`cudnn-graph devprop`)
   --graph             a structural JSON (cudnn_graph::serialize::structure_to_json, or cudnn-frontend's)
@@ -75,6 +76,9 @@ usage:
                       (the kernels compile once, for every class; shape-generic kernels) instead of
                       one plan specialized to each class (compiled per class; cuDNN may specialize
                       its kernels to the shape); graphs cuDNN plans only statically stay ordinary
+  --padded            plan each class bound's attention graph with its padding mask
+                      (`ir::ClassGraph::masked`): the plans `PlanCache::padded_plan` runs every
+                      sequence length of a class on (attention nodes only, as `PaddedPlan`)
 
 With --dyn, GRAPH.json is the graph at one value of each dyn dim (the dims named for it all have
 it); the graph at every class bound is derived from it by applying its ops again to inputs of the
@@ -283,6 +287,9 @@ fn aot(args: &[String]) -> Result<(), String> {
     if optional(args, "--type")?.is_some() {
         return Err(format!("--type names the graph! type of class plans: it needs --dyn\n{USAGE}"));
     }
+    if args.iter().any(|a| a == "--padded") {
+        return Err(format!("--padded plans the class bounds of attention: it needs --dyn\n{USAGE}"));
+    }
     let cudnn = Cudnn::deviceless(&devprop).map_err(|e| e.to_string())?;
     let start = std::time::Instant::now();
     let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).map_err(|e| e.to_string())?;
@@ -356,6 +363,7 @@ mod classes {
 
     use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, KernelCache};
     use cudnn_graph::engines::PlanKey;
+    use cudnn_graph::ir::ClassGraph;
     use cudnn_graph::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
     use cudnn_graph::shape_class::ClassDecl;
     use cudnn_graph::{Graph, GraphBuilder, GraphError, Operand, TensorId};
@@ -557,6 +565,16 @@ mod classes {
                 counts.join(", ")
             ));
         }
+        let padded = args.iter().any(|a| a == "--padded");
+        if padded && args.iter().any(|a| a == "--dynamic-shapes") {
+            return Err(format!(
+                "--padded and --dynamic-shapes: cuDNN 9.19 plans attention only statically, choose one\n{}",
+                crate::USAGE
+            ));
+        }
+        if padded {
+            ClassGraph::new(graph).map_err(|e| format!("{graph_path}: --padded: {e}"))?;
+        }
         let type_of = type_text.map(graph_type).transpose()?;
         // GRAPH.json must be what its ops give at its own values, or the graphs derived at other
         // values would not be the ones a service builds.
@@ -592,6 +610,10 @@ mod classes {
             let at: Vec<((TensorId, usize), i64)> =
                 dyns.iter().zip(&values).flat_map(|(d, &v)| d.dims.iter().map(move |&k| (k, v))).collect();
             let g = rebind(graph, &at).map_err(|e| format!("{binding}: {e}"))?;
+            let g = match padded {
+                true => ClassGraph::new(&g).map_err(|e| format!("{binding}: {e}"))?.masked().clone(),
+                false => g,
+            };
             let expect = match &type_of {
                 Some((name, fp)) => Expect {
                     type_fingerprint: Some(*fp),
@@ -612,7 +634,11 @@ mod classes {
                 .and_then(|()| std::fs::rename(&tmp, &path))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             let ms = began.elapsed().as_secs_f64() * 1e3;
-            let kind = if plan.is_dynamic_shape() { "dynamic-shape" } else { "specialized" };
+            let kind = match (padded, plan.is_dynamic_shape()) {
+                (true, _) => "padded",
+                (false, true) => "dynamic-shape",
+                (false, false) => "specialized",
+            };
             println!("{binding}: {kind}, {} in {ms:.0} ms, {} B -> {}", plan.selected(), bytes.len(), path.display());
             written += 1;
             // The next combination, the last dim fastest.

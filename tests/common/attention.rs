@@ -1,6 +1,9 @@
 //! The attention graphs of the padded class plan tests, shared by `tests/padded_classes.rs`
-//! (deviceless: masking, binding, the CPU reference) and `tests/gpu_padded.rs` (executed on the
-//! GPU); `D` is the head dim.
+//! (deviceless: masking, binding, the CPU reference), `tests/gpu_padded.rs` (executed on the
+//! GPU) and `tests/cli.rs` (`aot --padded`); `D` is the head dim. Not every test file uses every
+//! item.
+
+#![allow(dead_code)]
 
 use cudnn_graph::{graph, DataType, Graph, GraphBuilder, Operand};
 

@@ -44,6 +44,8 @@
 //! # }
 //! ```
 
+use std::sync::Arc;
+
 use cudarc::driver::sys::{self as cu, CUresult};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
@@ -55,7 +57,7 @@ use crate::Graph;
 /// An attention plan made at its class bound, serving calls at every sequence length up to it.
 pub struct PaddedPlan {
     graph: ClassGraph,
-    plan: ExecutionPlan,
+    plan: Arc<ExecutionPlan>,
     /// Per I/O tensor of the masked graph, in the plan's I/O order.
     slots: Vec<Slot>,
     workspace: Option<CudaSlice<u8>>,
@@ -84,9 +86,34 @@ impl PaddedPlan {
     /// Masks `class` (a graph at its class bound, [`ClassGraph::new`]), plans it with `options`,
     /// and allocates its padded buffers and workspace on `cudnn`'s stream.
     pub fn build(cudnn: &Cudnn, class: &Graph, options: &BuildOptions) -> Result<Self, BackendError> {
-        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "allocating a padded plan's buffers" })?;
+        cudnn.stream().ok_or(BackendError::NotOnline { what: "allocating a padded plan's buffers" })?;
         let graph = ClassGraph::new(class)?;
         let plan = ExecutionPlan::build(cudnn, graph.masked(), options)?;
+        Self::allocate(cudnn, graph, Arc::new(plan))
+    }
+
+    /// The padded plan of `graph` on `plan`, a plan of its masked graph ([`ClassGraph::masked`])
+    /// made before: loaded from a payload, or shared from a plan cache (the engines layer's
+    /// `PlanCache::padded_plan` does this, so class plans compiled ahead of time serve padded
+    /// calls with no planning). Allocates the padded buffers and workspace on `cudnn`'s stream.
+    ///
+    /// # Errors
+    /// [`PadError::PlanMismatch`](crate::ir::PadError::PlanMismatch) if `plan` was made for
+    /// another graph; [`BackendError::NotOnline`] without a GPU.
+    pub fn from_plan(cudnn: &Cudnn, graph: ClassGraph, plan: Arc<ExecutionPlan>) -> Result<Self, BackendError> {
+        if plan.graph() != graph.masked() {
+            return Err(crate::ir::PadError::PlanMismatch {
+                graph: graph.class().name.clone(),
+                plan: plan.graph().name.clone(),
+            }
+            .into());
+        }
+        Self::allocate(cudnn, graph, plan)
+    }
+
+    fn allocate(cudnn: &Cudnn, graph: ClassGraph, plan: Arc<ExecutionPlan>) -> Result<Self, BackendError> {
+        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "allocating a padded plan's buffers" })?;
+        let class = graph.class();
         let driver = |call| move |e: cudarc::driver::DriverError| BackendError::Driver { call, message: e.to_string() };
         let masked = graph.masked();
         let class_io: Vec<_> = class.inputs().into_iter().chain(class.outputs()).collect();

@@ -84,7 +84,9 @@ use super::specialize::{
 };
 use crate::backend::{
     BackendError, BehaviorNote, BuildOptions, Cudnn, EngineConfig, ExecutionPlan, Fusion, KernelCache, NumericalNote,
+    PaddedPlan,
 };
+use crate::ir::ClassGraph;
 use crate::serialize::plan::{
     load_payload, parse_payload, parse_signed_payload, write, EngineRecord, Expect, Payload, PayloadError, PayloadKey,
     PlanOrigin, PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
@@ -898,6 +900,31 @@ impl PlanCache {
             }
         }
         Ok(got)
+    }
+
+    /// The padded plan of `class`, an attention graph at its class bound
+    /// ([`PaddedPlan`](crate::backend::PaddedPlan)): the plan of its masked graph
+    /// ([`ClassGraph::masked`](crate::ir::ClassGraph::masked)) from the cache, or built and
+    /// stored, with its padded buffers allocated on `cudnn`'s stream. Class plans compiled ahead
+    /// of time (`cudnn-graph aot --dyn ... --padded`, then [`PlanCache::seed_from_dir`]) serve
+    /// every sequence length of their class with no planning at all; the cache's entry counts
+    /// against its budget like any plan, and the padded plan holds it, so it is not evicted while
+    /// the padded plan lives.
+    ///
+    /// # Errors
+    /// A class graph that cannot be padded ([`PadError`](crate::ir::PadError), naming the node),
+    /// a failed build, or no GPU (the buffers need one).
+    pub fn padded_plan(
+        &self,
+        cudnn: &Cudnn,
+        class: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+    ) -> crate::Result<(PaddedPlan, CachedPlan)> {
+        let graph = ClassGraph::new(class).map_err(BackendError::from)?;
+        let cached = self.get_or_build(cudnn, graph.masked(), expect, options)?;
+        let padded = PaddedPlan::from_plan(cudnn, graph, Arc::clone(&cached.plan))?;
+        Ok((padded, cached))
     }
 
     /// [`PlanCache::get_or_build`] with the plan made by `make` on a miss (built with

@@ -95,6 +95,17 @@ pub enum PadError {
         /// The first difference.
         what: String,
     },
+    /// A plan given for a class graph that was made for another graph.
+    #[error(
+        "graph `{graph}`: the plan given was made for graph `{plan}`, not for its masked class graph \
+         (`ClassGraph::masked`: the class graph with its padding masks)"
+    )]
+    PlanMismatch {
+        /// The class graph.
+        graph: String,
+        /// The graph the plan was made for.
+        plan: String,
+    },
     /// A call's dim that the class cannot serve.
     #[error("graph `{graph}`: tensor `{tensor}` has {call} at axis {axis} where the class graph has {class}; {rule}")]
     Extent {
