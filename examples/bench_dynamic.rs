@@ -28,9 +28,9 @@
 //!   device time (`steady_us`, `engines::measure`; null deviceless). A row `{case}_policy_cache`
 //!   gives the cache's counters.
 //!
-//! - `padded` (GPU only): attention forward and backward served by padded class plans
-//!   (`backend::PaddedPlan`: one plan per class bound, a call's tensors copied into the class
-//!   extents and its sequence lengths masked), classes of powers of two (`pow2`) and of multiples
+//! - `padded` (GPU only): attention forward and backward and layer norm (`[S, 4096]`, its rows)
+//!   served by padded class plans (`backend::PaddedPlan`: one plan per class bound, a call's
+//!   tensors copied into the class extents, attention's sequence lengths masked), classes of powers of two (`pow2`) and of multiples
 //!   of 256 (`m256`), at S = 128 … 8192 including lengths between bounds. Per class bound
 //!   `build_ms` (its plan and buffers, once); per S `host_us` (the call's graph and the first
 //!   execute of that S: the host work of a new length), and the device time of the padded call
@@ -253,7 +253,8 @@ fn time_us(
     Ok(samples[3])
 }
 
-/// Padded class plans of attention against exact plans, per sequence length.
+/// Padded class plans (attention masked, layer norm's rows padded) against exact plans, per
+/// sequence length.
 fn padded(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
     let stream = cudnn.stream().ok_or("padded plans need a GPU")?.clone();
     let lengths = [128, 200, 300, 512, 700, 1024, 1500, 2048, 3000, 4096, 6000, 8192];
@@ -261,7 +262,8 @@ fn padded(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
     let buckets: [(&str, Bound); 2] =
         [("pow2", |s| (s as u64).next_power_of_two() as i64), ("m256", |s| (s + 255) / 256 * 256)];
     let options = BuildOptions::default();
-    for (case, graph) in [("sdpa_fwd", sdpa_forward as fn(i64) -> Built), ("sdpa_bwd", sdpa_backward)] {
+    let cases: [Family; 3] = [("sdpa_fwd", sdpa_forward), ("sdpa_bwd", sdpa_backward), ("layernorm", layernorm)];
+    for (case, graph) in cases {
         for (bucket, bound) in buckets {
             let mut plans: Vec<(i64, PaddedPlan)> = Vec::new();
             for &s in &lengths {
@@ -310,7 +312,7 @@ fn padded(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// One I/O buffer of an attention graph: bf16, or f32 statistics.
+/// One I/O buffer: bf16, or f32 statistics and norm parameters.
 enum Buffer {
     Bf16(CudaSlice<half::bf16>),
     F32(CudaSlice<f32>),

@@ -6,8 +6,8 @@
 use std::process::Command;
 
 #[cfg(feature = "cudnn")]
-#[path = "common/attention.rs"]
-mod attention;
+#[path = "common/padded.rs"]
+mod padded;
 
 fn cli() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cudnn-graph"))
@@ -293,11 +293,11 @@ fn aot_plans_every_class_and_a_service_starts_with_them_all() {
 #[cfg(feature = "cudnn")]
 #[test]
 fn aot_padded_class_plans_serve_a_plan_cache_with_no_planning() {
-    use attention::Causal;
     use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn};
     use cudnn_graph::engines::{CacheSource, PlanCache};
     use cudnn_graph::ir::ClassGraph;
     use cudnn_graph::serialize::plan::Expect;
+    use padded::Causal;
     let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-padded-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out_dir = dir.join("out");
@@ -339,7 +339,7 @@ fn aot_padded_class_plans_serve_a_plan_cache_with_no_planning() {
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
         assert!(stderr.contains(expected), "{extra:?}: `{expected}` not in: {stderr}");
     };
-    refused(&template, &["--padded"], "--padded plans the class bounds of attention: it needs --dyn");
+    refused(&template, &["--padded"], "--padded plans padded class bounds: it needs --dyn");
     let both = ["--dyn", "S: 1..=256 pow2 @ q[2] k[2] v[2]", "--padded", "--dynamic-shapes"];
     refused(&template, &both, "--padded and --dynamic-shapes");
     let served = Served::new(128).graph().unwrap();

@@ -1,22 +1,25 @@
-//! Padded class plans on the GPU (issue 19): attention forward and backward planned once at a
-//! class bound and run at shorter sequence lengths (copies into the class extents, lengths
-//! masked), against the CPU reference of each call's own graph (relative error ≤ 2e-2, NaN never
-//! passes, outputs poisoned before each run). The lengths go down and up again, so the padding a
-//! longer call left behind must be cleared. Without a GPU each test prints why and passes, unless
-//! `CUDNN_GRAPH_REQUIRE_GPU=1`.
+//! Padded class plans on the GPU (issue 19): attention forward and backward (sequence lengths
+//! masked) and layer norm forward and backward (rows padded), each planned once at a class bound
+//! and run at shorter lengths (copies into the class extents), against the CPU reference of each
+//! call's own graph (relative error ≤ 2e-2, NaN never passes, outputs poisoned before each run).
+//! The lengths go down and up again, so the padding a longer call left behind must be cleared.
+//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
 #![cfg(feature = "cudnn")]
 
-#[path = "common/attention.rs"]
-mod attention;
 mod common;
+#[path = "common/padded.rs"]
+mod padded;
 
-use attention::{bshd, Causal, CausalBackward, CausalBackwardInputs, CausalInputs, Cross, CrossInputs};
 use common::{check, poisoned, random, upload};
 use cudnn_graph::backend::{BuildOptions, DeviceBuffer, PaddedPlan};
 use cudnn_graph::engines::{CacheSource, PlanCache};
 use cudnn_graph::serialize::plan::Expect;
 use half::bf16;
+use padded::{
+    bshd, Causal, CausalBackward, CausalBackwardInputs, CausalInputs, Cross, CrossInputs, LayerNormBackward,
+    LayerNormBackwardInputs, LayerNormGelu, LayerNormGeluInputs,
+};
 
 #[test]
 fn gpu_padded_attention_forward_and_backward_match_the_reference() {
@@ -158,4 +161,83 @@ fn gpu_padded_attention_bshd_and_cross_lengths() {
         [DeviceBuffer::input(&q), DeviceBuffer::input(&q), DeviceBuffer::input(&q), DeviceBuffer::output(&mut o)];
     let e = plan.execute(&cudnn, &bshd(2048, 64), &mut io).unwrap_err();
     assert!(e.to_string().contains("class bound"), "{e}");
+}
+
+#[test]
+fn gpu_padded_layer_norm_forward_and_backward_match_the_reference() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    const E: usize = 1024;
+    let options = BuildOptions::default();
+    let mut fwd = PaddedPlan::build(&cudnn, &LayerNormGelu::<E>::new(4096).graph().unwrap(), &options).unwrap();
+    let mut bwd = PaddedPlan::build(&cudnn, &LayerNormBackward::<E>::new(4096).graph().unwrap(), &options).unwrap();
+    println!("forward {fwd:?}, backward {bwd:?}");
+    let scale: Vec<f32> = random(1, E);
+    let bias: Vec<f32> = random(2, E);
+    let (scale_dev, bias_dev) = (upload(&stream, &scale), upload(&stream, &bias));
+    // Down, up, down again: DSCALE and DBIAS sum over every row of the plan, so the rows a
+    // longer call left must be cleared.
+    for (round, t) in [300usize, 4096, 7, 1000, 1].into_iter().enumerate() {
+        let seed = 1000 + 100 * round as u64;
+        let x: Vec<bf16> = random(seed, t * E);
+        let want =
+            LayerNormGelu::<E>::new(t).reference(LayerNormGeluInputs { x: &x, scale: &scale, bias: &bias }).unwrap();
+        let x_dev = upload(&stream, &x);
+        let mut y = poisoned::<bf16>(&stream, t * E);
+        let mut mean = poisoned::<f32>(&stream, t);
+        let mut inv_var = poisoned::<f32>(&stream, t);
+        let began = std::time::Instant::now();
+        fwd.execute(
+            &cudnn,
+            &LayerNormGelu::<E>::new(t).graph().unwrap(),
+            &mut [
+                DeviceBuffer::input(&x_dev),
+                DeviceBuffer::input(&scale_dev),
+                DeviceBuffer::input(&bias_dev),
+                DeviceBuffer::output(&mut y),
+                DeviceBuffer::output(&mut mean),
+                DeviceBuffer::output(&mut inv_var),
+            ],
+        )
+        .unwrap();
+        let host = began.elapsed();
+        let case = format!("layer norm T = {t} on the T = 4096 plan (host {:.0} µs)", host.as_secs_f64() * 1e6);
+        check(&case, "y", &stream.clone_dtoh(&y).unwrap(), &want.y);
+        check(&case, "mean", &stream.clone_dtoh(&mean).unwrap(), &want.mean);
+        check(&case, "inv_var", &stream.clone_dtoh(&inv_var).unwrap(), &want.inv_var);
+
+        let dy: Vec<bf16> = random(seed + 1, t * E);
+        let grads = LayerNormBackward::<E>::new(t)
+            .reference(LayerNormBackwardInputs {
+                dy: &dy,
+                x: &x,
+                scale: &scale,
+                mean: &want.mean,
+                inv_var: &want.inv_var,
+            })
+            .unwrap();
+        let (dy_dev, mean_dev, inv_var_dev) =
+            (upload(&stream, &dy), upload(&stream, &want.mean), upload(&stream, &want.inv_var));
+        let mut dx = poisoned::<bf16>(&stream, t * E);
+        let mut dscale = poisoned::<f32>(&stream, E);
+        let mut dbias = poisoned::<f32>(&stream, E);
+        bwd.execute(
+            &cudnn,
+            &LayerNormBackward::<E>::new(t).graph().unwrap(),
+            &mut [
+                DeviceBuffer::input(&dy_dev),
+                DeviceBuffer::input(&x_dev),
+                DeviceBuffer::input(&scale_dev),
+                DeviceBuffer::input(&mean_dev),
+                DeviceBuffer::input(&inv_var_dev),
+                DeviceBuffer::output(&mut dx),
+                DeviceBuffer::output(&mut dscale),
+                DeviceBuffer::output(&mut dbias),
+            ],
+        )
+        .unwrap();
+        let case = format!("layer norm backward T = {t} on the T = 4096 plan");
+        check(&case, "dx", &stream.clone_dtoh(&dx).unwrap(), &grads.dx);
+        check(&case, "dscale", &stream.clone_dtoh(&dscale).unwrap(), &grads.dscale);
+        check(&case, "dbias", &stream.clone_dtoh(&dbias).unwrap(), &grads.dbias);
+    }
 }

@@ -3,16 +3,16 @@
 //! typed error), that the masked class graph on padded inputs computes the call's outputs on the
 //! CPU reference engine, and that cuDNN 9.19 plans the masked graphs for the H200.
 
-#[path = "common/attention.rs"]
-mod attention;
 mod common;
+#[path = "common/padded.rs"]
+mod padded;
 
-use attention::{bshd, Causal, CausalBackward, Cross};
 use common::random;
 use cudnn_graph::ir::{ClassGraph, PadCopy, PadError};
 use cudnn_graph::reference::HostSlice;
 use cudnn_graph::{graph, reference, DataType, Graph, GraphBuilder, Operand};
 use half::bf16;
+use padded::{bshd, Causal, CausalBackward, Cross, LayerNormBackward, LayerNormGelu, RmsResidual};
 
 #[test]
 fn the_class_graph_gets_a_padding_mask_and_two_length_inputs_per_attention_node() {
@@ -108,7 +108,26 @@ fn calls_the_class_cannot_serve_are_typed_errors_naming_the_tensor() {
 #[test]
 fn graphs_whose_padding_would_leak_are_refused_naming_the_node() {
     graph! {
-        pub NotAttention<dyn S>(x: f32[S, 8]) -> (y: f32[S, 8]) { y = relu(x); }
+        pub Gemm<dyn S>(a: bf16[1, S, 8], b: bf16[1, 8, 8]) -> (y: bf16[1, S, 8]) { y = matmul(a, b); }
+        pub AttentionRelu<dyn S>(q: bf16[1, 2, S, 32], k: bf16[1, 2, S, 32], v: bf16[1, 2, S, 32]) -> (o: bf16[1, 2, S, 32]) {
+            o = relu(sdpa(q, k, v));
+        }
+        pub Stats<dyn S>(x: f32[S, 8, 1, 1]) -> (sum: f32[1, 8, 1, 1], sq_sum: f32[1, 8, 1, 1]) {
+            let (a, b) = genstats(x);
+            sum = a;
+            sq_sum = b;
+        }
+        pub AcrossRows<dyn S>(x: f32[S, 8], scale: f32[S, 8], bias: f32[S, 8]) -> (y: f32[S, 8]) {
+            y = layernorm(x, scale, bias, 1e-5);
+        }
+        pub ComputedGradient<dyn S>(dy: f32[S, 8], x: f32[S, 8], scale: f32[1, 8], mean: f32[S, 1], inv_var: f32[S, 1])
+            -> (dx: f32[S, 8], dscale: f32[1, 8], dbias: f32[1, 8])
+        {
+            let (a, b, c) = layernorm_backward(exp(dy), x, scale, mean, inv_var);
+            dx = a;
+            dscale = b;
+            dbias = c;
+        }
         pub WithBias<dyn S>(q: bf16[1, 2, S, 32], k: bf16[1, 2, S, 32], v: bf16[1, 2, S, 32], bias: bf16[1, 2, S, S]) -> (o: bf16[1, 2, S, 32]) {
             o = sdpa(q, k, v, bias, bias = true);
         }
@@ -125,9 +144,17 @@ fn graphs_whose_padding_would_leak_are_refused_naming_the_node() {
             o = sdpa(q, k, v, sq, skv, padding_mask = true);
         }
     }
-    let e = ClassGraph::new(&NotAttention::new(64).graph().unwrap()).unwrap_err();
-    assert!(matches!(&e, PadError::NotAttention { op: "relu", .. }), "{e:?}");
-    assert!(e.to_string().contains("only attention"), "{e}");
+    for (graph, op, why) in [
+        (Gemm::new(64).graph().unwrap(), "matmul", "it is neither"),
+        (AttentionRelu::new(64).graph().unwrap(), "relu", "every node must be attention"),
+        (Stats::new(64).graph().unwrap(), "genstats", "batch statistics reduce over the rows"),
+        (AcrossRows::new(64).graph().unwrap(), "layernorm", "its SCALE is not 1 along axis 0"),
+        (ComputedGradient::new(64).graph().unwrap(), "layernorm_backward", "sum over the rows"),
+    ] {
+        let e = ClassGraph::new(&graph).unwrap_err();
+        assert!(matches!(&e, PadError::NotPaddable { op: o, .. } if *o == op), "{}: {e:?}", graph.name);
+        assert!(e.to_string().contains(why), "{}: {e}", graph.name);
+    }
     for (graph, what) in [
         (WithBias::new(64).graph().unwrap(), "bias"),
         (BottomRight::new(64).graph().unwrap(), "bottom-right"),
@@ -176,9 +203,9 @@ enum Typed {
     I32(Vec<i32>),
 }
 
-/// The masked class graph run on the call's inputs padded (with `fill`), its outputs cut back,
+/// The masked class graph run on the call's inputs padded with `fill`, its outputs cut back,
 /// against the call's own graph: the same values.
-fn padded_matches_exact(call: &Graph, class: &Graph, seed: u64) {
+fn padded_matches_exact(call: &Graph, class: &Graph, seed: u64, fill: f64) {
     let class = ClassGraph::new(class).unwrap();
     let binding = class.bind(call).unwrap();
     let masked = class.masked();
@@ -190,10 +217,14 @@ fn padded_matches_exact(call: &Graph, class: &Graph, seed: u64) {
         let n = t.element_count() as usize;
         // Statistics are log-sum-exps: keep them in a range softmax can come from.
         let data: Vec<f64> = random::<f64>(seed + i as u64, n).into_iter().map(|x| x + 1.0).collect();
-        let copy = binding.copies[i].unwrap();
-        let mut class_data = vec![0.0; copy.rows * copy.class_row];
-        // Poison what the mask must hide: the padding holds large values, never read.
-        copy.pad_host(&data, &mut class_data, 1e4);
+        let class_data = match binding.copies[i] {
+            Some(copy) => {
+                let mut class_data = vec![0.0; copy.rows * copy.class_row];
+                copy.pad_host(&data, &mut class_data, fill);
+                class_data
+            }
+            None => data.clone(),
+        };
         padded_inputs.push((t.name.clone(), class_data));
         exact_inputs.push((t.name.clone(), data));
     }
@@ -207,9 +238,14 @@ fn padded_matches_exact(call: &Graph, class: &Graph, seed: u64) {
     let want = run(call, &exact_in);
     let got = run(masked, &padded_in);
     for (k, (w, g)) in want.iter().zip(&got).enumerate() {
-        let copy = binding.copies[ins.len() + k].unwrap();
-        let mut cut = vec![0.0; w.len()];
-        copy.unpad_host(g, &mut cut);
+        let cut = match binding.copies[ins.len() + k] {
+            Some(copy) => {
+                let mut cut = vec![0.0; w.len()];
+                copy.unpad_host(g, &mut cut);
+                cut
+            }
+            None => g.clone(),
+        };
         let err = common::relative_error(&cut, w);
         let name = &call.tensor(call.outputs()[k]).name;
         println!("{}: {name} relative error {err:.2e} ({} values)", call.name, w.len());
@@ -217,20 +253,52 @@ fn padded_matches_exact(call: &Graph, class: &Graph, seed: u64) {
     }
 }
 
+/// Poison for what the mask must hide: the padding holds large values, never read.
+const POISON: f64 = 1e4;
+
 #[test]
 fn the_masked_class_graph_on_padded_inputs_computes_the_call() {
     for s in [1, 3, 17, 100, 128] {
         let call = Causal::<32>::new(s).graph().unwrap();
-        padded_matches_exact(&call, &Causal::<32>::new(s).class().unwrap().graph().unwrap(), 10 + s as u64);
+        let class = Causal::<32>::new(s).class().unwrap().graph().unwrap();
+        padded_matches_exact(&call, &class, 10 + s as u64, POISON);
         if s == 1 {
             continue; // cuDNN's backward refuses S_q = S_kv = 1 (the graph's own rule)
         }
         let call = CausalBackward::<32>::new(s).graph().unwrap();
-        padded_matches_exact(&call, &CausalBackward::<32>::new(s).class().unwrap().graph().unwrap(), 20 + s as u64);
+        let class = CausalBackward::<32>::new(s).class().unwrap().graph().unwrap();
+        padded_matches_exact(&call, &class, 20 + s as u64, POISON);
     }
-    padded_matches_exact(&bshd(70, 32), &bshd(128, 32), 3);
+    padded_matches_exact(&bshd(70, 32), &bshd(128, 32), 3, POISON);
     let call = Cross::<32>::new(5, 130).graph().unwrap();
-    padded_matches_exact(&call, &Cross::<32>::new(5, 130).class().unwrap().graph().unwrap(), 4);
+    padded_matches_exact(&call, &Cross::<32>::new(5, 130).class().unwrap().graph().unwrap(), 4, POISON);
+}
+
+#[test]
+fn row_wise_class_graphs_on_padded_rows_compute_the_call() {
+    for t in [1, 3, 100, 128, 1000] {
+        // Forward rows are computed apart: whatever the padding holds never reaches the call's.
+        let call = LayerNormGelu::<64>::new(t).graph().unwrap();
+        let class = LayerNormGelu::<64>::new(t).class().unwrap().graph().unwrap();
+        padded_matches_exact(&call, &class, 30 + t as u64, POISON);
+        let call = RmsResidual::<64>::new(t).graph().unwrap();
+        let class = RmsResidual::<64>::new(t).class().unwrap().graph().unwrap();
+        padded_matches_exact(&call, &class, 40 + t as u64, POISON);
+        // DSCALE and DBIAS sum over the rows: the zeros a padded plan keeps there add nothing.
+        let call = LayerNormBackward::<64>::new(t).graph().unwrap();
+        let class = LayerNormBackward::<64>::new(t).class().unwrap().graph().unwrap();
+        padded_matches_exact(&call, &class, 50 + t as u64, 0.0);
+    }
+    // Rows, not masks: the class graph is the graph itself, its parameters bound as they are.
+    let class = ClassGraph::new(&LayerNormBackward::<64>::new(512).graph().unwrap()).unwrap();
+    assert_eq!(class.masked(), class.class());
+    assert_eq!(class.padded_axes(), [Some(0), Some(0), None, Some(0), Some(0), Some(0), None, None]);
+    let call = class.bind(&LayerNormBackward::<64>::new(300).graph().unwrap()).unwrap();
+    assert_eq!(call.copies[0], Some(PadCopy { rows: 1, call_row: 300 * 64, class_row: 512 * 64 }));
+    assert_eq!(call.copies[3], Some(PadCopy { rows: 1, call_row: 300, class_row: 512 }));
+    assert!(call.seq_lens.is_empty());
+    let e = class.bind(&LayerNormBackward::<64>::new(513).graph().unwrap()).unwrap_err();
+    assert!(matches!(&e, PadError::Extent { tensor, axis: 0, call: 513, class: 512, .. } if tensor == "dy"), "{e:?}");
 }
 
 #[test]
@@ -258,6 +326,9 @@ fn cudnn_plans_the_masked_class_graphs_deviceless() {
         CausalBackward::<32>::new(512).graph().unwrap(),
         bshd(1024, 32),
         Cross::<32>::new(64, 256).graph().unwrap(),
+        LayerNormGelu::<4096>::new(4096).graph().unwrap(),
+        LayerNormBackward::<4096>::new(4096).graph().unwrap(),
+        RmsResidual::<4096>::new(4096).graph().unwrap(),
     ] {
         let masked = ClassGraph::new(&class).unwrap().masked().clone();
         let plan = ExecutionPlan::build(&cudnn, &masked, &BuildOptions::default())

@@ -10,7 +10,7 @@
 //!         --dyn 'S: 64..=8192 pow2 @ q[2] k[2] v[2]' [--dyn ...] [--type NAME=FINGERPRINT]
 //!     one plan per class bound of the named dims (every combination), into DIR under the plan
 //!     cache's file names: `PlanCache::with_dir(DIR)` or `seed_from_dir(DIR)` serves them all;
-//!     with --padded, attention's masked class graphs, for `PlanCache::padded_plan`
+//!     with --padded, the padded class graphs, for `PlanCache::padded_plan`
 //! cudnn-graph devprop [--device N] [--out DEVPROP.json]
 //!     on a GPU machine: the device properties cuDNN plans with, for `aot` and
 //!     `Cudnn::deviceless` on machines without that GPU (stdout without --out)
@@ -76,9 +76,9 @@ usage:
                       (the kernels compile once, for every class; shape-generic kernels) instead of
                       one plan specialized to each class (compiled per class; cuDNN may specialize
                       its kernels to the shape); graphs cuDNN plans only statically stay ordinary
-  --padded            plan each class bound's attention graph with its padding mask
-                      (`ir::ClassGraph::masked`): the plans `PlanCache::padded_plan` runs every
-                      sequence length of a class on (attention nodes only, as `PaddedPlan`)
+  --padded            plan each class bound's padded class graph (`ir::ClassGraph::masked`:
+                      attention with its padding masks, or a row-wise graph as it is): the plans
+                      `PlanCache::padded_plan` runs every length of a class on (`PaddedPlan`)
 
 With --dyn, GRAPH.json is the graph at one value of each dyn dim (the dims named for it all have
 it); the graph at every class bound is derived from it by applying its ops again to inputs of the
@@ -288,7 +288,7 @@ fn aot(args: &[String]) -> Result<(), String> {
         return Err(format!("--type names the graph! type of class plans: it needs --dyn\n{USAGE}"));
     }
     if args.iter().any(|a| a == "--padded") {
-        return Err(format!("--padded plans the class bounds of attention: it needs --dyn\n{USAGE}"));
+        return Err(format!("--padded plans padded class bounds: it needs --dyn\n{USAGE}"));
     }
     let cudnn = Cudnn::deviceless(&devprop).map_err(|e| e.to_string())?;
     let start = std::time::Instant::now();
@@ -568,7 +568,7 @@ mod classes {
         let padded = args.iter().any(|a| a == "--padded");
         if padded && args.iter().any(|a| a == "--dynamic-shapes") {
             return Err(format!(
-                "--padded and --dynamic-shapes: cuDNN 9.19 plans attention only statically, choose one\n{}",
+                "--padded and --dynamic-shapes: a padded class plan is planned at its bound, choose one\n{}",
                 crate::USAGE
             ));
         }

@@ -1,7 +1,9 @@
-//! [`PaddedPlan`]: one attention plan made at a `dyn` dim's class bound, serving every sequence
-//! length of the class without a new plan (issue 19; the graph side is [`crate::ir::ClassGraph`]).
+//! [`PaddedPlan`]: one plan made at a `dyn` dim's class bound, serving every length of the
+//! class without a new plan (issue 19; the graph side is [`crate::ir::ClassGraph`]): attention,
+//! masked by its padding mask, and row-wise graphs (norms, pointwise), whose rows along axis 0
+//! are computed apart.
 //!
-//! A call at `S = 300` of a class bound of 512 runs the class plan: each input whose sequence
+//! A call at `S = 300` of a class bound of 512 runs the class plan: each input whose padded
 //! axis is shorter is copied into a buffer of the class extents (one `cuMemcpy2DAsync`: its
 //! blocks of `S · position` elements into blocks of `512 · position`), the rest of those
 //! buffers is kept zero (the positions a longer call left are cleared again), the attention
@@ -15,7 +17,8 @@
 //! cudarc's stream ordering, so a plan used from two streams in turn orders itself.
 //!
 //! The device time is the class plan's plus the copies: attention over 512 positions costs what
-//! it costs at 512, so classes trade plans for device time (`docs/benchmarks.md` measures the
+//! it costs at 512 (a layer norm of 512 rows, what 512 rows cost, and its copies are as many
+//! bytes again as its own traffic), so classes trade plans for device time (`docs/benchmarks.md` measures the
 //! curve; finer classes waste less).
 //!
 //! ```no_run
@@ -54,7 +57,8 @@ use super::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
 use crate::ir::{ClassGraph, PadCopy};
 use crate::Graph;
 
-/// An attention plan made at its class bound, serving calls at every sequence length up to it.
+/// A plan made at its class bound, serving calls at every length up to it: attention masked,
+/// row-wise graphs with their rows padded ([`ClassGraph`]).
 pub struct PaddedPlan {
     graph: ClassGraph,
     plan: Arc<ExecutionPlan>,

@@ -902,12 +902,12 @@ impl PlanCache {
         Ok(got)
     }
 
-    /// The padded plan of `class`, an attention graph at its class bound
-    /// ([`PaddedPlan`](crate::backend::PaddedPlan)): the plan of its masked graph
+    /// The padded plan of `class`, an attention or row-wise graph at its class bound
+    /// ([`PaddedPlan`]): the plan of its masked graph
     /// ([`ClassGraph::masked`](crate::ir::ClassGraph::masked)) from the cache, or built and
     /// stored, with its padded buffers allocated on `cudnn`'s stream. Class plans compiled ahead
     /// of time (`cudnn-graph aot --dyn ... --padded`, then [`PlanCache::seed_from_dir`]) serve
-    /// every sequence length of their class with no planning at all; the cache's entry counts
+    /// every length of their class with no planning at all; the cache's entry counts
     /// against its budget like any plan, and the padded plan holds it, so it is not evicted while
     /// the padded plan lives.
     ///

@@ -1,15 +1,24 @@
-//! Padded class graphs (issue 19): one attention graph made at a `dyn` dim's class bound serves
-//! every sequence length up to that bound, with no new plan.
+//! Padded class graphs (issue 19): one graph made at a `dyn` dim's class bound serves every
+//! length up to that bound, with no new plan.
 //!
 //! cuDNN 9.19 runs a plan only at the shape it was made for (execute-time shape overrides are
 //! cuDNN 9.21's), and its dynamic-shape attention plans ran the first shape's kernel at every
 //! shape (`OpFamily::dynamic_shape_refusal`), so every new sequence length cost a plan (61–71 ms
-//! on the H200). What attention does have is a padding mask: with `padding_mask`, query rows at
-//! or past `SEQ_LEN_Q[b]` and key columns at or past `SEQ_LEN_KV[b]` are masked. So a call at
-//! `S = 300` runs the class plan made at `S = 512`: its tensors copied into buffers of the class
-//! extents, the sequence lengths set to 300, and the outputs' first 300 rows copied back. Rows
-//! past the call's length never reach the call's rows: masked keys get probability 0, masked
-//! queries are rows of their own.
+//! on the H200); a layer norm's dynamic-shape plan still finalizes per shape (10–22 ms). Two
+//! kinds of graph can run a shorter call on a longer plan instead:
+//!
+//! - **Attention**, through its padding mask: with `padding_mask`, query rows at or past
+//!   `SEQ_LEN_Q[b]` and key columns at or past `SEQ_LEN_KV[b]` are masked. So a call at
+//!   `S = 300` runs the class plan made at `S = 512`: its tensors copied into buffers of the
+//!   class extents, the sequence lengths set to 300, and the outputs' first 300 rows copied
+//!   back. Rows past the call's length never reach the call's rows: masked keys get probability
+//!   0, masked queries are rows of their own.
+//! - **Row-wise graphs** (layer, RMS and instance norms and their backward, batch norm
+//!   inference, pointwise ops): each row along axis 0 is computed from that row alone, so a call
+//!   of 300 rows runs the plan of 512 with its rows padded, nothing masked. The one sum over rows,
+//!   a backward norm's DSCALE and DBIAS, gets 0 from a padded row when its inputs are the
+//!   graph's own (padded with zeros: DY is 0, and X, MEAN and INV_VARIANCE of 0 keep the
+//!   normalized row finite); a backward norm reading a computed tensor is refused.
 //!
 //! This module is the graph side, with no device: [`ClassGraph::new`] checks that a graph may be
 //! padded and rewrites it with padding masks ([`ClassGraph::masked`], the graph the plan is made
@@ -18,12 +27,14 @@
 //! ([`PadCopy`]) and sequence lengths of that call. [`crate::backend::PaddedPlan`] runs them on the
 //! GPU; [`PadCopy::pad_host`] and [`PadCopy::unpad_host`] are the same copies on host memory.
 //!
-//! What may be padded: graphs whose every node is attention (`sdpa`, `sdpa_backward`) without a
-//! padding mask of its own, bias, dropout, fp8, sliding window or bottom-right alignment (each
-//! would see the padding or shift with the extents). The sequence axis (2 of `[B, H, S, D]`) of
-//! `Q`, `O`, `dO`, `Stats` and `dQ` is `S_q`, of `K`, `V`, `dK` and `dV` is `S_kv`; every other
-//! dim of a call must equal the class's, and every tensor must be packed in the class tensor's
-//! dim order (BHSD, BSHD, ...).
+//! What attention may be padded: graphs whose every node is attention (`sdpa`, `sdpa_backward`)
+//! without a padding mask of its own, bias, dropout, fp8, sliding window or bottom-right alignment
+//! (each would see the padding or shift with the extents). The sequence axis (2 of `[B, H, S, D]`)
+//! of `Q`, `O`, `dO`, `Stats` and `dQ` is `S_q`, of `K`, `V`, `dK` and `dV` is `S_kv`. A row-wise
+//! graph's I/O tensors have its rows or 1 along axis 0 (the parameters: SCALE, BIAS, DSCALE,
+//! DBIAS), and only those of its rows are padded. Every other dim of a call must equal the
+//! class's, and every padded tensor must be packed in the class tensor's dim order (BHSD, BSHD,
+//! row-major, ...).
 //!
 //! ```
 //! # use cudnn_runtime as cudnn_graph;
@@ -51,11 +62,14 @@
 use super::rewrite::Names;
 use super::{Graph, GraphError, Tensor, TensorId};
 use crate::dim::strides_in_order_of;
-use crate::ops::{Alignment, Op};
+use crate::ops::{Alignment, NormKind, Op};
 use crate::DataType;
 
 /// The axis of `[B, H, S, D]` that padding extends.
 const SEQUENCE_AXIS: usize = 2;
+
+/// The axis of a row-wise graph's tensors that padding extends.
+const ROW_AXIS: usize = 0;
 
 /// Why a graph cannot be padded, or a call cannot run on a class graph.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -64,21 +78,25 @@ pub enum PadError {
     /// The class graph breaks a graph rule.
     #[error("{0}")]
     Graph(Box<GraphError>),
-    /// A node other than attention: only attention has a padding mask.
+    /// A node that cannot be padded: only attention (through its padding mask) and row-wise
+    /// graphs (layer and RMS norms, pointwise ops) can.
     #[error(
-        "graph `{graph}` cannot be padded: node `{node}` is `{op}`, and only attention (`sdpa`, `sdpa_backward`) masks \
-         its padding; plan each shape of it exactly"
+        "graph `{graph}` cannot be padded: node `{node}` is `{op}`; padded class graphs are attention (`sdpa`, \
+         `sdpa_backward`, masked by their padding mask) or row-wise (layer, RMS and instance norms and their \
+         backward, batch norm inference, pointwise ops: rows along axis 0 computed apart); {why}"
     )]
-    NotAttention {
+    NotPaddable {
         /// The graph.
         graph: String,
         /// The node.
         node: String,
         /// Its op.
         op: &'static str,
+        /// Why this node is not one of them.
+        why: &'static str,
     },
-    /// An attention node with something that the padding would reach.
-    #[error("graph `{graph}` cannot be padded: attention node `{node}` has {what}")]
+    /// A node with something that the padding would reach.
+    #[error("graph `{graph}` cannot be padded: node `{node}` has {what}")]
     Unsupported {
         /// The graph.
         graph: String,
@@ -225,18 +243,97 @@ impl PadCopy {
 
 impl ClassGraph {
     /// Checks that `class` (a graph at its class bound) may be padded, and masks it.
+    ///
+    /// A graph with an attention node is padded along its sequence axes, masked; any other along
+    /// axis 0, its rows.
     pub fn new(class: &Graph) -> Result<Self, PadError> {
         class.validate()?;
+        if class.nodes.iter().any(|n| matches!(n.op, Op::Sdpa(_))) {
+            Self::attention(class)
+        } else {
+            Self::rows(class)
+        }
+    }
+
+    /// A row-wise graph: every node computes each row along axis 0 from that row alone, so a
+    /// call of fewer rows runs on the class graph with its rows padded (zeros, which every norm
+    /// keeps finite) and nothing masked.
+    fn rows(class: &Graph) -> Result<Self, PadError> {
+        let graph = class.name.clone();
+        let io: Vec<TensorId> = class.inputs().into_iter().chain(class.outputs()).collect();
+        for node in &class.nodes {
+            let refuse = |why| {
+                Err(PadError::NotPaddable {
+                    graph: graph.clone(),
+                    node: node.name.clone(),
+                    op: node.op.call_name(),
+                    why,
+                })
+            };
+            match &node.op {
+                Op::Pointwise(_) => {}
+                Op::Norm(n) => {
+                    if matches!(n.kind, NormKind::BatchNorm | NormKind::BatchNormBackward | NormKind::GenStats) {
+                        return refuse("batch statistics reduce over the rows");
+                    }
+                    let port = |name: &str| {
+                        node.op.inputs().iter().position(|p| p.name == name).and_then(|i| node.inputs.get(i).copied())
+                    };
+                    if port("SCALE").is_some_and(|t| class.tensor(t).dims.first() != Some(&1)) {
+                        return refuse("its SCALE is not 1 along axis 0, so it normalizes across rows");
+                    }
+                    if n.kind.is_backward() && node.inputs.iter().any(|&t| class.tensor(t).is_virtual) {
+                        // DSCALE and DBIAS sum over the rows: a padded row must add 0, which it
+                        // does when its DY, X and statistics are the zeros of a padded input.
+                        return refuse(
+                            "a backward norm's DSCALE and DBIAS sum over the rows, so its inputs must be the graph's \
+                             (padded with zeros), not computed from padded rows",
+                        );
+                    }
+                }
+                _ => return refuse("it is neither"),
+            }
+        }
+        let rows = io.iter().map(|&t| class.tensor(t).dims.first().copied().unwrap_or(1)).max().unwrap_or(1);
+        let mut axes = vec![None; io.len()];
+        for (slot, &t) in axes.iter_mut().zip(&io) {
+            let dims = &class.tensor(t).dims;
+            match dims.first() {
+                Some(&r) if r == rows && rows > 1 => *slot = Some(ROW_AXIS),
+                Some(&1) | None => {}
+                Some(&r) => {
+                    return Err(PadError::Structure {
+                        graph,
+                        what: format!(
+                            "tensor `{}` has {r} rows (axis 0) where the graph's rows are {rows}: a row-wise graph's \
+                             tensors have its rows or 1 along axis 0",
+                            class.tensor(t).name
+                        ),
+                    })
+                }
+            }
+        }
+        Ok(ClassGraph { class: class.clone(), masked: class.clone(), axes, nodes: Vec::new() })
+    }
+
+    /// An attention graph: each node masked with its padding mask.
+    fn attention(class: &Graph) -> Result<Self, PadError> {
         let graph = class.name.clone();
         let io: Vec<TensorId> = class.inputs().into_iter().chain(class.outputs()).collect();
         let mut axes = vec![None; io.len()];
         let mut masked = class.clone();
         let mut nodes = Vec::with_capacity(class.nodes.len());
         let mut names = Names::of(class);
+        if let Some(node) = class.nodes.iter().find(|n| !matches!(n.op, Op::Sdpa(_))) {
+            return Err(PadError::NotPaddable {
+                graph,
+                node: node.name.clone(),
+                op: node.op.call_name(),
+                why: "a graph with attention is padded through its padding masks, so every node must be attention",
+            });
+        }
         for (index, node) in class.nodes.iter().enumerate() {
-            let Op::Sdpa(op) = &node.op else {
-                return Err(PadError::NotAttention { graph, node: node.name.clone(), op: node.op.call_name() });
-            };
+            let Op::Sdpa(op) = &node.op else { continue };
             let refuse = |what| Err(PadError::Unsupported { graph: graph.clone(), node: node.name.clone(), what });
             if op.padding_mask {
                 return refuse("a padding mask of its own (SEQ_LEN_Q, SEQ_LEN_KV): it already runs shorter sequences");
@@ -271,7 +368,7 @@ impl ClassGraph {
                 }
                 let t = class.tensor(tensor);
                 if t.is_virtual {
-                    return refuse("a virtual tensor between attention ops: pad each attention graph alone");
+                    return refuse("a virtual tensor between attention nodes: pad each attention graph alone");
                 }
                 if let Some(slot) = io.iter().position(|&i| i == tensor) {
                     if padded {
@@ -395,10 +492,10 @@ impl ClassGraph {
             for d in 0..a.dims.len() {
                 if Some(d) == *axis {
                     if a.dims[d] < 1 || a.dims[d] > b.dims[d] {
-                        return Err(extent(d, "a sequence length runs from 1 to its class bound"));
+                        return Err(extent(d, "a padded extent runs from 1 to its class bound"));
                     }
                 } else if a.dims[d] != b.dims[d] {
-                    return Err(extent(d, "only the sequence axis of a padded graph may differ from the class graph"));
+                    return Err(extent(d, "only the padded axis of a class graph may differ from the class graph's"));
                 }
             }
             let Some(axis) = *axis else {

@@ -1,7 +1,7 @@
-//! The attention graphs of the padded class plan tests, shared by `tests/padded_classes.rs`
-//! (deviceless: masking, binding, the CPU reference), `tests/gpu_padded.rs` (executed on the
-//! GPU) and `tests/cli.rs` (`aot --padded`); `D` is the head dim. Not every test file uses every
-//! item.
+//! The graphs of the padded class plan tests, attention and row-wise, shared by
+//! `tests/padded_classes.rs` (deviceless: masking, binding, the CPU reference),
+//! `tests/gpu_padded.rs` (executed on the GPU) and `tests/cli.rs` (`aot --padded`); `D` is the
+//! head dim, `E` the normalized width. Not every test file uses every item.
 
 #![allow(dead_code)]
 
@@ -34,6 +34,36 @@ graph! {
         q: bf16[1, 2, SQ, D], k: bf16[1, 2, SKV, D], v: bf16[1, 2, SKV, D]
     ) -> (o: bf16[1, 2, SQ, D]) {
         o = sdpa(q, k, v, scale = 0.2);
+    }
+}
+
+graph! {
+    /// Layer norm for training over rows of `E` (a token's activations), rows in power-of-two
+    /// classes, then a GELU.
+    pub LayerNormGelu<const E: usize, dyn T: 1..=4096 pow2>(x: bf16[T, E], scale: f32[1, E], bias: f32[1, E])
+        -> (y: bf16[T, E], mean: f32[T, 1], inv_var: f32[T, 1])
+    {
+        let (h, m, v) = layernorm(x, scale, bias, 1e-5, phase = training);
+        y = gelu(h);
+        mean = m;
+        inv_var = v;
+    }
+
+    /// Its gradients: DSCALE and DBIAS sum over the rows.
+    pub LayerNormBackward<const E: usize, dyn T: 1..=4096 pow2>(
+        dy: bf16[T, E], x: bf16[T, E], scale: f32[1, E], mean: f32[T, 1], inv_var: f32[T, 1],
+    ) -> (dx: bf16[T, E], dscale: f32[1, E], dbias: f32[1, E]) {
+        let (a, b, c) = layernorm_backward(dy, x, scale, mean, inv_var);
+        dx = a;
+        dscale = b;
+        dbias = c;
+    }
+
+    /// RMS norm (inference) with a residual add.
+    pub RmsResidual<const E: usize, dyn T: 1..=4096 pow2>(x: bf16[T, E], r: bf16[T, E], scale: f32[1, E])
+        -> (y: bf16[T, E])
+    {
+        y = add(rmsnorm(x, scale, 1e-6), r);
     }
 }
 
