@@ -89,6 +89,14 @@ fn calls_the_class_cannot_serve_are_typed_errors_naming_the_tensor() {
     let e = class.bind(&g.build().unwrap()).unwrap_err();
     assert!(matches!(&e, PadError::Structure { .. } | PadError::Extent { axis: 1, .. }), "{e:?}");
 
+    // A call assembled by hand whose output disagrees with its inputs: the graph's own rule.
+    let mut bad = Causal::<32>::new(300).graph().unwrap();
+    let o = bad.outputs()[0];
+    bad.tensors[o.0].dims[2] = 200;
+    bad.tensors[o.0].strides = vec![4 * 200 * 32, 200 * 32, 32, 1];
+    let e = class.bind(&bad).unwrap_err();
+    assert!(matches!(&e, PadError::Graph(_)), "{e:?}");
+
     // Another graph altogether.
     let e = class.bind(&CausalBackward::<32>::new(128).graph().unwrap()).unwrap_err();
     assert!(matches!(&e, PadError::Structure { .. }), "{e:?}");

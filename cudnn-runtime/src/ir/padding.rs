@@ -442,6 +442,9 @@ impl ClassGraph {
     /// Checks `call` (the same graph at sequence lengths up to the class's) against the class
     /// graph, and gives its copies and sequence lengths.
     pub fn bind(&self, call: &Graph) -> Result<Binding, PadError> {
+        // A graph built through `GraphBuilder` or `graph!` is valid; one assembled by hand
+        // must be too, or its outputs' extents could disagree with the lengths that run.
+        call.validate()?;
         let class = &self.class;
         let structure = |what: String| PadError::Structure { graph: class.name.clone(), what };
         if call.tensors.len() != class.tensors.len() || call.nodes.len() != class.nodes.len() {
