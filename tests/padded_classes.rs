@@ -297,6 +297,65 @@ fn row_wise_class_graphs_on_padded_rows_compute_the_call() {
         let class = LayerNormBackward::<64>::new(t).class().unwrap().graph().unwrap();
         padded_matches_exact(&call, &class, 50 + t as u64, 0.0);
     }
+    // The other row-wise norms: instance norm (per sample and channel) forward and backward,
+    // batch norm inference (given statistics) and RMS norm's backward.
+    graph! {
+        pub Instance<dyn T: 1..=64 pow2>(x: f32[T, 8, 4, 4], scale: f32[1, 8, 1, 1], bias: f32[1, 8, 1, 1])
+            -> (y: f32[T, 8, 4, 4], mean: f32[T, 8, 1, 1], inv_var: f32[T, 8, 1, 1])
+        {
+            let (a, b, c) = instancenorm(x, scale, bias, 1e-5, phase = training);
+            y = a;
+            mean = b;
+            inv_var = c;
+        }
+        pub InstanceBackward<dyn T: 1..=64 pow2>(
+            dy: f32[T, 8, 4, 4], x: f32[T, 8, 4, 4], scale: f32[1, 8, 1, 1], mean: f32[T, 8, 1, 1], inv_var: f32[T, 8, 1, 1],
+        ) -> (dx: f32[T, 8, 4, 4], dscale: f32[1, 8, 1, 1], dbias: f32[1, 8, 1, 1]) {
+            let (a, b, c) = instancenorm_backward(dy, x, scale, mean, inv_var);
+            dx = a;
+            dscale = b;
+            dbias = c;
+        }
+        pub BatchInference<dyn T: 1..=64 pow2>(
+            x: f32[T, 8, 4, 4], mean: f32[1, 8, 1, 1], inv_var: f32[1, 8, 1, 1], scale: f32[1, 8, 1, 1], bias: f32[1, 8, 1, 1],
+        ) -> (y: f32[T, 8, 4, 4]) {
+            y = relu(batchnorm_inference(x, mean, inv_var, scale, bias));
+        }
+        pub RmsBackward<dyn T: 1..=64 pow2>(dy: f32[T, 16], x: f32[T, 16], scale: f32[1, 16], inv_var: f32[T, 1])
+            -> (dx: f32[T, 16], dscale: f32[1, 16])
+        {
+            let (a, b) = rmsnorm_backward(dy, x, scale, inv_var);
+            dx = a;
+            dscale = b;
+        }
+    }
+    for t in [1, 5, 33] {
+        padded_matches_exact(
+            &Instance::new(t).graph().unwrap(),
+            &Instance::new(t).class().unwrap().graph().unwrap(),
+            60 + t as u64,
+            POISON,
+        );
+        padded_matches_exact(
+            &InstanceBackward::new(t).graph().unwrap(),
+            &InstanceBackward::new(t).class().unwrap().graph().unwrap(),
+            70 + t as u64,
+            0.0,
+        );
+        padded_matches_exact(
+            &BatchInference::new(t).graph().unwrap(),
+            &BatchInference::new(t).class().unwrap().graph().unwrap(),
+            80 + t as u64,
+            POISON,
+        );
+        padded_matches_exact(
+            &RmsBackward::new(t).graph().unwrap(),
+            &RmsBackward::new(t).class().unwrap().graph().unwrap(),
+            90 + t as u64,
+            0.0,
+        );
+    }
+
     // Rows, not masks: the class graph is the graph itself, its parameters bound as they are.
     let class = ClassGraph::new(&LayerNormBackward::<64>::new(512).graph().unwrap()).unwrap();
     assert_eq!(class.masked(), class.class());
