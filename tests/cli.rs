@@ -219,6 +219,33 @@ fn aot_classes(dir: &std::path::Path, graph: &cudnn_graph::Graph, extra: &[&str]
     cli().args(["aot", "--device-properties", devprop, "--graph"]).arg(dir.join("g.json")).args(extra).output().unwrap()
 }
 
+/// What a successful `aot` printed; `None` (the test skips) where libcudnn does not load and
+/// `CUDNN_GRAPH_REQUIRE_CUDNN` is not set.
+#[cfg(feature = "cudnn")]
+fn aot_output(out: &std::process::Output) -> Option<String> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("could not be loaded") {
+        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
+        println!("skipped: {stderr}");
+        return None;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}");
+    Some(stdout)
+}
+
+/// Asserts that `aot --dyn` of `graph` with `extra` exits 1 saying `expected`.
+#[cfg(feature = "cudnn")]
+fn assert_refused(dir: &std::path::Path, graph: &cudnn_graph::Graph, extra: &[&str], expected: &str) {
+    let out_dir = dir.join("out");
+    let out = aot_classes(dir, graph, &[&["--out", out_dir.to_str().unwrap()][..], extra].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+    assert!(stderr.contains(expected), "{extra:?}: `{expected}` not in: {stderr}");
+    assert!(!out_dir.exists(), "nothing is written for refused input");
+}
+
 #[cfg(feature = "cudnn")]
 #[test]
 fn aot_plans_every_class_and_a_service_starts_with_them_all() {
@@ -235,15 +262,7 @@ fn aot_plans_every_class_and_a_service_starts_with_them_all() {
     let fingerprint = format!("Served={:#018x}", Served::FINGERPRINT);
     let dyn_s = "S: 64..=512 pow2 @ a[1]";
     let out = aot_classes(&dir, &template, &["--out", typed.to_str().unwrap(), "--dyn", dyn_s, "--type", &fingerprint]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() && stderr.contains("could not be loaded") {
-        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
-        println!("skipped: {stderr}");
-        return;
-    }
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
+    let Some(stdout) = aot_output(&out) else { return };
     for s in [64, 128, 256, 512] {
         assert!(stdout.contains(&format!("S = {s}: ")), "{stdout}");
     }
@@ -304,15 +323,7 @@ fn aot_padded_class_plans_serve_a_plan_cache_with_no_planning() {
     let template = Causal::<64>::new(64).graph().unwrap();
     let flags = ["--out", out_dir.to_str().unwrap(), "--dyn", "S: 1..=1024 pow2 @ q[2] k[2] v[2]", "--padded"];
     let out = aot_classes(&dir, &template, &flags);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() && stderr.contains("could not be loaded") {
-        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
-        println!("skipped: {stderr}");
-        return;
-    }
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
+    let Some(stdout) = aot_output(&out) else { return };
     // 1, 2, 4, ..., 1024 as the type declares them: eleven class bounds, each its masked graph's plan.
     assert_eq!(stdout.matches(": padded, ").count(), 11, "{stdout}");
 
@@ -332,12 +343,10 @@ fn aot_padded_class_plans_serve_a_plan_cache_with_no_planning() {
     }
     assert_eq!(cache.stats().builds, 0);
 
-    // Refused: without --dyn, with --dynamic-shapes, and a graph that is not attention.
+    // Refused: without --dyn, with --dynamic-shapes, and a graph that cannot be padded.
+    std::fs::remove_dir_all(&out_dir).unwrap();
     let refused = |graph: &cudnn_graph::Graph, extra: &[&str], expected: &str| {
-        let out = aot_classes(&dir, graph, &[&["--out", dir.join("no").to_str().unwrap()][..], extra].concat());
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
-        assert!(stderr.contains(expected), "{extra:?}: `{expected}` not in: {stderr}");
+        assert_refused(&dir, graph, extra, expected);
     };
     refused(&template, &["--padded"], "--padded plans padded class bounds: it needs --dyn");
     let both = ["--dyn", "S: 1..=256 pow2 @ q[2] k[2] v[2]", "--padded", "--dynamic-shapes"];
@@ -359,13 +368,8 @@ fn aot_classes_refuse_bad_input_naming_the_cause() {
     let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-bad-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let template = Served::new(128).graph().unwrap();
-    let out_dir = dir.join("out");
-    let out_dir = out_dir.to_str().unwrap();
     let refused = |graph: &cudnn_graph::Graph, extra: &[&str], expected: &str| {
-        let out = aot_classes(&dir, graph, &[&["--out", out_dir][..], extra].concat());
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
-        assert!(stderr.contains(expected), "{extra:?}: `{expected}` not in: {stderr}");
+        assert_refused(&dir, graph, extra, expected);
     };
     let cases: [(&[&str], &str); 13] = [
         (&["--dyn", "S: 64..=512 pow2"], "--dyn `S: 64..=512 pow2`: name its dims after `@`"),
@@ -409,6 +413,6 @@ fn aot_classes_refuse_bad_input_naming_the_cause() {
     std::fs::write(dir.join("file"), b"x").unwrap();
     let out = aot_classes(&dir, &template, &["--out", dir.join("file").to_str().unwrap(), "--dyn", "S: [64] @ a[1]"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("with --dyn, --out is a directory"), "{out:?}");
-    assert!(!std::path::Path::new(out_dir).exists(), "nothing is written for refused input");
+    assert!(!dir.join("out").exists(), "nothing is written for refused input");
     std::fs::remove_dir_all(&dir).unwrap();
 }

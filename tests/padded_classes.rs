@@ -330,30 +330,16 @@ fn row_wise_class_graphs_on_padded_rows_compute_the_call() {
         }
     }
     for t in [1, 5, 33] {
-        padded_matches_exact(
-            &Instance::new(t).graph().unwrap(),
-            &Instance::new(t).class().unwrap().graph().unwrap(),
-            60 + t as u64,
-            POISON,
-        );
-        padded_matches_exact(
-            &InstanceBackward::new(t).graph().unwrap(),
-            &InstanceBackward::new(t).class().unwrap().graph().unwrap(),
-            70 + t as u64,
-            0.0,
-        );
-        padded_matches_exact(
-            &BatchInference::new(t).graph().unwrap(),
-            &BatchInference::new(t).class().unwrap().graph().unwrap(),
-            80 + t as u64,
-            POISON,
-        );
-        padded_matches_exact(
-            &RmsBackward::new(t).graph().unwrap(),
-            &RmsBackward::new(t).class().unwrap().graph().unwrap(),
-            90 + t as u64,
-            0.0,
-        );
+        // (the call, its class graph, the padding: zeros where a backward norm sums the rows)
+        let cases = [
+            (Instance::new(t).graph(), Instance::new(t).class().unwrap().graph(), POISON),
+            (InstanceBackward::new(t).graph(), InstanceBackward::new(t).class().unwrap().graph(), 0.0),
+            (BatchInference::new(t).graph(), BatchInference::new(t).class().unwrap().graph(), POISON),
+            (RmsBackward::new(t).graph(), RmsBackward::new(t).class().unwrap().graph(), 0.0),
+        ];
+        for (k, (call, class, fill)) in cases.into_iter().enumerate() {
+            padded_matches_exact(&call.unwrap(), &class.unwrap(), 60 + 10 * k as u64 + t as u64, fill);
+        }
     }
 
     // Rows, not masks: the class graph is the graph itself, its parameters bound as they are.
