@@ -193,9 +193,10 @@ fn gpu_padded_layer_norm_forward_and_backward_match_the_reference() {
                 DeviceBuffer::input(&x_dev),
                 DeviceBuffer::input(&scale_dev),
                 DeviceBuffer::input(&bias_dev),
-                DeviceBuffer::output(&mut y),
+                // `Graph::outputs` order: the norm's statistics were made before the GELU's y.
                 DeviceBuffer::output(&mut mean),
                 DeviceBuffer::output(&mut inv_var),
+                DeviceBuffer::output(&mut y),
             ],
         )
         .unwrap();

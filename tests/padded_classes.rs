@@ -176,7 +176,8 @@ fn graphs_whose_padding_would_leak_are_refused_naming_the_node() {
     }
 }
 
-/// Runs `graph` on the reference engine with `inputs` (bf16, f32 for `stats`), by name.
+/// Runs `graph` on the reference engine with `inputs` (bf16, f32 for `stats`), by name, each
+/// in its tensor's memory order; the outputs in theirs.
 fn run(graph: &Graph, inputs: &[(&str, Vec<f64>)]) -> Vec<Vec<f64>> {
     let typed: Vec<(&str, Typed)> = inputs
         .iter()
@@ -202,7 +203,10 @@ fn run(graph: &Graph, inputs: &[(&str, Vec<f64>)]) -> Vec<Vec<f64>> {
             (*n, s)
         })
         .collect();
-    reference::run(graph, &slices).unwrap().into_iter().map(|a| a.data).collect()
+    // Each output as its memory holds it (the reference's arrays are logical), as the copies
+    // address it.
+    let outputs = reference::run(graph, &slices).unwrap();
+    graph.outputs().into_iter().zip(outputs).map(|(id, a)| reference::scatter::<f64>(graph.tensor(id), &a)).collect()
 }
 
 enum Typed {
@@ -341,6 +345,11 @@ fn row_wise_class_graphs_on_padded_rows_compute_the_call() {
             padded_matches_exact(&call.unwrap(), &class.unwrap(), 60 + 10 * k as u64 + t as u64, fill);
         }
     }
+
+    // Outputs come in the order their tensors were made: the norm's statistics before the GELU.
+    let g = LayerNormGelu::<64>::new(8).graph().unwrap();
+    let names: Vec<&str> = g.outputs().into_iter().map(|o| g.tensor(o).name.as_str()).collect();
+    assert_eq!(names, ["mean", "inv_var", "y"]);
 
     // Rows, not masks: the class graph is the graph itself, its parameters bound as they are.
     let class = ClassGraph::new(&LayerNormBackward::<64>::new(512).graph().unwrap()).unwrap();

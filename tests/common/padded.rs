@@ -67,7 +67,8 @@ graph! {
     }
 }
 
-/// Causal attention `[2, 4, s, d]` stored `[B, S, H, D]` (BSHD), through the builder.
+/// Causal attention `[2, 4, s, d]`, inputs and output stored `[B, S, H, D]` (BSHD), through the
+/// builder.
 pub fn bshd(s: i64, d: i64) -> Graph {
     let mut g = GraphBuilder::new("bshd");
     let mut qkv = Vec::new();
@@ -77,6 +78,7 @@ pub fn bshd(s: i64, d: i64) -> Graph {
         qkv.push(Operand::from(t));
     }
     let o = g.op("sdpa", &qkv, &[("causal".into(), true.into())]).unwrap()[0];
+    g.set_dim_order(o, &[0, 2, 1, 3]).unwrap();
     g.output(o, "o", DataType::BF16).unwrap();
     g.build().unwrap()
 }
