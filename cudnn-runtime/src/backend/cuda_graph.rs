@@ -95,7 +95,7 @@ impl ExecutionPlan {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(|e| BackendError::Driver { call: "cuStreamBeginCapture", message: e.to_string() })?;
+            .map_err(BackendError::driver("cuStreamBeginCapture"))?;
         // SAFETY: as this function's.
         let launched = unsafe { self.launch(handle, io, workspace) };
         let captured = stream.end_capture(CUgraphInstantiate_flags(0));
@@ -203,9 +203,7 @@ impl PlanGraph<'_> {
     pub fn launch(&self) -> Result<(), BackendError> {
         match &self.kind {
             GraphKind::Native(native) => Ok(native.launch()?),
-            GraphKind::Captured(graph) => {
-                graph.launch().map_err(|e| BackendError::Driver { call: "cuGraphLaunch", message: e.to_string() })
-            }
+            GraphKind::Captured(graph) => graph.launch().map_err(BackendError::driver("cuGraphLaunch")),
         }
     }
 }

@@ -221,6 +221,13 @@ impl From<CudnnError> for BackendError {
     }
 }
 
+impl BackendError {
+    /// A failed CUDA driver call named `call`, as the closure `map_err` takes.
+    pub(crate) fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> BackendError {
+        move |e| BackendError::Driver { call, message: e.to_string() }
+    }
+}
+
 fn cannot_fuse_message(graph: &str, cut: &Option<Box<Cut>>) -> String {
     match cut {
         Some(cut) => format!(

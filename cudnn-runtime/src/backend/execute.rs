@@ -119,10 +119,7 @@ impl ExecutionPlan {
         if **plan_context != **stream.context() {
             return Err(BackendError::ForeignContext { what: "the plan".into() });
         }
-        stream
-            .context()
-            .bind_to_thread()
-            .map_err(|e| BackendError::Driver { call: "bind the stream's context", message: e.to_string() })?;
+        stream.context().bind_to_thread().map_err(BackendError::driver("bind the stream's context"))?;
         Ok((handle, stream))
     }
 

@@ -313,10 +313,6 @@ impl fmt::Display for AutotuneReport {
     }
 }
 
-fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> BackendError {
-    move |e| BackendError::Driver { call, message: e.to_string() }
-}
-
 /// Device buffers for every I/O tensor of a plan (host storage for a host scalar, which cuDNN
 /// reads on the host), and a workspace large enough for every built candidate.
 struct Scratch {
@@ -350,15 +346,16 @@ impl Scratch {
             } else {
                 stream.clone_htod(&host_data(t.data_type, bytes, fill, i as u64))
             }
-            .map_err(driver("allocate autotune buffers"))?;
+            .map_err(BackendError::driver("allocate autotune buffers"))?;
             // The buffers live as long as this value and are used only on `stream`, after the
             // uploads (stream-ordered): their raw addresses stay valid for every execute below,
             // as do the boxed scalars'.
             io.push(buffer.device_ptr(stream).0);
             buffers.push(buffer);
         }
-        let workspace =
-            stream.alloc_zeros::<u8>(plan.max_workspace_size().max(1)).map_err(driver("allocate workspace"))?;
+        let workspace = stream
+            .alloc_zeros::<u8>(plan.max_workspace_size().max(1))
+            .map_err(BackendError::driver("allocate workspace"))?;
         let ws = workspace.device_ptr(stream).0;
         Ok(Scratch { _buffers: buffers, _scalars: scalars, _workspace: workspace, io, workspace: ws })
     }
@@ -437,17 +434,19 @@ fn time_selected(
         }
         Ok(())
     };
-    let event = || stream.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("cuEventCreate"));
+    let event = || {
+        stream.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(BackendError::driver("cuEventCreate"))
+    };
     let (start, end): (CudaEvent, CudaEvent) = (event()?, event()?);
     let time = |n: usize| -> Result<f64, BackendError> {
-        start.record(stream).map_err(driver("cuEventRecord"))?;
+        start.record(stream).map_err(BackendError::driver("cuEventRecord"))?;
         run(n)?;
-        end.record(stream).map_err(driver("cuEventRecord"))?;
-        let ms = start.elapsed_ms(&end).map_err(driver("cuEventElapsedTime"))?;
+        end.record(stream).map_err(BackendError::driver("cuEventRecord"))?;
+        let ms = start.elapsed_ms(&end).map_err(BackendError::driver("cuEventElapsedTime"))?;
         Ok(f64::from(ms) * 1e3 / n as f64)
     };
     run(options.warmup)?;
-    stream.synchronize().map_err(driver("cuStreamSynchronize"))?;
+    stream.synchronize().map_err(BackendError::driver("cuStreamSynchronize"))?;
     let first = time(1)?;
     let batch = if first > 0.0 { (options.sample_us / first).round().clamp(1.0, 1000.0) as usize } else { 1000 };
     let window = options.min_samples.max(1);
@@ -520,7 +519,7 @@ pub fn autotune(
     let tuned =
         tune(plan, options, began, &mut |plan, part| time_selected(cudnn, &stream, plan, part, &scratch, options));
     // Nothing may still be running on the scratch buffers when they are freed.
-    let synced = stream.synchronize().map_err(driver("cuStreamSynchronize"));
+    let synced = stream.synchronize().map_err(BackendError::driver("cuStreamSynchronize"));
     drop(scratch);
     synced?;
     tuned
@@ -683,7 +682,7 @@ pub fn measure(cudnn: &Cudnn, plan: &ExecutionPlan, options: &AutotuneOptions) -
     let stream = online_stream(cudnn, plan)?;
     let scratch = Scratch::new(&stream, plan, options.fill)?;
     let timed = time_selected(cudnn, &stream, plan, None, &scratch, options);
-    let synced = stream.synchronize().map_err(driver("cuStreamSynchronize"));
+    let synced = stream.synchronize().map_err(BackendError::driver("cuStreamSynchronize"));
     drop(scratch);
     synced?;
     timed
