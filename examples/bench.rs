@@ -295,7 +295,7 @@ impl Buffers {
     fn new(stream: &Arc<CudaStream>, plan: &ExecutionPlan) -> Result<Self> {
         let graph = plan.graph();
         let mut io = Vec::new();
-        for id in graph.inputs().into_iter().chain(graph.outputs()) {
+        for id in graph.io() {
             let n = graph.tensor(id).storage_len();
             let data: Vec<bf16> =
                 (0..n).map(|i| bf16::from_f64(((i * 7919 % 2003) as f64 + 1.0) / 2003.0 - 0.5)).collect();

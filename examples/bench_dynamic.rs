@@ -321,7 +321,7 @@ enum Buffer {
 /// Zeroed buffers for the I/O tensors of `graph`.
 fn buffers(stream: &std::sync::Arc<CudaStream>, graph: &Graph) -> Result<Vec<Buffer>, Box<dyn std::error::Error>> {
     let mut out = Vec::new();
-    for id in graph.inputs().into_iter().chain(graph.outputs()) {
+    for id in graph.io() {
         let t = graph.tensor(id);
         out.push(match t.data_type {
             DataType::F32 => Buffer::F32(stream.alloc_zeros(t.storage_len())?),

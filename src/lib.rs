@@ -326,7 +326,7 @@ pub mod __private {
     /// For each declared port (inputs then outputs, by name), its position in `graph`'s I/O order
     /// (`Graph::inputs` then `Graph::outputs`), computed once when a typed plan is built.
     pub fn io_order<const N: usize>(graph: &Graph, ports: [&str; N]) -> Result<[usize; N], ArgError> {
-        let io: Vec<_> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let io = graph.io();
         let mut order = [0; N];
         for (slot, port) in order.iter_mut().zip(ports) {
             *slot = io

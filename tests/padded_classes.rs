@@ -29,7 +29,7 @@ fn the_class_graph_gets_a_padding_mask_and_two_length_inputs_per_attention_node(
     assert!(op.padding_mask && op.causal && op.training);
     // The class graph's I/O keeps its ids, uids and names; the lengths' uids are fresh.
     let given = Causal::<32>::new(512).graph().unwrap();
-    for id in given.inputs().into_iter().chain(given.outputs()) {
+    for id in given.io() {
         assert_eq!(given.tensor(id), masked.tensor(id));
     }
     let mut uids: Vec<i64> = masked.tensors.iter().map(|t| t.uid).collect();

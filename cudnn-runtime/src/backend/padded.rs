@@ -118,9 +118,8 @@ impl PaddedPlan {
     fn allocate(cudnn: &Cudnn, graph: ClassGraph, plan: Arc<ExecutionPlan>) -> Result<Self, BackendError> {
         let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "allocating a padded plan's buffers" })?;
         let class = graph.class();
-        let driver = |call| move |e: cudarc::driver::DriverError| BackendError::Driver { call, message: e.to_string() };
         let masked = graph.masked();
-        let class_io: Vec<_> = class.inputs().into_iter().chain(class.outputs()).collect();
+        let class_io = class.io();
         let lengths = graph.seq_len_inputs();
         let mut slots = Vec::with_capacity(plan.layout().io().len());
         for &id in plan.layout().io() {
@@ -130,7 +129,12 @@ impl PaddedPlan {
                     Some(_) => {
                         // Zero: every block is known zero from its first element.
                         let bytes = t.storage_len() * t.data_type.size_bytes();
-                        Some((stream.alloc_zeros::<u8>(bytes).map_err(driver("allocate a padded buffer"))?, 0))
+                        Some((
+                            stream
+                                .alloc_zeros::<u8>(bytes)
+                                .map_err(BackendError::driver("allocate a padded buffer"))?,
+                            0,
+                        ))
                     }
                     None => None,
                 };
@@ -145,12 +149,14 @@ impl PaddedPlan {
                     call: "bind a padded plan",
                     message: format!("tensor `{}` is neither an I/O tensor nor a sequence length", t.name),
                 })?;
-            let buffer = stream.alloc_zeros::<i32>(t.dims[0] as usize).map_err(driver("allocate sequence lengths"))?;
+            let buffer = stream
+                .alloc_zeros::<i32>(t.dims[0] as usize)
+                .map_err(BackendError::driver("allocate sequence lengths"))?;
             slots.push(Slot::Length { node, kv, buffer, value: 0 });
         }
         let workspace = match plan.workspace_size() {
             0 => None,
-            n => Some(stream.alloc_zeros::<u8>(n).map_err(driver("allocate the workspace"))?),
+            n => Some(stream.alloc_zeros::<u8>(n).map_err(BackendError::driver("allocate the workspace"))?),
         };
         Ok(PaddedPlan { graph, plan, slots, workspace })
     }
@@ -183,11 +189,12 @@ impl PaddedPlan {
     pub fn execute(&mut self, cudnn: &Cudnn, call: &Graph, io: &mut [DeviceBuffer<'_>]) -> Result<(), BackendError> {
         let binding = self.graph.bind(call)?;
         let exact = binding.is_exact();
-        let call_io: Vec<_> = call.inputs().into_iter().chain(call.outputs()).collect();
+        let mut call_io = call.inputs();
+        let inputs = call_io.len();
+        call_io.extend(call.outputs());
         if io.len() != call_io.len() {
             return Err(BackendError::IoCount { graph: call.name.clone(), expected: call_io.len(), found: io.len() });
         }
-        let inputs = call.inputs().len();
         // The plan and the context first: nothing is enqueued for a call that cannot run.
         self.plan.target(cudnn)?;
         let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
@@ -204,7 +211,6 @@ impl PaddedPlan {
             user.push(address);
             guards.push(guard);
         }
-        let driver = |call| move |e: cudarc::driver::DriverError| BackendError::Driver { call, message: e.to_string() };
         let mut addresses = Vec::with_capacity(self.slots.len());
         let mut outputs = Vec::new();
         for slot in &mut self.slots {
@@ -220,13 +226,13 @@ impl PaddedPlan {
                         unsafe {
                             copy_blocks(&stream, address, copy.class_row, user[*index], copy.call_row, copy, size)
                         }
-                        .map_err(driver("copy an input into its padded buffer"))?;
+                        .map_err(BackendError::driver("copy an input into its padded buffer"))?;
                         if copy.call_row < *zero_from {
                             let width = (*zero_from - copy.call_row) * size;
                             let start = address + (copy.call_row * size) as u64;
                             // SAFETY: inside each block of the padded buffer (call_row..zero_from).
                             unsafe { zero_blocks(&stream, start, copy.class_row * size, width, copy.rows) }
-                                .map_err(driver("clear a padded buffer's tail"))?;
+                                .map_err(BackendError::driver("clear a padded buffer's tail"))?;
                         }
                         *zero_from = copy.call_row;
                     } else {
@@ -241,7 +247,7 @@ impl PaddedPlan {
                     let want = if *kv { k } else { q };
                     if *value != want {
                         let host = vec![want; buffer.len()];
-                        stream.memcpy_htod(&host, buffer).map_err(driver("set the sequence lengths"))?;
+                        stream.memcpy_htod(&host, buffer).map_err(BackendError::driver("set the sequence lengths"))?;
                         *value = want;
                     }
                     let (address, guard) = buffer.device_ptr_mut(&stream);
@@ -265,7 +271,7 @@ impl PaddedPlan {
         for (padded, to, copy, size) in outputs {
             // SAFETY: as the inputs' copies, the other way.
             unsafe { copy_blocks(&stream, to, copy.call_row, padded, copy.class_row, copy, size) }
-                .map_err(driver("copy an output out of its padded buffer"))?;
+                .map_err(BackendError::driver("copy an output out of its padded buffer"))?;
         }
         drop(guards);
         Ok(())

@@ -829,7 +829,7 @@ mod tests {
         assert_eq!(cut.after.1, "matmul");
         assert_eq!(cut.before.1, "matmul");
         // The gelu output crosses the boundary; it alone is in the arena.
-        let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let io = graph.io();
         let layout = Layout::new(&graph, &groups, &alias, &io);
         let h = graph.nodes[2].outputs[0];
         assert_eq!(layout.place(h), Some(Place::Arena { offset: 0 }));
@@ -941,7 +941,7 @@ mod tests {
         let alias = aliases(&graph);
         let groups = group(&graph, Some(&alias));
         assert_eq!(groups.len(), 4);
-        let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let io = graph.io();
         let layout = Layout::new(&graph, &groups, &alias, &io);
         // f16, the weights' type.
         let slot = 64 * 64 * 2;
@@ -961,7 +961,7 @@ mod tests {
         let graph = &restrided;
         let alias = aliases(graph);
         let groups = group(graph, Some(&alias));
-        let io: Vec<TensorId> = graph.inputs().into_iter().chain(graph.outputs()).collect();
+        let io = graph.io();
         let layout = Layout::new(graph, &groups, &alias, &io);
         let mut memory = super::super::emulate::Memory::default();
         let n_in = graph.inputs().len();

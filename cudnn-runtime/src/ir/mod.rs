@@ -228,6 +228,14 @@ impl Graph {
             .collect()
     }
 
+    /// Graph inputs, then graph outputs ([`Graph::inputs`], [`Graph::outputs`]): the order in
+    /// which plans take their I/O buffers.
+    pub fn io(&self) -> Vec<TensorId> {
+        let mut io = self.inputs();
+        io.extend(self.outputs());
+        io
+    }
+
     /// Whether `node` is a fill: a pointwise `identity` of one by-value constant, whose output
     /// may have any dims of the constant's rank (the constant broadcast over them; every other
     /// node's outputs have the dims its op infers). `graph!` and the builder never make one;

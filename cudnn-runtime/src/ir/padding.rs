@@ -167,7 +167,9 @@ impl From<GraphError> for PadError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClassGraph {
     class: Graph,
-    masked: Graph,
+    /// Attention's class graph with its padding masks; `None` for a row-wise graph, which is
+    /// planned as it is.
+    masked: Option<Graph>,
     /// Per I/O tensor of the class graph (inputs, then outputs): its padded axis, if any.
     axes: Vec<Option<usize>>,
     /// Per attention node: the tensors whose sequence axes are its `S_q` and `S_kv` (its `Q` and
@@ -260,7 +262,7 @@ impl ClassGraph {
     /// keeps finite) and nothing masked.
     fn rows(class: &Graph) -> Result<Self, PadError> {
         let graph = class.name.clone();
-        let io: Vec<TensorId> = class.inputs().into_iter().chain(class.outputs()).collect();
+        let io = class.io();
         for node in &class.nodes {
             let refuse = |why| {
                 Err(PadError::NotPaddable {
@@ -313,13 +315,13 @@ impl ClassGraph {
                 }
             }
         }
-        Ok(ClassGraph { class: class.clone(), masked: class.clone(), axes, nodes: Vec::new() })
+        Ok(ClassGraph { class: class.clone(), masked: None, axes, nodes: Vec::new() })
     }
 
     /// An attention graph: each node masked with its padding mask.
     fn attention(class: &Graph) -> Result<Self, PadError> {
         let graph = class.name.clone();
-        let io: Vec<TensorId> = class.inputs().into_iter().chain(class.outputs()).collect();
+        let io = class.io();
         let mut axes = vec![None; io.len()];
         let mut masked = class.clone();
         let mut nodes = Vec::with_capacity(class.nodes.len());
@@ -415,7 +417,7 @@ impl ClassGraph {
             nodes.push(Lengths { q, k, seq_q, seq_kv });
         }
         masked.validate()?;
-        Ok(ClassGraph { class: class.clone(), masked, axes, nodes })
+        Ok(ClassGraph { class: class.clone(), masked: Some(masked), axes, nodes })
     }
 
     /// The graph at its class bound, as given.
@@ -424,9 +426,10 @@ impl ClassGraph {
     }
 
     /// The graph the class plan is made of: the class graph with each attention node's padding
-    /// mask and its two sequence-length inputs (after the class graph's inputs).
+    /// mask and its two sequence-length inputs (after the class graph's inputs); a row-wise
+    /// graph itself.
     pub fn masked(&self) -> &Graph {
-        &self.masked
+        self.masked.as_ref().unwrap_or(&self.class)
     }
 
     /// Per I/O tensor of the class graph (inputs, then outputs): the axis a call may shorten.
@@ -480,7 +483,7 @@ impl ClassGraph {
                 )));
             }
         }
-        let io: Vec<TensorId> = class.inputs().into_iter().chain(class.outputs()).collect();
+        let io = class.io();
         let mut copies = Vec::with_capacity(io.len());
         for (&id, axis) in io.iter().zip(&self.axes) {
             let (a, b) = (call.tensor(id), class.tensor(id));
