@@ -13,13 +13,16 @@ mod padded;
 
 use common::{check, poisoned, random, upload};
 use cudnn_graph::backend::{BuildOptions, DeviceBuffer, PaddedPlan};
-use cudnn_graph::engines::{CacheSource, PlanCache};
+use cudnn_graph::engines::{
+    specialized_is_faster, CacheSource, ClassPlan, LengthServing, PlanCache, PlanKey, ServeReason, Specialization,
+};
 use cudnn_graph::serialize::plan::Expect;
 use half::bf16;
 use padded::{
     bshd, Causal, CausalBackward, CausalBackwardInputs, CausalInputs, Cross, CrossInputs, LayerNormBackward,
     LayerNormBackwardInputs, LayerNormGelu, LayerNormGeluInputs,
 };
+use std::sync::Arc;
 
 #[test]
 fn gpu_padded_attention_forward_and_backward_match_the_reference() {
@@ -241,4 +244,85 @@ fn gpu_padded_layer_norm_forward_and_backward_match_the_reference() {
         check(&case, "dscale", &stream.clone_dtoh(&dscale).unwrap(), &grads.dscale);
         check(&case, "dbias", &stream.clone_dtoh(&dbias).unwrap(), &grads.dbias);
     }
+}
+
+/// One forward call of `Causal::<64>` at `s` through a class plan, checked against the CPU
+/// reference.
+fn class_call(
+    stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,
+    cudnn: &cudnn_graph::backend::Cudnn,
+    plan: &mut ClassPlan,
+    s: usize,
+    case: &str,
+) {
+    let nq = 2 * 4 * s * 64;
+    let q: Vec<bf16> = random(s as u64, nq);
+    let k: Vec<bf16> = random(s as u64 + 1, nq / 2);
+    let v: Vec<bf16> = random(s as u64 + 2, nq / 2);
+    let want = Causal::<64>::new(s).reference(CausalInputs { q: &q, k: &k, v: &v }).unwrap();
+    let (dq, dk, dv) = (upload(stream, &q), upload(stream, &k), upload(stream, &v));
+    let mut o = poisoned::<bf16>(stream, nq);
+    let mut stats = poisoned::<f32>(stream, 2 * 4 * s);
+    let mut io = [
+        DeviceBuffer::input(&dq),
+        DeviceBuffer::input(&dk),
+        DeviceBuffer::input(&dv),
+        DeviceBuffer::output(&mut o),
+        DeviceBuffer::output(&mut stats),
+    ];
+    plan.execute(cudnn, &Causal::<64>::new(s).graph().unwrap(), &mut io).unwrap();
+    check(case, "o", &stream.clone_dtoh(&o).unwrap(), &want.o);
+    check(case, "stats", &stream.clone_dtoh(&stats).unwrap(), &want.stats);
+}
+
+/// The lazy policy on a class plan: a new length runs padded at once, its exact plan is built
+/// and timed in the background, and swapped in only when the times say so (S = 64 on the S =
+/// 1024 plan: the bound's S² is 256 times the work, so it must be); eager runs every length
+/// exact from its first call, none always padded. Every call, padded or exact, matches the
+/// reference.
+#[test]
+fn gpu_class_plans_swap_in_exact_plans_by_policy() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let options = BuildOptions::default();
+    let class = Causal::<64>::new(1024).graph().unwrap();
+
+    let cache = Arc::new(PlanCache::in_memory().specialization(Specialization::Lazy));
+    let mut plan = cache.class_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
+    for s in [64usize, 1000, 1024] {
+        class_call(&stream, &cudnn, &mut plan, s, &format!("lazy S = {s}, first call (padded)"));
+    }
+    assert_eq!(plan.stats().padded_calls, 3);
+    // Later calls may have taken some up already: the three are decided once the worker is idle.
+    plan.wait_for_specializations();
+    for s in [64usize, 1000, 1024] {
+        let serving = plan.serving(&Causal::<64>::new(s).graph().unwrap()).unwrap().unwrap();
+        println!("lazy S = {s}: {serving}");
+        match serving {
+            LengthServing::ExactFaster { padded_us, exact_us } => assert!(specialized_is_faster(padded_us, exact_us)),
+            LengthServing::PaddedFaster { padded_us, exact_us } => {
+                assert!(s != 64 && !specialized_is_faster(padded_us, exact_us))
+            }
+            other => panic!("S = {s}: {other}"),
+        }
+        class_call(&stream, &cudnn, &mut plan, s, &format!("lazy S = {s}, after the swap decision"));
+    }
+    let stats = plan.stats();
+    println!("lazy {stats:?}; cache {:?}", cache.stats());
+    assert!(stats.exact_calls >= 1 && stats.exact_plans >= 1, "{stats:?}");
+    assert_eq!(stats.padded_calls + stats.exact_calls, 6);
+    let key = PlanKey::new(&cudnn, &Causal::<64>::new(64).graph().unwrap(), &Expect::default());
+    assert!(matches!(cache.serving(&key).unwrap().reason, ServeReason::FasterThanPadded { .. }));
+
+    let eager = Arc::new(PlanCache::in_memory());
+    let mut plan = eager.class_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
+    class_call(&stream, &cudnn, &mut plan, 300, "eager S = 300");
+    class_call(&stream, &cudnn, &mut plan, 300, "eager S = 300 again");
+    let serving = plan.serving(&Causal::<64>::new(300).graph().unwrap()).unwrap();
+    assert_eq!((plan.stats().exact_calls, plan.stats().padded_calls, serving), (2, 0, Some(LengthServing::Exact)));
+
+    let none = Arc::new(PlanCache::in_memory().specialization(Specialization::None));
+    let mut plan = none.class_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
+    class_call(&stream, &cudnn, &mut plan, 300, "none S = 300");
+    assert_eq!((plan.stats().exact_calls, plan.stats().padded_calls), (0, 1));
+    assert_eq!(none.stats().specializations_queued, 0);
 }

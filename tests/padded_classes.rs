@@ -379,7 +379,7 @@ fn pad_and_unpad_on_host_round_trip() {
 #[test]
 fn cudnn_plans_the_masked_class_graphs_deviceless() {
     use cudnn_graph::backend::{BackendError, BuildOptions, ExecutionPlan, PaddedPlan};
-    use cudnn_graph::engines::PlanCache;
+    use cudnn_graph::engines::{PlanCache, PlanKey, ServeReason, Specialization};
     use cudnn_graph::serialize::plan::Expect;
     use std::sync::Arc;
     let Some(cudnn) = common::deviceless() else { return };
@@ -425,4 +425,19 @@ fn cudnn_plans_the_masked_class_graphs_deviceless() {
     let e = cache.padded_plan(&cudnn, &Causal::<32>::new(512).graph().unwrap(), &Expect::default(), &options);
     assert!(e.is_err());
     assert_eq!(cache.stats().builds, 1, "the class plan is built once");
+
+    // A lazy cache (dynamic shapes on) still builds class plans specialized to their bound: a
+    // class plan serves every length for as long as it lives, so a dynamic-shape plan (which
+    // cuDNN 9.19 makes for a layer norm) would only cost device time, and a later swap of it
+    // could not reach the padded plan holding it. `class_plan` takes the same entry.
+    let cache = Arc::new(PlanCache::in_memory().specialization(Specialization::Lazy));
+    let class = LayerNormGelu::<4096>::new(4096).graph().unwrap();
+    let graph = ClassGraph::new(&class).unwrap();
+    let e = cache.class_plan(&cudnn, &class, &Expect::default(), &options).unwrap_err();
+    assert!(matches!(e, cudnn_graph::Error::Backend(BackendError::NotOnline { .. })), "{e:?}");
+    let key = PlanKey::new(&cudnn, graph.masked(), &Expect::default());
+    let serving = cache.serving(&key).unwrap();
+    assert_eq!((serving.dynamic_shape, serving.reason), (Some(false), ServeReason::Specialized));
+    assert!(cache.padded_plan(&cudnn, &class, &Expect::default(), &options).is_err());
+    assert_eq!((cache.stats().builds, cache.stats().specializations_queued), (1, 0));
 }

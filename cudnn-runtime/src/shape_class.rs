@@ -7,8 +7,10 @@
 //! shape than it was made for (execute-time shape overrides need cuDNN 9.21), so a call still
 //! runs the plan of its exact shape; through a plan cache with dynamic shapes
 //! (`PlanCache::dynamic_shapes`) that plan finds its kernels already compiled. Attention can do
-//! better through its padding mask: `backend::PaddedPlan` runs every length of a class on the
-//! plan of its bound ([`crate::ir::ClassGraph`]).
+//! better through its padding mask, and row-wise graphs (norms) through their rows:
+//! `backend::PaddedPlan` runs every length of a class on the plan of its bound
+//! ([`crate::ir::ClassGraph`]), and `engines::ClassPlan` adds each length's exact plan where the
+//! cache's specialization policy builds it.
 //!
 //! ```
 //! # use cudnn_runtime as cudnn_graph;

@@ -54,7 +54,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
 use super::execute::check_buffer;
 use super::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
-use crate::ir::{ClassGraph, PadCopy};
+use crate::ir::{Binding, ClassGraph, PadCopy};
 use crate::Graph;
 
 /// A plan made at its class bound, serving calls at every length up to it: attention masked,
@@ -166,6 +166,11 @@ impl PaddedPlan {
         &self.plan
     }
 
+    /// The class plan, shared.
+    pub(crate) fn shared_plan(&self) -> Arc<ExecutionPlan> {
+        Arc::clone(&self.plan)
+    }
+
     /// The class graph and its masked form.
     pub fn graph(&self) -> &ClassGraph {
         &self.graph
@@ -188,29 +193,84 @@ impl PaddedPlan {
     /// [`ExecutionPlan::execute`] checks them. Enqueued on the context's stream.
     pub fn execute(&mut self, cudnn: &Cudnn, call: &Graph, io: &mut [DeviceBuffer<'_>]) -> Result<(), BackendError> {
         let binding = self.graph.bind(call)?;
-        let exact = binding.is_exact();
-        let mut call_io = call.inputs();
-        let inputs = call_io.len();
-        call_io.extend(call.outputs());
+        self.execute_bound(cudnn, call, &binding, io)
+    }
+
+    /// [`PaddedPlan::execute`] of a call already bound to this plan's class graph.
+    pub(crate) fn execute_bound(
+        &mut self,
+        cudnn: &Cudnn,
+        call: &Graph,
+        binding: &Binding,
+        io: &mut [DeviceBuffer<'_>],
+    ) -> Result<(), BackendError> {
+        let call_io = call.io();
         if io.len() != call_io.len() {
             return Err(BackendError::IoCount { graph: call.name.clone(), expected: call_io.len(), found: io.len() });
         }
         // The plan and the context first: nothing is enqueued for a call that cannot run.
         self.plan.target(cudnn)?;
         let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
+        let inputs = call.inputs().len();
         for (i, (buffer, &id)) in io.iter().zip(&call_io).enumerate() {
             check_buffer(call.tensor(id), buffer, i >= inputs, &stream)?;
         }
-        let bytes: Vec<usize> = call_io.iter().map(|&id| call.tensor(id).data_type.size_bytes()).collect();
-
         // The call's addresses, with cudarc's stream-ordering guards held until all is enqueued.
         let mut user = Vec::with_capacity(io.len());
-        let mut guards = Vec::with_capacity(io.len() + self.slots.len() + 1);
+        let mut guards = Vec::with_capacity(io.len());
         for buffer in io.iter_mut() {
             let (address, guard) = buffer.pointer(&stream);
             user.push(address);
             guards.push(guard);
         }
+        // SAFETY: every address is a call buffer checked to hold its tensor, of this stream's
+        // context, guarded (stream-ordered) until the work is enqueued.
+        let launched = unsafe { self.launch(cudnn, &stream, call, binding, &user) };
+        drop(guards);
+        launched
+    }
+
+    /// [`PaddedPlan::execute`] with raw device pointers (`CUdeviceptr`), one per I/O tensor of
+    /// `call` in [`Graph::io`] order (inputs, then outputs), as
+    /// [`ExecutionPlan::execute_raw`] takes them; the padded buffers and the workspace are the
+    /// plan's own. Enqueued on the context's stream.
+    ///
+    /// # Safety
+    /// As [`ExecutionPlan::execute_raw`]'s, for `call`'s tensors: every pointer must address
+    /// device memory of the context's device, aligned to 16 bytes, holding at least its
+    /// tensor's storage in its data type, valid (and, for outputs, not otherwise accessed) until
+    /// the enqueued work completes.
+    pub unsafe fn execute_raw(&mut self, cudnn: &Cudnn, call: &Graph, io: &[u64]) -> Result<(), BackendError> {
+        let binding = self.graph.bind(call)?;
+        let expected = call.io().len();
+        if io.len() != expected {
+            return Err(BackendError::IoCount { graph: call.name.clone(), expected, found: io.len() });
+        }
+        self.plan.target(cudnn)?;
+        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
+        // SAFETY: the caller's.
+        unsafe { self.launch(cudnn, &stream, call, &binding, io) }
+    }
+
+    /// Enqueues a bound call: the copies in, the tails cleared, the lengths set, the class plan,
+    /// the copies out.
+    ///
+    /// # Safety
+    /// `user` holds one address per I/O tensor of `call` ([`Graph::io`] order), each as
+    /// [`PaddedPlan::execute_raw`] requires; `binding` is `call` bound to this plan's graph.
+    unsafe fn launch(
+        &mut self,
+        cudnn: &Cudnn,
+        stream: &Arc<CudaStream>,
+        call: &Graph,
+        binding: &Binding,
+        user: &[u64],
+    ) -> Result<(), BackendError> {
+        let exact = binding.is_exact();
+        let inputs = call.inputs().len();
+        let call_io = call.io();
+        let bytes: Vec<usize> = call_io.iter().map(|&id| call.tensor(id).data_type.size_bytes()).collect();
+        let mut guards = Vec::with_capacity(self.slots.len() + 1);
         let mut addresses = Vec::with_capacity(self.slots.len());
         let mut outputs = Vec::new();
         for slot in &mut self.slots {
@@ -218,20 +278,21 @@ impl PaddedPlan {
                 Slot::Io { index, padded: Some((buffer, zero_from)) } if !exact => {
                     let copy = binding.copies[*index].unwrap_or(PadCopy { rows: 0, call_row: 0, class_row: 0 });
                     let size = bytes[*index];
-                    let (address, guard) = buffer.device_ptr_mut(&stream);
+                    let (address, guard) = buffer.device_ptr_mut(stream);
                     if *index < inputs {
-                        // SAFETY: the call's buffer was checked to hold its tensor (rows blocks of
-                        // call_row elements, packed: ClassGraph::bind), the padded buffer holds
-                        // rows blocks of class_row; both are of this stream's context, guarded.
+                        // SAFETY: the call's buffer holds its tensor (rows blocks of call_row
+                        // elements, packed: ClassGraph::bind; this function's contract), the
+                        // padded buffer holds rows blocks of class_row; both are of this
+                        // stream's context, guarded.
                         unsafe {
-                            copy_blocks(&stream, address, copy.class_row, user[*index], copy.call_row, copy, size)
+                            copy_blocks(stream, address, copy.class_row, user[*index], copy.call_row, copy, size)
                         }
                         .map_err(BackendError::driver("copy an input into its padded buffer"))?;
                         if copy.call_row < *zero_from {
                             let width = (*zero_from - copy.call_row) * size;
                             let start = address + (copy.call_row * size) as u64;
                             // SAFETY: inside each block of the padded buffer (call_row..zero_from).
-                            unsafe { zero_blocks(&stream, start, copy.class_row * size, width, copy.rows) }
+                            unsafe { zero_blocks(stream, start, copy.class_row * size, width, copy.rows) }
                                 .map_err(BackendError::driver("clear a padded buffer's tail"))?;
                         }
                         *zero_from = copy.call_row;
@@ -250,7 +311,7 @@ impl PaddedPlan {
                         stream.memcpy_htod(&host, buffer).map_err(BackendError::driver("set the sequence lengths"))?;
                         *value = want;
                     }
-                    let (address, guard) = buffer.device_ptr_mut(&stream);
+                    let (address, guard) = buffer.device_ptr_mut(stream);
                     addresses.push(address);
                     guards.push(guard);
                 }
@@ -258,19 +319,19 @@ impl PaddedPlan {
         }
         let workspace = match &mut self.workspace {
             Some(w) => {
-                let (address, guard) = w.device_ptr_mut(&stream);
+                let (address, guard) = w.device_ptr_mut(stream);
                 guards.push(guard);
                 address
             }
             None => 0,
         };
-        // SAFETY: every address is a checked call buffer or a buffer of this plan holding its
-        // tensor at the class extents, on this stream's context and guarded until enqueued; the
-        // workspace is the plan's size.
+        // SAFETY: every address is a call buffer (this function's contract) or a buffer of this
+        // plan holding its tensor at the class extents, on this stream's context and guarded
+        // until enqueued; the workspace is the plan's size.
         unsafe { self.plan.execute_raw(cudnn, &addresses, workspace) }?;
         for (padded, to, copy, size) in outputs {
             // SAFETY: as the inputs' copies, the other way.
-            unsafe { copy_blocks(&stream, to, copy.call_row, padded, copy.class_row, copy, size) }
+            unsafe { copy_blocks(stream, to, copy.call_row, padded, copy.class_row, copy, size) }
                 .map_err(BackendError::driver("copy an output out of its padded buffer"))?;
         }
         drop(guards);

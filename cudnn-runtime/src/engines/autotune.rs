@@ -42,8 +42,9 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
-use crate::backend::{BackendError, ByValueScalar, Cudnn, ExecutionPlan, HostScalar};
-use crate::DataType;
+use crate::backend::{BackendError, ByValueScalar, Cudnn, ExecutionPlan, HostScalar, PaddedPlan};
+use crate::ir::TensorId;
+use crate::{DataType, Graph};
 
 /// What the scratch input buffers hold.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -326,22 +327,36 @@ struct Scratch {
 }
 
 impl Scratch {
+    /// Buffers for every I/O tensor of `plan` and its largest workspace.
     fn new(stream: &Arc<CudaStream>, plan: &ExecutionPlan, fill: Fill) -> Result<Self, BackendError> {
-        let (graph, layout) = (plan.graph(), plan.layout());
-        let (mut buffers, mut scalars, mut io) = (Vec::new(), Vec::new(), Vec::with_capacity(layout.io().len()));
-        for (i, id) in layout.io().iter().enumerate() {
+        let layout = plan.layout();
+        Self::of(stream, plan.graph(), layout.io(), |i| layout.is_output(i), plan.max_workspace_size(), fill)
+    }
+
+    /// Buffers for the tensors `io` of `graph` (`output(i)`: whether the `i`th is written, so
+    /// zeroed rather than filled) and a workspace of `workspace` bytes.
+    fn of(
+        stream: &Arc<CudaStream>,
+        graph: &Graph,
+        io: &[TensorId],
+        output: impl Fn(usize) -> bool,
+        workspace: usize,
+        fill: Fill,
+    ) -> Result<Self, BackendError> {
+        let (mut buffers, mut scalars, mut addresses) = (Vec::new(), Vec::new(), Vec::with_capacity(io.len()));
+        for (i, id) in io.iter().enumerate() {
             let t = graph.tensor(*id);
             if t.host_scalar {
                 // An input read on the host when the work is enqueued (an epsilon, a scale): a
                 // positive value of the fill, as such a scalar would be.
                 let value = sample(fill, t.data_type, &mut rng(fill, i as u64)).abs();
                 let scalar = Box::new(HostScalar::new(t.data_type, value));
-                io.push(scalar.address());
+                addresses.push(scalar.address());
                 scalars.push(scalar);
                 continue;
             }
             let bytes = (t.storage_len() * t.data_type.size_bytes()).max(1);
-            let buffer = if layout.is_output(i) {
+            let buffer = if output(i) {
                 stream.alloc_zeros::<u8>(bytes)
             } else {
                 stream.clone_htod(&host_data(t.data_type, bytes, fill, i as u64))
@@ -350,14 +365,13 @@ impl Scratch {
             // The buffers live as long as this value and are used only on `stream`, after the
             // uploads (stream-ordered): their raw addresses stay valid for every execute below,
             // as do the boxed scalars'.
-            io.push(buffer.device_ptr(stream).0);
+            addresses.push(buffer.device_ptr(stream).0);
             buffers.push(buffer);
         }
-        let workspace = stream
-            .alloc_zeros::<u8>(plan.max_workspace_size().max(1))
-            .map_err(BackendError::driver("allocate workspace"))?;
+        let workspace =
+            stream.alloc_zeros::<u8>(workspace.max(1)).map_err(BackendError::driver("allocate workspace"))?;
         let ws = workspace.device_ptr(stream).0;
-        Ok(Scratch { _buffers: buffers, _scalars: scalars, _workspace: workspace, io, workspace: ws })
+        Ok(Scratch { _buffers: buffers, _scalars: scalars, _workspace: workspace, io: addresses, workspace: ws })
     }
 }
 
@@ -434,18 +448,53 @@ fn time_selected(
         }
         Ok(())
     };
+    let samples = sample_runs(stream, options, run)?;
+    let selected = plan.parts()[part.unwrap_or(0)].selected();
+    Ok(samples.timing(part.unwrap_or(0), selected.index, selected.tag()))
+}
+
+/// What [`sample_runs`] measured: µs per execute of each sample, and executes per sample.
+struct Samples {
+    us: Vec<f64>,
+    batch: usize,
+}
+
+impl Samples {
+    fn timing(&self, part: usize, candidate: usize, tag: String) -> Timing {
+        Timing {
+            part,
+            candidate,
+            tag,
+            median_us: median(&self.us),
+            min_us: self.us.iter().copied().fold(f64::INFINITY, f64::min),
+            runs: self.us.len() * self.batch,
+            samples: self.us.len(),
+            batch: self.batch,
+        }
+    }
+}
+
+/// Times `run(n)` (`n` executes enqueued back to back on `stream`) as `options` say: warm-up,
+/// a first timed execute to size the batch to [`AutotuneOptions::sample_us`], then CUDA-event
+/// samples until their median is stable, `max_samples` are taken or the time per candidate is
+/// spent.
+fn sample_runs(
+    stream: &CudaStream,
+    options: &AutotuneOptions,
+    mut run: impl FnMut(usize) -> Result<(), BackendError>,
+) -> Result<Samples, BackendError> {
+    run(options.warmup)?;
     let event = || {
         stream.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(BackendError::driver("cuEventCreate"))
     };
     let (start, end): (CudaEvent, CudaEvent) = (event()?, event()?);
-    let time = |n: usize| -> Result<f64, BackendError> {
+    let mut time = |n: usize| -> Result<f64, BackendError> {
         start.record(stream).map_err(BackendError::driver("cuEventRecord"))?;
         run(n)?;
         end.record(stream).map_err(BackendError::driver("cuEventRecord"))?;
         let ms = start.elapsed_ms(&end).map_err(BackendError::driver("cuEventElapsedTime"))?;
         Ok(f64::from(ms) * 1e3 / n as f64)
     };
-    run(options.warmup)?;
     stream.synchronize().map_err(BackendError::driver("cuStreamSynchronize"))?;
     let first = time(1)?;
     let batch = if first > 0.0 { (options.sample_us / first).round().clamp(1.0, 1000.0) as usize } else { 1000 };
@@ -466,17 +515,7 @@ fn time_selected(
             }
         }
     }
-    let selected = plan.parts()[part.unwrap_or(0)].selected();
-    Ok(Timing {
-        part: part.unwrap_or(0),
-        candidate: selected.index,
-        tag: selected.tag(),
-        median_us: median(&samples),
-        min_us: samples.iter().copied().fold(f64::INFINITY, f64::min),
-        runs: samples.len() * batch,
-        samples: samples.len(),
-        batch,
-    })
+    Ok(Samples { us: samples, batch })
 }
 
 fn online_stream(cudnn: &Cudnn, plan: &ExecutionPlan) -> Result<Arc<CudaStream>, BackendError> {
@@ -686,6 +725,40 @@ pub fn measure(cudnn: &Cudnn, plan: &ExecutionPlan, options: &AutotuneOptions) -
     drop(scratch);
     synced?;
     timed
+}
+
+/// Times `call` run on the padded plan `padded` ([`PaddedPlan::execute`]: its copies in and
+/// out, the class plan at the class extents) as [`measure`] times a plan, with scratch buffers
+/// of the call's tensors: the device time a call at that length costs on the class plan, to set
+/// against the plan made for the call's exact shape (what [`PlanCache::class_plan`]'s lazy policy
+/// compares).
+///
+/// [`PlanCache::class_plan`]: super::PlanCache::class_plan
+pub fn measure_padded(
+    cudnn: &Cudnn,
+    padded: &mut PaddedPlan,
+    call: &Graph,
+    options: &AutotuneOptions,
+) -> Result<Timing, BackendError> {
+    let stream = online_stream(cudnn, padded.plan())?;
+    let io = call.io();
+    let inputs = call.inputs().len();
+    let scratch = Scratch::of(&stream, call, &io, |i| i >= inputs, 0, options.fill)?;
+    let run = |n: usize| -> Result<(), BackendError> {
+        for _ in 0..n {
+            // SAFETY: the scratch buffers hold every I/O tensor of the call (sized from its dims
+            // and strides), are 256-byte aligned (cuMemAlloc), live on this context and outlive
+            // the enqueued work (the stream is synchronized before they are freed).
+            unsafe { padded.execute_raw(cudnn, call, &scratch.io) }?;
+        }
+        Ok(())
+    };
+    let timed = sample_runs(&stream, options, run);
+    let synced = stream.synchronize().map_err(BackendError::driver("cuStreamSynchronize"));
+    drop(scratch);
+    synced?;
+    let selected = padded.plan().parts()[0].selected();
+    Ok(timed?.timing(0, selected.index, selected.tag()))
 }
 
 #[cfg(test)]

@@ -32,7 +32,8 @@
 //! policy ([`Specialization`]: eager, lazy, none). Lazy serves the dynamic-shape plan and builds
 //! and times the specialized one on a background thread, swapping it in at a later lookup only if
 //! it is faster; a swap replaces the cache's `Arc`s, so whoever holds the old plan (a CUDA graph
-//! among them) keeps it. Every entry records why it serves its plan ([`ServeReason`]:
+//! among them) keeps it. A [`ClassPlan`](super::ClassPlan) ([`PlanCache::class_plan`](PlanCache::class_plan)) applies the same policy to
+//! the lengths of a shape class, with the padded class plan where the dynamic-shape plan is. Every entry records why it serves its plan ([`ServeReason`]:
 //! [`CachedPlan::reason`], [`PlanCache::serving`], the stats and `tracing`).
 //!
 //! **Threads.** The cache is `Send + Sync`: one `Mutex` around the map, held only to look up or
@@ -74,7 +75,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use super::lru::{Evicted, Lru, Weigh};
@@ -338,18 +339,22 @@ pub struct CacheStats {
     pub budget: usize,
     /// The specialization policy ([`PlanCache::specialization`]).
     pub specialization: Specialization,
-    /// Specialized plans queued for the background worker ([`Specialization::Lazy`]).
+    /// Specialized plans queued for the background worker ([`Specialization::Lazy`]): for a
+    /// dynamic-shape entry, or for a length of a [`ClassPlan`](super::ClassPlan).
     pub specializations_queued: u64,
     /// Of those, waiting or being built and timed now.
     pub specializations_pending: usize,
-    /// Specialized plans swapped in, timed faster than the dynamic-shape plan they replaced.
+    /// Specialized plans swapped in, timed faster than the dynamic-shape plan they replaced (or
+    /// than the padded call, for a class plan's length).
     pub specializations_swapped: u64,
-    /// Specialized plans dropped because they were not faster.
+    /// Specialized plans dropped because they were not faster (the dynamic-shape plan, or the
+    /// padded plan, stays).
     pub specializations_kept_dynamic: u64,
     /// Specializations that failed (not built, not timed, not stored) or were not queued (the
     /// queue was full); the dynamic-shape plan stays.
     pub specializations_failed: u64,
-    /// Specializations finished after their entry was replaced, evicted or cleared: dropped.
+    /// Specializations finished after their entry was replaced, evicted or cleared, or after
+    /// their class plan was dropped: dropped (a class plan's faster exact plan is still stored).
     pub specializations_stale: u64,
 }
 
@@ -399,15 +404,45 @@ struct SpecializationCounters {
     stale: AtomicU64,
 }
 
-/// A background specialization, finished: the entry it was for (and the dynamic-shape plan that
-/// entry held), and its outcome.
-struct Specialized {
-    key: PlanKey,
-    dynamic: Arc<ExecutionPlan>,
-    outcome: Outcome,
+/// A background specialization, finished: the entry it was for, what it was timed against, and
+/// its outcome.
+pub(super) struct Specialized {
+    pub(super) key: PlanKey,
+    pub(super) against: Against,
+    pub(super) outcome: Outcome,
 }
 
-enum Outcome {
+/// Where the cache hands a class plan its finished background specializations.
+pub(super) type Inbox = Mutex<Vec<(Vec<usize>, Arrival)>>;
+
+/// A finished background specialization of one length, as the cache settled it.
+pub(super) enum Arrival<P = ExecutionPlan> {
+    /// The exact plan is faster; the cache holds it under `key`.
+    Faster {
+        key: PlanKey,
+        plan: Weak<P>,
+        padded_us: f64,
+        exact_us: f64,
+    },
+    NotFaster {
+        padded_us: f64,
+        exact_us: f64,
+    },
+    Failed(String),
+}
+
+/// What a specialized plan was timed against.
+pub(super) enum Against {
+    /// The dynamic-shape plan its entry held.
+    Dynamic(Arc<ExecutionPlan>),
+    /// A call of this length on a class plan's padded plan ([`ClassPlan`](super::ClassPlan)): the outcome goes to
+    /// its inbox, if the class plan still lives.
+    Padded { inbox: Weak<Inbox>, length: Vec<usize> },
+}
+
+/// The outcome of a background specialization; the times are the baseline's (`dynamic_us`: the
+/// dynamic-shape plan, or the padded call) and the specialized plan's.
+pub(super) enum Outcome {
     /// Faster: the plan, its payload (already in the directory, if any) and both times.
     Faster {
         plan: Arc<ExecutionPlan>,
@@ -922,9 +957,26 @@ impl PlanCache {
         options: &BuildOptions,
     ) -> crate::Result<(PaddedPlan, CachedPlan)> {
         let graph = ClassGraph::new(class).map_err(BackendError::from)?;
-        let cached = self.get_or_build(cudnn, graph.masked(), expect, options)?;
+        let cached = self.class_plan_of(cudnn, &graph, expect, options)?;
         let padded = PaddedPlan::from_plan(cudnn, graph, Arc::clone(&cached.plan))?;
         Ok((padded, cached))
+    }
+
+    /// The plan of `graph`'s masked graph, looked up or built specialized to the class bound
+    /// whatever the policy: a class plan serves every length of its class for as long as it
+    /// lives, so a dynamic-shape plan (and a lazy swap of it that would not reach the padded
+    /// plan holding it) buys nothing.
+    pub(super) fn class_plan_of(
+        &self,
+        cudnn: &Cudnn,
+        graph: &ClassGraph,
+        expect: &Expect,
+        options: &BuildOptions,
+    ) -> crate::Result<CachedPlan> {
+        let masked = graph.masked();
+        self.get_or_make(cudnn, masked, expect, options, || {
+            Ok((ExecutionPlan::build(cudnn, masked, options)?, ServeReason::Specialized))
+        })
     }
 
     /// [`PlanCache::get_or_build`] with the plan made by `make` on a miss (built with
@@ -1042,25 +1094,50 @@ impl PlanCache {
                 signing.as_ref(),
                 path.as_deref(),
             );
-            Specialized { key: task_key, dynamic, outcome }
+            Specialized { key: task_key, against: Against::Dynamic(dynamic), outcome }
         });
         let if_panicked = Specialized {
             key: key.clone(),
-            dynamic: plan.clone(),
+            against: Against::Dynamic(plan.clone()),
             outcome: Outcome::Failed("the background build panicked".into()),
         };
-        match self.worker.push(task, if_panicked, MAX_PENDING_SPECIALIZATIONS) {
-            Ok(()) => {
-                self.specializations.queued.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(fingerprint = format_args!("{:#018x}", key.graph_fingerprint), "specialization queued");
-                None
-            }
+        match self.queue(task, if_panicked) {
+            Ok(()) => None,
             Err(PushError::Full) => Some(self.not_queued(&key, ServeReason::LazyQueueFull)),
             Err(PushError::Spawn(e)) => Some(self.not_queued(
                 &key,
                 ServeReason::LazyFailed { reason: format!("the specialization worker cannot start: {e}") },
             )),
         }
+    }
+
+    /// Queues a background specialization on the worker, counted.
+    pub(super) fn queue(&self, task: Task<Specialized>, if_panicked: Specialized) -> Result<(), PushError> {
+        let key = if_panicked.key.graph_fingerprint;
+        self.worker.push(task, if_panicked, MAX_PENDING_SPECIALIZATIONS)?;
+        self.specializations.queued.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(fingerprint = format_args!("{key:#018x}"), "specialization queued");
+        Ok(())
+    }
+
+    /// Counts a specialization that could not be queued (the entry-less kind: a class plan's).
+    pub(super) fn count_not_queued(&self) {
+        self.specializations.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Swaps in what the worker has finished since the last call.
+    pub(super) fn settle(&self) {
+        self.settle_specializations(self.worker.take_done());
+    }
+
+    /// Marks `key`'s entry used, if it is held (its recency, for the budget's eviction order).
+    pub(super) fn touch(&self, key: &PlanKey) {
+        self.entries().get(key);
+    }
+
+    /// The key payloads are signed with ([`PlanCache::with_key`]).
+    pub(super) fn signing(&self) -> Option<&PayloadKey> {
+        self.key.as_ref()
     }
 
     /// Records on `key`'s entry that its specialization was not queued, and why.
@@ -1088,7 +1165,14 @@ impl PlanCache {
     /// recorded. One whose entry no longer holds the dynamic-shape plan it was timed against
     /// (replaced, evicted, cleared) is dropped.
     fn settle_specializations(&self, done: Vec<Specialized>) {
-        for Specialized { key, dynamic, outcome } in done {
+        for Specialized { key, against, outcome } in done {
+            let dynamic = match against {
+                Against::Dynamic(plan) => plan,
+                Against::Padded { inbox, length } => {
+                    self.settle_padded(key, &inbox, length, outcome);
+                    continue;
+                }
+            };
             let current = self.entries().get(&key).is_some_and(|e| e.plans.iter().any(|p| Arc::ptr_eq(p, &dynamic)));
             let fingerprint = format_args!("{:#018x}", key.graph_fingerprint).to_string();
             if !current {
@@ -1113,6 +1197,40 @@ impl PlanCache {
                     self.set_reason(&key, ServeReason::LazyFailed { reason });
                     self.specializations.failed.fetch_add(1, Ordering::Relaxed);
                 }
+            }
+        }
+    }
+
+    /// Applies a class plan's finished specialization: a faster exact plan is stored as the
+    /// call graph's entry ([`ServeReason::FasterThanPadded`]) and handed to the class plan, which
+    /// holds it weakly (the entry is evicted by the budget like any other); either way the class
+    /// plan hears the outcome, if it still lives.
+    fn settle_padded(&self, key: PlanKey, inbox: &Weak<Inbox>, length: Vec<usize>, outcome: Outcome) {
+        let fingerprint = format_args!("{:#018x}", key.graph_fingerprint).to_string();
+        let arrival = match outcome {
+            Outcome::Faster { plan, payload, payload_bytes, dynamic_us: padded_us, specialized_us: exact_us } => {
+                tracing::debug!(fingerprint, padded_us, exact_us, "exact plan swapped in for a padded length");
+                let weak = Arc::downgrade(&plan);
+                let reason = ServeReason::FasterThanPadded { padded_us, exact_us };
+                self.remember(key.clone(), *payload, payload_bytes, Some(plan), reason);
+                self.specializations.swapped.fetch_add(1, Ordering::Relaxed);
+                Arrival::Faster { key, plan: weak, padded_us, exact_us }
+            }
+            Outcome::NotFaster { dynamic_us: padded_us, specialized_us: exact_us } => {
+                tracing::debug!(fingerprint, padded_us, exact_us, "padded plan kept: the exact plan is not faster");
+                self.specializations.kept.fetch_add(1, Ordering::Relaxed);
+                Arrival::NotFaster { padded_us, exact_us }
+            }
+            Outcome::Failed(reason) => {
+                tracing::debug!(fingerprint, reason = %reason, "exact plan failed: padded plan kept");
+                self.specializations.failed.fetch_add(1, Ordering::Relaxed);
+                Arrival::Failed(reason)
+            }
+        };
+        match inbox.upgrade() {
+            Some(inbox) => inbox.lock().unwrap_or_else(PoisonError::into_inner).push((length, arrival)),
+            None => {
+                self.specializations.stale.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -1364,6 +1482,21 @@ fn specialize_in_background(
         (Err(e), _) => return Outcome::Failed(format!("the dynamic-shape plan cannot be timed: {e}")),
         (_, Err(e)) => return Outcome::Failed(format!("the specialized plan cannot be timed: {e}")),
     };
+    faster_or_not(cudnn, plan, expect, signing, path, dynamic_us, specialized_us)
+}
+
+/// The outcome of a specialized `plan` timed against its baseline: not faster (by
+/// [`specialized_is_faster`]), or faster with its payload written (to `path` too, atomically)
+/// for the cache to swap in.
+pub(super) fn faster_or_not(
+    cudnn: &Cudnn,
+    plan: ExecutionPlan,
+    expect: &Expect,
+    signing: Option<&PayloadKey>,
+    path: Option<&Path>,
+    dynamic_us: f64,
+    specialized_us: f64,
+) -> Outcome {
     if !specialized_is_faster(dynamic_us, specialized_us) {
         return Outcome::NotFaster { dynamic_us, specialized_us };
     }

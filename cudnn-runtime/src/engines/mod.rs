@@ -9,23 +9,28 @@
 //!    and keeps within a byte budget, least recently used first (`lru.rs`).
 //! 4. [`specialize`]: the specialization policy of a cache with dynamic shapes (eager, lazy,
 //!    none), what each shape is served and why, and the lazy policy's background worker.
+//! 5. [`class_plan`]: every length of a shape class on one padded class plan, the policy
+//!    deciding when a length gets its exact plan.
 //!
 //! These sat in `backend` before; they moved here because they use the backend *and* the
 //! reference executor (and plan payloads), so the backend can stay below them.
 
 mod autotune;
 pub mod cache;
+pub mod class_plan;
 pub mod engine;
 mod lru;
 pub mod specialize;
 
 pub use autotune::{
-    autotune, measure, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming, ProgressFn, Timing,
+    autotune, measure, measure_padded, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming,
+    ProgressFn, Timing,
 };
 pub use cache::{
     CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, StructureKey,
     DEFAULT_BUDGET_BYTES, SHARED_PLANS,
 };
+pub use class_plan::{ClassPlan, ClassPlanStats, LengthServing, MAX_CLASS_LENGTHS};
 pub use engine::{Engine, EngineId, Router};
 pub use specialize::{
     median_us, specialized_is_faster, PlanTimer, ServeReason, Serving, Specialization, MAX_PENDING_SPECIALIZATIONS,

@@ -111,6 +111,14 @@ pub enum ServeReason {
     },
     /// The dynamic-shape plan, kept: [`MAX_PENDING_SPECIALIZATIONS`] were already waiting.
     LazyQueueFull,
+    /// The plan of a call's exact shape, which a [`ClassPlan`](super::ClassPlan) built in the
+    /// background and timed faster than the same call on its padded class plan.
+    FasterThanPadded {
+        /// The call on the padded class plan, µs per execute.
+        padded_us: f64,
+        /// The exact plan, µs per execute.
+        exact_us: f64,
+    },
     /// An ordinary plan, because cuDNN plans no dynamic-shape graph of this structure (attention
     /// backward and graphs of pointwise ops alone, with cuDNN 9.19): it is already specialized.
     StaticOnly,
@@ -139,6 +147,9 @@ impl fmt::Display for ServeReason {
             ),
             ServeReason::LazyFailed { reason } => write!(f, "dynamic-shape plan kept: {reason}"),
             ServeReason::LazyQueueFull => f.write_str("dynamic-shape plan kept: the specialization queue was full"),
+            ServeReason::FasterThanPadded { padded_us, exact_us } => {
+                write!(f, "exact plan of a class length: {exact_us:.2} µs against {padded_us:.2} µs padded")
+            }
             ServeReason::StaticOnly => f.write_str("ordinary plan: cuDNN plans no dynamic-shape graph of it"),
             ServeReason::OptionsChoose => f.write_str("built as the options ask"),
             ServeReason::Caller => f.write_str("made by the caller"),
