@@ -3,7 +3,7 @@
 //! the device against plans made for each shape by heuristics.
 //!
 //! ```text
-//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device,policy] [--device-properties DEVPROP.json]
+//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device,policy,padded,lazy] [--device-properties DEVPROP.json]
 //! ```
 //!
 //! With `--device-properties` (a deviceless context for the GPU it describes) `host` runs, and
@@ -36,16 +36,23 @@
 //!   execute of that S: the host work of a new length), and the device time of the padded call
 //!   (copies included) against the exact plan of that S (`exact_us`, heuristics), both timed as
 //!   CUDA-event batches of back-to-back executes (median of 7 batches of 20), and `ratio`.
+//! - `lazy` (GPU only): the same three graphs and lengths through class plans (`pow2`) under
+//!   the lazy policy (`PlanCache::class_plan`): per S `first_call_us` (a new length's first
+//!   call: padded, its exact plan queued), `settle_ms` (waiting for the background builds after
+//!   the last first call), what the length then runs (`serving`, `exact_served`) and its device
+//!   time `lazy_us` against the exact plan's `exact_us` (same method as `padded`), and `ratio`
+//!   (the issue's target: within 1.05). A row `{case}_lazy_cache` gives the cache's counters.
 //!
 //! Every figure is one JSON object per line on stdout (`case`, `impl`, figures), as
 //! `examples/bench.rs` prints them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cudnn_graph::backend::cudarc::driver::sys::CUevent_flags;
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, PaddedPlan};
-use cudnn_graph::engines::{measure, AutotuneOptions, PlanCache, Specialization, DEFAULT_BUDGET_BYTES};
+use cudnn_graph::engines::{measure, AutotuneOptions, ClassPlan, PlanCache, Specialization, DEFAULT_BUDGET_BYTES};
 use cudnn_graph::ops::PointwiseMode;
 use cudnn_graph::serialize::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphBuilder, Operand};
@@ -312,6 +319,67 @@ fn padded(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Class plans under the lazy policy (`PlanCache::class_plan`): each new length runs padded at
+/// once while its exact plan is built and timed in the background; once those are done, what
+/// each length runs and its device time against the exact plan's.
+fn lazy(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
+    let stream = cudnn.stream().ok_or("class plans need a GPU")?.clone();
+    let lengths = [128, 200, 300, 512, 700, 1024, 1500, 2048, 3000, 4096, 6000, 8192];
+    let options = BuildOptions::default();
+    let cases: [Family; 3] = [("sdpa_fwd", sdpa_forward), ("sdpa_bwd", sdpa_backward), ("layernorm", layernorm)];
+    for (case, graph) in cases {
+        let cache = Arc::new(PlanCache::in_memory().specialization(Specialization::Lazy));
+        let mut plans: Vec<(i64, ClassPlan)> = Vec::new();
+        let mut calls = Vec::new();
+        for &s in &lengths {
+            let class = (s as u64).next_power_of_two() as i64;
+            if !plans.iter().any(|(c, _)| *c == class) {
+                plans.push((class, cache.class_plan(cudnn, &graph(class)?, &Expect::default(), &options)?));
+            }
+            let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
+            let g = graph(s)?;
+            let mut buffers = buffers(&stream, &g)?;
+            let inputs = g.inputs().len();
+            // A new length's first call: its graph, the padded execute (enqueued) and queueing
+            // its exact plan.
+            let began = std::time::Instant::now();
+            let call = graph(s)?;
+            plan.execute(cudnn, &call, &mut bind(&mut buffers, inputs))?;
+            let first_call_us = began.elapsed().as_secs_f64() * 1e6;
+            stream.synchronize()?;
+            calls.push((s, class, call, buffers, inputs, first_call_us));
+        }
+        let began = std::time::Instant::now();
+        for (_, plan) in &mut plans {
+            plan.wait_for_specializations();
+        }
+        let settle_ms = ms(began.elapsed());
+        for (s, class, call, mut buffers, inputs, first_call_us) in calls {
+            let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
+            let serving = plan.serving(&call)?.ok_or("an untracked length")?;
+            let lazy_us = time_us(&stream, 20, || Ok(plan.execute(cudnn, &call, &mut bind(&mut buffers, inputs))?))?;
+            let exact = ExecutionPlan::build(cudnn, &call, &options)?;
+            let mut workspace = stream.alloc_zeros::<u8>(exact.workspace_size().max(1))?;
+            let exact_us = time_us(&stream, 20, || {
+                Ok(exact.execute(cudnn, &mut bind(&mut buffers, inputs), Some(&mut workspace))?)
+            })?;
+            emit(json!({
+                "case": format!("{case}_lazy"), "impl": "pow2", "s": s, "class": class,
+                "first_call_us": first_call_us, "settle_ms": settle_ms, "exact_served": serving.is_exact(),
+                "serving": serving.to_string(), "lazy_us": lazy_us, "exact_us": exact_us, "ratio": lazy_us / exact_us,
+            }));
+        }
+        let stats = cache.stats();
+        emit(json!({
+            "case": format!("{case}_lazy_cache"), "impl": "pow2",
+            "queued": stats.specializations_queued, "swapped": stats.specializations_swapped,
+            "kept": stats.specializations_kept_dynamic, "failed": stats.specializations_failed,
+            "entries": stats.entries, "bytes": stats.bytes,
+        }));
+    }
+    Ok(())
+}
+
 /// One I/O buffer: bf16, or f32 statistics and norm parameters.
 enum Buffer {
     Bf16(CudaSlice<half::bf16>),
@@ -373,6 +441,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if wants("padded") && online {
         padded(&cudnn)?;
+    }
+    if wants("lazy") && online {
+        lazy(&cudnn)?;
     }
     Ok(())
 }
