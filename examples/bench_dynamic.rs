@@ -3,7 +3,7 @@
 //! the device against plans made for each shape by heuristics.
 //!
 //! ```text
-//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device,policy,padded,lazy] [--device-properties DEVPROP.json]
+//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device,policy,padded,lazy,churn] [--device-properties DEVPROP.json]
 //! ```
 //!
 //! With `--device-properties` (a deviceless context for the GPU it describes) `host` runs, and
@@ -42,6 +42,13 @@
 //!   the last first call), what the length then runs (`serving`, `exact_served`) and its device
 //!   time `lazy_us` against the exact plan's `exact_us` (same method as `padded`), and `ratio`
 //!   (the issue's target: within 1.05). A row `{case}_lazy_cache` gives the cache's counters.
+//! - `churn` (GPU only): 10 000 attention-forward calls (`--quick`: 1 000) at S drawn uniformly
+//!   from 1 … 8192 through `pow2` class plans of one cache with an 8 MiB budget, policy `none`,
+//!   then `lazy` (`impl`) specializing at a length's first call and at its fourth
+//!   (`specialize_after`): the host time per call (p50, p99, max, how many over 5 ms), the
+//!   cache's unpinned bytes against its budget (the largest seen, sampled every 100 calls), and
+//!   the counters: specializations queued, swapped, kept, failed; evictions; padded and exact
+//!   calls; exact plans found evicted.
 //!
 //! Every figure is one JSON object per line on stdout (`case`, `impl`, figures), as
 //! `examples/bench.rs` prints them.
@@ -380,6 +387,82 @@ fn lazy(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// A random workload through class plans: `calls` attention-forward calls (`[1, 16, S, 128]`,
+/// causal) at S drawn uniformly from 1 … 8192, on `pow2` class plans of one lazy cache with a
+/// small budget, so that exact plans are built, swapped in, evicted and built again while it
+/// runs; and the same with the policy `none` (padded only, no background work), for the host
+/// time the background builds cost the caller, and with a threshold (`specialize_after`). Each call's host time (its graph and the enqueued execute; the stream is synchronized
+/// after each, untimed), the cache's bytes against its budget sampled every 100 calls, and the
+/// counters at the end.
+fn churn(cudnn: &Cudnn, calls: usize) -> Result<(), Box<dyn std::error::Error>> {
+    for (policy, after) in [(Specialization::None, 1), (Specialization::Lazy, 1), (Specialization::Lazy, 4)] {
+        churn_with(cudnn, calls, policy, after)?;
+    }
+    Ok(())
+}
+
+fn churn_with(
+    cudnn: &Cudnn,
+    calls: usize,
+    policy: Specialization,
+    after: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let stream = cudnn.stream().ok_or("class plans need a GPU")?.clone();
+    const BUDGET: usize = 8 << 20;
+    let cache = Arc::new(PlanCache::in_memory().with_budget(BUDGET).specialization(policy));
+    let options = BuildOptions::default();
+    // Buffers for the longest call serve every call: a longer buffer than a tensor needs is
+    // accepted, and its first elements are used.
+    let widest = sdpa_forward(8192)?;
+    let mut buffers = buffers(&stream, &widest)?;
+    let inputs = widest.inputs().len();
+    let mut plans: Vec<(i64, ClassPlan)> = Vec::new();
+    let mut rng = cudnn_graph::rng::SplitMix64::new(19);
+    let (mut host_us, mut max_unpinned, mut max_pinned, mut distinct) =
+        (Vec::with_capacity(calls), 0, 0, std::collections::HashSet::new());
+    let began = std::time::Instant::now();
+    for i in 0..calls {
+        let s = 1 + (rng.next_u64() % 8192) as i64;
+        distinct.insert(s);
+        let class = (s as u64).next_power_of_two() as i64;
+        if !plans.iter().any(|(c, _)| *c == class) {
+            let plan = cache.class_plan(cudnn, &sdpa_forward(class)?, &Expect::default(), &options)?;
+            plans.push((class, plan.specialize_after(after)));
+        }
+        let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
+        let t = std::time::Instant::now();
+        let call = sdpa_forward(s)?;
+        plan.execute(cudnn, &call, &mut bind(&mut buffers, inputs))?;
+        host_us.push(t.elapsed().as_secs_f64() * 1e6);
+        stream.synchronize()?;
+        if i % 100 == 99 {
+            let stats = cache.stats();
+            max_unpinned = max_unpinned.max(stats.bytes - stats.pinned_bytes);
+            max_pinned = max_pinned.max(stats.pinned_bytes);
+        }
+    }
+    let wall_s = began.elapsed().as_secs_f64();
+    let stats = cache.stats();
+    let sum =
+        |f: fn(&cudnn_graph::engines::ClassPlanStats) -> u64| -> u64 { plans.iter().map(|(_, p)| f(&p.stats())).sum() };
+    host_us.sort_by(f64::total_cmp);
+    let at = |q: f64| host_us[((host_us.len() - 1) as f64 * q) as usize];
+    emit(json!({
+        "case": "sdpa_fwd_churn", "impl": policy.to_string(), "specialize_after": after, "calls": calls, "distinct_lengths": distinct.len(),
+        "class_plans": plans.len(), "wall_s": wall_s, "budget": BUDGET,
+        "max_unpinned_bytes": max_unpinned, "max_pinned_bytes": max_pinned, "bytes": stats.bytes,
+        "entries": stats.entries, "evictions": stats.evictions,
+        "queued": stats.specializations_queued, "swapped": stats.specializations_swapped,
+        "kept": stats.specializations_kept_dynamic, "failed": stats.specializations_failed,
+        "padded_calls": sum(|s| s.padded_calls), "exact_calls": sum(|s| s.exact_calls),
+        "exact_evicted": sum(|s| s.exact_evicted), "forgotten": sum(|s| s.forgotten),
+        "lengths_tracked": plans.iter().map(|(_, p)| p.stats().lengths).sum::<usize>(),
+        "host_us_p50": at(0.5), "host_us_p99": at(0.99), "host_us_max": at(1.0),
+        "calls_over_5ms": host_us.iter().filter(|&&t| t > 5000.0).count(),
+    }));
+    Ok(())
+}
+
 /// One I/O buffer: bf16, or f32 statistics and norm parameters.
 enum Buffer {
     Bf16(CudaSlice<half::bf16>),
@@ -444,6 +527,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if wants("lazy") && online {
         lazy(&cudnn)?;
+    }
+    if wants("churn") && online {
+        churn(&cudnn, if quick { 1000 } else { 10_000 })?;
     }
     Ok(())
 }

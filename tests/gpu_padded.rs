@@ -313,6 +313,15 @@ fn gpu_class_plans_swap_in_exact_plans_by_policy() {
     let key = PlanKey::new(&cudnn, &Causal::<64>::new(64).graph().unwrap(), &Expect::default());
     assert!(matches!(cache.serving(&key).unwrap().reason, ServeReason::FasterThanPadded { .. }));
 
+    // A threshold: a length is specialized at its second call, not its first.
+    let mut plan = cache.class_plan(&cudnn, &class, &Expect::default(), &options).unwrap().specialize_after(2);
+    let s300 = Causal::<64>::new(300).graph().unwrap();
+    class_call(&stream, &cudnn, &mut plan, 300, "lazy after 2, S = 300, first call");
+    assert_eq!(plan.serving(&s300).unwrap(), Some(LengthServing::Cold));
+    class_call(&stream, &cudnn, &mut plan, 300, "lazy after 2, S = 300, second call");
+    plan.wait_for_specializations();
+    assert!(plan.serving(&s300).unwrap().is_some_and(|s| s.is_exact()), "{:?}", plan.serving(&s300));
+
     let eager = Arc::new(PlanCache::in_memory());
     let mut plan = eager.class_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
     class_call(&stream, &cudnn, &mut plan, 300, "eager S = 300");

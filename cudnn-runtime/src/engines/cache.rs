@@ -1120,6 +1120,11 @@ impl PlanCache {
         Ok(())
     }
 
+    /// Whether a task queued now would be refused: [`MAX_PENDING_SPECIALIZATIONS`] are waiting.
+    pub(super) fn queue_is_full(&self) -> bool {
+        self.worker.waiting() >= MAX_PENDING_SPECIALIZATIONS
+    }
+
     /// Counts a specialization that could not be queued (the entry-less kind: a class plan's).
     pub(super) fn count_not_queued(&self) {
         self.specializations.failed.fetch_add(1, Ordering::Relaxed);

@@ -53,6 +53,10 @@ const RECENT_CALLS: usize = 8;
 pub enum LengthServing {
     /// The padded class plan, as the policy says ([`Specialization::None`]).
     Padded,
+    /// The padded class plan: the length has had fewer calls than
+    /// [`ClassPlan::specialize_after`] asks before its exact plan is built
+    /// ([`Specialization::Lazy`]).
+    Cold,
     /// The padded class plan, while the exact plan is built and timed in the background
     /// ([`Specialization::Lazy`]).
     Pending,
@@ -95,6 +99,7 @@ impl std::fmt::Display for LengthServing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LengthServing::Padded => f.write_str("padded class plan (policy: none)"),
+            LengthServing::Cold => f.write_str("padded class plan: not called often enough yet to specialize"),
             LengthServing::Pending => f.write_str("padded class plan while the exact plan is built"),
             LengthServing::Exact => f.write_str("exact plan (policy: eager)"),
             LengthServing::ExactFaster { padded_us, exact_us } => {
@@ -166,6 +171,7 @@ pub struct ClassPlan {
     workspace: Option<CudaSlice<u8>>,
     padded_calls: u64,
     exact_calls: u64,
+    specialize_after: u64,
 }
 
 impl std::fmt::Debug for ClassPlan {
@@ -193,7 +199,19 @@ impl ClassPlan {
             workspace: None,
             padded_calls: 0,
             exact_calls: 0,
+            specialize_after: 1,
         }
+    }
+
+    /// Under [`Specialization::Lazy`], queues a length's exact plan at its `calls`th call (at
+    /// least 1; 1, the default, is at its first, as TensorRT-RTX's lazy specialization). Each
+    /// background build costs the worker a plan build and its timing, and the caller host time
+    /// while cuDNN loads the new plan's kernels (`docs/benchmarks.md`, "Class plans under a
+    /// random workload"): a workload of many lengths each seen a few times is better served with
+    /// a threshold, or with [`Specialization::None`].
+    pub fn specialize_after(mut self, calls: u64) -> Self {
+        self.specialize_after = calls.max(1);
+        self
     }
 
     /// The padded class plan.
@@ -237,25 +255,34 @@ impl ClassPlan {
             return self.execute_exact(cudnn, &plan, io);
         }
         match self.policy {
-            Specialization::None => self.lengths.track(length, LengthServing::Padded, None),
-            Specialization::Eager if !self.lengths.map.contains_key(&length) => {
-                match self.cache.get_or_build(cudnn, call, &self.expect, &self.options) {
-                    Ok(cached) => {
-                        let key = PlanKey::new(cudnn, call, &self.expect);
-                        self.lengths.track(length, LengthServing::Exact, Some((key, Arc::downgrade(&cached.plan))));
-                        return self.execute_exact(cudnn, &cached.plan, io);
-                    }
-                    Err(e) => {
-                        let reason = format!("the exact plan does not build: {e}");
-                        self.lengths.track(length, LengthServing::Failed { reason }, None);
+            Specialization::None => {
+                self.lengths.call(&length, || LengthServing::Padded);
+            }
+            Specialization::Eager => {
+                if self.lengths.call(&length, || LengthServing::Cold) == 1 {
+                    match self.cache.get_or_build(cudnn, call, &self.expect, &self.options) {
+                        Ok(cached) => {
+                            let key = PlanKey::new(cudnn, call, &self.expect);
+                            let exact = Some((key, Arc::downgrade(&cached.plan)));
+                            self.lengths.set(&length, LengthServing::Exact, exact);
+                            return self.execute_exact(cudnn, &cached.plan, io);
+                        }
+                        Err(e) => {
+                            let reason = format!("the exact plan does not build: {e}");
+                            self.lengths.set(&length, LengthServing::Failed { reason }, None);
+                        }
                     }
                 }
             }
-            Specialization::Lazy if self.lengths.needs_queueing(&length) => {
-                let serving = self.queue(cudnn, call, length.clone());
-                self.lengths.track(length, serving, None);
+            Specialization::Lazy => {
+                let calls = self.lengths.call(&length, || LengthServing::Cold);
+                if calls >= self.specialize_after {
+                    if let Some(retry) = self.lengths.to_queue(&length) {
+                        let serving = self.queue(cudnn, call, &length, retry);
+                        self.lengths.set(&length, serving, None);
+                    }
+                }
             }
-            _ => self.lengths.used(&length),
         }
         self.padded.execute_bound(cudnn, call, &self.recent[0].1, io)?;
         self.padded_calls += 1;
@@ -320,7 +347,15 @@ impl ClassPlan {
 
     /// Queues the background build and timing of `call`'s exact plan; what the length runs
     /// meanwhile.
-    fn queue(&self, cudnn: &Cudnn, call: &Graph, length: Vec<usize>) -> LengthServing {
+    /// `retry`: the length found the queue full before, and was counted then.
+    fn queue(&self, cudnn: &Cudnn, call: &Graph, length: &[usize], retry: bool) -> LengthServing {
+        // Checked first: a full queue costs a call no fingerprint and no copies of its graphs.
+        if self.cache.queue_is_full() {
+            if !retry {
+                self.cache.count_not_queued();
+            }
+            return LengthServing::QueueFull;
+        }
         let Some(target) = Target::of(cudnn) else {
             self.cache.count_not_queued();
             return LengthServing::Failed { reason: "the context has no target".into() };
@@ -336,7 +371,7 @@ impl ClassPlan {
             signing: self.cache.signing().cloned(),
             path: self.cache.path_of(&key),
         };
-        let against = || Against::Padded { inbox: Arc::downgrade(&self.inbox), length: length.clone() };
+        let against = || Against::Padded { inbox: Arc::downgrade(&self.inbox), length: length.to_vec() };
         let (task_key, task_against) = (key.clone(), against());
         let task: Task<Specialized> = Box::new(move |contexts: &mut Contexts| Specialized {
             key: task_key,
@@ -348,7 +383,9 @@ impl ClassPlan {
         match self.cache.queue(task, if_panicked) {
             Ok(()) => LengthServing::Pending,
             Err(PushError::Full) => {
-                self.cache.count_not_queued();
+                if !retry {
+                    self.cache.count_not_queued();
+                }
                 LengthServing::QueueFull
             }
             Err(PushError::Spawn(e)) => {
@@ -441,7 +478,10 @@ struct Lengths<P> {
 struct Length<P> {
     serving: LengthServing,
     exact: Option<(PlanKey, Weak<P>)>,
+    /// The clock at its last call.
     used: u64,
+    /// Its calls since it was tracked.
+    calls: u64,
 }
 
 impl<P> Default for Lengths<P> {
@@ -451,8 +491,8 @@ impl<P> Default for Lengths<P> {
 }
 
 impl<P> Lengths<P> {
-    /// The exact plan of `length`, marked used; a length whose exact plan the cache has let go
-    /// is forgotten (counted), so that its next call starts over.
+    /// The exact plan of `length`, its call counted; a length whose exact plan the cache has let
+    /// go is forgotten (counted), so that its next call starts over.
     fn exact(&mut self, length: &[usize]) -> Option<(PlanKey, Arc<P>)> {
         self.clock += 1;
         let entry = self.map.get_mut(length)?;
@@ -460,6 +500,7 @@ impl<P> Lengths<P> {
         match weak.upgrade() {
             Some(plan) => {
                 entry.used = self.clock;
+                entry.calls += 1;
                 Some((key.clone(), plan))
             }
             None => {
@@ -470,42 +511,47 @@ impl<P> Lengths<P> {
         }
     }
 
-    /// Whether the lazy policy should queue `length`: new, or its queue was full.
-    fn needs_queueing(&self, length: &[usize]) -> bool {
-        self.map.get(length).is_none_or(|l| l.serving == LengthServing::QueueFull)
+    /// Counts a call of `length` and returns its calls so far, tracking it first (as `new`
+    /// says it runs) if it is new: then, at the limit, the least recently used length not being
+    /// specialized is forgotten.
+    fn call(&mut self, length: &[usize], new: impl FnOnce() -> LengthServing) -> u64 {
+        if !self.map.contains_key(length) {
+            if self.map.len() >= self.limit {
+                let oldest = self
+                    .map
+                    .iter()
+                    .filter(|(_, l)| l.serving != LengthServing::Pending)
+                    .min_by_key(|(_, l)| l.used)
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    self.map.remove(&oldest);
+                    self.forgotten += 1;
+                }
+            }
+            self.map.insert(length.to_vec(), Length { serving: new(), exact: None, used: 0, calls: 0 });
+        }
+        self.clock += 1;
+        let entry = self.map.get_mut(length).expect("tracked above");
+        entry.used = self.clock;
+        entry.calls += 1;
+        entry.calls
     }
 
-    /// Marks `length` used.
-    fn used(&mut self, length: &[usize]) {
+    /// Whether the lazy policy should queue `length` now: `Some(retry)` if it has not been
+    /// queued (`Some(false)`) or found the queue full before (`Some(true)`).
+    fn to_queue(&self, length: &[usize]) -> Option<bool> {
+        match self.map.get(length).map(|l| &l.serving) {
+            Some(LengthServing::Cold) => Some(false),
+            Some(LengthServing::QueueFull) => Some(true),
+            _ => None,
+        }
+    }
+
+    /// Sets what a tracked `length` runs.
+    fn set(&mut self, length: &[usize], serving: LengthServing, exact: Option<(PlanKey, Weak<P>)>) {
         if let Some(l) = self.map.get_mut(length) {
-            l.used = self.clock;
+            (l.serving, l.exact) = (serving, exact);
         }
-    }
-
-    /// Records what `length` runs, forgetting the least recently used length not pending if a
-    /// new one would pass the limit.
-    fn track(&mut self, length: Vec<usize>, serving: LengthServing, exact: Option<(PlanKey, Weak<P>)>) {
-        if let Some(l) = self.map.get_mut(&length) {
-            if serving != l.serving || exact.is_some() {
-                l.serving = serving;
-                l.exact = exact;
-            }
-            l.used = self.clock;
-            return;
-        }
-        if self.map.len() >= self.limit {
-            let oldest = self
-                .map
-                .iter()
-                .filter(|(_, l)| l.serving != LengthServing::Pending)
-                .min_by_key(|(_, l)| l.used)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                self.map.remove(&oldest);
-                self.forgotten += 1;
-            }
-        }
-        self.map.insert(length, Length { serving, exact, used: self.clock });
     }
 
     /// Takes up a finished specialization of `length` (dropped if the length was forgotten
@@ -534,18 +580,22 @@ mod tests {
         Arrival::Faster { key: key(fp), plan: Arc::downgrade(plan), padded_us: 20.0, exact_us: 10.0 }
     }
 
-    /// A length runs padded until its background specialization arrives; a faster exact plan
-    /// then serves it for as long as the cache holds that plan, a slower or failed one leaves it
-    /// padded, and a full queue is retried.
+    /// The lazy policy's bookkeeping: a length is queued once (or again after a full queue),
+    /// runs padded until its specialization arrives; a faster exact plan then serves it for as
+    /// long as the cache holds that plan, a slower or failed one leaves it padded.
     #[test]
     fn lengths_take_up_arrivals_and_start_over_when_the_cache_lets_a_plan_go() {
         let mut lengths = Lengths::<u32>::default();
         let (a, b, c) = (vec![300, 0], vec![37, 0], vec![1, 0]);
-        assert!(lengths.needs_queueing(&a));
-        lengths.track(a.clone(), LengthServing::Pending, None);
-        lengths.track(b.clone(), LengthServing::Pending, None);
-        lengths.track(c.clone(), LengthServing::QueueFull, None);
-        assert!(!lengths.needs_queueing(&a) && lengths.needs_queueing(&c));
+        for l in [&a, &b, &c] {
+            assert_eq!(lengths.call(l, || LengthServing::Cold), 1);
+            assert_eq!(lengths.to_queue(l), Some(false));
+        }
+        lengths.set(&a, LengthServing::Pending, None);
+        lengths.set(&b, LengthServing::Pending, None);
+        lengths.set(&c, LengthServing::QueueFull, None);
+        assert_eq!((lengths.to_queue(&a), lengths.to_queue(&c)), (None, Some(true)));
+        assert_eq!(lengths.call(&a, || unreachable!()), 2);
         assert!(lengths.exact(&a).is_none());
 
         let plan = Arc::new(7u32); // the cache's entry
@@ -554,17 +604,20 @@ mod tests {
         lengths.arrive(vec![999], faster(2, &plan)); // forgotten meanwhile: dropped
         let (k, p) = lengths.exact(&a).unwrap();
         assert_eq!((k, *p), (key(1), 7));
+        assert_eq!(lengths.map[&a].calls, 3);
         assert_eq!(lengths.map[&a].serving, LengthServing::ExactFaster { padded_us: 20.0, exact_us: 10.0 });
         assert!(lengths.map[&a].serving.is_exact());
         assert!(lengths.exact(&b).is_none());
         assert_eq!(lengths.map[&b].serving, LengthServing::PaddedFaster { padded_us: 10.0, exact_us: 9.9 });
+        assert_eq!(lengths.to_queue(&b), None, "decided: not queued again");
         assert!(!lengths.map.contains_key(&vec![999]));
 
-        // The cache evicts the exact plan: the length starts over.
+        // The cache evicts the exact plan: the length starts over, from its first call.
         drop((p, plan));
         assert!(lengths.exact(&a).is_none());
         assert_eq!(lengths.evicted, 1);
-        assert!(lengths.needs_queueing(&a));
+        assert_eq!(lengths.call(&a, || LengthServing::Cold), 1);
+        assert_eq!(lengths.to_queue(&a), Some(false));
     }
 
     /// At the limit the least recently used length goes first, never one being specialized
@@ -573,14 +626,13 @@ mod tests {
     fn lengths_stay_within_their_limit_forgetting_the_least_recently_used() {
         let mut lengths = Lengths::<u32> { limit: 3, ..Lengths::default() };
         let plan = Arc::new(1u32);
-        lengths.track(vec![1], LengthServing::Pending, None);
+        lengths.call(&[1], || LengthServing::Pending);
         for l in 2..=3 {
-            lengths.exact(&[l]);
-            lengths.track(vec![l], LengthServing::Padded, None);
+            lengths.call(&[l], || LengthServing::Padded);
         }
         lengths.arrive(vec![2], faster(2, &plan));
         lengths.exact(&[2]); // 2 used again: 3 is now the least recently used not pending
-        lengths.track(vec![4], LengthServing::Padded, None);
+        lengths.call(&[4], || LengthServing::Padded);
         let mut held: Vec<_> = lengths.map.keys().cloned().collect();
         held.sort();
         assert_eq!(held, [vec![1], vec![2], vec![4]]);
@@ -588,12 +640,15 @@ mod tests {
 
         let mut rng = crate::rng::SplitMix64::new(19);
         for _ in 0..10_000 {
-            let l = vec![10 + (rng.next_u64() % 8192) as usize];
-            lengths.exact(&l);
-            lengths.track(l, LengthServing::Padded, None);
+            let l = [10 + (rng.next_u64() % 8192) as usize];
+            if lengths.exact(&l).is_none() {
+                lengths.call(&l, || LengthServing::Padded);
+            }
             assert!(lengths.map.len() <= 3);
         }
         assert!(lengths.map.contains_key(&vec![1]), "the pending length is never forgotten");
+        assert_eq!(lengths.map.len(), 3);
+        assert!(lengths.forgotten > 5_000, "{}", lengths.forgotten);
     }
 
     #[test]

@@ -314,6 +314,11 @@ impl<R: Send + 'static> Worker<R> {
         std::mem::take(&mut queue.done)
     }
 
+    /// Tasks waiting (not running).
+    pub(crate) fn waiting(&self) -> usize {
+        lock(&self.shared).tasks.len()
+    }
+
     /// Tasks waiting or running.
     pub(crate) fn pending(&self) -> usize {
         let queue = lock(&self.shared);
