@@ -3,8 +3,13 @@
 //! the device against plans made for each shape by heuristics.
 //!
 //! ```text
-//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device,policy,padded,lazy,churn] [--device-properties DEVPROP.json]
+//! cargo run --release --example bench_dynamic -- [--quick] [--only host,device,policy,padded,lazy,churn]
+//!     [--shapes 1,2,4,...] [--cases matmul_bias_relu,...] [--device-properties DEVPROP.json]
 //! ```
+//!
+//! `--shapes` replaces the S of `host`, `device` and `policy` (the first shape is 1024 whatever
+//! the list), `--cases` keeps those graphs of theirs (`matmul_bias_relu`, `layernorm`,
+//! `sdpa_fwd`, `sdpa_bwd`).
 //!
 //! With `--device-properties` (a deviceless context for the GPU it describes) `host` runs, and
 //! `policy` without its device times (the lazy policy cannot time plans there, and says so).
@@ -148,8 +153,8 @@ fn emit(line: Value) {
 
 /// Host time of every new shape after the first, through a plan cache with or without dynamic
 /// shapes.
-fn host(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error>> {
-    for (case, graph) in FAMILIES {
+fn host(cudnn: &Cudnn, shapes: &[i64], families: &[Family]) -> Result<(), Box<dyn std::error::Error>> {
+    for &(case, graph) in families {
         for dynamic in [false, true] {
             let cache = if dynamic {
                 PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES)
@@ -178,9 +183,9 @@ fn host(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error>>
 }
 
 /// Device time of the dynamic-shape plan of each shape against the exact plan.
-fn device(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error>> {
+fn device(cudnn: &Cudnn, shapes: &[i64], families: &[Family]) -> Result<(), Box<dyn std::error::Error>> {
     let options = AutotuneOptions::default();
-    for (case, graph) in FAMILIES {
+    for &(case, graph) in families {
         let cache = PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES);
         drop(cache.get_or_build(cudnn, &graph(FIRST)?, &Expect::default(), &BuildOptions::default())?);
         for &s in shapes {
@@ -202,11 +207,11 @@ fn device(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error
 
 /// What each specialization policy serves a new shape: its first call's host time, and its
 /// steady plan's device time once the lazy policy's background builds are done.
-fn policy(cudnn: &Cudnn, shapes: &[i64]) -> Result<(), Box<dyn std::error::Error>> {
+fn policy(cudnn: &Cudnn, shapes: &[i64], families: &[Family]) -> Result<(), Box<dyn std::error::Error>> {
     let (options, expect) = (BuildOptions::default(), Expect::default());
     let timing = AutotuneOptions::default();
     let others: Vec<i64> = shapes.iter().copied().filter(|&s| s != FIRST).collect();
-    for (case, graph) in FAMILIES {
+    for &(case, graph) in families {
         for policy in [Specialization::Eager, Specialization::None, Specialization::Lazy] {
             let cache = PlanCache::in_memory().specialization(policy);
             drop(cache.get_or_build(cudnn, &graph(FIRST)?, &expect, &options)?);
@@ -501,10 +506,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = args.iter().any(|a| a == "--quick");
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(String::as_str);
     let wants = |section: &str| only.is_none_or(|o| o.split(',').any(|s| s == section));
-    let shapes: Vec<i64> = if quick {
-        vec![128, 512, 2048, 8192]
-    } else {
-        (7..=13).map(|p| 1 << p).chain([384, 1536, 3072, 6144]).collect()
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    let shapes: Vec<i64> = match value("--shapes") {
+        Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None if quick => vec![128, 512, 2048, 8192],
+        None => (7..=13).map(|p| 1 << p).chain([384, 1536, 3072, 6144]).collect(),
+    };
+    let families: Vec<Family> = match value("--cases") {
+        Some(list) => {
+            let wanted: Vec<&str> = list.split(',').collect();
+            if let Some(unknown) = wanted.iter().find(|w| !FAMILIES.iter().any(|(name, _)| name == *w)) {
+                return Err(format!("no case `{unknown}`: {:?}", FAMILIES.map(|(name, _)| name)).into());
+            }
+            FAMILIES.into_iter().filter(|(name, _)| wanted.contains(name)).collect()
+        }
+        None => FAMILIES.to_vec(),
     };
     let devprop = args.iter().position(|a| a == "--device-properties").and_then(|i| args.get(i + 1));
     let cudnn = match devprop {
@@ -514,13 +530,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let online = devprop.is_none();
     emit(json!({"case": "environment", "cudnn_version": cudnn.version(), "sm": cudnn.sm(), "online": online}));
     if wants("host") {
-        host(&cudnn, &shapes)?;
+        host(&cudnn, &shapes, &families)?;
     }
     if wants("device") && online {
-        device(&cudnn, &shapes)?;
+        device(&cudnn, &shapes, &families)?;
     }
     if wants("policy") {
-        policy(&cudnn, &shapes)?;
+        policy(&cudnn, &shapes, &families)?;
     }
     if wants("padded") && online {
         padded(&cudnn)?;
