@@ -651,6 +651,14 @@ mod tests {
         assert!(lengths.forgotten > 5_000, "{}", lengths.forgotten);
     }
 
+    /// A class plan moves to the thread that serves it (it is used through `&mut`, so `Sync`
+    /// buys nothing).
+    #[test]
+    fn a_class_plan_is_send() {
+        fn send<T: Send>() {}
+        send::<ClassPlan>();
+    }
+
     #[test]
     fn servings_say_what_runs() {
         let s = LengthServing::ExactFaster { padded_us: 26.04, exact_us: 11.0 };
