@@ -299,17 +299,8 @@ fn padded(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
                     plans.push((class, plan));
                 }
                 let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
-                let g = graph(s)?;
-                let mut buffers = buffers(&stream, &g)?;
-                let inputs = g.inputs().len();
-                // The host work of a new length: its graph, and its first execute (enqueued).
-                let began = std::time::Instant::now();
-                let call = graph(s)?;
-                let mut io = bind(&mut buffers, inputs);
-                plan.execute(cudnn, &call, &mut io)?;
-                let host_us = began.elapsed().as_secs_f64() * 1e6;
-                drop(io);
-                stream.synchronize()?;
+                let FirstCall { call, mut buffers, inputs, host_us } =
+                    first_call(&stream, graph, s, |call, io| Ok(plan.execute(cudnn, call, io)?))?;
                 let padded_us = time_us(&stream, 20, || {
                     let mut io = bind(&mut buffers, inputs);
                     Ok(plan.execute(cudnn, &call, &mut io)?)
@@ -349,24 +340,16 @@ fn lazy(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
                 plans.push((class, cache.class_plan(cudnn, &graph(class)?, &Expect::default(), &options)?));
             }
             let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
-            let g = graph(s)?;
-            let mut buffers = buffers(&stream, &g)?;
-            let inputs = g.inputs().len();
-            // A new length's first call: its graph, the padded execute (enqueued) and queueing
-            // its exact plan.
-            let began = std::time::Instant::now();
-            let call = graph(s)?;
-            plan.execute(cudnn, &call, &mut bind(&mut buffers, inputs))?;
-            let first_call_us = began.elapsed().as_secs_f64() * 1e6;
-            stream.synchronize()?;
-            calls.push((s, class, call, buffers, inputs, first_call_us));
+            // Its padded execute (enqueued) and queueing its exact plan.
+            let first = first_call(&stream, graph, s, |call, io| Ok(plan.execute(cudnn, call, io)?))?;
+            calls.push((s, class, first));
         }
         let began = std::time::Instant::now();
         for (_, plan) in &mut plans {
             plan.wait_for_specializations();
         }
         let settle_ms = ms(began.elapsed());
-        for (s, class, call, mut buffers, inputs, first_call_us) in calls {
+        for (s, class, FirstCall { call, mut buffers, inputs, host_us: first_call_us }) in calls {
             let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
             let serving = plan.serving(&call)?.ok_or("an untracked length")?;
             let lazy_us = time_us(&stream, 20, || Ok(plan.execute(cudnn, &call, &mut bind(&mut buffers, inputs))?))?;
@@ -466,6 +449,34 @@ fn churn_with(
         "calls_over_5ms": host_us.iter().filter(|&&t| t > 5000.0).count(),
     }));
     Ok(())
+}
+
+/// A new length's first call: the call's graph, its buffers, its input count, and the host work
+/// of its first execute (the graph made again and the execute enqueued).
+struct FirstCall {
+    call: Graph,
+    buffers: Vec<Buffer>,
+    inputs: usize,
+    host_us: f64,
+}
+
+/// Makes `graph(s)`'s buffers, then times its first call through `execute` (the graph made
+/// again, the work enqueued); the stream is synchronized after, untimed.
+fn first_call(
+    stream: &std::sync::Arc<CudaStream>,
+    graph: fn(i64) -> Built,
+    s: i64,
+    mut execute: impl FnMut(&Graph, &mut [DeviceBuffer<'_>]) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<FirstCall, Box<dyn std::error::Error>> {
+    let g = graph(s)?;
+    let mut buffers = buffers(stream, &g)?;
+    let inputs = g.inputs().len();
+    let began = std::time::Instant::now();
+    let call = graph(s)?;
+    execute(&call, &mut bind(&mut buffers, inputs))?;
+    let host_us = began.elapsed().as_secs_f64() * 1e6;
+    stream.synchronize()?;
+    Ok(FirstCall { call, buffers, inputs, host_us })
 }
 
 /// One I/O buffer: bf16, or f32 statistics and norm parameters.
