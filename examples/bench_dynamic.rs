@@ -42,11 +42,13 @@
 //!   (copies included) against the exact plan of that S (`exact_us`, heuristics), both timed as
 //!   CUDA-event batches of back-to-back executes (median of 7 batches of 20), and `ratio`.
 //! - `lazy` (GPU only): the same three graphs and lengths through class plans (`pow2`) under
-//!   the lazy policy (`PlanCache::class_plan`): per S `first_call_us` (a new length's first
-//!   call: padded, its exact plan queued), `settle_ms` (waiting for the background builds after
-//!   the last first call), what the length then runs (`serving`, `exact_served`) and its device
-//!   time `lazy_us` against the exact plan's `exact_us` (same method as `padded`), and `ratio`
-//!   (the target: within 1.05). A row `{case}_lazy_cache` gives the cache's counters.
+//!   the lazy policy (`PlanCache::class_plan`), each class plan warmed when made
+//!   (`ClassPlan::warm_up`, `{case}_lazy_class` rows: `build_ms`, `warm_up_ms`): per S
+//!   `first_call_us` (a new length's first call: padded, its exact plan queued), `settle_ms`
+//!   (waiting for the background builds after the last first call), what the length then runs
+//!   (`serving`, `exact_served`) and its device time `lazy_us` against the exact plan's
+//!   `exact_us` (same method as `padded`), and `ratio` (the target: within 1.05). A row
+//!   `{case}_lazy_cache` gives the cache's counters.
 //! - `churn` (GPU only): 10 000 attention-forward calls (`--quick`: 1 000) at S drawn uniformly
 //!   from 1 … 8192 through `pow2` class plans of one cache with an 8 MiB budget, policy `none`,
 //!   then `lazy` (`impl`) specializing at a length's first call and at its fourth
@@ -337,7 +339,16 @@ fn lazy(cudnn: &Cudnn) -> Result<(), Box<dyn std::error::Error>> {
         for &s in &lengths {
             let class = (s as u64).next_power_of_two() as i64;
             if !plans.iter().any(|(c, _)| *c == class) {
-                plans.push((class, cache.class_plan(cudnn, &graph(class)?, &Expect::default(), &options)?));
+                let began = std::time::Instant::now();
+                let mut plan = cache.class_plan(cudnn, &graph(class)?, &Expect::default(), &options)?;
+                let build_ms = ms(began.elapsed());
+                let began = std::time::Instant::now();
+                plan.warm_up(cudnn)?;
+                emit(json!({
+                    "case": format!("{case}_lazy_class"), "impl": "pow2", "class": class,
+                    "build_ms": build_ms, "warm_up_ms": ms(began.elapsed()),
+                }));
+                plans.push((class, plan));
             }
             let plan = &mut plans.iter_mut().find(|(c, _)| *c == class).ok_or("no class plan")?.1;
             // Its padded execute (enqueued) and queueing its exact plan.

@@ -174,6 +174,10 @@ fn gpu_padded_layer_norm_forward_and_backward_match_the_reference() {
     let mut fwd = PaddedPlan::build(&cudnn, &LayerNormGelu::<E>::new(4096).graph().unwrap(), &options).unwrap();
     let mut bwd = PaddedPlan::build(&cudnn, &LayerNormBackward::<E>::new(4096).graph().unwrap(), &options).unwrap();
     println!("forward {fwd:?}, backward {bwd:?}");
+    // Warmed first (their kernels loaded on zeros, scratch for SCALE and BIAS): the calls below
+    // must not see it.
+    fwd.warm_up(&cudnn).unwrap();
+    bwd.warm_up(&cudnn).unwrap();
     let scale: Vec<f32> = random(1, E);
     let bias: Vec<f32> = random(2, E);
     let (scale_dev, bias_dev) = (upload(&stream, &scale), upload(&stream, &bias));
@@ -288,6 +292,9 @@ fn gpu_class_plans_swap_in_exact_plans_by_policy() {
 
     let cache = Arc::new(PlanCache::in_memory().specialization(Specialization::Lazy));
     let mut plan = cache.class_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
+    let began = std::time::Instant::now();
+    plan.warm_up(&cudnn).unwrap();
+    println!("warm-up {:.2} ms", began.elapsed().as_secs_f64() * 1e3);
     for s in [64usize, 1000, 1024] {
         class_call(&stream, &cudnn, &mut plan, s, &format!("lazy S = {s}, first call (padded)"));
     }

@@ -50,7 +50,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self as cu, CUresult};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use super::execute::check_buffer;
 use super::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
@@ -228,6 +228,54 @@ impl PaddedPlan {
         let launched = unsafe { self.launch(cudnn, &stream, call, binding, &user) };
         drop(guards);
         launched
+    }
+
+    /// Runs the class plan once at its bound, on its own padded buffers (zeros) and zeroed
+    /// scratch buffers for the tensors a call does not shorten, and waits for it: cuDNN and the
+    /// driver load the plan's kernels at its first execute (1.2–3.7 ms of host work for attention
+    /// on the H100, `docs/benchmarks.md`), so a service warms its class plans at start and its
+    /// first calls cost what any call costs. Writes only the plan's own buffers.
+    ///
+    /// # Errors
+    /// A failed allocation or execute.
+    pub fn warm_up(&mut self, cudnn: &Cudnn) -> Result<(), BackendError> {
+        self.plan.target(cudnn)?;
+        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "warming a padded plan" })?.clone();
+        let class = self.graph.class().clone();
+        let binding = self.graph.bind(&class)?;
+        let io = class.io();
+        let mut scratch = Vec::new();
+        let mut scalars = Vec::new();
+        let mut user = vec![0u64; io.len()];
+        for slot in &self.slots {
+            if let Slot::Io { index, padded: Some((buffer, _)) } = slot {
+                user[*index] = buffer.device_ptr(&stream).0;
+            }
+        }
+        for (index, &id) in io.iter().enumerate() {
+            if user[index] != 0 {
+                continue;
+            }
+            let t = class.tensor(id);
+            if t.host_scalar {
+                let scalar = Box::new(super::HostScalar::new(t.data_type, 1.0));
+                user[index] = scalar.address();
+                scalars.push(scalar);
+            } else {
+                let bytes = (t.storage_len() * t.data_type.size_bytes()).max(1);
+                let buffer =
+                    stream.alloc_zeros::<u8>(bytes).map_err(BackendError::driver("allocate a warm-up buffer"))?;
+                user[index] = buffer.device_ptr(&stream).0;
+                scratch.push(buffer);
+            }
+        }
+        // SAFETY: every address is one of this plan's padded buffers (the class extents) or a
+        // scratch buffer of its tensor's storage (or a boxed host scalar), on this stream's
+        // context; all live until the stream is synchronized below.
+        let launched = unsafe { self.launch(cudnn, &stream, &class, &binding, &user) };
+        let synced = stream.synchronize().map_err(BackendError::driver("cuStreamSynchronize"));
+        drop((scratch, scalars));
+        launched.and(synced)
     }
 
     /// [`PaddedPlan::execute`] with raw device pointers (`CUdeviceptr`), one per I/O tensor of

@@ -289,6 +289,15 @@ impl ClassPlan {
         Ok(())
     }
 
+    /// Runs the padded class plan once and waits, so that its kernels are loaded before the
+    /// first call ([`PaddedPlan::warm_up`]).
+    ///
+    /// # Errors
+    /// A failed allocation or execute.
+    pub fn warm_up(&mut self, cudnn: &Cudnn) -> Result<(), BackendError> {
+        self.padded.warm_up(cudnn)
+    }
+
     /// What `call`'s length runs now and why; `None` for a length not tracked (not called yet,
     /// or forgotten). Background specializations finished meanwhile are taken up first.
     ///
