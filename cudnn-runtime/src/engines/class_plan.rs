@@ -9,8 +9,9 @@
 //! plans:
 //!
 //! - [`Specialization::None`]: every call runs padded.
-//! - [`Specialization::Lazy`]: a new length runs padded at once, and a task on the cache's
-//!   background worker builds the exact plan, times the call both ways (the padded call with
+//! - [`Specialization::Lazy`]: a new length runs padded at once, and at its first call (or its
+//!   `n`th: [`ClassPlan::specialize_after`]) a task on the cache's background worker builds the
+//!   exact plan, times the call both ways (the padded call with
 //!   [`measure_padded`], the exact plan with [`measure`]: the same CUDA-event method), and, if
 //!   the exact plan is faster by more than [`SWAP_MARGIN`](super::SWAP_MARGIN), stores it in the
 //!   cache ([`ServeReason::FasterThanPadded`]); from the next call on that length runs exact.
@@ -22,7 +23,8 @@
 //! length whose exact plan was evicted starts over. The lengths a class plan tracks are bounded
 //! too ([`MAX_CLASS_LENGTHS`], least recently used forgotten first), so a workload of any number
 //! of shapes stays within the cache's budget. [`ClassPlan::serving`] says what a length runs and
-//! why; [`ClassPlan::stats`] counts.
+//! why; [`ClassPlan::stats`] counts. [`ClassPlan::warm_up`] runs the class plan once when it is
+//! made, so that its first call does not pay for loading its kernels.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, PoisonError, Weak};
