@@ -54,7 +54,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use super::execute::check_buffer;
 use super::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan};
-use crate::ir::{Binding, ClassGraph, PadCopy};
+use crate::ir::{Binding, ClassGraph, PadCopy, TensorId};
 use crate::Graph;
 
 /// A plan made at its class bound, serving calls at every length up to it: attention masked,
@@ -225,7 +225,7 @@ impl PaddedPlan {
         }
         // SAFETY: every address is a call buffer checked to hold its tensor, of this stream's
         // context, guarded (stream-ordered) until the work is enqueued.
-        let launched = unsafe { self.launch(cudnn, &stream, call, binding, &user) };
+        let launched = unsafe { self.launch(cudnn, &stream, call, (&call_io, inputs), binding, &user) };
         drop(guards);
         launched
     }
@@ -272,7 +272,8 @@ impl PaddedPlan {
         // SAFETY: every address is one of this plan's padded buffers (the class extents) or a
         // scratch buffer of its tensor's storage (or a boxed host scalar), on this stream's
         // context; all live until the stream is synchronized below.
-        let launched = unsafe { self.launch(cudnn, &stream, &class, &binding, &user) };
+        let inputs = class.inputs().len();
+        let launched = unsafe { self.launch(cudnn, &stream, &class, (&io, inputs), &binding, &user) };
         let synced = stream.synchronize().map_err(BackendError::driver("cuStreamSynchronize"));
         drop((scratch, scalars));
         launched.and(synced)
@@ -290,14 +291,15 @@ impl PaddedPlan {
     /// the enqueued work completes.
     pub unsafe fn execute_raw(&mut self, cudnn: &Cudnn, call: &Graph, io: &[u64]) -> Result<(), BackendError> {
         let binding = self.graph.bind(call)?;
-        let expected = call.io().len();
-        if io.len() != expected {
-            return Err(BackendError::IoCount { graph: call.name.clone(), expected, found: io.len() });
+        let call_io = call.io();
+        if io.len() != call_io.len() {
+            return Err(BackendError::IoCount { graph: call.name.clone(), expected: call_io.len(), found: io.len() });
         }
         self.plan.target(cudnn)?;
         let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
+        let inputs = call.inputs().len();
         // SAFETY: the caller's.
-        unsafe { self.launch(cudnn, &stream, call, &binding, io) }
+        unsafe { self.launch(cudnn, &stream, call, (&call_io, inputs), &binding, io) }
     }
 
     /// Enqueues a bound call: the copies in, the tails cleared, the lengths set, the class plan,
@@ -305,18 +307,18 @@ impl PaddedPlan {
     ///
     /// # Safety
     /// `user` holds one address per I/O tensor of `call` ([`Graph::io`] order), each as
-    /// [`PaddedPlan::execute_raw`] requires; `binding` is `call` bound to this plan's graph.
+    /// [`PaddedPlan::execute_raw`] requires; `binding` is `call` bound to this plan's graph, and
+    /// `(call_io, inputs)` are `call`'s [`Graph::io`] and its input count (the callers have them).
     unsafe fn launch(
         &mut self,
         cudnn: &Cudnn,
         stream: &Arc<CudaStream>,
         call: &Graph,
+        (call_io, inputs): (&[TensorId], usize),
         binding: &Binding,
         user: &[u64],
     ) -> Result<(), BackendError> {
         let exact = binding.is_exact();
-        let inputs = call.inputs().len();
-        let call_io = call.io();
         let bytes: Vec<usize> = call_io.iter().map(|&id| call.tensor(id).data_type.size_bytes()).collect();
         let mut guards = Vec::with_capacity(self.slots.len() + 1);
         let mut addresses = Vec::with_capacity(self.slots.len());
