@@ -558,6 +558,12 @@ fn bench_device(
     Ok(())
 }
 
+/// The most a partitioned plan may take of the same graph split by hand into typed graphs
+/// (device time, same method): above it `--only partition` exits non-zero. Both sides run the
+/// same kernels; on 2026-12-04 they were within 0.994-1.003 on the H200, and a 2x regression of
+/// the decode block went unnoticed for a week because nothing checked.
+const MAX_RATIO_VS_HAND_SPLIT: f64 = 1.05;
+
 /// The attention shapes of the `partition` section: B sequences of S tokens, `heads` query heads
 /// of `d` over `kv_heads` key/value heads.
 #[derive(Debug, Clone, Copy)]
@@ -712,7 +718,7 @@ struct Contender<'a> {
 /// Runs the partitioned plan and the hand split once each (their outputs, NaN before, must be
 /// finite; their largest difference is recorded), times both the same way ([`device_time`]; with
 /// `host`, also the host time per call), and records a row each, the partitioned one with the
-/// ratio of its device time to the hand split's.
+/// ratio of its device time to the hand split's, which it returns.
 fn compare_split<'a>(
     out: &mut Out,
     case: &str,
@@ -721,7 +727,7 @@ fn compare_split<'a>(
     mut split: Contender<'a>,
     (flops, bytes): (f64, f64),
     host: bool,
-) -> Result<()> {
+) -> Result<f64> {
     (partitioned.run)()?;
     (split.run)()?;
     stream.synchronize()?;
@@ -759,7 +765,7 @@ fn compare_split<'a>(
     if !finite {
         return Err(format!("{case}: an output holds NaN or infinity after one run").into());
     }
-    Ok(())
+    Ok(ratio)
 }
 
 /// What to record of a partitioned plan: its parts' engines, arena, workspace, build time and
@@ -776,7 +782,14 @@ fn partitioned_about(cudnn: &Cudnn, plan: &ExecutionPlan, build_ms: f64) -> Resu
 
 /// The MLP at `t` tokens: [`PartMlp`] partitioned against [`MlpUp`] then [`MlpDown`] with `h`
 /// allocated here.
-fn partition_mlp(out: &mut Out, cudnn: &Cudnn, stream: &Arc<CudaStream>, case: &str, t: i64, host: bool) -> Result<()> {
+fn partition_mlp(
+    out: &mut Out,
+    cudnn: &Cudnn,
+    stream: &Arc<CudaStream>,
+    case: &str,
+    t: i64,
+    host: bool,
+) -> Result<f64> {
     let (e, f) = (4096i64, 16384i64);
     let (tu, eu, fu) = (usize::try_from(t)?, usize::try_from(e)?, usize::try_from(f)?);
     let mut named = Named::default();
@@ -842,7 +855,7 @@ fn partition_attention(
     shape: AttentionShape,
     host: bool,
     note: Value,
-) -> Result<()> {
+) -> Result<f64> {
     let AttentionShape { b, s, heads, kv_heads, d } = shape;
     let (t, e, ekv) = shape.widths();
     let u = |v: i64| usize::try_from(v);
@@ -876,6 +889,20 @@ fn partition_attention(
         output.workspace_size(),
     ];
     let split_workspace = sizes.into_iter().max().unwrap_or(0);
+    // Each kernel's own device time on both sides (the library's `measure` of each hand-split
+    // plan; each part of a second build of the partitioned plan as `autotune` times it, at the
+    // heuristics' pick): which kernel a regression is in, and whether the parts add up to the
+    // whole (gaps between kernels do not show in the parts).
+    let split_parts = [norm.plan(), proj_q.plan(), proj_kv.plan(), proj_kv.plan(), attn.plan(), output.plan()]
+        .iter()
+        .map(|p| Ok(measure(cudnn, p, &AutotuneOptions::default())?.median_us))
+        .collect::<Result<Vec<f64>>>()?;
+    let mut timed = ExecutionPlan::build(cudnn, &attention_block(shape)?, &options)?;
+    let report = autotune(cudnn, &mut timed, &AutotuneOptions::default())?;
+    let part_us: Vec<Option<f64>> = (0..timed.parts().len())
+        .map(|part| report.part_timing(part, report.previous_parts[part]).map(|t| t.median_us))
+        .collect();
+    let about = merge(about, json!({"parts_gpu_us": part_us, "parts_tuned": report.selected_parts}));
     let ws_partitioned = stream.alloc_zeros::<u8>(plan.workspace_size().max(1))?;
     let ws_split = stream.alloc_zeros::<u8>(split_workspace.max(1))?;
     let io = named.io_of(stream, &plan)?;
@@ -906,7 +933,7 @@ fn partition_attention(
             "engines": [norm.plan().selected().tag(), proj_q.plan().selected().tag(), proj_kv.plan().selected().tag(),
                         attn.plan().selected().tag(), output.plan().selected().tag()],
             "intermediate_bytes": 2 * (3 * t * e + 2 * t * ekv), "workspace_bytes": split_workspace,
-            "build_ms": split_build_ms,
+            "build_ms": split_build_ms, "parts_gpu_us": split_parts,
         }),
     };
     compare_split(out, case, stream, partitioned, split, (shape.flops(), shape.io_bytes()), host)
@@ -936,13 +963,21 @@ fn decode_attention_s(cudnn: &Cudnn, heads: i64, kv_heads: i64, d: i64) -> (Opti
 /// back (user-allocated intermediates): the MLP (E = 4096, F = 16384) and the pre-norm attention
 /// block (32 query heads of 128 over 8 key/value heads, causal), at prefill (T = B·S = 4096,
 /// B = 1) and B = 1 decode (the MLP at T = 1, the attention at the smallest S cuDNN plans).
-fn bench_partition(out: &mut Out, cudnn: &Cudnn, stream: &Arc<CudaStream>) {
+fn bench_partition(out: &mut Out, cudnn: &Cudnn, stream: &Arc<CudaStream>) -> Vec<String> {
     let (heads, kv_heads, d) = (32, 8, 128);
-    // A case that fails records its error; the others still run.
-    let each = |out: &mut Out, case: &str, r: Result<()>| {
-        if let Err(e) = r {
+    // A case that fails records its error and fails the guard; the others still run.
+    let mut failed = Vec::new();
+    let mut each = |out: &mut Out, case: &str, r: Result<f64>| {
+        match r {
+        Ok(ratio) if ratio > MAX_RATIO_VS_HAND_SPLIT => failed.push(format!(
+            "{case}: the partitioned plan takes {ratio:.3}x the hand split's device time (at most {MAX_RATIO_VS_HAND_SPLIT})"
+        )),
+        Ok(_) => {}
+        Err(e) => {
             out.record(case, "cudnn-graph", json!({"error": e.to_string()}));
+            failed.push(format!("{case}: {e}"));
         }
+    }
     };
     let case = "partition_mlp_prefill_t4096_e4096_f16384";
     let r = partition_mlp(out, cudnn, stream, case, 4096, false);
@@ -962,12 +997,13 @@ fn bench_partition(out: &mut Out, cudnn: &Cudnn, stream: &Arc<CudaStream>) {
             let r = partition_attention(out, cudnn, stream, &case, shape, true, note);
             each(out, &case, r);
         }
-        (None, refused) => out.record(
-            "partition_attention_decode_b1_h32x128_kv8",
-            "cudnn-graph",
-            json!({"error": "cuDNN planned the block at no S up to 128", "refused": refused}),
-        ),
+        (None, refused) => {
+            let case = "partition_attention_decode_b1_h32x128_kv8";
+            let r = Err(format!("cuDNN planned the block at no S up to 128: {refused:?}").into());
+            each(out, case, r);
+        }
     }
+    failed
 }
 
 fn main() -> Result<()> {
@@ -1018,7 +1054,10 @@ fn main() -> Result<()> {
         }
     }
     if wants("partition") {
-        bench_partition(&mut out, &cudnn, &stream);
+        let failed = bench_partition(&mut out, &cudnn, &stream);
+        if !failed.is_empty() {
+            return Err(format!("partition guard failed:\n  {}", failed.join("\n  ")).into());
+        }
     }
     Ok(())
 }
