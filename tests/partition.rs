@@ -137,6 +137,39 @@ fn attention_block_plans_in_parts() {
     assert_eq!(emulated_against_whole(&plan, 3), 0.0);
 }
 
+/// At decode (B = 1, S = 1) every matmul of every part reads row-major operands, as the same
+/// block split by hand into typed graphs does: the output projection's A (attention's output,
+/// heads merged back by a transpose and a reshape) was `[1, 1, H·D]` with strides `[1, 1, 1]`,
+/// which cuDNN read as a column-major matrix of leading dimension 1 and ran 5x slower on the
+/// H100 (72 us against 14; `bench --only partition`, 2026-12-07).
+#[test]
+fn decode_attention_block_parts_read_row_major_operands() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = AttentionBlock::<4, 2, 32>::new(1, 1).graph().unwrap();
+    let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+    show(&plan);
+    let mut matmuls = 0;
+    for part in plan.parts() {
+        let g = part.graph();
+        for node in g.nodes.iter().filter(|n| n.op.call_name() == "matmul") {
+            for &id in &node.inputs {
+                let t = g.tensor(id);
+                assert_eq!(
+                    t.strides,
+                    cudnn_graph::dim::packed_strides(&t.dims),
+                    "{}: operand `{}` of `{}`",
+                    g.name,
+                    t.name,
+                    node.name
+                );
+            }
+            matmuls += 1;
+        }
+    }
+    assert_eq!(matmuls, 4);
+    assert_eq!(emulated_against_whole(&plan, 5), 0.0);
+}
+
 /// A partitioned plan's payload holds every part and reloads as the same plan; parts that do not
 /// partition the graph are refused before cuDNN sees them.
 #[test]

@@ -545,9 +545,18 @@ fn reshape_view<D: Dim>(x_dims: &[D], x_strides: &[D], y_dims: &[D]) -> Result<V
     let (mut r, mut acc) = (0usize, D::lit(1));
     for (j, y) in y_dims.iter().enumerate().rev() {
         let Some(run) = runs.get(r) else {
-            // Past X's last run only dims of one element remain (the counts are equal).
+            // Past X's last run only dims of one element remain (the counts are equal). Each
+            // takes the stride a packed layout gives it, the span of the dims inside it, never
+            // 1: cuDNN reads a matrix `[1, K]` with strides `[1, 1]` as column-major with
+            // leading dimension 1, and on the H100 (cuDNN 9.19) the decode attention block's
+            // output projection, whose A is such a reshape of attention's transposed output,
+            // ran its GEMV 5x slower (72 us against 14) than with `[K, 1]`.
             if !y.is_one() {
                 return Err(gap(runs.len().saturating_sub(1)));
+            }
+            if let Some(inner) = y_dims.get(j + 1) {
+                strides[j] = D::product(&[strides[j + 1].clone(), inner.clone()])
+                    .ok_or(gap(runs.len().saturating_sub(1)))?;
             }
             continue;
         };
@@ -919,6 +928,35 @@ mod tests {
         let y = infer(vec![zero.clone(); 4], vec![p("B"), p("S"), p("E"), p("D")], &mut cx).unwrap();
         assert_eq!(y[0].dims[2], p("E"));
         assert_eq!(cx.deferred_le, vec![(p("E"), times(3, p("H")))]);
+    }
+
+    #[test]
+    fn outer_dims_of_one_element_get_packed_strides() {
+        // Attention's output O [1, 32, 1, 128] (packed), heads back in place ([0, 2, 1, 3]) and
+        // merged for the output projection, at S = 1 (decode): the merge is [1, 1, 4096] with
+        // the packed strides [4096, 4096, 1], not [1, 1, 1] (a GEMV's A as column-major with
+        // leading dimension 1, 5x slower on the H100).
+        let o = packed(&[1i64, 32, 1, 128]).unwrap();
+        let Op::Layout(t) = op("transpose", "permutation", vec![0, 2, 1, 3]) else { unreachable!() };
+        let t_strides = t.view_strides(&[1i64, 32, 1, 128], &o, &[1, 1, 32, 128]).unwrap();
+        assert_eq!(t_strides, vec![4096, 128, 128, 1]);
+        let Op::Layout(merge) = op("reshape", "shape", vec![1, 1, 4096]) else { unreachable!() };
+        assert_eq!(merge.view_strides(&[1i64, 1, 32, 128], &t_strides, &[1, 1, 4096]).unwrap(), vec![4096, 4096, 1]);
+        // Unit dims inside the merged run and before it keep the run's strides.
+        let Op::Layout(split) = op("reshape", "shape", vec![1, 32, 1, 128, 1]) else { unreachable!() };
+        assert_eq!(
+            split.view_strides(&[1i64, 1, 32, 128], &t_strides, &[1, 32, 1, 128, 1]).unwrap(),
+            vec![4096, 128, 128, 1, 1]
+        );
+        // Symbolic: the same over parameters.
+        let p = |n: &str| SymDim::Param(n.into());
+        let (h, d) = (p("H"), p("D"));
+        let hd = h.checked_mul(&d).unwrap();
+        let x_dims = [SymDim::Lit(1), SymDim::Lit(1), h.clone(), d.clone()];
+        let x_strides = [hd.clone(), d.clone(), d.clone(), SymDim::Lit(1)];
+        let Op::Layout(merge) = op("reshape", "shape", vec![1, 1, 4096]) else { unreachable!() };
+        let y = merge.view_strides(&x_dims, &x_strides, &[SymDim::Lit(1), SymDim::Lit(1), hd.clone()]).unwrap();
+        assert_eq!(y, vec![hd.clone(), hd, SymDim::Lit(1)]);
     }
 
     #[test]
