@@ -181,6 +181,11 @@ fn a_record_that_disagrees_with_its_plan_is_refused() {
         Mlp::deserialize(&cudnn, &edited(&bytes, |b| b["plan"]["engine"]["id"] = 3.into())).err().unwrap(),
     );
     assert!(matches!(e, PayloadError::Engine { .. }), "{e}");
+    // The engines named as numbers, not as `Some(3)`.
+    let engine = body_of(&bytes)["plan"]["engine"]["id"].as_i64().unwrap();
+    assert!(e.to_string().starts_with("the payload records engine 3 with knobs ["), "{e}");
+    assert!(e.to_string().contains(&format!("loads as engine {engine} with knobs [")), "{e}");
+    assert!(!e.to_string().contains("Some("), "{e}");
     let e = payload_error(
         Mlp::deserialize(&cudnn, &edited(&bytes, |b| b["plan"]["engine"]["knobs"] = serde_json::json!([[24, 999]])))
             .err()

@@ -692,7 +692,15 @@ pub fn load_frontend_payload(
     if payload.behavior_notes.len() != 1 || loaded != recorded {
         return Err(key_error(
             "behavior_notes",
-            format!("{:?} are not the loaded plan's [{:?}]", payload.behavior_notes, loaded),
+            format!(
+                "{:?} are not the loaded plan's [{:?}]",
+                payload
+                    .behavior_notes
+                    .iter()
+                    .map(|l| l.iter().map(ToString::to_string).collect())
+                    .collect::<Vec<Vec<_>>>(),
+                loaded.iter().collect::<Vec<_>>()
+            ),
         ));
     }
     Ok(plan)

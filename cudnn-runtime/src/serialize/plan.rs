@@ -810,8 +810,8 @@ fn check_engine(recorded: &EngineRecord, loaded: &Candidate) -> Result<(), Paylo
     if loaded.engine_id != recorded.id || !knobs_agree {
         let knobs: Vec<(i32, i64)> = loaded.knobs.iter().map(|k| (k.kind, k.value)).collect();
         return Err(PayloadError::Engine {
-            payload: format!("{:?} with knobs {:?}", recorded.id, recorded.knobs),
-            plan: format!("{:?} with knobs {knobs:?}", loaded.engine_id),
+            payload: engine_label(recorded.id, &recorded.knobs),
+            plan: engine_label(loaded.engine_id, &knobs),
         });
     }
     // The notes are cuDNN's description of the engine, written out again with the plan: they
@@ -828,6 +828,15 @@ fn check_engine(recorded: &EngineRecord, loaded: &Candidate) -> Result<(), Paylo
     };
     notes("behavior", &recorded.behavior_notes, loaded.behavior_notes.iter().map(ToString::to_string).collect())?;
     notes("numerical", &recorded.numerical_notes, loaded.numerical_notes.iter().map(ToString::to_string).collect())
+}
+
+/// An engine for messages: `7 with knobs [(2, 3)]`, `? with knobs []` where cuDNN could not name
+/// it (as [`Candidate`]'s `Display` writes it).
+fn engine_label(id: Option<i64>, knobs: &[(i32, i64)]) -> String {
+    match id {
+        Some(id) => format!("{id} with knobs {knobs:?}"),
+        None => format!("? with knobs {knobs:?}"),
+    }
 }
 
 /// The by-value scalars a payload records against the loaded variant pack's.
