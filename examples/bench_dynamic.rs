@@ -13,6 +13,8 @@
 //!
 //! With `--device-properties` (a deviceless context for the GPU it describes) `host` runs, and
 //! `policy` without its device times (the lazy policy cannot time plans there, and says so).
+//! Without it on a machine with no GPU it says why and exits with status 1; any failure is one
+//! line on stderr, `bench_dynamic: ` and the error with its causes.
 //!
 //! - `host`: for matmul + bias + relu (`[1, S, 4096] x [1, 4096, 4096]`), layer norm
 //!   (`[S, 4096]`), attention forward and backward (`[1, 16, S, 128]`, causal): the first shape
@@ -523,14 +525,54 @@ fn bind(buffers: &mut [Buffer], inputs: usize) -> Vec<DeviceBuffer<'_>> {
         .collect()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// A cuDNN context on GPU 0, or why there is none, in words.
+fn online() -> Result<Cudnn, String> {
+    use cudnn_graph::backend::{probe_libraries, DriverProbe};
+    let hint = "pass --device-properties DEVPROP.json (tests/fixtures/h200-devprop.json) to time the host side \
+                deviceless";
+    let why = match probe_libraries().driver {
+        DriverProbe::Missing => Some("no CUDA driver (libcuda) could be opened".to_string()),
+        DriverProbe::StandIn { .. } => Some("libcuda is a stand-in, not the NVIDIA driver".to_string()),
+        DriverProbe::Driver { initialized: false, .. } => Some("the CUDA driver finds no usable GPU".to_string()),
+        DriverProbe::Driver { gpus, .. } if gpus.is_empty() => Some("the CUDA driver reports no GPU".to_string()),
+        DriverProbe::Driver { .. } => None,
+    };
+    if let Some(why) = why {
+        return Err(format!("no GPU to time on: {why}; on a machine without one, {hint}"));
+    }
+    let context = cudnn_graph::backend::cuda_context(0).map_err(|e| format!("GPU 0: {e}"))?;
+    Cudnn::new(context.default_stream()).map_err(|e| format!("GPU 0: {e}"))
+}
+
+/// Runs the sections asked for; on failure says why in words on stderr (each error with its
+/// causes, not a `Debug` dump) and exits with status 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let mut message = format!("bench_dynamic: {e}");
+            let mut source = e.source();
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("{message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(String::as_str);
     let wants = |section: &str| only.is_none_or(|o| o.split(',').any(|s| s == section));
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
     let shapes: Vec<i64> = match value("--shapes") {
-        Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        Some(list) => list
+            .split(',')
+            .map(|s| s.parse().map_err(|_| format!("--shapes takes lengths such as 128,512: `{s}` is not one")))
+            .collect::<Result<_, _>>()?,
         None if quick => vec![128, 512, 2048, 8192],
         None => (7..=13).map(|p| 1 << p).chain([384, 1536, 3072, 6144]).collect(),
     };
@@ -546,8 +588,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let devprop = args.iter().position(|a| a == "--device-properties").and_then(|i| args.get(i + 1));
     let cudnn = match devprop {
-        Some(path) => Cudnn::deviceless(&std::fs::read_to_string(path)?)?,
-        None => Cudnn::new(cudnn_graph::backend::cuda_context(0)?.default_stream())?,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--device-properties {path}: {e}"))?;
+            Cudnn::deviceless(&text).map_err(|e| format!("--device-properties {path}: {e}"))?
+        }
+        None => online()?,
     };
     let online = devprop.is_none();
     emit(json!({"case": "environment", "cudnn_version": cudnn.version(), "sm": cudnn.sm(), "online": online}));

@@ -65,7 +65,7 @@ fn deviceless(g: &Graph, write: Option<String>) -> Result<(), Box<dyn std::error
     let back = Graph::deserialize(&cudnn, &lean)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     println!(
-        "deviceless H200 plan {} built in {build_ms:.1} ms; payload {} B with structure, {} B plan-only; loaded back in {load_ms:.2} ms (variant pack {:?})",
+        "deviceless H200 plan made in {build_ms:.1} ms ({}); payload {} B with structure, {} B plan-only; loaded back in {load_ms:.2} ms (variant pack {:?})",
         plan.plan().selected(),
         full.len(),
         lean.len(),

@@ -146,6 +146,90 @@ fn convert_between_frontend_and_our_payloads() {
 
 #[cfg(feature = "cudnn")]
 #[test]
+fn convert_takes_the_graph_of_a_plan_only_payload() {
+    // --help says what is read and what refused, as the code does: pointer replacements and
+    // workspace regions are read.
+    let out = cli().args(["convert", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--graph GRAPH.json"), "{help}");
+    assert!(help.contains("read and written:\npointer replacements"), "{help}");
+    assert!(!help.contains("(workspace modifications, pointer replacements"), "{help}");
+
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-convert-plan-only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let devprop = format!("{root}/tests/fixtures/h200-devprop.json");
+    let convert = |to: &str, input: &std::path::Path, output: &str, extra: &[&std::ffi::OsStr]| {
+        cli()
+            .args(["convert", "--to", to, "--device-properties", &devprop, "--in"])
+            .arg(input)
+            .arg("--out")
+            .arg(dir.join(output))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // A slice bound by pointer offset: cudnn-frontend's payload of it has a pointer replacement.
+    let ours = std::path::PathBuf::from(format!("{root}/fuzz/corpus/payload/slice_matmul.json"));
+    let graph = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(&ours).unwrap()).unwrap().structure.unwrap();
+    let graph_path = dir.join("graph.json");
+    std::fs::write(&graph_path, cudnn_graph::serialize::structure_to_json(&graph)).unwrap();
+    let out = convert("frontend", &ours, "theirs.ubjson", &["--plan-only".as_ref()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("could not be loaded") {
+        assert!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref() != Ok("1"), "{stderr}");
+        println!("skipped: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let theirs = dir.join("theirs.ubjson");
+    let parsed =
+        cudnn_graph::serialize::frontend_payload::parse_frontend_payload(&std::fs::read(&theirs).unwrap()).unwrap();
+    assert!(parsed.structure.is_none());
+    assert_eq!(parsed.replacements.len(), 1, "the slice is a pointer replacement");
+
+    // Plan-only, each way: without the graph a typed error that says how to give it (exit 1);
+    // with --graph, converted, the structure written from the graph given.
+    let our_plan_only = dir.join("ours_plan_only.json");
+    let out = convert("frontend", &ours, "ours_plan_only.json", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cli()
+        .args(["convert", "--to", "ours", "--device-properties", &devprop, "--plan-only", "--in"])
+        .arg(&theirs)
+        .arg("--out")
+        .arg(&our_plan_only)
+        .args(["--graph".as_ref(), graph_path.as_os_str()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (to, input) in [("ours", &theirs), ("frontend", &our_plan_only)] {
+        let out = convert(to, input, "x", &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{to}: {stderr}");
+        assert!(stderr.contains("has no structure") && stderr.contains("pass it with --graph GRAPH.json"), "{stderr}");
+        let out = convert(to, input, "converted", &["--graph".as_ref(), graph_path.as_os_str()]);
+        assert!(out.status.success(), "{to}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let back = cudnn_graph::serialize::frontend_payload::parse_frontend_payload(
+        &std::fs::read(dir.join("converted")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(back.structure.as_ref(), Some(&graph));
+    assert_eq!(back.replacements, parsed.replacements);
+    // Another graph is refused: the plan was made for this one.
+    let other = std::fs::read(format!("{root}/fuzz/corpus/payload/matmul_bias_relu.json")).unwrap();
+    let other = cudnn_graph::serialize::plan::parse_payload(&other).unwrap().structure.unwrap();
+    let other_path = dir.join("other.json");
+    std::fs::write(&other_path, cudnn_graph::serialize::structure_to_json(&other)).unwrap();
+    let out = convert("ours", &theirs, "x", &["--graph".as_ref(), other_path.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("theirs.ubjson: ") && !stderr.contains("--graph"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(feature = "cudnn")]
+#[test]
 fn picture_draws_the_parts_of_a_plan() {
     use cudnn_graph::{Context, DataType, GraphBuilder};
     let out = cli().args(["picture", "--help"]).output().unwrap();

@@ -155,6 +155,11 @@ fn keys_that_disagree_with_the_loaded_plan_are_refused() {
         };
         assert_eq!(named, key, "{e}");
     }
+    // The notes are named as cuDNN spells them, each side a list.
+    let forged = edited(&base, |m| drop(m.insert("behavior_notes".into(), json!([[]]))));
+    let e = read_frontend_payload(&cudnn, &forged, None).unwrap_err().to_string();
+    assert!(e.contains("`behavior_notes` [[]] are not the loaded plan's [[\""), "{e}");
+    assert!(!e.contains('{'), "{e}");
     // Another graph's plan JSON: refused by the binding check before cuDNN sees it.
     let conv = parse_frontend_payload(&fixture("conv_fprop")).unwrap();
     let bytes = edited(&base, |m| drop(m.insert("cudnn_backend_data".into(), json!(conv.plan_json))));

@@ -181,6 +181,11 @@ fn a_record_that_disagrees_with_its_plan_is_refused() {
         Mlp::deserialize(&cudnn, &edited(&bytes, |b| b["plan"]["engine"]["id"] = 3.into())).err().unwrap(),
     );
     assert!(matches!(e, PayloadError::Engine { .. }), "{e}");
+    // The engines named as numbers, not as `Some(3)`.
+    let engine = body_of(&bytes)["plan"]["engine"]["id"].as_i64().unwrap();
+    assert!(e.to_string().starts_with("the payload records engine 3 with knobs ["), "{e}");
+    assert!(e.to_string().contains(&format!("loads as engine {engine} with knobs [")), "{e}");
+    assert!(!e.to_string().contains("Some("), "{e}");
     let e = payload_error(
         Mlp::deserialize(&cudnn, &edited(&bytes, |b| b["plan"]["engine"]["knobs"] = serde_json::json!([[24, 999]])))
             .err()
@@ -199,6 +204,65 @@ fn a_record_that_disagrees_with_its_plan_is_refused() {
     // The unedited payloads load.
     assert!(Mlp::deserialize(&cudnn, &bytes).is_ok());
     assert!(ScaledRelu::deserialize(&cudnn, &scaled).is_ok());
+}
+
+#[test]
+fn engine_notes_that_are_not_the_loaded_plans_are_refused() {
+    // The notes are cuDNN's description of the engine and are written out again with the plan:
+    // a record that adds one, drops one (a nondeterministic engine passed off as deterministic)
+    // or misspells one is refused, as cudnn-frontend's imports are.
+    let Some(cudnn) = common::deviceless() else { return };
+    let bytes =
+        Mlp::new(64).build(&cudnn, &BuildOptions::default()).unwrap().serialize(SerializeOptions::default()).unwrap();
+    let engine = body_of(&bytes)["plan"]["engine"].clone();
+    let list = |key: &str| -> Vec<String> {
+        engine[key].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
+    };
+    let (behavior, numerical) = (list("behavior_notes"), list("numerical_notes"));
+    assert!(!numerical.is_empty(), "the matmul's engine has numerical notes: {engine}");
+    let with =
+        |notes: &[String], extra: &str| -> Vec<String> { notes.iter().cloned().chain([extra.to_string()]).collect() };
+    let forgeries: [(&str, &str, Vec<String>, &[String]); 4] = [
+        ("behavior_notes", "behavior", with(&behavior, "SUPPORTS_CUDA_GRAPH_NATIVE_API"), &behavior),
+        ("behavior_notes", "behavior", with(&behavior, "RUNTIME_COMPILATIONS"), &behavior),
+        ("numerical_notes", "numerical", Vec::new(), &numerical),
+        ("numerical_notes", "numerical", with(&numerical, "NONDETERMINISTIC"), &numerical),
+    ];
+    for (key, kind, forged, real) in forgeries {
+        let e = payload_error(
+            Mlp::deserialize(&cudnn, &edited(&bytes, |b| b["plan"]["engine"][key] = serde_json::json!(forged)))
+                .err()
+                .unwrap_or_else(|| panic!("{key} = {forged:?} was accepted")),
+        );
+        match &e {
+            PayloadError::Notes { kind: k, payload, plan } => {
+                assert_eq!((*k, payload, plan.len()), (kind, &forged, real.len()), "{e}");
+                let (mut plan, mut real) = (plan.clone(), real.to_vec());
+                plan.sort();
+                real.sort();
+                assert_eq!(plan, real, "{e}");
+            }
+            other => panic!("{key} = {forged:?}: expected a notes error, got {other}"),
+        }
+        assert!(e.to_string().contains(&format!("records {kind} notes")), "{e}");
+    }
+    // In another order, the notes are the plan's: loaded, and written out again.
+    let reordered: Vec<String> = numerical.iter().rev().cloned().collect();
+    let plan = Mlp::deserialize(
+        &cudnn,
+        &edited(&bytes, |b| b["plan"]["engine"]["numerical_notes"] = serde_json::json!(reordered)),
+    )
+    .unwrap();
+    let again = body_of(&plan.serialize(SerializeOptions::default()).unwrap())["plan"]["engine"].clone();
+    let mut written: Vec<String> =
+        again["numerical_notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+    written.sort();
+    let mut want = numerical.clone();
+    want.sort();
+    assert_eq!(written, want);
+    // The unedited payload loads and writes its notes out again unchanged.
+    let again = body_of(&Mlp::deserialize(&cudnn, &bytes).unwrap().serialize(SerializeOptions::default()).unwrap());
+    assert_eq!(again["plan"]["engine"], engine);
 }
 
 #[test]

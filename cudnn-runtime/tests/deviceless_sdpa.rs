@@ -207,3 +207,20 @@ fn plan_json_round_trips_with_internal_tensors() {
         assert_eq!(loaded.workspace_size(), built.workspace_size());
     }
 }
+
+#[test]
+fn cudnn_frontend_graphs_printed_after_building_plan() {
+    // cudnn-frontend 1.32's attention graphs printed after `build_operation_graph` (K, and V
+    // backward, transposed in place by its lowering; `tests/fixtures/cudnn_frontend`): read back
+    // as given, they lower and plan as the graphs printed before building do.
+    let Some(cudnn) = deviceless() else { return };
+    for case in ["forward", "forward_square", "backward"] {
+        for stage in ["before", "built"] {
+            let name = format!("sdpa_{case}_{stage}.json");
+            let path = format!("{}/tests/fixtures/cudnn_frontend/{name}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let graph = cudnn_runtime::serialize::structure_from_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            plan(&cudnn, &name, &graph);
+        }
+    }
+}

@@ -179,16 +179,99 @@ fn cudnn_frontend_1_32_forward_fields_are_written_and_read_by_what_they_mean() {
     assert!(matches!(&e, SerializeError::WrongType { path, .. } if path == "nodes[0].stats_use_log2"), "{e:?}");
 }
 
+/// A fixture of `tests/fixtures/cudnn_frontend` (written by its `after_build.py`).
+fn captured(name: &str) -> String {
+    let path = format!("{}/tests/fixtures/cudnn_frontend/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The dims and strides of the graph's tensor `name`.
+fn layout(g: &Graph, name: &str) -> (Vec<i64>, Vec<i64>) {
+    let t = g.tensor_by_name(name).unwrap_or_else(|| panic!("no tensor {name}"));
+    (t.dims.clone(), t.strides.clone())
+}
+
+/// `graph`'s outputs by name, computed by the reference from fixed-seed random inputs (by name:
+/// the same input of two graphs gets the same values).
+fn outputs_by_name(graph: &Graph) -> Vec<(String, Vec<f64>)> {
+    let mut values = vec![None; graph.tensors.len()];
+    for id in graph.inputs() {
+        let t = graph.tensor(id);
+        let mut state =
+            t.name.bytes().fold(0x9e37_79b9_7f4a_7c15_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let data = (0..t.element_count())
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                // Non-zero, in [-1, -1/16] or [1/16, 1].
+                let x = (state >> 11) as f64 / (1u64 << 53) as f64;
+                if x < 0.5 {
+                    -(1.0 / 16.0 + x * 15.0 / 8.0)
+                } else {
+                    1.0 / 16.0 + (x - 0.5) * 15.0 / 8.0
+                }
+            })
+            .collect();
+        values[id.0] = Some(reference::Array { dims: t.dims.clone(), data });
+    }
+    let out = reference::run_arrays(graph, values).unwrap();
+    let mut named: Vec<(String, Vec<f64>)> = graph
+        .outputs()
+        .into_iter()
+        .map(|id| graph.tensor(id).name.clone())
+        .zip(out.into_iter().map(|a| a.data))
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named
+}
+
 #[test]
-fn a_k_transposed_by_cudnn_frontend_lowering_is_refused_naming_the_port() {
-    // cudnn-frontend's composite forward swaps K's last two dims and strides in place when it
-    // lowers; a document printed after that has KT, which its own reader takes as K too.
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/frontend/sdpa_forward.json");
-    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+fn cudnn_frontend_attention_printed_after_building_reads_as_printed_before() {
+    // cudnn-frontend 1.32's composite SDPA lowering swaps K's last two dims and strides in place
+    // (its backward K's and V's), so its graph printed after `build_operation_graph` has
+    // `k: [1, 2, 64, 128]` with strides `[16384, 8192, 1, 64]`; building also adds the scale as
+    // a by-value `Attn_scale` input. Read, it is the graph printed before building: the same
+    // layouts and the same values. `forward_square` has d == s_kv, where only the strides tell.
+    for (case, swapped, s) in
+        [("forward", &["k"][..], 128), ("forward_square", &["k"][..], 64), ("backward", &["k", "v"][..], 128)]
+    {
+        let built_text = captured(&format!("sdpa_{case}_built.json"));
+        let raw: serde_json::Value = serde_json::from_str(&built_text).unwrap();
+        for name in swapped {
+            let t = raw["tensors"].as_array().unwrap().iter().find(|t| t["name"] == *name).unwrap();
+            assert_eq!(t["dim"], serde_json::json!([1, 2, 64, s]), "{case}: the fixture's {name} is as lowered");
+            assert_eq!(t["stride"], serde_json::json!([128 * s, 64 * s, 1, 64]), "{case}: {name}");
+        }
+        let built = structure_from_json(&built_text).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let before = structure_from_json(&captured(&format!("sdpa_{case}_before.json"))).unwrap();
+        for name in ["q", "k", "v"] {
+            assert_eq!(layout(&built, name), (vec![1, 2, s, 64], vec![128 * s, 64 * s, 64, 1]), "{case}: {name}");
+            assert_eq!(layout(&built, name), layout(&before, name), "{case}: {name}");
+        }
+        let (want, got) = (outputs_by_name(&before), outputs_by_name(&built));
+        assert_eq!(want.iter().map(|o| &o.0).collect::<Vec<_>>(), got.iter().map(|o| &o.0).collect::<Vec<_>>());
+        for ((name, w), (_, o)) in want.iter().zip(&got) {
+            assert!(w.iter().any(|x| x.abs() > 1e-3), "{case}: {name} is not all zero");
+            for (a, b) in w.iter().zip(o) {
+                assert!((a - b).abs() <= 1e-9 * (1.0 + a.abs()), "{case}: {name}: {a} vs {b}");
+            }
+        }
+        // Written back, the operands are as given: the document reads again to the same graph.
+        let again = structure_from_json(&structure_to_json(&built)).unwrap();
+        assert_eq!(again.fingerprint(), built.fingerprint(), "{case}");
+    }
+}
+
+#[test]
+fn a_k_with_its_dims_swapped_but_not_its_strides_is_refused_naming_the_port() {
+    // Only cudnn-frontend's in-place swap (dims and strides, K's unit stride on dim 2) is read
+    // back as its lowering left it; K's dims transposed over packed strides are a wrong K.
+    let mut doc: serde_json::Value = serde_json::from_str(&captured("sdpa_forward_before.json")).unwrap();
     let k = doc["tensors"].as_array_mut().unwrap().iter_mut().find(|t| t["name"] == "k").unwrap();
     assert_eq!(k["dim"], serde_json::json!([1, 2, 128, 64]));
     k["dim"] = serde_json::json!([1, 2, 64, 128]);
-    k["stride"] = serde_json::json!([16384, 8192, 1, 64]);
+    k["stride"] = serde_json::json!([16384, 8192, 128, 1]);
     let e = structure_from_json(&doc.to_string()).unwrap_err();
     let SerializeError::Graph(graph_error) = &e else { panic!("{e:?}") };
     assert!(

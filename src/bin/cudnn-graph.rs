@@ -17,11 +17,13 @@
 //! cudnn-graph picture GRAPH.json [--mermaid] [--parts (--device-properties DEVPROP.json | --device N)]
 //!     the graph as Graphviz DOT (render with `dot -Tsvg`) or a Mermaid flowchart; with --parts,
 //!     the plan cuDNN makes of it for that device, each part (kernel) a cluster
-//! cudnn-graph convert --to frontend|ours --device-properties DEVPROP.json --in IN --out OUT [--plan-only]
+//! cudnn-graph convert --to frontend|ours --device-properties DEVPROP.json --in IN --out OUT
+//!         [--graph GRAPH.json] [--plan-only]
 //!     convert a plan payload between ours (JSON, digest) and cudnn-frontend 1.32's (UBJSON):
 //!     the plan is loaded, checked against its graph, into a deviceless cuDNN context for the
 //!     device the properties describe, and written in the other format (`--device 0` loads it on
-//!     the GPU instead); see docs/serialization.md
+//!     the GPU instead); a plan-only payload takes its graph from GRAPH.json (a structural
+//!     JSON); see docs/serialization.md
 //! ```
 
 use std::process::ExitCode;
@@ -32,24 +34,32 @@ const USAGE: &str = "usage:
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR --dyn 'S: 64..=8192 pow2 @ q[2] k[2]' [--dyn ...] [--type NAME=FINGERPRINT]
   cudnn-graph devprop [--device N] [--out DEVPROP.json]
   cudnn-graph picture GRAPH.json [--mermaid] [--parts (--device-properties DEVPROP.json | --device N)]
-  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--plan-only]";
+  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--graph GRAPH.json] [--plan-only]";
 
 const CONVERT_HELP: &str = "cudnn-graph convert: a plan payload from our format to cudnn-frontend 1.32's, or back
 
 usage:
-  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--plan-only]
+  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT
+      [--graph GRAPH.json] [--plan-only]
 
   --to frontend       IN is our payload (JSON); OUT is cudnn-frontend's (UBJSON, graph.deserialize reads it)
   --to ours           IN is cudnn-frontend's payload (graph.serialize()); OUT is ours
   --device-properties the device-properties JSON of a deviceless cuDNN context (as `aot` takes);
                       the plan is loaded there, without a GPU
   --device N          load the plan on GPU N instead
+  --graph GRAPH.json  the graph the plan was made from, as a structural JSON (structure_to_json,
+                      or cudnn-frontend's): needed for a plan-only IN, checked against IN's
+                      structure (the same graph) where IN has one
   --plan-only         write the plan without the graph's structure
 
-The plan is loaded, not copied: the graph is read from the payload's structure, cuDNN's plan JSON
-is checked against the graph's lowering and loaded by cuDNN, and every key of cudnn-frontend's
-payload is checked; what cudnn-graph cannot honour (workspace modifications, pointer replacements,
-tensors to dump, a front-end workspace) is refused naming the key.";
+The plan is loaded, not copied: the graph is read from the payload's structure (or GRAPH.json),
+cuDNN's plan JSON is checked against the graph's lowering and loaded by cuDNN, and every key of
+cudnn-frontend's payload is checked. What cudnn-graph's plans do too is read and written:
+pointer replacements (a slice bound by pointer offset, `variant_pack_replacements`), workspace
+regions a plan places tensors in (`workspace_modifications` operation 2) and the front-end
+workspace they take (`fe_workspace_size`). What it cannot honour (a workspace region to fill
+before every execute, operations 0 and 1; cudnn-frontend's own alignment checks,
+`aligned_operands`; tensors to dump, `tensors_to_dump`) is refused naming the key.";
 
 const AOT_HELP: &str = "cudnn-graph aot: plans compiled ahead of time, without a GPU
 
@@ -320,24 +330,36 @@ fn aot(_: &[String]) -> Result<(), String> {
 fn convert(args: &[String]) -> Result<(), String> {
     use cudnn_graph::serialize::frontend_payload::{read_frontend_payload, write_frontend_payload};
     use cudnn_graph::serialize::plan::{
-        load_payload, parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions,
+        load_payload, parse_payload, write_payload, Expect, PayloadError, PlanOrigin, SerializeOptions,
     };
     let to = value(args, "--to")?;
     let input = value(args, "--in")?;
     let out = value(args, "--out")?;
     let options = SerializeOptions { structure: !args.iter().any(|a| a == "--plan-only") };
+    // The graph of a plan-only payload (or, with a structure, the one it must be).
+    let given = match optional(args, "--graph")? {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            Some(cudnn_graph::serialize::structure_from_json(&text).map_err(|e| format!("{path}: {e}"))?)
+        }
+    };
     let cudnn = context(args)?;
     let bytes = std::fs::read(input).map_err(|e| format!("{input}: {e}"))?;
+    let failed = |e: PayloadError| match e {
+        PayloadError::NeedsGraph { .. } => format!("{input}: {e}: pass it with --graph GRAPH.json"),
+        e => format!("{input}: {e}"),
+    };
     let (converted, graph) = match to {
         "frontend" => {
-            let payload = parse_payload(&bytes).map_err(|e| format!("{input}: {e}"))?;
-            let plan = load_payload(&cudnn, &payload, None, &Expect::default()).map_err(|e| format!("{input}: {e}"))?;
+            let payload = parse_payload(&bytes).map_err(failed)?;
+            let plan = load_payload(&cudnn, &payload, given, &Expect::default()).map_err(failed)?;
             let converted =
                 write_frontend_payload(&plan, &payload.origin(), options).map_err(|e| format!("{input}: {e}"))?;
             (converted, plan.graph().name.clone())
         }
         "ours" => {
-            let plan = read_frontend_payload(&cudnn, &bytes, None).map_err(|e| format!("{input}: {e}"))?;
+            let plan = read_frontend_payload(&cudnn, &bytes, given).map_err(failed)?;
             let converted = write_payload(&plan, &PlanOrigin::of(&cudnn), options, &Expect::default())
                 .map_err(|e| format!("{input}: {e}"))?;
             (converted, plan.graph().name.clone())

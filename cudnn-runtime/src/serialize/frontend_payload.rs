@@ -59,6 +59,7 @@
 use std::collections::BTreeSet;
 
 use super::layout::{PLAN_FIELDS, STRUCTURE_FIELDS};
+use super::lowered::swapped_by_lowering;
 use super::plan::{PayloadError, PlanOrigin, SerializeOptions, MAX_PAYLOAD_BYTES};
 use super::read::planned_graph_from_json;
 use super::ubjson::{from_ubjson, to_ubjson, UbjsonError};
@@ -550,40 +551,20 @@ fn plan_workspace_tensors(plan: &ExecutionPlan) -> Vec<(i64, usize)> {
 }
 
 /// Swaps the last two dims and strides of the attention operands that cudnn-frontend's lowering
-/// transposes in place (`scaled_dot_product_flash_attention.h`): a composite forward node's K
-/// (`SDPA` with `implementation` `COMPOSITE`; `UNIFIED`, cuDNN's own `SDPA_FWD` operation, and
-/// a paged K cache take K as given) and a backward node's K and V (`SDPA_BWD`), each swap once
-/// per node, so a tensor two such nodes share is swapped back, as there. cudnn-frontend prints
-/// a payload's structure after lowering, so its K is `[b, h_k, d_qk, s_kv]`; ours is written so
-/// too and read back as given (`[b, h_k, s_kv, d_qk]`): the function is its own inverse. Only
-/// rank-4 tensors are touched; anything malformed is left for the structural reader to name.
+/// transposes in place ([`swapped_by_lowering`]: a composite forward node's K, fp8 or not;
+/// `UNIFIED`, cuDNN's own `SDPA_FWD` operation, and a paged K cache take K as given; a backward
+/// node's K and V, fp8 or not), each swap once per node, so a tensor two such nodes share is
+/// swapped back, as there. cudnn-frontend prints a payload's structure after lowering, so its K
+/// is `[b, h_k, d_qk, s_kv]`; ours is written so too and read back as given
+/// (`[b, h_k, s_kv, d_qk]`): the function is its own inverse. Only rank-4 tensors are touched;
+/// anything malformed is left for the structural reader to name.
 fn transpose_attention_operands(structure: &mut [(String, Json)]) {
     let find = |structure: &[(String, Json)], key: &str| structure.iter().position(|(k, _)| k == key);
     // The tensors each node swaps, by the key its ports refer to them by (a uid or a name).
-    let mut swaps: Vec<String> = Vec::new();
-    if let Some(Json::Arr(nodes)) = find(structure, "nodes").map(|i| &structure[i].1) {
-        for node in nodes {
-            let Json::Obj(fields) = node else { continue };
-            let field = |k: &str| fields.iter().find(|(name, _)| name == k).map(|(_, v)| v);
-            let ports: &[&str] = match (field("tag"), field("implementation")) {
-                (Some(Json::Str(t)), Some(Json::Str(i))) if t == "SDPA" && i == "COMPOSITE" => &["K"],
-                (Some(Json::Str(t)), _) if t == "SDPA_BWD" => &["K", "V"],
-                _ => continue,
-            };
-            let Some(Json::Obj(inputs)) = field("inputs") else { continue };
-            let refers = |port: &str| inputs.iter().find(|(p, _)| p == port).map(|(_, v)| v);
-            if refers("Page_table_K").is_some_and(|v| !matches!(v, Json::Null)) {
-                continue;
-            }
-            for port in ports {
-                match refers(port) {
-                    Some(Json::Int(uid)) => swaps.push(uid.to_string()),
-                    Some(Json::Str(key)) => swaps.push(key.clone()),
-                    _ => {}
-                }
-            }
-        }
-    }
+    let swaps = match find(structure, "nodes").map(|i| &structure[i].1) {
+        Some(Json::Arr(nodes)) => swapped_by_lowering(nodes),
+        _ => Vec::new(),
+    };
     let Some(Json::Arr(tensors)) = find(structure, "tensors").map(|i| &mut structure[i].1) else { return };
     for tensor in tensors {
         let Json::Obj(fields) = tensor else { continue };
@@ -711,7 +692,15 @@ pub fn load_frontend_payload(
     if payload.behavior_notes.len() != 1 || loaded != recorded {
         return Err(key_error(
             "behavior_notes",
-            format!("{:?} are not the loaded plan's [{:?}]", payload.behavior_notes, loaded),
+            format!(
+                "{:?} are not the loaded plan's [{:?}]",
+                payload
+                    .behavior_notes
+                    .iter()
+                    .map(|l| l.iter().map(ToString::to_string).collect())
+                    .collect::<Vec<Vec<_>>>(),
+                loaded.iter().collect::<Vec<_>>()
+            ),
         ));
     }
     Ok(plan)

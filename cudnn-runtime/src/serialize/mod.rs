@@ -54,6 +54,7 @@ mod error;
 #[cfg(feature = "cudnn")]
 pub mod frontend_payload;
 mod layout;
+mod lowered;
 #[cfg(feature = "cudnn")]
 pub mod plan;
 mod read;

@@ -35,8 +35,8 @@
 //! 5. cuDNN's plan JSON against the graph: every tensor (uid, dims, strides, type, alignment) and
 //!    every operation of its operation graph must be the ones lowering the graph describes
 //!    ([`ExecutionPlan::from_json`], [`crate::backend::PlanMismatch`]);
-//! 6. once cuDNN has loaded the plan: its variant pack, workspace size, engine and by-value
-//!    scalars against the payload's record.
+//! 6. once cuDNN has loaded the plan: its variant pack, workspace size, engine (id, knobs,
+//!    behavior and numerical notes) and by-value scalars against the payload's record.
 //!
 //! Every mismatch is a [`PayloadError`] naming both sides. Writing a plan read back gives an
 //! equivalent payload (cuDNN's plan JSON aside, which embeds pointers).
@@ -402,6 +402,18 @@ pub enum PayloadError {
         payload: String,
         /// The loaded plan's.
         plan: String,
+    },
+    /// The behavior or numerical notes the payload records for its engine are not those cuDNN
+    /// reports for the engine of the plan it loaded (order aside): a forged or stale record,
+    /// which would be written out again with the plan.
+    #[error("the payload records {kind} notes {payload:?}, but cuDNN reports {plan:?} for the loaded plan's engine")]
+    Notes {
+        /// `"behavior"` or `"numerical"`.
+        kind: &'static str,
+        /// The payload's notes, as recorded.
+        payload: Vec<String>,
+        /// The loaded plan's, as cuDNN reports them.
+        plan: Vec<String>,
     },
     /// The by-value scalars the payload records are not the graph's.
     #[error("the payload records by-value scalars {payload:?}, but the graph's are {graph:?} (uid, type, f64 bits)")]
@@ -798,11 +810,33 @@ fn check_engine(recorded: &EngineRecord, loaded: &Candidate) -> Result<(), Paylo
     if loaded.engine_id != recorded.id || !knobs_agree {
         let knobs: Vec<(i32, i64)> = loaded.knobs.iter().map(|k| (k.kind, k.value)).collect();
         return Err(PayloadError::Engine {
-            payload: format!("{:?} with knobs {:?}", recorded.id, recorded.knobs),
-            plan: format!("{:?} with knobs {knobs:?}", loaded.engine_id),
+            payload: engine_label(recorded.id, &recorded.knobs),
+            plan: engine_label(loaded.engine_id, &knobs),
         });
     }
-    Ok(())
+    // The notes are cuDNN's description of the engine, written out again with the plan: they
+    // must be what cuDNN reports for the loaded one (as a multiset: cuDNN's order is kept).
+    let notes = |kind, recorded: &[String], loaded: Vec<String>| {
+        let (mut want, mut got) = (recorded.to_vec(), loaded.clone());
+        want.sort_unstable();
+        got.sort_unstable();
+        if want == got {
+            Ok(())
+        } else {
+            Err(PayloadError::Notes { kind, payload: recorded.to_vec(), plan: loaded })
+        }
+    };
+    notes("behavior", &recorded.behavior_notes, loaded.behavior_notes.iter().map(ToString::to_string).collect())?;
+    notes("numerical", &recorded.numerical_notes, loaded.numerical_notes.iter().map(ToString::to_string).collect())
+}
+
+/// An engine for messages: `7 with knobs [(2, 3)]`, `? with knobs []` where cuDNN could not name
+/// it (as [`Candidate`]'s `Display` writes it).
+fn engine_label(id: Option<i64>, knobs: &[(i32, i64)]) -> String {
+    match id {
+        Some(id) => format!("{id} with knobs {knobs:?}"),
+        None => format!("? with knobs {knobs:?}"),
+    }
 }
 
 /// The by-value scalars a payload records against the loaded variant pack's.

@@ -165,6 +165,29 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
     }
 }
 
+/// The input ports whose last two dims and strides cudnn-frontend 1.32's lowering swaps in place
+/// on a node tagged `tag` (`scaled_dot_product_flash_attention.h`, `sdpa_fp8_bwd.h`): the
+/// composite forward's K (`SDPA` or `SDPA_FP8_FWD` with `implementation` `COMPOSITE`, K
+/// `[b, h_k, s_kv, d_qk]` becoming Kᵀ `[b, h_k, d_qk, s_kv]`) unless K is a paged cache
+/// (`paged_k`), and the backward's K and V (`SDPA_BWD`, `SDPA_FP8_BWD`). The unified forward
+/// (`UNIFIED`, cuDNN's `SDPA_FWD` operation) takes K as given. A graph cudnn-frontend prints
+/// after building has these ports' tensors so.
+pub(crate) fn transposed_by_frontend_lowering(
+    tag: &str,
+    implementation: Option<&str>,
+    paged_k: bool,
+) -> &'static [&'static str] {
+    match tag {
+        TAG_FORWARD | TAG_FP8_FORWARD
+            if implementation == Some(Implementation::Composite.cudnn_name()) && !paged_k =>
+        {
+            &["K"]
+        }
+        TAG_BACKWARD | TAG_FP8_BACKWARD => &["K", "V"],
+        _ => &[],
+    }
+}
+
 /// The implementation cudnn-frontend's spelling names.
 fn implementation_of(name: &str) -> Option<Implementation> {
     [Implementation::Auto, Implementation::Fused, Implementation::Composite]

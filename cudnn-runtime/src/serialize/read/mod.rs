@@ -55,6 +55,7 @@ pub(crate) fn planned_graph_from_json(doc: &Json) -> Result<(Graph, bool)> {
     let cx = RawContext::read(&top)?;
     let dynamic_shape = cx.dynamic_shape;
     let mut tensors = tensors::read_tensors(&top)?;
+    restore_lowered_operands(&top, &mut tensors);
     let nodes = nodes::read_nodes(&top, &cx, &tensors)?;
     let nodes = nodes::fill_in(&cx, &mut tensors, nodes)?;
     let graph = assemble::assemble(cx, tensors, nodes, ext.tensor_order)?;
@@ -66,6 +67,27 @@ pub(crate) fn planned_graph_from_json(doc: &Json) -> Result<(Graph, bool)> {
         }
     }
     Ok((graph, dynamic_shape))
+}
+
+/// Swaps back the attention operands of a graph cudnn-frontend printed after building it, which
+/// its lowering transposed in place (`serialize::lowered`): K (backward, K and V) of a node that
+/// swaps them, found with its dims and strides so swapped (unit stride on dim 2, not on dim 3),
+/// is read as given, `[b, h, s_kv, d]` with unit stride on the head dim. A graph printed before
+/// building has every operand as given, and an operand so strided could not be planned as given
+/// (cuDNN's attention reads the head dim, the last, with unit stride: lowering refuses another
+/// stride, `sdpa.strides`), so no plannable graph is changed; the strides tell the two apart
+/// where the dims cannot (`d == s_kv`). A tensor two such nodes share was swapped twice, so is
+/// as given.
+fn restore_lowered_operands(top: &Obj<'_>, tensors: &mut [tensors::RawTensor]) {
+    let Some(Json::Arr(nodes)) = top.get("nodes") else { return };
+    let keys = super::lowered::swapped_by_lowering(nodes);
+    for t in tensors.iter_mut().filter(|t| keys.contains(&t.key)) {
+        let Some(strides) = t.strides.as_mut() else { continue };
+        if t.dims.len() == 4 && super::lowered::strides_as_lowered(strides) {
+            t.dims.swap(2, 3);
+            strides.swap(2, 3);
+        }
+    }
 }
 
 /// The top-level `cudnn_graph` object.
