@@ -215,6 +215,33 @@ impl SymDim {
         Some(SymDim::from_poly(self.poly().floor_div(divisor)?))
     }
 
+    /// The one value of its one parameter that makes `self` equal `other`, where their
+    /// difference is linear in a single parameter (`2 * K` against `64`: `K` = 32); `None`
+    /// otherwise, or where no integer value does (which [`Symbolic`] reports as a mismatch).
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::dim::SymDim;
+    /// let two_k = SymDim::Lit(2).checked_mul(&SymDim::Param("K".into())).unwrap();
+    /// assert_eq!(two_k.pinned_value(&SymDim::Lit(64)), Some(("K".to_string(), 32)));
+    /// assert_eq!(two_k.pinned_value(&SymDim::Param("N".into())), None);
+    /// ```
+    pub fn pinned_value(&self, other: &SymDim) -> Option<(String, i64)> {
+        let d = self.poly().plus(&other.poly().scaled(-1)?)?;
+        let (mut param, mut coefficient, mut constant) = (None, 0i64, 0i64);
+        for (mono, &c) in &d.0 {
+            match mono.as_slice() {
+                [] => constant = c,
+                [Atom::Param(p)] if param.is_none() => (param, coefficient) = (Some(p.clone()), c),
+                _ => return None,
+            }
+        }
+        let param = param?;
+        // c·P + d = 0: P = -d / c, an integer or no value.
+        let value = constant.checked_neg()?;
+        (value.checked_rem(coefficient)? == 0).then(|| (param, value / coefficient))
+    }
+
     /// The parameters this dim depends on, each once.
     pub fn params(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -985,6 +1012,25 @@ mod tests {
         assert!(!cx.require_eq(&half, &SymDim::Lit(-1)));
         assert!(cx.require_eq(&half, &SymDim::Lit(1)));
         assert_eq!(cx.deferred.len(), n + 1);
+    }
+
+    #[test]
+    fn a_difference_linear_in_one_parameter_pins_it() {
+        let p = |n: &str| SymDim::Param(n.into());
+        let k = p("K");
+        let two_k = SymDim::Lit(2).checked_mul(&k).unwrap();
+        assert_eq!(k.pinned_value(&SymDim::Lit(64)), Some(("K".into(), 64)));
+        assert_eq!(SymDim::Lit(64).pinned_value(&two_k), Some(("K".into(), 32)));
+        assert_eq!(k.checked_add(&SymDim::Lit(1)).unwrap().pinned_value(&SymDim::Lit(65)), Some(("K".into(), 64)));
+        // 3K = 2K + 8: K = 8, the parameter on both sides.
+        let three_k = SymDim::Lit(3).checked_mul(&k).unwrap();
+        assert_eq!(three_k.pinned_value(&two_k.checked_add(&SymDim::Lit(8)).unwrap()), Some(("K".into(), 8)));
+        // No integer value, two parameters, a product, a quotient: nothing pinned.
+        assert_eq!(two_k.pinned_value(&SymDim::Lit(7)), None);
+        assert_eq!(two_k.pinned_value(&p("N")), None);
+        assert_eq!(k.checked_mul(&k).unwrap().pinned_value(&SymDim::Lit(4)), None);
+        assert_eq!(k.checked_div_floor(2).unwrap().pinned_value(&SymDim::Lit(4)), None);
+        assert_eq!(k.pinned_value(&k), None, "no parameter left: equal, not pinned");
     }
 
     #[test]

@@ -469,11 +469,13 @@ impl Checker<'_> {
             if !params.iter().all(|p| self.params.get(p) == Some(&false)) {
                 continue;
             }
-            let pin = match (&a, &b) {
-                (SymDim::Param(p), SymDim::Lit(n)) | (SymDim::Lit(n), SymDim::Param(p)) => Some((p.clone(), *n)),
-                _ => None,
-            };
-            if let Some((param, value)) = pin {
+            // `K` against 64, and also `2 * K` against 128 or `K + 1` against 65: K = 64.
+            if let Some((param, value)) = a.pinned_value(&b) {
+                let why = match (&a, &b) {
+                    (SymDim::Param(_), SymDim::Lit(_)) | (SymDim::Lit(_), SymDim::Param(_)) => why.to_string(),
+                    _ => format!("{why}: {a} = {b}"),
+                };
+                let why = why.as_str();
                 match self.pins.iter().find(|pin| pin.0 == param) {
                     Some((_, first, first_why)) if *first != value => {
                         let message = format!(

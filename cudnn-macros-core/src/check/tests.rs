@@ -700,6 +700,22 @@ fn a_const_parameter_pinned_to_two_numbers_is_an_error_at_expansion() {
     let checked = ok("pub Same<const D: usize>(x: bf16[1, 8, D], w1: bf16[1, 64, 16], w2: bf16[1, 64, 16])
             -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(x, w2); }");
     assert_eq!(checked.const_checks.len(), 2);
+    // Pinned through expressions linear in the parameter: 2D = 64 and D + 1 = 17.
+    let e = error(
+        "pub Widened<const D: usize>(x: bf16[1, 8, 2 * D], h: bf16[1, 8, D + 1], w1: bf16[1, 64, 16], w2: bf16[1, 17, 16])
+            -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(h, w2); }",
+    );
+    assert_eq!(
+        e,
+        "graph `Widened`: const parameter `D` must equal 16 here (`matmul` (node `z`) needs it: D + 1 = 17), but it \
+         must also equal 32 (`matmul` (node `y`) needs it: 2 * D = 64): no `D` satisfies both"
+    );
+    // 2D = 64 and D = 32 agree: two const assertions.
+    let checked = ok(
+        "pub Agree<const D: usize>(x: bf16[1, 8, 2 * D], h: bf16[1, 8, D], w1: bf16[1, 64, 16], w2: bf16[1, 32, 16])
+            -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(h, w2); }",
+    );
+    assert_eq!(checked.const_checks.len(), 2);
 }
 
 #[test]
