@@ -166,6 +166,28 @@ fn resnet_block_without_channels_last_names_the_ports_to_declare() {
     assert!(ExecutionPlan::build(&cudnn, &fixed, &BuildOptions::default()).is_ok());
 }
 
+cudnn_graph::graph! {
+    /// A relu from a channels-last port into a row-major one: no convolution, no view.
+    pub MixedRelu(x: f16[2, 8, 4, 4] channels_last) -> (y: f16[2, 8, 4, 4]) {
+        y = relu(x);
+    }
+}
+
+/// An elementwise kernel mixing channels-last and row-major ports is refused by rule
+/// `pointwise.axis_order` saying so and to use one order; without a convolution it names no
+/// convolution ports and says nothing of views or transposes.
+#[test]
+fn an_elementwise_graph_mixing_layouts_is_told_to_use_one() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = MixedRelu::new().graph().unwrap();
+    let e = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap_err();
+    println!("{e}");
+    let BackendError::SupportRule { rule: "pointwise.axis_order", message, .. } = &e else { panic!("{e:?}") };
+    assert!(message.starts_with("`x` (strides [128, 1, 32, 8]) is channels-last (NHWC)"), "{message}");
+    assert!(message.ends_with("(`channels_last` on every port of rank 3 to 5, or on none)"), "{message}");
+    assert!(!message.contains("transpose") && !message.contains("convolution"), "{message}");
+}
+
 #[test]
 fn attention_block_plans_in_parts() {
     let Some(cudnn) = common::deviceless() else { return };

@@ -375,7 +375,12 @@ fn check_axis_order(node: &Node, x: &Tensor, x_named: &str, y: &Tensor) -> Resul
         // Both in an order the kernels keep, but not the same one: channels-last against
         // row-major, most often a convolution's output (cuDNN writes it channels-last) read by
         // the elementwise part after it into an NCHW port. No view and no transpose is involved.
-        let named = |t: &Tensor| if is_row_major(t) { "row-major (NCHW)" } else { "channels-last (NHWC)" };
+        let named = |t: &Tensor| match (is_row_major(t), t.dims.len()) {
+            (true, 4) => "row-major (NCHW)",
+            (false, 4) => "channels-last (NHWC)",
+            (true, _) => "row-major",
+            (false, _) => "channels-last",
+        };
         format!(
             "{x_named} (strides {:?}) is {} but is read elementwise into `{}` (strides {:?}), which is {}; cuDNN \
              9.19's pointwise kernels computed copies between axis orders wrongly on the H200, so a kernel of \
@@ -406,8 +411,7 @@ fn check_axis_order(node: &Node, x: &Tensor, x_named: &str, y: &Tensor) -> Resul
 
 /// How rule `pointwise.axis_order` ends where a kernel of elementwise ops mixes channels-last and
 /// row-major tensors: [`name_channels_last_ports`] adds the ports to declare.
-const CHANNELS_LAST_HINT: &str =
-    "lay its tensors out in one order (`channels_last` on every port of rank 3 to 5, or on none)";
+const CHANNELS_LAST_HINT: &str = "declare its ports alike (`channels_last` on every port of rank 3 to 5, or on none)";
 
 /// Whether a tensor's memory order is row-major on the axes that address memory.
 fn is_row_major(t: &Tensor) -> bool {
