@@ -485,7 +485,8 @@ impl Poly {
         if target > SEARCH {
             return false;
         }
-        let steps: Vec<usize> = coefficients.iter().filter_map(|c| usize::try_from(c.abs() / g).ok()).collect();
+        let steps: Vec<usize> =
+            coefficients.iter().filter_map(|c| usize::try_from(c.unsigned_abs() / g.unsigned_abs()).ok()).collect();
         let target = target as usize;
         let mut reachable = vec![false; target + 1];
         reachable[0] = true;
@@ -1048,6 +1049,18 @@ mod tests {
                 }
             }
         }
+        // Extreme coefficients neither panic nor overflow into a wrong answer.
+        for (c, k) in [(i64::MIN, 1), (i64::MIN, 0), (i64::MAX, -1), (i64::MAX, i64::MIN + 1), (i64::MIN, i64::MAX)] {
+            let poly = Poly::constant(k).plus(&Poly::atom(Atom::Param("M".into())).scaled(c).unwrap()).unwrap();
+            let _ = poly.never_zero();
+            let _ = poly.plus(&Poly::atom(Atom::Param("N".into())).scaled(c).unwrap()).map(|p| p.never_zero());
+        }
+        assert!(!Poly::atom(Atom::Param("M".into()))
+            .scaled(i64::MAX)
+            .unwrap()
+            .plus(&Poly::constant(-i64::MAX))
+            .unwrap()
+            .never_zero());
     }
 
     #[test]

@@ -529,7 +529,10 @@ impl Checker<'_> {
             .filter(|(_, _, d)| !is_unknown(d) && failed.contains(d))
             .map(|(i, j, _)| (i, j))
             .collect();
-        if suspects.is_empty() {
+        // Each repair runs the rule once per suspect, and there is one repair per suspect: past
+        // a few dozen (a concatenation of many equal operands) every extent is left unknown.
+        const MOST_SUSPECTS: usize = 48;
+        if suspects.is_empty() || suspects.len() > MOST_SUSPECTS {
             return None;
         }
         // The rule's outputs with only `kept` of the suspects known; `None` if it fails even so.
