@@ -122,6 +122,72 @@ fn resnet_block_plans_as_two_conv_parts() {
     assert_eq!(plan.parts().len(), 2);
 }
 
+cudnn_graph::graph! {
+    /// [`ResBlock`] as a user writes it without `channels_last` (issue 36): every port NCHW.
+    #[intermediate(f16)]
+    pub ResBlockNchw<const C: usize, dyn N, dyn H, dyn W>(
+        x: f16[N, C, H, W],
+        w1: f16[C, C, 3, 3],
+        mean: f32[1, C, 1, 1],
+        inv_var: f32[1, C, 1, 1],
+        scale: f32[1, C, 1, 1],
+        bias: f32[1, C, 1, 1],
+        w2: f16[C, C, 3, 3],
+    ) -> (y: f16[N, C, H, W]) {
+        let a = relu(batchnorm_inference(conv_fprop(x, w1, padding = [1, 1]), mean, inv_var, scale, bias));
+        y = add(conv_fprop(a, w2, padding = [1, 1]), x);
+    }
+}
+
+/// The ResNet block without `channels_last`: its residual add, planned apart from the second
+/// convolution, reads that convolution's channels-last output into the NCHW port `y`, which rule
+/// `pointwise.axis_order` refuses. The error says so (channels-last against row-major, no view or
+/// transpose) and names the convolution ports to declare `channels_last`, as docs/guide.md
+/// promises; with them declared ([`ResBlock`]) the block plans.
+#[test]
+fn resnet_block_without_channels_last_names_the_ports_to_declare() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = ResBlockNchw::<32>::new(4, 16, 16).graph().unwrap();
+    let e = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap_err();
+    println!("{e}");
+    let BackendError::SupportRule { node, rule, message, .. } = &e else { panic!("{e:?}") };
+    assert_eq!((node.as_str(), *rule), ("y", "pointwise.axis_order"));
+    assert!(!message.contains("transpose") && !message.contains("view"), "{message}");
+    assert!(message.contains("is channels-last (NHWC) but is read elementwise into `y`"), "{message}");
+    assert!(message.contains("which is row-major (NCHW)"), "{message}");
+    let declare =
+        message.split_once("declare the convolution ports of graph `ResBlockNchw` `channels_last`").map(|s| s.1);
+    let declare = declare.unwrap_or_else(|| panic!("no ports named: {message}"));
+    let named: Vec<&str> = declare.split('`').skip(1).step_by(4).collect();
+    // `x: f16[N, C, H, W] channels_last` and `GraphBuilder::set_channels_last` come first.
+    assert_eq!(named, ["x: f16[N, C, H, W] channels_last", "x", "w1", "w2", "y"], "{message}");
+    assert!(declare.contains("`x` (f16[4, 32, 16, 16] row-major) of node `conv_fprop_0` (conv_fprop)"), "{message}");
+    let fixed = ResBlock::<32>::new(4, 16, 16).graph().unwrap();
+    assert!(ExecutionPlan::build(&cudnn, &fixed, &BuildOptions::default()).is_ok());
+}
+
+cudnn_graph::graph! {
+    /// A relu from a channels-last port into a row-major one: no convolution, no view.
+    pub MixedRelu(x: f16[2, 8, 4, 4] channels_last) -> (y: f16[2, 8, 4, 4]) {
+        y = relu(x);
+    }
+}
+
+/// An elementwise kernel mixing channels-last and row-major ports is refused by rule
+/// `pointwise.axis_order` saying so and to use one order; without a convolution it names no
+/// convolution ports and says nothing of views or transposes.
+#[test]
+fn an_elementwise_graph_mixing_layouts_is_told_to_use_one() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let graph = MixedRelu::new().graph().unwrap();
+    let e = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap_err();
+    println!("{e}");
+    let BackendError::SupportRule { rule: "pointwise.axis_order", message, .. } = &e else { panic!("{e:?}") };
+    assert!(message.starts_with("`x` (strides [128, 1, 32, 8]) is channels-last (NHWC)"), "{message}");
+    assert!(message.ends_with("(`channels_last` on every port of rank 3 to 5, or on none)"), "{message}");
+    assert!(!message.contains("transpose") && !message.contains("convolution"), "{message}");
+}
+
 #[test]
 fn attention_block_plans_in_parts() {
     let Some(cudnn) = common::deviceless() else { return };

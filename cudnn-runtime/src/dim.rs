@@ -8,7 +8,8 @@
 //!   turns it into a const assertion (const generics) or leaves it to run-time validation (runtime
 //!   symbols). Rules that compute dims (convolution's output size) give [`SymDim::Expr`] in a
 //!   canonical form ([`SymExpr`]): equal when their difference is 0, certainly different when
-//!   it is a non-zero constant, asserted at instantiation otherwise.
+//!   no parameters of at least 1 make it 0 (a non-zero constant, `2 * K - K`, `2 * M - 4 * N + 1`),
+//!   asserted at instantiation otherwise.
 
 use std::fmt;
 
@@ -214,6 +215,33 @@ impl SymDim {
         Some(SymDim::from_poly(self.poly().floor_div(divisor)?))
     }
 
+    /// The one value of its one parameter that makes `self` equal `other`, where their
+    /// difference is linear in a single parameter (`2 * K` against `64`: `K` = 32); `None`
+    /// otherwise, or where no integer value does (which [`Symbolic`] reports as a mismatch).
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::dim::SymDim;
+    /// let two_k = SymDim::Lit(2).checked_mul(&SymDim::Param("K".into())).unwrap();
+    /// assert_eq!(two_k.pinned_value(&SymDim::Lit(64)), Some(("K".to_string(), 32)));
+    /// assert_eq!(two_k.pinned_value(&SymDim::Param("N".into())), None);
+    /// ```
+    pub fn pinned_value(&self, other: &SymDim) -> Option<(String, i64)> {
+        let d = self.poly().plus(&other.poly().scaled(-1)?)?;
+        let (mut param, mut coefficient, mut constant) = (None, 0i64, 0i64);
+        for (mono, &c) in &d.0 {
+            match mono.as_slice() {
+                [] => constant = c,
+                [Atom::Param(p)] if param.is_none() => (param, coefficient) = (Some(p.clone()), c),
+                _ => return None,
+            }
+        }
+        let param = param?;
+        // c·P + d = 0: P = -d / c, an integer or no value.
+        let value = constant.checked_neg()?;
+        (value.checked_rem(coefficient)? == 0).then(|| (param, value / coefficient))
+    }
+
     /// The parameters this dim depends on, each once.
     pub fn params(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -406,6 +434,66 @@ impl Poly {
                 Some(quotient)
             }
         }
+    }
+
+    /// Whether the polynomial is non-zero for every assignment of positive integers to its
+    /// parameters (every parameter is an extent, so at least 1), as far as a linear argument
+    /// shows: `2 * K` is never `K` (`K` is never 0), `2 * M + 1` is never `4 * N` (an odd and an
+    /// even number), `H + W` is never 1; `2 * K - N` may be 0 (`N = 2`, `K = 1`), and so may
+    /// anything the argument cannot decide. False means "may be zero", not "is zero".
+    ///
+    /// Each monomial is taken as a variable of its own, at least 1 when it multiplies
+    /// parameters alone and at least 0 when it has a floor quotient (whose numerator's
+    /// coefficients are remainders, never negative). Every assignment of the parameters gives
+    /// such variables a value, so where `Σ c·m + c0 = 0` has no solution in them the polynomial
+    /// has none either. With `m = lower + y`, `y ≥ 0`, it is `Σ c·y = t`, which has an integer
+    /// solution only where the coefficients' common divisor `g` divides `t`; with coefficients
+    /// of both signs every such `t` is reached (add `|c2|` to `y1` and `c1` to `y2` until both
+    /// are non-negative); with one sign only `t` of that sign, and of those only what sums of
+    /// the coefficients make (a bounded search; a `t` beyond it counts as reachable).
+    fn never_zero(&self) -> bool {
+        /// The largest `t / g` searched for sums of same-sign coefficients.
+        const SEARCH: i64 = 1 << 16;
+        let mut t = 0i64;
+        let mut coefficients = Vec::new();
+        for (mono, &c) in &self.0 {
+            // The constant term is a coefficient times 1.
+            let lower = i64::from(mono.iter().all(|a| matches!(a, Atom::Param(_))));
+            let Some(next) = c.checked_mul(lower).and_then(|v| t.checked_sub(v)) else { return false };
+            t = next;
+            if !mono.is_empty() {
+                coefficients.push(c);
+            }
+        }
+        if coefficients.is_empty() {
+            return t != 0;
+        }
+        let g = coefficients.iter().fold(0u64, |g, c| gcd(g, c.unsigned_abs()));
+        if !t.unsigned_abs().is_multiple_of(g) {
+            return true;
+        }
+        let positive = coefficients.iter().all(|&c| c > 0);
+        if !positive && !coefficients.iter().all(|&c| c < 0) {
+            return false;
+        }
+        // One sign: make it positive; then `t` must be a sum of the coefficients (over `g`).
+        let Ok(g) = i64::try_from(g) else { return false };
+        let Some(target) = (if positive { Some(t) } else { t.checked_neg() }).map(|t| t / g) else { return false };
+        if target < 0 {
+            return true;
+        }
+        if target > SEARCH {
+            return false;
+        }
+        let steps: Vec<usize> =
+            coefficients.iter().filter_map(|c| usize::try_from(c.unsigned_abs() / g.unsigned_abs()).ok()).collect();
+        let target = target as usize;
+        let mut reachable = vec![false; target + 1];
+        reachable[0] = true;
+        for v in 1..=target {
+            reachable[v] = steps.iter().any(|&s| s <= v && reachable[v - s]);
+        }
+        !reachable[target]
     }
 
     /// For a polynomial over parameters alone (no floor quotients) whose non-constant terms all
@@ -637,15 +725,17 @@ impl DimCx<SymDim> for Symbolic {
             // would give them one value.
             return x == y;
         }
-        // Canonical forms: a difference of 0 is equality, a non-zero constant a certain
-        // mismatch (`H` against `H - 2`); anything else waits for the parameters' values.
-        match b.poly().scaled(-1).and_then(|minus_b| a.poly().plus(&minus_b)).map(|d| d.as_constant()) {
-            Some(Some(0)) => true,
-            Some(Some(_)) => false,
-            _ => {
-                self.deferred.push((a.clone(), b.clone()));
-                true
-            }
+        // Canonical forms: a difference of 0 is equality; one that no parameters of at least 1
+        // make 0 is a certain mismatch (`H` against `H - 2`, `2 * K` against `K`); anything else
+        // waits for the parameters' values, as does a difference whose coefficients overflow.
+        let d = b.poly().scaled(-1).and_then(|minus_b| a.poly().plus(&minus_b));
+        if d.as_ref().and_then(Poly::as_constant) == Some(0) {
+            true
+        } else if d.is_some_and(|d| d.never_zero()) {
+            false
+        } else {
+            self.deferred.push((a.clone(), b.clone()));
+            true
         }
     }
 
@@ -880,6 +970,97 @@ mod tests {
         assert_eq!(cx.deferred, vec![(half.clone(), SymDim::Lit(16))]);
         assert!(cx.require_eq(&half, &half.clone()));
         assert_eq!(cx.deferred.len(), 1);
+    }
+
+    #[test]
+    fn differences_no_positive_parameters_cancel_are_mismatches() {
+        let p = |n: &str| SymDim::Param(n.into());
+        let lin = |terms: &[(i64, &str)], c: i64| {
+            terms.iter().try_fold(SymDim::Lit(c), |acc, (k, n)| acc.checked_add(&SymDim::Lit(*k).checked_mul(&p(n))?))
+        };
+        let mut cx = Symbolic::default();
+        // 2K = K only at K = 0, which no extent is.
+        assert!(!cx.require_eq(&lin(&[(2, "K")], 0).unwrap(), &p("K")));
+        assert!(!cx.require_eq(&p("K"), &lin(&[(2, "K")], 0).unwrap()));
+        // K + 3 = 2 at K = -1; 3K = 2K at K = 0.
+        assert!(!cx.require_eq(&lin(&[(1, "K")], 3).unwrap(), &SymDim::Lit(2)));
+        assert!(!cx.require_eq(&lin(&[(3, "K")], 0).unwrap(), &lin(&[(2, "K")], 0).unwrap()));
+        // 2M + 1 is odd, 4N even; M + N is at least 2.
+        assert!(!cx.require_eq(&lin(&[(2, "M")], 1).unwrap(), &lin(&[(4, "N")], 0).unwrap()));
+        assert!(!cx.require_eq(&lin(&[(1, "M"), (1, "N")], 0).unwrap(), &SymDim::Lit(1)));
+        // 3M + 5N = 7 has no solution in M, N >= 1 (8 is the least value, then 11, 13, ...).
+        assert!(!cx.require_eq(&lin(&[(3, "M"), (5, "N")], 0).unwrap(), &SymDim::Lit(7)));
+        assert!(cx.deferred.is_empty(), "{:?}", cx.deferred);
+        // What some instantiation satisfies waits for it: 2K = N (K = 1, N = 2), 2K = 6 (K = 3),
+        // 3M + 5N = 13 (M = 1, N = 2), 2K = K + N (N = K).
+        let waits = [
+            (lin(&[(2, "K")], 0).unwrap(), p("N")),
+            (lin(&[(2, "K")], 0).unwrap(), SymDim::Lit(6)),
+            (lin(&[(3, "M"), (5, "N")], 0).unwrap(), SymDim::Lit(13)),
+            (lin(&[(2, "K")], 0).unwrap(), lin(&[(1, "K"), (1, "N")], 0).unwrap()),
+        ];
+        for (a, b) in &waits {
+            assert!(cx.require_eq(a, b), "{a} = {b}");
+        }
+        assert_eq!(cx.deferred.len(), waits.len());
+        // Monomials count as variables of their own: H * W + 1 is never 1; H * W = H waits (W = 1).
+        let hw = p("H").checked_mul(&p("W")).unwrap();
+        assert!(!cx.require_eq(&hw.checked_add(&SymDim::Lit(1)).unwrap(), &SymDim::Lit(1)));
+        assert!(cx.require_eq(&hw, &p("H")));
+        // A floor quotient may be 0 but never negative: (H + 1) / 2 is never -1, and is 1 at H = 1.
+        let half = p("H").checked_add(&SymDim::Lit(1)).and_then(|x| x.checked_div_floor(2)).unwrap();
+        let n = cx.deferred.len();
+        assert!(!cx.require_eq(&half, &SymDim::Lit(-1)));
+        assert!(cx.require_eq(&half, &SymDim::Lit(1)));
+        assert_eq!(cx.deferred.len(), n + 1);
+    }
+
+    #[test]
+    fn a_difference_linear_in_one_parameter_pins_it() {
+        let p = |n: &str| SymDim::Param(n.into());
+        let k = p("K");
+        let two_k = SymDim::Lit(2).checked_mul(&k).unwrap();
+        assert_eq!(k.pinned_value(&SymDim::Lit(64)), Some(("K".into(), 64)));
+        assert_eq!(SymDim::Lit(64).pinned_value(&two_k), Some(("K".into(), 32)));
+        assert_eq!(k.checked_add(&SymDim::Lit(1)).unwrap().pinned_value(&SymDim::Lit(65)), Some(("K".into(), 64)));
+        // 3K = 2K + 8: K = 8, the parameter on both sides.
+        let three_k = SymDim::Lit(3).checked_mul(&k).unwrap();
+        assert_eq!(three_k.pinned_value(&two_k.checked_add(&SymDim::Lit(8)).unwrap()), Some(("K".into(), 8)));
+        // No integer value, two parameters, a product, a quotient: nothing pinned.
+        assert_eq!(two_k.pinned_value(&SymDim::Lit(7)), None);
+        assert_eq!(two_k.pinned_value(&p("N")), None);
+        assert_eq!(k.checked_mul(&k).unwrap().pinned_value(&SymDim::Lit(4)), None);
+        assert_eq!(k.checked_div_floor(2).unwrap().pinned_value(&SymDim::Lit(4)), None);
+        assert_eq!(k.pinned_value(&k), None, "no parameter left: equal, not pinned");
+    }
+
+    #[test]
+    fn never_zero_agrees_with_a_search_over_small_parameters() {
+        // Every difference a·M + b·N + c with small coefficients: never_zero holds exactly where
+        // no M, N in 1..=40 makes it 0 (for these coefficients a solution, if any, is that small).
+        for a in -4i64..=4 {
+            for b in -4i64..=4 {
+                for c in -12i64..=12 {
+                    let m = Poly::atom(Atom::Param("M".into())).scaled(a).unwrap();
+                    let n = Poly::atom(Atom::Param("N".into())).scaled(b).unwrap();
+                    let poly = Poly::constant(c).plus(&m).unwrap().plus(&n).unwrap();
+                    let solvable = (1..=40).any(|m| (1..=40).any(|n| a * m + b * n + c == 0));
+                    assert_eq!(poly.never_zero(), !solvable, "{a}M + {b}N + {c}");
+                }
+            }
+        }
+        // Extreme coefficients neither panic nor overflow into a wrong answer.
+        for (c, k) in [(i64::MIN, 1), (i64::MIN, 0), (i64::MAX, -1), (i64::MAX, i64::MIN + 1), (i64::MIN, i64::MAX)] {
+            let poly = Poly::constant(k).plus(&Poly::atom(Atom::Param("M".into())).scaled(c).unwrap()).unwrap();
+            let _ = poly.never_zero();
+            let _ = poly.plus(&Poly::atom(Atom::Param("N".into())).scaled(c).unwrap()).map(|p| p.never_zero());
+        }
+        assert!(!Poly::atom(Atom::Param("M".into()))
+            .scaled(i64::MAX)
+            .unwrap()
+            .plus(&Poly::constant(-i64::MAX))
+            .unwrap()
+            .never_zero());
     }
 
     #[test]

@@ -303,16 +303,19 @@ impl Checker<'_> {
             })
             .collect();
         let mut sym = Symbolic::default();
-        let outs = match op.infer_with(&metas, &Extents::given(extents), &mut Unknowns(&mut sym)) {
+        let mut blaming = Blaming { cx: Unknowns(&mut sym), failed: Vec::new(), unequal: Vec::new() };
+        let inferred = op.infer_with(&metas, &Extents::given(extents), &mut blaming);
+        let Blaming { failed, unequal, .. } = blaming;
+        let outs = match inferred {
             Ok(outs) => outs,
             Err(e) => {
                 let on_attr = e.attr.and_then(|a| attrs.iter().find(|(k, _)| k == a)).map(|(_, v)| v.span());
                 let on_arg = e.arg.and_then(|i| args.get(i)).map(|a| a.expr.span());
                 let span = on_attr.or(on_arg).unwrap_or_else(|| func.span());
                 let operand = e.arg.and_then(|i| operands.get(i)).and_then(|(_, v)| v.as_ref());
-                let hint = self.intermediate_type_hint(&e.kind, operand);
+                let hint = self.intermediate_type_hint(&e.kind, operand) + &never_equal_hint(&unequal);
                 self.cx.error_span(span, format!("graph `{}`: {e}{hint}", self.def.name));
-                return self.despite(op, &metas, extents, &name);
+                return self.despite(op, &metas, extents, &name, &failed);
             }
         };
         let dtypes: Vec<_> = metas.iter().map(|m| m.dtype).collect();
@@ -414,25 +417,33 @@ impl Checker<'_> {
     }
 
     /// The outputs of an op whose shape rule failed (already reported): of the rank and type the
-    /// rule gives when every equality it asks for is granted, each extent *unknown*
-    /// ([`Unknowns`]). Later ops are checked with them, so their own mistakes (attributes, their
-    /// other operands, types) surface in the same compile, while nothing that involves an unknown
-    /// extent is reported: no echo of the first mistake. `None` where the rule fails even so (a
-    /// type or rank rule): later uses are then skipped, as for any name whose definition failed.
+    /// rule gives when every equality it asks for is granted; an extent the failed requirement
+    /// (`failed`, its sides) decides is *unknown* ([`Unknowns`]), any other is kept
+    /// ([`Checker::kept_extents`]). Later ops are checked with them, so their own mistakes
+    /// (attributes, their other operands, their extents, types) surface in the same compile, on
+    /// their own tokens, while nothing that involves an unknown extent is reported: no echo of
+    /// the first mistake. `None` where the rule fails even so (a type or rank rule): later uses
+    /// are then skipped, as for any name whose definition failed.
     fn despite(
         &mut self,
         op: &Op,
         metas: &[TensorMeta<SymDim>],
         extents: &[(String, Vec<SymDim>)],
         name: &str,
+        failed: &[SymDim],
     ) -> Option<Vec<Option<Value>>> {
         let outs = op.infer_with(metas, &Extents::given(extents), &mut Granting).ok()?;
+        let kept = self.kept_extents(op, metas, extents, failed);
         let node = self.fresh(name, true);
         let values = outs.into_iter().enumerate().map(|(i, o)| {
+            let kept = kept.as_ref().and_then(|k| k.get(i)).filter(|k| k.len() == o.dims.len());
             Some(Value {
                 tensor: format!("{node}_{i}"),
-                // Known rank and type; every extent unknown.
-                dims: o.dims.iter().map(|_| self.unknown()).collect(),
+                // Known rank and type; the extents the failure leaves known, the others unknown.
+                dims: match kept {
+                    Some(dims) => dims.iter().map(|d| d.clone().unwrap_or_else(|| self.unknown())).collect(),
+                    None => o.dims.iter().map(|_| self.unknown()).collect(),
+                },
                 dtype: o.dtype.unwrap_or(self.intermediate),
                 forced_why: op.outputs().get(i).and_then(|port| forced_why(&o, port, op.call_name())),
                 forced: o.dtype,
@@ -458,11 +469,13 @@ impl Checker<'_> {
             if !params.iter().all(|p| self.params.get(p) == Some(&false)) {
                 continue;
             }
-            let pin = match (&a, &b) {
-                (SymDim::Param(p), SymDim::Lit(n)) | (SymDim::Lit(n), SymDim::Param(p)) => Some((p.clone(), *n)),
-                _ => None,
-            };
-            if let Some((param, value)) = pin {
+            // `K` against 64, and also `2 * K` against 128 or `K + 1` against 65: K = 64.
+            if let Some((param, value)) = a.pinned_value(&b) {
+                let why = match (&a, &b) {
+                    (SymDim::Param(_), SymDim::Lit(_)) | (SymDim::Lit(_), SymDim::Param(_)) => why.to_string(),
+                    _ => format!("{why}: {a} = {b}"),
+                };
+                let why = why.as_str();
                 match self.pins.iter().find(|pin| pin.0 == param) {
                     Some((_, first, first_why)) if *first != value => {
                         let message = format!(
@@ -487,6 +500,133 @@ impl Checker<'_> {
                 self.const_checks.push(ConstCheck::new(&a, &b, true, span, message));
             }
         }
+    }
+}
+
+impl Checker<'_> {
+    /// The output extents of an op whose shape rule failed that do not depend on how the
+    /// failure is repaired: `Some(extent)` where known, `None` where unknown, per output; `None`
+    /// when nothing can be kept.
+    ///
+    /// The suspects are the operand extents equal to a side of the failed requirement
+    /// (`failed`): `matmul` of `[1, 4, 16]` and `[1, 8, 8]` fails on `16 = 8`, so A's 16 and
+    /// both of B's 8s. A repair keeps some suspects and makes the others unknown, such that the
+    /// rule holds; each repair here starts from one suspect and keeps every later one that
+    /// still lets the rule hold. An output extent is kept where every repair gives it the same
+    /// known value: `[1, 4, 8]` for that `matmul` (its N is B's last 8 in every repair), but `?`
+    /// for the last extent of `add` of `[1, 4, 8]` and `[1, 4, 9]` (8 or 9, as one repairs it).
+    fn kept_extents(
+        &mut self,
+        op: &Op,
+        metas: &[TensorMeta<SymDim>],
+        extents: &[(String, Vec<SymDim>)],
+        failed: &[SymDim],
+    ) -> Option<Vec<Vec<Option<SymDim>>>> {
+        let suspects: Vec<(usize, usize)> = metas
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| m.dims.iter().enumerate().map(move |(j, d)| (i, j, d)))
+            .filter(|(_, _, d)| !is_unknown(d) && failed.contains(d))
+            .map(|(i, j, _)| (i, j))
+            .collect();
+        // Each repair runs the rule once per suspect, and there is one repair per suspect: past
+        // a few dozen (a concatenation of many equal operands) every extent is left unknown.
+        const MOST_SUSPECTS: usize = 48;
+        if suspects.is_empty() || suspects.len() > MOST_SUSPECTS {
+            return None;
+        }
+        // The rule's outputs with only `kept` of the suspects known; `None` if it fails even so.
+        let mut outputs = |kept: &[(usize, usize)]| {
+            let mut metas = metas.to_vec();
+            for &(i, j) in suspects.iter().filter(|s| !kept.contains(s)) {
+                metas[i].dims[j] = self.unknown();
+            }
+            let mut sym = Symbolic::default();
+            op.infer_with(&metas, &Extents::given(extents), &mut Unknowns(&mut sym)).ok()
+        };
+        let mut repairs = Vec::new();
+        for first in 0..suspects.len() {
+            let mut kept = Vec::new();
+            for &s in suspects[first..].iter().chain(&suspects[..first]) {
+                kept.push(s);
+                if outputs(&kept).is_none() {
+                    kept.pop();
+                }
+            }
+            repairs.push(outputs(&kept)?);
+        }
+        let (first, rest) = repairs.split_first()?;
+        let kept = first.iter().enumerate().map(|(o, out)| {
+            out.dims
+                .iter()
+                .enumerate()
+                .map(|(k, d)| {
+                    let same = rest.iter().all(|r| r.get(o).and_then(|r| r.dims.get(k)) == Some(d));
+                    (same && !is_unknown(d)).then(|| d.clone())
+                })
+                .collect()
+        });
+        Some(kept.collect())
+    }
+}
+
+/// Symbolic equality as [`Unknowns`] decides it, remembering the sides of each requirement
+/// that failed, for [`Checker::kept_extents`].
+struct Blaming<'a> {
+    cx: Unknowns<'a>,
+    failed: Vec<SymDim>,
+    /// The equalities that failed, as pairs.
+    unequal: Vec<(SymDim, SymDim)>,
+}
+
+/// For a failed equality between extents over parameters (`2 * K` against `K`), why it is an
+/// error at expansion: no parameters of at least 1 make them equal. Empty where a side is a
+/// literal alone on both sides or two distinct parameters (which never unify; the message says
+/// enough).
+fn never_equal_hint(unequal: &[(SymDim, SymDim)]) -> String {
+    let Some((a, b)) = unequal.first() else { return String::new() };
+    let mut params = a.params();
+    for p in b.params() {
+        if !params.contains(&p) {
+            params.push(p);
+        }
+    }
+    if params.is_empty() || matches!((a, b), (SymDim::Param(_), SymDim::Param(_))) {
+        return String::new();
+    }
+    params.sort();
+    let names: Vec<String> = params.iter().map(|p| format!("`{p}`")).collect();
+    let (these, make) = if names.len() == 1 { ("value of", "makes") } else { ("values of", "make") };
+    format!(
+        "; {a} and {b} differ whatever the instantiation: no {these} {} {make} them equal (every dim is at least 1)",
+        names.join(", ")
+    )
+}
+
+impl DimCx<SymDim> for Blaming<'_> {
+    fn require_eq(&mut self, a: &SymDim, b: &SymDim) -> bool {
+        let ok = self.cx.require_eq(a, b);
+        if !ok {
+            self.failed.extend([a.clone(), b.clone()]);
+            self.unequal.push((a.clone(), b.clone()));
+        }
+        ok
+    }
+
+    fn require_eq_count(&mut self, a: &[SymDim], b: &[SymDim]) -> bool {
+        let ok = self.cx.require_eq_count(a, b);
+        if !ok {
+            self.failed.extend(a.iter().chain(b).cloned());
+        }
+        ok
+    }
+
+    fn require_le(&mut self, a: &SymDim, b: &SymDim) -> bool {
+        let ok = self.cx.require_le(a, b);
+        if !ok {
+            self.failed.extend([a.clone(), b.clone()]);
+        }
+        ok
     }
 }
 

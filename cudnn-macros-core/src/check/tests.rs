@@ -359,6 +359,54 @@ fn a_deferred_expression_names_its_parameters_and_itself() {
 }
 
 #[test]
+fn extents_no_positive_parameters_make_equal_are_errors_at_expansion() {
+    // 2K = K only at K = 0: an error now, not a const assertion of every instantiation.
+    let e = error("G<const K: usize>(a: f32[1, 4, 2 * K], b: f32[1, K, 8]) -> (y: f32[1, 4, 8]) { y = matmul(a, b); }");
+    assert_eq!(
+        e,
+        "graph `G`: matmul contraction dims differ: A is [1, 4, 2 * K] and B is [1, K, 8], so A[-1] = 2 * K must \
+         equal B[-2] = K; 2 * K and K differ whatever the instantiation: no value of `K` makes them equal (every \
+         dim is at least 1)"
+    );
+    // Several parameters: 2M + 1 is odd, 4N even. `dyn` ones alike (no run-time check either).
+    let e = error(
+        "G<const M: usize, dyn N>(a: f32[1, 4, 2 * M + 1], b: f32[1, 4 * N, 8]) -> (y: f32[1, 4, 8]) { y = matmul(a, b); }",
+    );
+    assert!(
+        e.ends_with(
+            "so A[-1] = 2 * M + 1 must equal B[-2] = 4 * N; 2 * M + 1 and 4 * N differ whatever the instantiation: no \
+             values of `M`, `N` make them equal (every dim is at least 1)"
+        ),
+        "{e}"
+    );
+    // A declared output: K + N is at least 2, never 1.
+    let e = error(
+        "G<const K: usize, const N: usize>(a: f32[1, N, K], b: f32[1, K, 1]) -> (y: f32[1, N, K + N]) { y = matmul(a, b); }",
+    );
+    assert_eq!(
+        e,
+        "output `y` is declared [1, N, K + N] but is assigned a tensor of shape [1, N, 1]: dim 2 is K + N declared, 1 \
+         assigned"
+    );
+}
+
+#[test]
+fn extents_some_parameters_make_equal_wait_for_the_instantiation() {
+    // 2K = N at N = 2K: a const assertion, naming both parameters and the product.
+    let ck = ok("G<const K: usize, const N: usize>(a: f32[1, 4, 2 * K], b: f32[1, N, 8]) -> (y: f32[1, 4, 8]) {
+        y = matmul(a, b);
+    }");
+    assert_eq!(ck.const_checks.len(), 1);
+    let c = &ck.const_checks[0];
+    assert_eq!(c.message, "graph `G`: 2 * K must equal N: `matmul` (node `y`) needs it");
+    assert_eq!(c.params, ["K", "N"]);
+    // 2K = 6 at K = 3; 3K = 7 at no K, so that one is an error.
+    let ck = ok("G<const K: usize>(a: f32[1, 4, 2 * K], b: f32[1, 6, 8]) -> (y: f32[1, 4, 8]) { y = matmul(a, b); }");
+    assert_eq!(ck.const_checks.len(), 1);
+    error("G<const K: usize>(a: f32[1, 4, 3 * K], b: f32[1, 7, 8]) -> (y: f32[1, 4, 8]) { y = matmul(a, b); }");
+}
+
+#[test]
 fn a_dyn_parameter_defers_to_run_time_validation() {
     let ck = ok("G<dyn K>(a: f32[2, K], b: f32[64, 3]) -> (y: f32[2, 3]) { y = matmul(a, b); }");
     assert!(ck.const_checks.is_empty());
@@ -652,6 +700,22 @@ fn a_const_parameter_pinned_to_two_numbers_is_an_error_at_expansion() {
     let checked = ok("pub Same<const D: usize>(x: bf16[1, 8, D], w1: bf16[1, 64, 16], w2: bf16[1, 64, 16])
             -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(x, w2); }");
     assert_eq!(checked.const_checks.len(), 2);
+    // Pinned through expressions linear in the parameter: 2D = 64 and D + 1 = 17.
+    let e = error(
+        "pub Widened<const D: usize>(x: bf16[1, 8, 2 * D], h: bf16[1, 8, D + 1], w1: bf16[1, 64, 16], w2: bf16[1, 17, 16])
+            -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(h, w2); }",
+    );
+    assert_eq!(
+        e,
+        "graph `Widened`: const parameter `D` must equal 16 here (`matmul` (node `z`) needs it: D + 1 = 17), but it \
+         must also equal 32 (`matmul` (node `y`) needs it: 2 * D = 64): no `D` satisfies both"
+    );
+    // 2D = 64 and D = 32 agree: two const assertions.
+    let checked = ok(
+        "pub Agree<const D: usize>(x: bf16[1, 8, 2 * D], h: bf16[1, 8, D], w1: bf16[1, 64, 16], w2: bf16[1, 32, 16])
+            -> (y: bf16[1, 8, 16], z: bf16[1, 8, 16]) { y = matmul(x, w1); z = matmul(h, w2); }",
+    );
+    assert_eq!(checked.const_checks.len(), 2);
 }
 
 #[test]
@@ -672,13 +736,51 @@ fn a_failed_op_leaves_unknown_extents_and_checking_goes_on() {
     );
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors[0].contains("contraction dims differ"), "{errors:?}");
-    assert!(errors[1].contains("dim 2 is 64 declared, 32 assigned"), "{errors:?}");
-    // Nothing about `c`'s unknown extents echoes the first mistake.
+    assert_eq!(
+        errors[1],
+        "output `y` is declared [1, 8, 64] but is assigned a tensor of shape [1, 8, 32]: dim 2 is 64 declared, 32 \
+         assigned",
+        "the failed matmul's M and N are known"
+    );
+    // `c` keeps the extents its failure does not decide, and they agree with `y`: one error.
     let errors = self::errors(
         "pub Echo(a: f32[1, 8, 4], b: f32[1, 5, 16], w: f32[1, 16, 32]) -> (y: f32[1, 8, 32]) {
             let c = matmul(a, b); y = matmul(c, w); }",
     );
     assert_eq!(errors.len(), 1, "{errors:?}");
+}
+
+#[test]
+fn a_failed_op_keeps_the_extents_its_failure_does_not_decide() {
+    // The matmul fails on K (16 against 8) but knows its output is [1, 4, 8]: M from A, N from
+    // B. The add's own mistake (8 against 9) is then reported on the add, not on `y`.
+    let errors = errors(
+        "pub TwoMistakes(a: f32[1, 4, 16], b: f32[1, 8, 8], bias: f32[1, 4, 9]) -> (y: f32[1, 4, 8]) {
+            let c = matmul(a, b); let d = add(c, bias); y = relu(d); }",
+    );
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].contains("contraction dims differ"), "{errors:?}");
+    assert!(errors[1].contains("[1, 4, 8]") && errors[1].contains("[1, 4, 9]"), "{errors:?}");
+    assert!(!errors[1].starts_with("output `y`"), "{errors:?}");
+    // The failed add's last extent is 8 or 9 as one repairs it: unknown, so neither declaration
+    // of `y` echoes the mistake.
+    for declared in [8, 9] {
+        let errors = self::errors(&format!(
+            "pub G(a: f32[1, 4, 8], bias: f32[1, 4, 9]) -> (y: f32[1, 4, {declared}]) {{ y = add(a, bias); }}"
+        ));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+    }
+    // What the failure leaves known is checked against the declaration: N = 8, not 64.
+    let errors = self::errors("pub G(a: f32[1, 4, 16], b: f32[1, 8, 8]) -> (y: f32[1, 4, 64]) { y = matmul(a, b); }");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(
+        errors[1],
+        "output `y` is declared [1, 4, 64] but is assigned a tensor of shape [1, 4, 8]: dim 2 is 64 declared, 8 assigned"
+    );
+    // A coincidence does not make a dim unknown: B's N equals its wrong K, and N is still known.
+    let errors = self::errors("pub G(a: f32[1, 4, 16], b: f32[1, 8, 16]) -> (y: f32[1, 4, 64]) { y = matmul(a, b); }");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[1].contains("shape [1, 4, 16]"), "{errors:?}");
 }
 
 // Shape classes of `dyn` dims.

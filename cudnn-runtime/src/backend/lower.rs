@@ -367,22 +367,87 @@ fn check_axis_order(node: &Node, x: &Tensor, x_named: &str, y: &Tensor) -> Resul
     }
     let order = memory_order(&x.dims, &x.strides);
     let shared: Vec<usize> = memory_order(&y.dims, &y.strides).into_iter().filter(|a| order.contains(a)).collect();
-    if order == shared && pointwise_layout(x) && pointwise_layout(y) {
+    let (x_layout, y_layout) = (pointwise_layout(x), pointwise_layout(y));
+    if order == shared && x_layout && y_layout {
         return Ok(());
     }
-    Err(CudnnError::SupportRule {
-        node: node.name.clone(),
-        op: node.op.call_name(),
-        rule: "pointwise.axis_order",
-        message: format!(
+    let message = if x_layout && y_layout {
+        // Both in an order the kernels keep, but not the same one: channels-last against
+        // row-major, most often a convolution's output (cuDNN writes it channels-last) read by
+        // the elementwise part after it into an NCHW port. No view and no transpose is involved.
+        let named = |t: &Tensor| match (is_row_major(t), t.dims.len()) {
+            (true, 4) => "row-major (NCHW)",
+            (false, 4) => "channels-last (NHWC)",
+            (true, _) => "row-major",
+            (false, _) => "channels-last",
+        };
+        format!(
+            "{x_named} (strides {:?}) is {} but is read elementwise into `{}` (strides {:?}), which is {}; cuDNN \
+             9.19's pointwise kernels computed copies between axis orders wrongly on the H200, so a kernel of \
+             elementwise ops alone reads and writes one order: {CHANNELS_LAST_HINT}",
+            x.strides,
+            named(x),
+            y.name,
+            y.strides,
+            named(y)
+        )
+    } else {
+        format!(
             "{x_named} (strides {:?}) is read elementwise into `{}` (strides {:?}); cuDNN 9.19's pointwise kernels \
              computed such copies wrongly on the H200 (a transposed view into a packed port, and into a port in the \
              view's own order), so a kernel of elementwise ops alone reads and writes one order, row-major or \
              channels-last: read the view with a matmul, or keep the transpose inside the graph",
             x.strides, y.name, y.strides
-        ),
+        )
+    };
+    Err(CudnnError::SupportRule {
+        node: node.name.clone(),
+        op: node.op.call_name(),
+        rule: "pointwise.axis_order",
+        message,
     }
     .into())
+}
+
+/// How rule `pointwise.axis_order` ends where a kernel of elementwise ops mixes channels-last and
+/// row-major tensors: [`name_channels_last_ports`] adds the ports to declare.
+const CHANNELS_LAST_HINT: &str = "declare its ports alike (`channels_last` on every port of rank 3 to 5, or on none)";
+
+/// Whether a tensor's memory order is row-major on the axes that address memory.
+fn is_row_major(t: &Tensor) -> bool {
+    memory_order(&t.dims, &t.strides).windows(2).all(|w| w[0] < w[1])
+}
+
+/// A refusal by rule `pointwise.axis_order` of a kernel that mixes channels-last and row-major
+/// tensors (a part of `graph`, planned apart from the convolution before it), with the ports of
+/// `graph`'s convolution and pooling chains that are not channels-last
+/// ([`Graph::ports_not_channels_last`]) named: cuDNN's convolutions write channels-last, so the
+/// elementwise part after one reads NHWC and writes the NCHW port, and declaring those ports
+/// `channels_last` is the fix (the ResNet block of `tests/common/blocks.rs` without
+/// `channels_last`). Any other error is returned as it is.
+pub(crate) fn name_channels_last_ports(error: BackendError, graph: &Graph) -> BackendError {
+    match error {
+        BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message }
+            if message.ends_with(CHANNELS_LAST_HINT) =>
+        {
+            let ports = graph.ports_not_channels_last();
+            let message = match message.strip_suffix(CHANNELS_LAST_HINT) {
+                Some(before) if !ports.is_empty() => {
+                    let list: Vec<String> = ports.iter().map(ToString::to_string).collect();
+                    format!(
+                        "{before}cuDNN's convolutions write channels-last, so declare the convolution ports of graph \
+                         `{}` `channels_last` (`x: f16[N, C, H, W] channels_last`, `GraphBuilder::set_channels_last`): \
+                         {}",
+                        graph.name,
+                        list.join(", ")
+                    )
+                }
+                _ => message,
+            };
+            BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message }
+        }
+        other => other,
+    }
 }
 
 fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendError> {

@@ -370,7 +370,7 @@ impl ExecutionPlan {
                 }
                 Err((why, error)) => {
                     let error = match error {
-                        Some(e) if !is_refusal(&e) => return Err(e),
+                        Some(e) if !is_refusal(&e) => return Err(lower::name_channels_last_ports(e, user_graph)),
                         error => error,
                     };
                     let Some(pieces) = partition::split(graph, &groups[k], &why) else {
