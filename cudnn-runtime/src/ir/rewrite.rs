@@ -10,6 +10,8 @@
 //! - [`column_sum_as_matmul`]: cuDNN 9.19 has no engine for a sum over the rows of a row-major
 //!   tensor (a bias gradient), alone or after pointwise ops, while a matmul by a vector of ones
 //!   plans, with those pointwise ops fused before it.
+//! - [`mean_as_sum`]: cuDNN 9.19 finalizes no reduction descriptor of mode `AVG` (nor `NORM1`,
+//!   `NORM2`): a mean is a sum and a multiplication by `1/n`.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -52,6 +54,9 @@ pub enum RewriteKind {
     /// `reduce_sum(x, dims = [1])` of a row-major `[B, T, N]` as `matmul(ones, x)` (see
     /// [`column_sum_as_matmul`]).
     ColumnSumAsMatmul,
+    /// `reduce_mean(x, dims)` as `reduce_sum(x, dims)` and a multiplication by `1/n` (see
+    /// [`mean_as_sum`]).
+    MeanAsSum,
 }
 
 impl fmt::Display for Rewrite {
@@ -67,6 +72,11 @@ impl fmt::Display for Rewrite {
             RewriteKind::ColumnSumAsMatmul => write!(
                 f,
                 "reduce_sum `{}` over rows as a matmul by a vector of ones (cuDNN plans no such reduction)",
+                self.node
+            ),
+            RewriteKind::MeanAsSum => write!(
+                f,
+                "reduce_mean `{}` as reduce_sum and a multiplication by 1/n (cuDNN has no mean reduction)",
                 self.node
             ),
         }
@@ -153,17 +163,132 @@ pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
     Ok(Rewritten { graph: out, rewrites })
 }
 
-/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], then
-/// [`column_sum_as_matmul`]; the rewrites of both, in that order.
+/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], [`mean_as_sum`], then
+/// [`column_sum_as_matmul`] (a mean over rows becomes a sum over rows, which becomes a matmul);
+/// the rewrites of all, in that order.
 ///
 /// # Errors
 ///
 /// Whatever [`Graph::validate`] says of `graph`.
 pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
     let Rewritten { graph, mut rewrites } = batchnorm_as_pointwise(graph)?;
-    let sums = column_sum_as_matmul(&graph)?;
+    let means = mean_as_sum(&graph)?;
+    rewrites.extend(means.rewrites);
+    let sums = column_sum_as_matmul(&means.graph)?;
     rewrites.extend(sums.rewrites);
     Ok(Rewritten { graph: sums.graph, rewrites })
+}
+
+/// Replaces each `y = reduce_mean(x, dims)` by the sum and the scaling that compute it:
+///
+/// ```text
+/// s = reduce_sum(x, dims)     y's dims, in the node's compute type (f32 for graphs the builder makes)
+/// y = mul(s, 1/n)             n the number of elements summed into each of y's; 1/n a by-value constant
+/// ```
+///
+/// Measured deviceless for the H200 with cuDNN 9.19: a reduction descriptor of mode `AVG`
+/// fails to finalize (`CUDNN_STATUS_NOT_SUPPORTED`) in any layout, alone or fused, while the sum
+/// plans wherever a sum does (`docs/ops.md`). The sum ends its kernel; the multiplication runs
+/// in the next one (an elementwise kernel of its own, or the prologue of what reads `y`).
+///
+/// The multiplication keeps the mean node's name and writes its output tensor (id, uid, name,
+/// type and layout kept); the sum and its output are called `{node}_sum`, the constant
+/// `{node}_inv_count`, made unique with `_1`, `_2`, ... if taken, with the smallest uids the
+/// graph does not use. On the CPU reference the result differs from the mean's by the rounding
+/// of `1/n` and of the product (a few units in the last place of f32).
+///
+/// # Errors
+///
+/// Whatever [`Graph::validate`] says of `graph` (the rewritten graph passes it).
+///
+/// # Example
+///
+/// ```
+/// use cudnn_runtime::ir::mean_as_sum;
+/// use cudnn_runtime::{DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("row_mean");
+/// let x = g.input("x", DataType::F32, &[8, 64]).unwrap();
+/// let mean = g.op_named("mean", "reduce_mean", &[x.into()], &[("dims".into(), vec![-1i64].into())]).unwrap()[0];
+/// g.output(mean, "mean", DataType::F32).unwrap();
+/// let graph = g.build().unwrap();
+///
+/// let rewritten = mean_as_sum(&graph).unwrap();
+/// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
+/// assert_eq!(ops, ["reduce_sum", "mul"]);
+/// assert_eq!(rewritten.graph.tensor_by_name("mean_inv_count").unwrap().pass_by_value, Some(1.0 / 64.0));
+/// assert_eq!(rewritten.graph.outputs(), graph.outputs());
+/// ```
+pub fn mean_as_sum(graph: &Graph) -> Result<Rewritten, GraphError> {
+    graph.validate()?;
+    let mut out = without_nodes(graph);
+    let mut names = Names::of(graph);
+    let mut rewrites = Vec::new();
+    for node in &graph.nodes {
+        let mean = match &node.op {
+            Op::Reduction(r) if r.mode == ReductionMode::Mean => Some(r),
+            _ => None,
+        };
+        let (Some(r), &[x], &[y]) = (mean, node.inputs.as_slice(), node.outputs.as_slice()) else {
+            out.nodes.push(node.clone());
+            continue;
+        };
+        let x_dims = &graph.tensor(x).dims;
+        let axes = r.axes(x_dims.len()).map_err(|kind| GraphError::Shape {
+            node: node.name.clone(),
+            op: r.mode.name(),
+            port: Some("X"),
+            source: crate::ops::ShapeError::general(kind),
+        })?;
+        let count: i64 = axes.iter().map(|&a| x_dims[a]).product();
+        let y_tensor = graph.tensor(y).clone();
+        let base = format!("{}_sum", node.name);
+        let sum_name = names.node(&base);
+        out.tensors.push(Tensor {
+            name: names.tensor(&base),
+            uid: names.uid(),
+            dims: y_tensor.dims.clone(),
+            strides: crate::dim::packed_strides(&y_tensor.dims),
+            data_type: node.compute_data_type,
+            is_virtual: true,
+            pass_by_value: None,
+            host_scalar: false,
+        });
+        let sum = TensorId(out.tensors.len() - 1);
+        out.tensors.push(Tensor {
+            name: names.tensor(&format!("{}_inv_count", node.name)),
+            uid: names.uid(),
+            dims: vec![1; y_tensor.dims.len()],
+            strides: vec![1; y_tensor.dims.len()],
+            data_type: DataType::F32,
+            is_virtual: false,
+            pass_by_value: Some(1.0 / count as f64),
+            host_scalar: false,
+        });
+        let inv = TensorId(out.tensors.len() - 1);
+        out.nodes.push(Node {
+            name: sum_name.clone(),
+            op: Op::Reduction(crate::ops::Reduction { mode: ReductionMode::Sum, dims: r.dims.clone() }),
+            inputs: vec![x],
+            outputs: vec![sum],
+            compute_data_type: node.compute_data_type,
+        });
+        out.nodes.push(Node {
+            name: node.name.clone(),
+            op: Op::Pointwise(Pointwise::new(PointwiseMode::Mul)),
+            inputs: vec![sum, inv],
+            outputs: vec![y],
+            compute_data_type: node.compute_data_type,
+        });
+        let rewrite = Rewrite {
+            node: node.name.clone(),
+            replaced_by: vec![sum_name, node.name.clone()],
+            kind: RewriteKind::MeanAsSum,
+        };
+        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
+        rewrites.push(rewrite);
+    }
+    out.validate()?;
+    Ok(Rewritten { graph: out, rewrites })
 }
 
 /// Replaces each sum over the rows of a row-major `[B, T, N]` tensor, `y = reduce_sum(x, dims =
@@ -271,18 +396,20 @@ pub fn column_sum_as_matmul(graph: &Graph) -> Result<Rewritten, GraphError> {
         let x_dims = out.tensor(x).dims.clone();
         let base = format!("{}_ones", node.name);
         let fill = names.node(&base);
+        let rank = x_dims.len();
         out.tensors.push(Tensor {
             name: names.tensor(&format!("{}_one", node.name)),
             uid: names.uid(),
-            dims: vec![1, 1, 1],
-            strides: vec![1, 1, 1],
+            dims: vec![1; rank],
+            strides: vec![1; rank],
             data_type: DataType::F32,
             is_virtual: false,
             pass_by_value: Some(1.0),
             host_scalar: false,
         });
         let one = TensorId(out.tensors.len() - 1);
-        let ones_dims = vec![x_dims[0], 1, x_dims[1]];
+        // [B, 1, T] for [B, T, N]; [1, T] for [T, N].
+        let ones_dims = if rank == 2 { vec![1, x_dims[0]] } else { vec![x_dims[0], 1, x_dims[1]] };
         out.tensors.push(Tensor {
             name: names.tensor(&base),
             uid: names.uid(),
@@ -350,19 +477,24 @@ fn column_sum(graph: &Graph, producer: &[Option<usize>], node: &Node) -> Option<
     let Op::Reduction(r) = &node.op else { return None };
     let (&[x], &[y]) = (node.inputs.as_slice(), node.outputs.as_slice()) else { return None };
     let t = graph.tensor(x);
-    if r.mode != ReductionMode::Sum || t.dims.len() != 3 {
+    let rank = t.dims.len();
+    if r.mode != ReductionMode::Sum || !(rank == 2 || rank == 3) {
         return None;
     }
-    let merge = match r.axes(3).ok()?.as_slice() {
-        [1] => false,
+    let merge = match (rank, r.axes(rank).ok()?.as_slice()) {
+        // [T, N] over the rows: a matmul of rank 2 ([1, T] · [T, N]).
+        (2, [0]) => false,
+        (2, _) => return None,
+        (_, [1]) => false,
         // Over the batches too: over the rows of the view [1, B·T, N], where the batches' rows
         // are one run of memory (one batch needs no view).
-        [0, 1] if t.dims[0] == 1 => false,
-        [0, 1] if t.strides[0] == t.dims[1] * t.strides[1] => true,
+        (_, [0, 1]) if t.dims[0] == 1 => false,
+        (_, [0, 1]) if t.strides[0] == t.dims[1] * t.strides[1] => true,
         _ => return None,
     };
-    let rows =
-        t.strides[2] == 1 && t.strides[1] != 1 && matches!(t.data_type, DataType::F16 | DataType::BF16 | DataType::F32);
+    let rows = t.strides[rank - 1] == 1
+        && t.strides[rank - 2] != 1
+        && matches!(t.data_type, DataType::F16 | DataType::BF16 | DataType::F32);
     let after_matmul = producer.get(x.0).copied().flatten().is_some_and(|n| matches!(graph.nodes[n].op, Op::Matmul(_)));
     (rows && !after_matmul).then_some((x, y, merge))
 }
