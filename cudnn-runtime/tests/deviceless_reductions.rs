@@ -9,7 +9,7 @@
 mod common;
 
 use common::inputs;
-use cudnn_runtime::ir::{mean_as_sum, RewriteKind};
+use cudnn_runtime::ir::{mean_and_norms_as_sums, RewriteKind};
 use cudnn_runtime::{DataType, Graph, GraphBuilder, TensorId};
 
 use DataType::{BF16, F16, F32};
@@ -91,9 +91,9 @@ fn relative(want: &[cudnn_runtime::reference::Array], got: &[cudnn_runtime::refe
 }
 
 #[test]
-fn a_mean_is_a_sum_and_a_scaling_that_computes_it() {
+fn means_and_norms_are_sums_and_elementwise_ops_that_compute_them() {
     let graph = mean_var(24, 40);
-    let rewritten = mean_as_sum(&graph).unwrap();
+    let rewritten = mean_and_norms_as_sums(&graph).unwrap();
     let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
     assert_eq!(ops, ["reduce_sum", "mul", "sub", "mul", "reduce_sum", "mul"]);
     assert_eq!(rewritten.rewrites.len(), 2);
@@ -106,9 +106,26 @@ fn a_mean_is_a_sum_and_a_scaling_that_computes_it() {
     let (want, got) = (common::reference(&graph, &x), common::reference(&rewritten.graph, &x));
     let err = relative(&want, &got);
     assert!(err < 1e-6, "{err}");
+    // Norms: the sum of |x|, the square root of the sum of x·x.
+    let mut g = GraphBuilder::new("norms");
+    let x = g.input("x", BF16, &[16, 48]).unwrap();
+    let n1 = g.op_named("n1", "reduce_norm1", &[x.into()], &dims(&[-1])).unwrap()[0];
+    let n2 = g.op_named("n2", "reduce_norm2", &[x.into()], &dims(&[0])).unwrap()[0];
+    g.output(n1, "n1", F32).unwrap();
+    g.output(n2, "n2", F32).unwrap();
+    let graph = g.build().unwrap();
+    let rewritten = mean_and_norms_as_sums(&graph).unwrap();
+    let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
+    assert_eq!(ops, ["abs", "reduce_sum", "mul", "reduce_sum", "sqrt"]);
+    assert_eq!(rewritten.rewrites[0].replaced_by, ["n1_abs", "n1"]);
+    assert_eq!(rewritten.rewrites[1].replaced_by, ["n2_square", "n2_sum", "n2"]);
+    assert!(rewritten.rewrites.iter().all(|r| r.kind == RewriteKind::NormAsSum));
+    let x = inputs(&graph, 14);
+    let err = relative(&common::reference(&graph, &x), &common::reference(&rewritten.graph, &x));
+    assert!(err < 1e-6, "{err}");
     // Over several axes: n is their product.
     let graph = lone("reduce_mean", F32, &[3, 8, 5], &[0, 2], F32);
-    let rewritten = mean_as_sum(&graph).unwrap().graph;
+    let rewritten = mean_and_norms_as_sums(&graph).unwrap().graph;
     assert_eq!(rewritten.tensor_by_name("r_inv_count").unwrap().pass_by_value, Some(1.0 / 15.0));
     let x = inputs(&graph, 12);
     assert!(relative(&common::reference(&graph, &x), &common::reference(&rewritten, &x)) < 1e-6);
@@ -243,6 +260,13 @@ mod deviceless {
         // kernel of `[2, 4, 8, 1]`, gets no engine: not a reduction's limit.)
         for (x, reduced) in cases.iter().filter(|(x, _)| x.len() < 4) {
             let p = plans_and_computes(&lone("reduce_mean", F32, x, reduced, F32), 1e-6);
+            assert_eq!(p.parts().len(), 2);
+        }
+        // Norms: `abs` and the sum, one kernel; `x·x` and the sum, then the square root.
+        for (x, reduced) in cases.iter().filter(|(x, _)| x.len() < 4) {
+            let p = plans_and_computes(&lone("reduce_norm1", F32, x, reduced, F32), 1e-6);
+            assert_eq!(p.parts().len(), 1);
+            let p = plans_and_computes(&lone("reduce_norm2", BF16, x, reduced, F32), 1e-6);
             assert_eq!(p.parts().len(), 2);
         }
         // After elementwise ops, fused: one kernel.

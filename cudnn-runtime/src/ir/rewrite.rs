@@ -10,8 +10,9 @@
 //! - [`column_sum_as_matmul`]: cuDNN 9.19 has no engine for a sum over the rows of a row-major
 //!   tensor (a bias gradient), alone or after pointwise ops, while a matmul by a vector of ones
 //!   plans, with those pointwise ops fused before it.
-//! - [`mean_as_sum`]: cuDNN 9.19 finalizes no reduction descriptor of mode `AVG` (nor `NORM1`,
-//!   `NORM2`): a mean is a sum and a multiplication by `1/n`.
+//! - [`mean_and_norms_as_sums`]: cuDNN 9.19 finalizes no reduction descriptor of mode `AVG`,
+//!   `NORM1` or `NORM2`: a mean is a sum and a multiplication by `1/n`, a norm a sum of `|x|` or
+//!   of `x·x` (and its square root).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -55,8 +56,11 @@ pub enum RewriteKind {
     /// [`column_sum_as_matmul`]).
     ColumnSumAsMatmul,
     /// `reduce_mean(x, dims)` as `reduce_sum(x, dims)` and a multiplication by `1/n` (see
-    /// [`mean_as_sum`]).
+    /// [`mean_and_norms_as_sums`]).
     MeanAsSum,
+    /// `reduce_norm1` as `abs` and `reduce_sum`, `reduce_norm2` as `mul(x, x)`, `reduce_sum` and
+    /// `sqrt` (see [`mean_and_norms_as_sums`]).
+    NormAsSum,
 }
 
 impl fmt::Display for Rewrite {
@@ -77,6 +81,11 @@ impl fmt::Display for Rewrite {
             RewriteKind::MeanAsSum => write!(
                 f,
                 "reduce_mean `{}` as reduce_sum and a multiplication by 1/n (cuDNN has no mean reduction)",
+                self.node
+            ),
+            RewriteKind::NormAsSum => write!(
+                f,
+                "norm reduction `{}` as elementwise ops around reduce_sum (cuDNN has no norm reduction)",
                 self.node
             ),
         }
@@ -163,7 +172,7 @@ pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
     Ok(Rewritten { graph: out, rewrites })
 }
 
-/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], [`mean_as_sum`], then
+/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], [`mean_and_norms_as_sums`], then
 /// [`column_sum_as_matmul`] (a mean over rows becomes a sum over rows, which becomes a matmul);
 /// the rewrites of all, in that order.
 ///
@@ -172,30 +181,37 @@ pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
 /// Whatever [`Graph::validate`] says of `graph`.
 pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
     let Rewritten { graph, mut rewrites } = batchnorm_as_pointwise(graph)?;
-    let means = mean_as_sum(&graph)?;
+    let means = mean_and_norms_as_sums(&graph)?;
     rewrites.extend(means.rewrites);
     let sums = column_sum_as_matmul(&means.graph)?;
     rewrites.extend(sums.rewrites);
     Ok(Rewritten { graph: sums.graph, rewrites })
 }
 
-/// Replaces each `y = reduce_mean(x, dims)` by the sum and the scaling that compute it:
+/// Replaces each `y = reduce_mean(x, dims)`, `reduce_norm1` and `reduce_norm2` by the sum and
+/// the elementwise ops that compute it:
 ///
 /// ```text
-/// s = reduce_sum(x, dims)     y's dims, in the node's compute type (f32 for graphs the builder makes)
-/// y = mul(s, 1/n)             n the number of elements summed into each of y's; 1/n a by-value constant
+/// mean:  s = reduce_sum(x, dims);       y = mul(s, 1/n)    n the elements summed into each of y's
+/// norm1: a = abs(x);    y = reduce_sum(a, dims)
+/// norm2: q = mul(x, x); s = reduce_sum(q, dims);  y = sqrt(s)
 /// ```
 ///
-/// Measured deviceless for the H200 with cuDNN 9.19: a reduction descriptor of mode `AVG`
-/// fails to finalize (`CUDNN_STATUS_NOT_SUPPORTED`) in any layout, alone or fused, while the sum
-/// plans wherever a sum does (`docs/ops.md`). The sum ends its kernel; the multiplication runs
-/// in the next one (an elementwise kernel of its own, or the prologue of what reads `y`).
+/// The intermediates are in the node's compute type (f32
+/// for graphs the builder makes); `1/n` is a by-value constant.
 ///
-/// The multiplication keeps the mean node's name and writes its output tensor (id, uid, name,
-/// type and layout kept); the sum and its output are called `{node}_sum`, the constant
-/// `{node}_inv_count`, made unique with `_1`, `_2`, ... if taken, with the smallest uids the
-/// graph does not use. On the CPU reference the result differs from the mean's by the rounding
-/// of `1/n` and of the product (a few units in the last place of f32).
+/// Measured deviceless for the H200 with cuDNN 9.19: a reduction descriptor of mode `AVG`,
+/// `NORM1` or `NORM2` fails to finalize (`CUDNN_STATUS_NOT_SUPPORTED`) in any layout, alone or
+/// fused, while the sum plans wherever a sum does, after elementwise ops too (`docs/ops.md`,
+/// "Reductions: what cuDNN plans"). The sum ends its kernel; the scaling or square root runs in
+/// the next one (an elementwise kernel of its own, or the prologue of what reads `y`).
+///
+/// The last node keeps the reduction's name and writes its output tensor (id, uid, name, type
+/// and layout kept); the sum is called `{node}_sum`, the elementwise op before it `{node}_abs`
+/// or `{node}_square`, their outputs likewise, the constant `{node}_inv_count`, made unique with
+/// `_1`, `_2`, ... if taken, with the smallest uids the graph does not use. On the CPU reference
+/// a mean differs from the rewritten one by the rounding of `1/n` and of the product (a few units
+/// in the last place of f32).
 ///
 /// # Errors
 ///
@@ -204,86 +220,133 @@ pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
 /// # Example
 ///
 /// ```
-/// use cudnn_runtime::ir::mean_as_sum;
+/// use cudnn_runtime::ir::mean_and_norms_as_sums;
 /// use cudnn_runtime::{DataType, GraphBuilder};
 /// let mut g = GraphBuilder::new("row_mean");
 /// let x = g.input("x", DataType::F32, &[8, 64]).unwrap();
 /// let mean = g.op_named("mean", "reduce_mean", &[x.into()], &[("dims".into(), vec![-1i64].into())]).unwrap()[0];
+/// let norm = g.op_named("norm", "reduce_norm2", &[x.into()], &[("dims".into(), vec![-1i64].into())]).unwrap()[0];
 /// g.output(mean, "mean", DataType::F32).unwrap();
+/// g.output(norm, "norm", DataType::F32).unwrap();
 /// let graph = g.build().unwrap();
 ///
-/// let rewritten = mean_as_sum(&graph).unwrap();
+/// let rewritten = mean_and_norms_as_sums(&graph).unwrap();
 /// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
-/// assert_eq!(ops, ["reduce_sum", "mul"]);
+/// assert_eq!(ops, ["reduce_sum", "mul", "mul", "reduce_sum", "sqrt"]);
 /// assert_eq!(rewritten.graph.tensor_by_name("mean_inv_count").unwrap().pass_by_value, Some(1.0 / 64.0));
 /// assert_eq!(rewritten.graph.outputs(), graph.outputs());
 /// ```
-pub fn mean_as_sum(graph: &Graph) -> Result<Rewritten, GraphError> {
+pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
     graph.validate()?;
     let mut out = without_nodes(graph);
     let mut names = Names::of(graph);
     let mut rewrites = Vec::new();
     for node in &graph.nodes {
-        let mean = match &node.op {
-            Op::Reduction(r) if r.mode == ReductionMode::Mean => Some(r),
+        let reduction = match &node.op {
+            Op::Reduction(r) if matches!(r.mode, ReductionMode::Mean | ReductionMode::Norm1 | ReductionMode::Norm2) => {
+                Some(r)
+            }
             _ => None,
         };
-        let (Some(r), &[x], &[y]) = (mean, node.inputs.as_slice(), node.outputs.as_slice()) else {
+        let (Some(r), &[x], &[y]) = (reduction, node.inputs.as_slice(), node.outputs.as_slice()) else {
             out.nodes.push(node.clone());
             continue;
         };
-        let x_dims = &graph.tensor(x).dims;
-        let axes = r.axes(x_dims.len()).map_err(|kind| GraphError::Shape {
-            node: node.name.clone(),
-            op: r.mode.name(),
-            port: Some("X"),
-            source: crate::ops::ShapeError::general(kind),
-        })?;
-        let count: i64 = axes.iter().map(|&a| x_dims[a]).product();
+        let x_tensor = graph.tensor(x).clone();
         let y_tensor = graph.tensor(y).clone();
-        let base = format!("{}_sum", node.name);
-        let sum_name = names.node(&base);
-        out.tensors.push(Tensor {
-            name: names.tensor(&base),
-            uid: names.uid(),
-            dims: y_tensor.dims.clone(),
-            strides: crate::dim::packed_strides(&y_tensor.dims),
-            data_type: node.compute_data_type,
-            is_virtual: true,
-            pass_by_value: None,
-            host_scalar: false,
-        });
-        let sum = TensorId(out.tensors.len() - 1);
-        out.tensors.push(Tensor {
-            name: names.tensor(&format!("{}_inv_count", node.name)),
-            uid: names.uid(),
-            dims: vec![1; y_tensor.dims.len()],
-            strides: vec![1; y_tensor.dims.len()],
-            data_type: DataType::F32,
-            is_virtual: false,
-            pass_by_value: Some(1.0 / count as f64),
-            host_scalar: false,
-        });
-        let inv = TensorId(out.tensors.len() - 1);
-        out.nodes.push(Node {
-            name: sum_name.clone(),
-            op: Op::Reduction(crate::ops::Reduction { mode: ReductionMode::Sum, dims: r.dims.clone() }),
-            inputs: vec![x],
-            outputs: vec![sum],
-            compute_data_type: node.compute_data_type,
-        });
-        out.nodes.push(Node {
-            name: node.name.clone(),
-            op: Op::Pointwise(Pointwise::new(PointwiseMode::Mul)),
-            inputs: vec![sum, inv],
-            outputs: vec![y],
-            compute_data_type: node.compute_data_type,
-        });
-        let rewrite = Rewrite {
-            node: node.name.clone(),
-            replaced_by: vec![sum_name, node.name.clone()],
-            kind: RewriteKind::MeanAsSum,
+        let mut replaced_by = Vec::with_capacity(3);
+        let virtual_tensor = |out: &mut Graph, names: &mut Names, base: &str, like: &Tensor| {
+            out.tensors.push(Tensor {
+                name: names.tensor(base),
+                uid: names.uid(),
+                dims: like.dims.clone(),
+                strides: like.strides.clone(),
+                data_type: node.compute_data_type,
+                is_virtual: true,
+                pass_by_value: None,
+                host_scalar: false,
+            });
+            TensorId(out.tensors.len() - 1)
         };
+        // Before the sum: |x| or x·x.
+        let summed = match r.mode {
+            ReductionMode::Norm1 | ReductionMode::Norm2 => {
+                let (suffix, mode, inputs) = if r.mode == ReductionMode::Norm1 {
+                    ("abs", PointwiseMode::Abs, vec![x])
+                } else {
+                    ("square", PointwiseMode::Mul, vec![x, x])
+                };
+                let base = format!("{}_{suffix}", node.name);
+                let name = names.node(&base);
+                let t = virtual_tensor(&mut out, &mut names, &base, &x_tensor);
+                out.nodes.push(Node {
+                    name: name.clone(),
+                    op: Op::Pointwise(Pointwise::new(mode)),
+                    inputs,
+                    outputs: vec![t],
+                    compute_data_type: node.compute_data_type,
+                });
+                replaced_by.push(name);
+                t
+            }
+            _ => x,
+        };
+        let sum_op = Op::Reduction(crate::ops::Reduction { mode: ReductionMode::Sum, dims: r.dims.clone() });
+        if r.mode == ReductionMode::Norm1 {
+            // The sum of |x| is the norm: it writes y.
+            out.nodes.push(Node {
+                name: node.name.clone(),
+                op: sum_op,
+                inputs: vec![summed],
+                outputs: vec![y],
+                compute_data_type: node.compute_data_type,
+            });
+        } else {
+            let base = format!("{}_sum", node.name);
+            let sum_name = names.node(&base);
+            let packed = Tensor { strides: crate::dim::packed_strides(&y_tensor.dims), ..y_tensor.clone() };
+            let sum = virtual_tensor(&mut out, &mut names, &base, &packed);
+            out.nodes.push(Node {
+                name: sum_name.clone(),
+                op: sum_op,
+                inputs: vec![summed],
+                outputs: vec![sum],
+                compute_data_type: node.compute_data_type,
+            });
+            replaced_by.push(sum_name);
+            let (op, inputs) = if r.mode == ReductionMode::Mean {
+                let axes = r.axes(x_tensor.dims.len()).map_err(|kind| GraphError::Shape {
+                    node: node.name.clone(),
+                    op: r.mode.name(),
+                    port: Some("X"),
+                    source: crate::ops::ShapeError::general(kind),
+                })?;
+                let count: i64 = axes.iter().map(|&a| x_tensor.dims[a]).product();
+                out.tensors.push(Tensor {
+                    name: names.tensor(&format!("{}_inv_count", node.name)),
+                    uid: names.uid(),
+                    dims: vec![1; y_tensor.dims.len()],
+                    strides: vec![1; y_tensor.dims.len()],
+                    data_type: DataType::F32,
+                    is_virtual: false,
+                    pass_by_value: Some(1.0 / count as f64),
+                    host_scalar: false,
+                });
+                (PointwiseMode::Mul, vec![sum, TensorId(out.tensors.len() - 1)])
+            } else {
+                (PointwiseMode::Sqrt, vec![sum])
+            };
+            out.nodes.push(Node {
+                name: node.name.clone(),
+                op: Op::Pointwise(Pointwise::new(op)),
+                inputs,
+                outputs: vec![y],
+                compute_data_type: node.compute_data_type,
+            });
+        }
+        replaced_by.push(node.name.clone());
+        let kind = if r.mode == ReductionMode::Mean { RewriteKind::MeanAsSum } else { RewriteKind::NormAsSum };
+        let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind };
         tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
         rewrites.push(rewrite);
     }
@@ -304,14 +367,16 @@ pub fn mean_as_sum(graph: &Graph) -> Result<Rewritten, GraphError> {
 /// is stored in theirs.
 ///
 /// Measured deviceless for the H200 with cuDNN 9.19: such a reduction gets no engine
-/// configuration, alone or after pointwise ops (`relu_bwd → reduce_sum`); cuDNN plans a lone
-/// reduction only over the innermost axis in memory (and then only into `[1, 1, N]`). The
-/// matmul plans (engine 7). cuDNN also plans the fill fused into the matmul as its prologue, but
+/// configuration, alone or after pointwise ops (`relu_bwd → reduce_sum`); cuDNN plans a
+/// reduction that ends no matmul only as a channel reduction, over the axes innermost in memory
+/// (`docs/ops.md`, "Reductions: what cuDNN plans"), and the rows' axis is not. The matmul plans
+/// (engine 7; of rank 2 too). cuDNN also plans the fill fused into the matmul as its prologue, but
 /// on the H200 that kernel computed the sums wrongly (relative error 1.0, 2026-12-05), so the
 /// partitioner makes a fill a kernel of its own (`CutReason::AfterFill`): the ones go through
 /// the workspace (`[B, 1, T]` elements).
 ///
-/// Which nodes: `reduce_sum` over axis 1 of a rank-3 `x` of `f16`, `bf16` or `f32` whose rows are
+/// Which nodes: `reduce_sum` over axis 0 of a rank-2 `x` (`[T, N]`: ones `[1, T]`, a rank-2
+/// matmul), or over axis 1 of a rank-3 `x`, of `f16`, `bf16` or `f32` whose rows are
 /// contiguous (`x`'s innermost stride 1, axis 1's stride not), except where `x` is a matmul's
 /// output (cuDNN fuses that reduction as the matmul's epilogue); and over axes 0 and 1 (batches
 /// and rows, `[1, 1, N]`) where the batches' rows are one run of memory: the sum over the rows of
