@@ -311,6 +311,8 @@ mod deviceless {
         assert!(nodes.iter().any(|(n, _)| n == "col_max"), "{nodes:?}");
         assert!(text.contains("`col_max` (reduce_max)"), "{text}");
         assert!(text.contains("heuristics proposed no engine configuration"), "{text}");
+        // What cuDNN's checks said: its reduction engine wants the channel layout.
+        assert!(text.contains("engine 1: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT (!is_NHWC)"), "{text}");
         assert!(!text.contains("ColumnMax.part"), "{text}");
         for graph in [
             lone("reduce_max", F32, &[256, 512], &[0], F32),
@@ -324,5 +326,11 @@ mod deviceless {
             assert!(matches!(e, BackendError::NoPlan { .. }), "{e}");
             assert!(e.to_string().contains("`r` (reduce_"), "{e}");
         }
+        let Err(e) =
+            ExecutionPlan::build(&cudnn, &lone("reduce_mul", F32, &[64, 100], &[-1], F32), &BuildOptions::default())
+        else {
+            panic!("a product plans now")
+        };
+        assert!(e.to_string().contains("Unsupported reduction op in the graph."), "{e}");
     }
 }
