@@ -1,6 +1,6 @@
 //! Reductions as users write them (issue 36), on the GPU against the CPU reference: softmax and
 //! cross-entropy over the last axis of `f32[N, V]` logits with a one-hot target, log-softmax, a
-//! lone row max, bias gradients over rows (`[N, H]` over axis 0 in f32 and bf16, `[B, T, H]` over
+//! lone row max (f32, and bf16 into bf16), bias gradients over rows (`[N, H]` over axis 0 in f32 and bf16, `[B, T, H]` over
 //! axis 1), and the mean and variance of rows. Each had no plan with cuDNN 9.19 ("heuristics
 //! proposed no engine configuration"); each now plans (`backend::reduction_layout`'s channel
 //! reduction, `ir::mean_as_sum`, `ir::column_sum_as_matmul`; `docs/ops.md`, "Reductions: what
@@ -43,6 +43,12 @@ graph! {
 
     /// A lone `reduce_max` over the last axis.
     pub RowMax(x: f32[4096, 1000]) -> (m: f32[4096, 1]) {
+        m = reduce_max(x, dims = [-1]);
+    }
+
+    /// The same of bf16 into bf16: cuDNN reduces into f32, an identity rounds
+    /// (`ir::narrow_reductions_through_f32`).
+    pub RowMaxBf16(x: bf16[4096, 1000]) -> (m: bf16[4096, 1]) {
         m = reduce_max(x, dims = [-1]);
     }
 
@@ -122,7 +128,7 @@ fn the_users_graphs_plan_deviceless() {
             println!("{}: {parts:?}", stringify!($g));
         })*};
     }
-    plans!(SoftmaxXent, LogSoftmax, RowMax, BiasGrad2d, BiasGrad2dBf16, BiasGrad3d, MeanVar);
+    plans!(SoftmaxXent, LogSoftmax, RowMax, RowMaxBf16, BiasGrad2d, BiasGrad2dBf16, BiasGrad3d, MeanVar);
 }
 
 #[test]
@@ -181,6 +187,18 @@ fn the_users_graphs_match_the_reference_on_the_gpu() {
     assert_eq!(got, want.m, "a max is exact");
     let us = time_us(&stream, || plan.execute(&cudnn, RowMaxArgs { x: &x_d, m: &mut m }, Some(&mut ws)).unwrap());
     println!("row max: {us:.1} us per execute, {:.0} GB/s reading x", (x.len() * 4) as f64 / us / 1e3);
+
+    let x = uniform::<bf16>(8, 4096 * 1000, -4.0, 4.0);
+    let g = RowMaxBf16::new();
+    let want = g.reference(RowMaxBf16Inputs { x: &x }).unwrap();
+    let plan = g.build(&cudnn, &opts).unwrap();
+    println!("row max bf16 parts: {:?}", parts(plan.plan()));
+    let x_d = upload(&stream, &x);
+    let mut m = poisoned::<bf16>(&stream, want.m.len());
+    let mut ws = workspace(&stream, plan.workspace_size());
+    plan.execute(&cudnn, RowMaxBf16Args { x: &x_d, m: &mut m }, Some(&mut ws)).unwrap();
+    assert_eq!(stream.clone_dtoh(&m).unwrap(), want.m, "row max bf16: a max is exact");
+    println!("row max bf16: m equal to the reference ({} values)", want.m.len());
 
     let dh = uniform::<f32>(4, 4096 * 1024, -1.0, 1.0);
     let g = BiasGrad2d::new();

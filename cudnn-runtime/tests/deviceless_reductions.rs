@@ -283,6 +283,30 @@ mod deviceless {
         }
     }
 
+    /// A reduction into a 16-bit output (no engine as written) reduces into f32, then rounds.
+    #[test]
+    fn a_reduction_into_a_16_bit_output_plans() {
+        if skip() {
+            return;
+        }
+        for io in [BF16, F16] {
+            for op in ["reduce_sum", "reduce_max"] {
+                let p = plans_and_computes(&lone(op, io, &[64, 1000], &[-1], io), 0.0);
+                assert_eq!(p.parts().len(), 2);
+                assert_eq!(p.rewrites()[0].kind, RewriteKind::NarrowThroughF32);
+            }
+        }
+        // A matmul's epilogue reduction is left as written.
+        let mut g = GraphBuilder::new("matmul_row_sum_bf16");
+        let a = g.input("a", BF16, &[1, 64, 32]).unwrap();
+        let b = g.input("b", BF16, &[1, 32, 48]).unwrap();
+        let c = g.matmul(a, b).unwrap();
+        let s = g.op("reduce_sum", &[c.into()], &dims(&[2])).unwrap()[0];
+        g.output(s, "s", BF16).unwrap();
+        let graph = g.build().unwrap();
+        assert!(cudnn_runtime::ir::narrow_reductions_through_f32(&graph).unwrap().rewrites.is_empty());
+    }
+
     /// What is still refused, with why: a max over rows (the reduced axis not innermost: no
     /// channel reduction reads it, and only a sum is a matmul), a reduction over axes that are not
     /// one run of memory, a product. The error names the graph's own nodes and what cuDNN said.

@@ -13,6 +13,8 @@
 //! - [`mean_and_norms_as_sums`]: cuDNN 9.19 finalizes no reduction descriptor of mode `AVG`,
 //!   `NORM1` or `NORM2`: a mean is a sum and a multiplication by `1/n`, a norm a sum of `|x|` or
 //!   of `x·x` (and its square root).
+//! - [`narrow_reductions_through_f32`]: cuDNN 9.19 reduces into no 16-bit tensor: such a
+//!   reduction writes f32, which an `identity` rounds.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -61,6 +63,9 @@ pub enum RewriteKind {
     /// `reduce_norm1` as `abs` and `reduce_sum`, `reduce_norm2` as `mul(x, x)`, `reduce_sum` and
     /// `sqrt` (see [`mean_and_norms_as_sums`]).
     NormAsSum,
+    /// A reduction into a 16-bit output as the reduction into f32 and an `identity` rounding it
+    /// (see [`narrow_reductions_through_f32`]).
+    NarrowThroughF32,
 }
 
 impl fmt::Display for Rewrite {
@@ -81,6 +86,11 @@ impl fmt::Display for Rewrite {
             RewriteKind::MeanAsSum => write!(
                 f,
                 "reduce_mean `{}` as reduce_sum and a multiplication by 1/n (cuDNN has no mean reduction)",
+                self.node
+            ),
+            RewriteKind::NarrowThroughF32 => write!(
+                f,
+                "reduction `{}` into f32, then rounded to its 16-bit output (cuDNN reduces into no 16-bit tensor)",
                 self.node
             ),
             RewriteKind::NormAsSum => write!(
@@ -172,9 +182,9 @@ pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
     Ok(Rewritten { graph: out, rewrites })
 }
 
-/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], [`mean_and_norms_as_sums`], then
-/// [`column_sum_as_matmul`] (a mean over rows becomes a sum over rows, which becomes a matmul);
-/// the rewrites of all, in that order.
+/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], [`mean_and_norms_as_sums`],
+/// [`column_sum_as_matmul`] (a mean over rows becomes a sum over rows, which becomes a matmul),
+/// then [`narrow_reductions_through_f32`]; the rewrites of all, in that order.
 ///
 /// # Errors
 ///
@@ -185,7 +195,107 @@ pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
     rewrites.extend(means.rewrites);
     let sums = column_sum_as_matmul(&means.graph)?;
     rewrites.extend(sums.rewrites);
-    Ok(Rewritten { graph: sums.graph, rewrites })
+    let narrow = narrow_reductions_through_f32(&sums.graph)?;
+    rewrites.extend(narrow.rewrites);
+    Ok(Rewritten { graph: narrow.graph, rewrites })
+}
+
+/// Replaces each reduction that writes a 16-bit float graph output `y` (`f16`, `bf16`) by the
+/// reduction into an f32 tensor and a pointwise `identity` that rounds it into `y`:
+///
+/// ```text
+/// s = reduce(x, dims)     f32, y's dims
+/// y = identity(s)         y's type: the one rounding y had
+/// ```
+///
+/// Measured deviceless for the H200 with cuDNN 9.19: a reduction of a bf16 or f16 X into a Y of
+/// that type gets no engine configuration in any layout, while the same into f32 plans
+/// (`docs/ops.md`, "Reductions: what cuDNN plans"). The reduction ends its kernel; the rounding
+/// is an elementwise kernel of its own, or joins what reads `s`. The CPU reference rounds the
+/// sum to y's type once either way, so the result is the same. A reduction of a matmul's or a
+/// convolution's output (their epilogue) is left alone.
+///
+/// The identity keeps the reduction's name and writes `y` (id, uid, name, type and layout kept);
+/// the reduction and `s` are called `{node}_f32` (made unique with `_1`, `_2`, ... if taken, `s`
+/// with the smallest uid the graph does not use).
+///
+/// # Errors
+///
+/// Whatever [`Graph::validate`] says of `graph` (the rewritten graph passes it).
+///
+/// # Example
+///
+/// ```
+/// use cudnn_runtime::ir::narrow_reductions_through_f32;
+/// use cudnn_runtime::{DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("row_max");
+/// let x = g.input("x", DataType::BF16, &[8, 64]).unwrap();
+/// let m = g.op_named("m", "reduce_max", &[x.into()], &[("dims".into(), vec![-1i64].into())]).unwrap()[0];
+/// g.output(m, "m", DataType::BF16).unwrap();
+/// let graph = g.build().unwrap();
+///
+/// let rewritten = narrow_reductions_through_f32(&graph).unwrap();
+/// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
+/// assert_eq!(ops, ["reduce_max", "identity"]);
+/// assert_eq!(rewritten.graph.tensor_by_name("m_f32").unwrap().data_type, DataType::F32);
+/// assert_eq!(rewritten.graph.outputs(), graph.outputs());
+/// ```
+pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphError> {
+    graph.validate()?;
+    let producer = graph.producer();
+    let mut out = without_nodes(graph);
+    let mut names = Names::of(graph);
+    let mut rewrites = Vec::new();
+    for node in &graph.nodes {
+        let narrow = match (&node.op, node.inputs.as_slice(), node.outputs.as_slice()) {
+            (Op::Reduction(_), &[x], &[y]) => {
+                let t = graph.tensor(y);
+                let after_anchor = producer
+                    .get(x.0)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|n| matches!(graph.nodes[n].op, Op::Matmul(_) | Op::Conv(_)));
+                let narrow_float = matches!(t.data_type, DataType::F16 | DataType::BF16);
+                (narrow_float && !t.is_virtual && !after_anchor).then_some(y)
+            }
+            _ => None,
+        };
+        let Some(y) = narrow else {
+            out.nodes.push(node.clone());
+            continue;
+        };
+        let y_tensor = graph.tensor(y);
+        let base = format!("{}_f32", node.name);
+        let name = names.node(&base);
+        out.tensors.push(Tensor {
+            name: names.tensor(&base),
+            uid: names.uid(),
+            dims: y_tensor.dims.clone(),
+            strides: y_tensor.strides.clone(),
+            data_type: DataType::F32,
+            is_virtual: true,
+            pass_by_value: None,
+            host_scalar: false,
+        });
+        let s = TensorId(out.tensors.len() - 1);
+        out.nodes.push(Node { name: name.clone(), outputs: vec![s], ..node.clone() });
+        out.nodes.push(Node {
+            name: node.name.clone(),
+            op: Op::Pointwise(Pointwise::new(PointwiseMode::Identity)),
+            inputs: vec![s],
+            outputs: vec![y],
+            compute_data_type: DataType::F32,
+        });
+        let rewrite = Rewrite {
+            node: node.name.clone(),
+            replaced_by: vec![name, node.name.clone()],
+            kind: RewriteKind::NarrowThroughF32,
+        };
+        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
+        rewrites.push(rewrite);
+    }
+    out.validate()?;
+    Ok(Rewritten { graph: out, rewrites })
 }
 
 /// Replaces each `y = reduce_mean(x, dims)`, `reduce_norm1` and `reduce_norm2` by the sum and
