@@ -11,8 +11,8 @@
 //!   tensor (a bias gradient), alone or after pointwise ops, while a matmul by a vector of ones
 //!   plans, with those pointwise ops fused before it.
 //! - [`mean_and_norms_as_sums`]: cuDNN 9.19 finalizes no reduction descriptor of mode `AVG`,
-//!   `NORM1` or `NORM2`: a mean is a sum and a multiplication by `1/n`, a norm a sum of `|x|` or
-//!   of `x·x` (and its square root).
+//!   `NORM1` or `NORM2`: a mean is a sum of `x·(1/n)`, a norm a sum of `|x|` or of `x·x` (and
+//!   its square root).
 //! - [`narrow_reductions_through_f32`]: cuDNN 9.19 reduces into no 16-bit tensor: such a
 //!   reduction writes f32, which an `identity` rounds.
 
@@ -57,7 +57,7 @@ pub enum RewriteKind {
     /// `reduce_sum(x, dims = [1])` of a row-major `[B, T, N]` as `matmul(ones, x)` (see
     /// [`column_sum_as_matmul`]).
     ColumnSumAsMatmul,
-    /// `reduce_mean(x, dims)` as `reduce_sum(x, dims)` and a multiplication by `1/n` (see
+    /// `reduce_mean(x, dims)` as a multiplication by `1/n` and `reduce_sum` (see
     /// [`mean_and_norms_as_sums`]).
     MeanAsSum,
     /// `reduce_norm1` as `abs` and `reduce_sum`, `reduce_norm2` as `mul(x, x)`, `reduce_sum` and
@@ -85,7 +85,7 @@ impl fmt::Display for Rewrite {
             ),
             RewriteKind::MeanAsSum => write!(
                 f,
-                "reduce_mean `{}` as reduce_sum and a multiplication by 1/n (cuDNN has no mean reduction)",
+                "reduce_mean `{}` as a multiplication by 1/n and reduce_sum (cuDNN has no mean reduction)",
                 self.node
             ),
             RewriteKind::NarrowThroughF32 => write!(
@@ -302,26 +302,29 @@ pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphEr
 /// the elementwise ops that compute it:
 ///
 /// ```text
-/// mean:  s = reduce_sum(x, dims);       y = mul(s, 1/n)    n the elements summed into each of y's
-/// norm1: a = abs(x);    y = reduce_sum(a, dims)
-/// norm2: q = mul(x, x); s = reduce_sum(q, dims);  y = sqrt(s)
+/// mean:  t = mul(x, 1/n);  y = reduce_sum(t, dims)     n the elements summed into each of y's
+/// norm1: a = abs(x);       y = reduce_sum(a, dims)
+/// norm2: q = mul(x, x);    s = reduce_sum(q, dims);  y = sqrt(s)
 /// ```
 ///
-/// The intermediates are in the node's compute type (f32
-/// for graphs the builder makes); `1/n` is a by-value constant.
+/// The intermediates are in the node's compute type (f32 for graphs the builder makes); `1/n`
+/// is a by-value constant. A mean scales before it sums, so the scaling is the sum's prologue:
+/// one kernel (scaled after, it would be an elementwise kernel of its own, and of a rank-4 `[B,
+/// H, S, 1]` cuDNN 9.19 plans none).
 ///
 /// Measured deviceless for the H200 with cuDNN 9.19: a reduction descriptor of mode `AVG`,
 /// `NORM1` or `NORM2` fails to finalize (`CUDNN_STATUS_NOT_SUPPORTED`) in any layout, alone or
 /// fused, while the sum plans wherever a sum does, after elementwise ops too (`docs/ops.md`,
-/// "Reductions: what cuDNN plans"). The sum ends its kernel; the scaling or square root runs in
-/// the next one (an elementwise kernel of its own, or the prologue of what reads `y`).
+/// "Reductions: what cuDNN plans"). A norm2's square root runs in the next kernel (an
+/// elementwise kernel of its own, or the prologue of what reads `y`).
 ///
-/// The last node keeps the reduction's name and writes its output tensor (id, uid, name, type
-/// and layout kept); the sum is called `{node}_sum`, the elementwise op before it `{node}_abs`
-/// or `{node}_square`, their outputs likewise, the constant `{node}_inv_count`, made unique with
-/// `_1`, `_2`, ... if taken, with the smallest uids the graph does not use. On the CPU reference
-/// a mean differs from the rewritten one by the rounding of `1/n` and of the product (a few units
-/// in the last place of f32).
+/// The sum, or for norm2 the square root, keeps the reduction's name and writes its output
+/// tensor (id, uid, name, type and layout kept); the elementwise op before the sum is called
+/// `{node}_scaled`, `{node}_abs` or `{node}_square`, norm2's sum `{node}_sum`, their outputs
+/// likewise, the constant `{node}_inv_count`, made unique with `_1`, `_2`, ... if taken, with
+/// the smallest uids the graph does not use. On the CPU reference a mean differs from the
+/// rewritten one by the rounding of `1/n` and of each product (a few units in the last place of
+/// f32).
 ///
 /// # Errors
 ///
@@ -342,7 +345,7 @@ pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphEr
 ///
 /// let rewritten = mean_and_norms_as_sums(&graph).unwrap();
 /// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
-/// assert_eq!(ops, ["reduce_sum", "mul", "mul", "reduce_sum", "sqrt"]);
+/// assert_eq!(ops, ["mul", "reduce_sum", "mul", "reduce_sum", "sqrt"]);
 /// assert_eq!(rewritten.graph.tensor_by_name("mean_inv_count").unwrap().pass_by_value, Some(1.0 / 64.0));
 /// assert_eq!(rewritten.graph.outputs(), graph.outputs());
 /// ```
@@ -378,40 +381,44 @@ pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
             });
             TensorId(out.tensors.len() - 1)
         };
-        // Before the sum: |x| or x·x.
-        let summed = match r.mode {
-            ReductionMode::Norm1 | ReductionMode::Norm2 => {
-                let (suffix, mode, inputs) = if r.mode == ReductionMode::Norm1 {
-                    ("abs", PointwiseMode::Abs, vec![x])
-                } else {
-                    ("square", PointwiseMode::Mul, vec![x, x])
-                };
-                let base = format!("{}_{suffix}", node.name);
-                let name = names.node(&base);
-                let t = virtual_tensor(&mut out, &mut names, &base, &x_tensor);
-                out.nodes.push(Node {
-                    name: name.clone(),
-                    op: Op::Pointwise(Pointwise::new(mode)),
-                    inputs,
-                    outputs: vec![t],
-                    compute_data_type: node.compute_data_type,
+        // Before the sum: x·(1/n), |x| or x·x.
+        let (suffix, mode, inputs) = match r.mode {
+            ReductionMode::Mean => {
+                let axes = r.axes(x_tensor.dims.len()).map_err(|kind| GraphError::Shape {
+                    node: node.name.clone(),
+                    op: r.mode.name(),
+                    port: Some("X"),
+                    source: crate::ops::ShapeError::general(kind),
+                })?;
+                let count: i64 = axes.iter().map(|&a| x_tensor.dims[a]).product();
+                out.tensors.push(Tensor {
+                    name: names.tensor(&format!("{}_inv_count", node.name)),
+                    uid: names.uid(),
+                    dims: vec![1; x_tensor.dims.len()],
+                    strides: vec![1; x_tensor.dims.len()],
+                    data_type: DataType::F32,
+                    is_virtual: false,
+                    pass_by_value: Some(1.0 / count as f64),
+                    host_scalar: false,
                 });
-                replaced_by.push(name);
-                t
+                ("scaled", PointwiseMode::Mul, vec![x, TensorId(out.tensors.len() - 1)])
             }
-            _ => x,
+            ReductionMode::Norm1 => ("abs", PointwiseMode::Abs, vec![x]),
+            _ => ("square", PointwiseMode::Mul, vec![x, x]),
         };
+        let base = format!("{}_{suffix}", node.name);
+        let name = names.node(&base);
+        let summed = virtual_tensor(&mut out, &mut names, &base, &x_tensor);
+        out.nodes.push(Node {
+            name: name.clone(),
+            op: Op::Pointwise(Pointwise::new(mode)),
+            inputs,
+            outputs: vec![summed],
+            compute_data_type: node.compute_data_type,
+        });
+        replaced_by.push(name);
         let sum_op = Op::Reduction(crate::ops::Reduction { mode: ReductionMode::Sum, dims: r.dims.clone() });
-        if r.mode == ReductionMode::Norm1 {
-            // The sum of |x| is the norm: it writes y.
-            out.nodes.push(Node {
-                name: node.name.clone(),
-                op: sum_op,
-                inputs: vec![summed],
-                outputs: vec![y],
-                compute_data_type: node.compute_data_type,
-            });
-        } else {
+        if r.mode == ReductionMode::Norm2 {
             let base = format!("{}_sum", node.name);
             let sum_name = names.node(&base);
             let packed = Tensor { strides: crate::dim::packed_strides(&y_tensor.dims), ..y_tensor.clone() };
@@ -424,32 +431,19 @@ pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
                 compute_data_type: node.compute_data_type,
             });
             replaced_by.push(sum_name);
-            let (op, inputs) = if r.mode == ReductionMode::Mean {
-                let axes = r.axes(x_tensor.dims.len()).map_err(|kind| GraphError::Shape {
-                    node: node.name.clone(),
-                    op: r.mode.name(),
-                    port: Some("X"),
-                    source: crate::ops::ShapeError::general(kind),
-                })?;
-                let count: i64 = axes.iter().map(|&a| x_tensor.dims[a]).product();
-                out.tensors.push(Tensor {
-                    name: names.tensor(&format!("{}_inv_count", node.name)),
-                    uid: names.uid(),
-                    dims: vec![1; y_tensor.dims.len()],
-                    strides: vec![1; y_tensor.dims.len()],
-                    data_type: DataType::F32,
-                    is_virtual: false,
-                    pass_by_value: Some(1.0 / count as f64),
-                    host_scalar: false,
-                });
-                (PointwiseMode::Mul, vec![sum, TensorId(out.tensors.len() - 1)])
-            } else {
-                (PointwiseMode::Sqrt, vec![sum])
-            };
             out.nodes.push(Node {
                 name: node.name.clone(),
-                op: Op::Pointwise(Pointwise::new(op)),
-                inputs,
+                op: Op::Pointwise(Pointwise::new(PointwiseMode::Sqrt)),
+                inputs: vec![sum],
+                outputs: vec![y],
+                compute_data_type: node.compute_data_type,
+            });
+        } else {
+            // The sum of x·(1/n) or of |x| is the result: it writes y.
+            out.nodes.push(Node {
+                name: node.name.clone(),
+                op: sum_op,
+                inputs: vec![summed],
                 outputs: vec![y],
                 compute_data_type: node.compute_data_type,
             });
