@@ -147,7 +147,7 @@ fn a_sum_over_the_rows_of_a_matrix_is_a_rank_2_matmul_by_ones() {
 mod deviceless {
     use super::*;
     use common::{deviceless, emulated_error, plan};
-    use cudnn_runtime::backend::{BackendError, BuildOptions, ExecutionPlan};
+    use cudnn_runtime::backend::{BackendError, BuildOptions, CutReason, ExecutionPlan, SavedPart};
 
     fn parts(plan: &ExecutionPlan) -> Vec<String> {
         plan.parts().iter().map(|p| format!("{:?} {}", p.nodes(), p.selected().tag())).collect()
@@ -187,6 +187,35 @@ mod deviceless {
             assert_eq!(reductions.count(), 3);
         }
         plans_and_computes(&softmax_xent(BF16, 64, 1000), 1e-6);
+    }
+
+    /// The softmax's plan reloads from each part's JSON (a payload's path): the channel
+    /// description is made again on loading and matches the plans'.
+    #[test]
+    fn the_softmax_plan_reloads_from_its_parts_json() {
+        if skip() {
+            return;
+        }
+        let cudnn = cudnn();
+        let graph = softmax_xent(F32, 64, 1000);
+        let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+        let saved: Vec<SavedPart> = plan
+            .parts()
+            .iter()
+            .map(|p| SavedPart {
+                nodes: p.nodes().to_vec(),
+                json: p.json().unwrap(),
+                refused: match p.cut().map(|c| &c.reason) {
+                    Some(CutReason::Refused(why)) => Some(why.clone()),
+                    _ => None,
+                },
+                measured: None,
+            })
+            .collect();
+        let loaded = ExecutionPlan::from_parts_json(&cudnn, graph, &saved).unwrap();
+        assert_eq!(loaded.parts().len(), plan.parts().len());
+        assert_eq!(loaded.workspace_size(), plan.workspace_size());
+        assert_eq!(emulated_error(&loaded, 22), 0.0);
     }
 
     #[test]
