@@ -126,7 +126,8 @@ fn other_reductions_are_left_alone() {
     unchanged(lone("reduce_sum", F32, &[3, 64, 24], &[0, 1], Some(&[1, 0, 2])), "batches not one run with rows");
     unchanged(lone("reduce_mean", F32, &[1, 64, 24], &[1], None), "a mean");
     unchanged(lone("reduce_max", F32, &[1, 64, 24], &[1], None), "a max");
-    unchanged(lone("reduce_sum", F32, &[64, 24], &[0], None), "rank 2");
+    unchanged(lone("reduce_sum", F32, &[64, 24], &[1], None), "rank 2 over the innermost axis");
+    unchanged(lone("reduce_sum", F32, &[64, 24], &[0], Some(&[1, 0])), "rank 2, axis 0 innermost in memory");
     unchanged(lone("reduce_sum", F32, &[2, 1, 64, 24], &[2], None), "rank 4");
     unchanged(lone("reduce_sum", DataType::I32, &[1, 64, 24], &[1], None), "an integer tensor");
     unchanged(lone("reduce_sum", F32, &[1, 64, 24], &[1], Some(&[0, 2, 1])), "axis 1 innermost in memory");

@@ -54,10 +54,13 @@ with_call_failures! {
         },
         /// Heuristics found nothing cuDNN would build. Lists every candidate and why it was
         /// rejected, and hints at the convolution or pooling ports that are not channels-last.
-        #[error("{}", no_plan_message(.graph, .candidates, .heuristics, .not_channels_last))]
+        #[error("{}", no_plan_message(.graph, .nodes, .candidates, .heuristics, .not_channels_last))]
         NoPlan {
-            /// The graph.
+            /// The graph (the user's, also where one part of its partition was refused).
             graph: String,
+            /// The refused graph's or part's nodes as the user declared them (name, op): a node a
+            /// rewrite replaced is named as written, not as rewritten; empty where unknown.
+            nodes: Vec<(String, &'static str)>,
             /// Every candidate heuristics proposed, with its rejection.
             candidates: Vec<Candidate>,
             /// Heuristic modes that failed outright.
@@ -244,20 +247,39 @@ fn autotune_failures(failures: &[(usize, String)]) -> String {
 
 fn no_plan_message(
     graph: &str,
+    nodes: &[(String, &'static str)],
     candidates: &[Candidate],
     heuristics: &[HeuristicFailure],
     not_channels_last: &[NotChannelsLast],
 ) -> String {
+    let of = match nodes {
+        [] => String::new(),
+        nodes => {
+            let list: Vec<String> = nodes.iter().map(|(n, op)| format!("`{n}` ({op})")).collect();
+            format!(" for {}", list.join(", "))
+        }
+    };
     let mut s = match candidates.len() {
-        0 => format!("no execution plan for graph `{graph}`: heuristics proposed no engine configuration"),
-        1 => format!("no execution plan for graph `{graph}`: cuDNN rejected the one candidate engine configuration"),
-        n => format!("no execution plan for graph `{graph}`: cuDNN rejected all {n} candidate engine configurations"),
+        0 => format!("no execution plan for graph `{graph}`{of}: heuristics proposed no engine configuration"),
+        1 => {
+            format!("no execution plan for graph `{graph}`{of}: cuDNN rejected the one candidate engine configuration")
+        }
+        n => {
+            format!("no execution plan for graph `{graph}`{of}: cuDNN rejected all {n} candidate engine configurations")
+        }
     };
     for c in candidates {
         s += &format!("\n  {c}");
     }
     for h in heuristics {
         s += &format!("\n  {h}");
+    }
+    if let Some((node, op)) = nodes.iter().find(|(_, op)| op.starts_with("reduce_")) {
+        s += &format!(
+            "\n  hint: cuDNN 9.19 plans a reduction that ends no matmul or convolution only over axes innermost in \
+             memory and one run of it (`{node}` ({op}) reads another layout), and a sum over rows as a matmul by \
+             ones; see docs/ops.md, \"Reductions: what cuDNN plans\""
+        );
     }
     if !not_channels_last.is_empty() {
         let ports: Vec<String> = not_channels_last.iter().map(ToString::to_string).collect();
@@ -329,6 +351,7 @@ mod tests {
         };
         let e = BackendError::NoPlan {
             graph: "g".into(),
+            nodes: Vec::new(),
             candidates: vec![
                 rejected(0, Rejection::Workspace { required: 512, limit: 0 }),
                 rejected(1, Rejection::Duplicate { of: 0 }),
@@ -358,6 +381,7 @@ mod tests {
         };
         let e = BackendError::NoPlan {
             graph: "g".into(),
+            nodes: Vec::new(),
             candidates: Vec::new(),
             heuristics: Vec::new(),
             not_channels_last: vec![port("x", "f16[8, 64, 16, 16] row-major")],
@@ -369,9 +393,11 @@ mod tests {
              `x` (f16[8, 64, 16, 16] row-major) of node `conv` (conv_fprop); declare it `channels_last` \
              (`GraphBuilder::set_channels_last`)"
         );
-        let BackendError::NoPlan { mut not_channels_last, graph, candidates, heuristics } = e else { unreachable!() };
+        let BackendError::NoPlan { mut not_channels_last, graph, nodes, candidates, heuristics } = e else {
+            unreachable!()
+        };
         not_channels_last.push(port("w", "f16[32, 64, 3, 3] order [1, 0, 2, 3]"));
-        let e = BackendError::NoPlan { graph, candidates, heuristics, not_channels_last };
+        let e = BackendError::NoPlan { graph, nodes, candidates, heuristics, not_channels_last };
         assert!(
             e.to_string()
                 .contains("and these are not: `x` (f16[8, 64, 16, 16] row-major) of node `conv` (conv_fprop), `w`"),

@@ -60,6 +60,14 @@ pub(crate) fn query(cudnn: &Cudnn, operation_graph: &Descriptor, modes: &[Heuris
         match found {
             Ok(found) => {
                 tracing::debug!(mode = %mode, configs = found.len(), elapsed_us = crate::micros(took), "heuristics");
+                if found.is_empty() {
+                    // What cuDNN's support checks said of each engine it tried: why none was proposed.
+                    let said = engines_said(&crate::cudnn::last_error_message());
+                    if !said.is_empty() {
+                        let message = format!("no engine configuration; cuDNN's checks: {}", said.join("; "));
+                        q.failures.push(HeuristicFailure { mode, reason: Rejection::Other { message } });
+                    }
+                }
                 let start = Instant::now();
                 for descriptor in found {
                     let mut candidate = describe(&descriptor, q.configs.len(), Some(mode));
@@ -77,6 +85,34 @@ pub(crate) fn query(cudnn: &Cudnn, operation_graph: &Descriptor, modes: &[Heuris
         }
     }
     q
+}
+
+/// The first (most specific) reason cuDNN's `cudnnGetLastErrorString` gives for each engine its
+/// heuristics tried and found unsupported, once per engine and reason: `engine 1:
+/// CUDNN_STATUS_NOT_SUPPORTED_LAYOUT (!is_NHWC)`. cuDNN 9.19 writes one block per engine config
+/// tried, its JSON (`{"engineId":1,...}`) then `Warning: STATUS; Reason: ...` lines, innermost
+/// check first; blocks are separated by a blank line. Empty for a message of no such block.
+fn engines_said(message: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for block in message.split("\n\n") {
+        let mut lines = block.lines();
+        let Some(engine) = lines.next().and_then(|l| {
+            let rest = &l[l.find("\"engineId\":")? + "\"engineId\":".len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            (!digits.is_empty()).then_some(digits)
+        }) else {
+            continue;
+        };
+        let Some((status, reason)) = lines.find_map(|l| l.trim().strip_prefix("Warning: ")?.split_once("; Reason: "))
+        else {
+            continue;
+        };
+        let said = format!("engine {engine}: {} ({})", status.trim(), reason.trim());
+        if !out.contains(&said) {
+            out.push(said);
+        }
+    }
+    out
 }
 
 /// The engine config `engine` with exactly `knobs`, made without heuristics (cudnn-frontend's
@@ -219,4 +255,34 @@ fn describe_engine(config: &Descriptor, candidate: &mut Candidate) -> Result<(),
         })
         .collect::<Result<_, BackendError>>()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::engines_said;
+
+    #[test]
+    fn what_cudnn_said_of_each_engine_is_its_first_reason() {
+        // cuDNN 9.19's last error after heuristics proposed nothing for a max over rows (abridged).
+        let message = "{\"engineId\":1,\"smVersion\":900,\"knobChoices\":{\"CUDNN_KNOB_TYPE_KERNEL_CFG\":34}}\n\
+            Warning: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT; Reason: !is_NHWC\n\
+            Warning: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT; Reason: check_reduction_support_fort(node)\n\
+            Warning: CUDNN_STATUS_NOT_SUPPORTED; Reason: finalize_internal()\n\
+            \n\
+            {\"engineId\":1,\"smVersion\":900,\"knobChoices\":{\"CUDNN_KNOB_TYPE_KERNEL_CFG\":8}}\n\
+            Warning: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT; Reason: !is_NHWC\n\
+            \n\
+            {\"engineId\":2,\"smVersion\":900,\"knobChoices\":{\"CUDNN_KNOB_TYPE_KERNEL_CFG\":0}}\n\
+            Warning: CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN; Reason: Unsupported node in the graph.\n at: true\n\
+            Warning: CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN; Reason: check_node_support_fort(node_ptr)";
+        assert_eq!(
+            engines_said(message),
+            [
+                "engine 1: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT (!is_NHWC)",
+                "engine 2: CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN (Unsupported node in the graph.)"
+            ]
+        );
+        assert!(engines_said("").is_empty());
+        assert!(engines_said("CUDNN_BACKEND_TENSOR_DESCRIPTOR: Check and Set CUDNN_ATTR_TENSOR_STRIDES\n").is_empty());
+    }
 }

@@ -451,6 +451,9 @@ pub(crate) fn name_channels_last_ports(error: BackendError, graph: &Graph) -> Ba
 }
 
 fn lower_operations(graph: &Graph, cudnn: &Cudnn) -> Result<Operations, BackendError> {
+    // A reduction cuDNN plans only described as a channel reduction (`reduction_layout`).
+    let described = super::reduction_layout::channel_form(graph);
+    let graph: &Graph = &described;
     let mut tensors: Vec<Option<Descriptor>> = std::iter::repeat_with(|| None).take(graph.tensors.len()).collect();
     let mut operations = Vec::with_capacity(graph.nodes.len());
     let mut parts = Vec::new();

@@ -49,6 +49,7 @@ mod padded;
 mod partition;
 mod picture;
 mod plan;
+mod reduction_layout;
 mod variant;
 
 /// The cudarc this layer is built on, for naming its types (streams, device buffers) at the same

@@ -198,6 +198,25 @@ fn is_refusal(e: &BackendError) -> bool {
     matches!(e, BackendError::NoPlan { .. } | BackendError::Cudnn { .. } | BackendError::Unsupported { .. })
 }
 
+/// `e`, where it is a [`BackendError::NoPlan`] of `graph` rewritten or of a part of it (named
+/// `{graph}.part{k}`), as the user wrote `graph`: its name, and its nodes by their declared names
+/// and ops (a node a rewrite made is the node it replaced; one of nothing the user wrote is
+/// dropped), each once.
+fn users_no_plan(e: BackendError, graph: &Graph, rewrites: &[Rewrite]) -> BackendError {
+    let BackendError::NoPlan { nodes, candidates, heuristics, not_channels_last, .. } = e else { return e };
+    let mut named: Vec<(String, &'static str)> = Vec::with_capacity(nodes.len());
+    for (name, _) in nodes {
+        let declared =
+            rewrites.iter().find(|r| r.replaced_by.contains(&name)).map_or(name.as_str(), |r| r.node.as_str());
+        let Some(node) = graph.nodes.iter().find(|n| n.name == declared) else { continue };
+        let op = node.op.call_name();
+        if !named.iter().any(|(n, _)| n == declared) {
+            named.push((declared.to_string(), op));
+        }
+    }
+    BackendError::NoPlan { graph: graph.name.clone(), nodes: named, candidates, heuristics, not_channels_last }
+}
+
 /// The first line of an error, for a cut's reason.
 fn summary(e: &BackendError) -> String {
     let text = e.to_string();
@@ -235,11 +254,26 @@ impl ExecutionPlan {
         Ok(plan)
     }
 
-    /// [`ExecutionPlan::build`] as [`Fusion::Auto`] (or [`Fusion::Single`]) builds.
+    /// [`ExecutionPlan::build`] as [`Fusion::Auto`] (or [`Fusion::Single`]) builds; a
+    /// [`BackendError::NoPlan`] of the graph or of one of its parts names the user's graph and
+    /// nodes ([`users_no_plan`]).
     fn build_auto(cudnn: &Cudnn, graph: &Graph, options: &BuildOptions) -> Result<ExecutionPlan, BackendError> {
         let start = Instant::now();
         graph.validate()?;
         let Rewritten { graph: planned, rewrites } = for_cudnn(graph)?;
+        Self::build_rewritten(cudnn, graph, planned, rewrites.clone(), options, start)
+            .map_err(|e| users_no_plan(e, graph, &rewrites))
+    }
+
+    /// [`ExecutionPlan::build_auto`] of `graph` rewritten as `planned`.
+    fn build_rewritten(
+        cudnn: &Cudnn,
+        graph: &Graph,
+        planned: Graph,
+        rewrites: Vec<Rewrite>,
+        options: &BuildOptions,
+        start: Instant,
+    ) -> Result<ExecutionPlan, BackendError> {
         for r in &rewrites {
             tracing::debug!(rewrite = %r, "rewritten");
         }
@@ -929,6 +963,7 @@ impl PlanPart {
             tracing::debug!(candidates = candidates.len(), "no plan");
             return Err(BackendError::NoPlan {
                 graph: graph.name.clone(),
+                nodes: graph.nodes.iter().map(|n| (n.name.clone(), n.op.call_name())).collect(),
                 candidates,
                 heuristics: failures,
                 not_channels_last: graph.ports_not_channels_last(),

@@ -45,7 +45,7 @@ pub(crate) use context::{Anchor, Binding};
 #[cfg(feature = "cudnn")]
 pub(crate) use cuda_graph::{exec_update, NativeCudaGraph};
 #[cfg(feature = "cudnn")]
-pub(crate) use descriptor::{Descriptor, Label, Record};
+pub(crate) use descriptor::{last_error_message, Descriptor, Label, Record};
 #[cfg(feature = "cudnn")]
 pub(crate) use error::{cudnn_message, with_call_failures};
 #[cfg(feature = "cudnn")]

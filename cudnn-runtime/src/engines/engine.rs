@@ -280,6 +280,7 @@ impl Router {
             Some((selected, target)) => Ok(RoutedPlan { graph: graph.clone(), candidates, selected, target }),
             None => Err(BackendError::NoPlan {
                 graph: graph.name.clone(),
+                nodes: graph.nodes.iter().map(|n| (n.name.clone(), n.op.call_name())).collect(),
                 candidates,
                 heuristics,
                 not_channels_last: graph.ports_not_channels_last(),

@@ -1,5 +1,6 @@
 //! The graph IR: tensors, nodes, graph-level data types, [`Graph::validate`], and rewrites that
-//! keep what a graph computes ([`for_cudnn`]: [`batchnorm_as_pointwise`], [`column_sum_as_matmul`]).
+//! keep what a graph computes ([`for_cudnn`]: [`batchnorm_as_pointwise`], [`mean_and_norms_as_sums`], [`column_sum_as_matmul`],
+//! [`narrow_reductions_through_f32`]).
 //!
 //! A [`Graph`] is always concrete (every dim is a number) and always valid once built: the
 //! [`GraphBuilder`] infers shapes eagerly as ops are added and validates again at the end, and
@@ -18,7 +19,10 @@ pub use builder::{GraphBuilder, Operand};
 pub use error::{GraphError, NotChannelsLast};
 pub use layout::{channels_last_order, type_string, MemoryLayout};
 pub use padding::{Binding, ClassGraph, PadCopy, PadError};
-pub use rewrite::{batchnorm_as_pointwise, column_sum_as_matmul, for_cudnn, Rewrite, RewriteKind, Rewritten};
+pub use rewrite::{
+    batchnorm_as_pointwise, column_sum_as_matmul, for_cudnn, mean_and_norms_as_sums, narrow_reductions_through_f32,
+    Rewrite, RewriteKind, Rewritten,
+};
 
 use std::fmt;
 

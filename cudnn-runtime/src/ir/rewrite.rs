@@ -10,6 +10,11 @@
 //! - [`column_sum_as_matmul`]: cuDNN 9.19 has no engine for a sum over the rows of a row-major
 //!   tensor (a bias gradient), alone or after pointwise ops, while a matmul by a vector of ones
 //!   plans, with those pointwise ops fused before it.
+//! - [`mean_and_norms_as_sums`]: cuDNN 9.19 finalizes no reduction descriptor of mode `AVG`,
+//!   `NORM1` or `NORM2`: a mean is a sum of `x·(1/n)`, a norm a sum of `|x|` or of `x·x` (and
+//!   its square root).
+//! - [`narrow_reductions_through_f32`]: cuDNN 9.19 reduces into no 16-bit tensor: such a
+//!   reduction writes f32, which an `identity` rounds.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -52,6 +57,15 @@ pub enum RewriteKind {
     /// `reduce_sum(x, dims = [1])` of a row-major `[B, T, N]` as `matmul(ones, x)` (see
     /// [`column_sum_as_matmul`]).
     ColumnSumAsMatmul,
+    /// `reduce_mean(x, dims)` as a multiplication by `1/n` and `reduce_sum` (see
+    /// [`mean_and_norms_as_sums`]).
+    MeanAsSum,
+    /// `reduce_norm1` as `abs` and `reduce_sum`, `reduce_norm2` as `mul(x, x)`, `reduce_sum` and
+    /// `sqrt` (see [`mean_and_norms_as_sums`]).
+    NormAsSum,
+    /// A reduction into a 16-bit output as the reduction into f32 and an `identity` rounding it
+    /// (see [`narrow_reductions_through_f32`]).
+    NarrowThroughF32,
 }
 
 impl fmt::Display for Rewrite {
@@ -67,6 +81,21 @@ impl fmt::Display for Rewrite {
             RewriteKind::ColumnSumAsMatmul => write!(
                 f,
                 "reduce_sum `{}` over rows as a matmul by a vector of ones (cuDNN plans no such reduction)",
+                self.node
+            ),
+            RewriteKind::MeanAsSum => write!(
+                f,
+                "reduce_mean `{}` as a multiplication by 1/n and reduce_sum (cuDNN has no mean reduction)",
+                self.node
+            ),
+            RewriteKind::NarrowThroughF32 => write!(
+                f,
+                "reduction `{}` into f32, then rounded to its 16-bit output (cuDNN reduces into no 16-bit tensor)",
+                self.node
+            ),
+            RewriteKind::NormAsSum => write!(
+                f,
+                "norm reduction `{}` as elementwise ops around reduce_sum (cuDNN has no norm reduction)",
                 self.node
             ),
         }
@@ -153,17 +182,280 @@ pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
     Ok(Rewritten { graph: out, rewrites })
 }
 
-/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], then
-/// [`column_sum_as_matmul`]; the rewrites of both, in that order.
+/// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], [`mean_and_norms_as_sums`],
+/// [`column_sum_as_matmul`] (a mean over rows becomes a sum over rows, which becomes a matmul),
+/// then [`narrow_reductions_through_f32`]; the rewrites of all, in that order.
 ///
 /// # Errors
 ///
 /// Whatever [`Graph::validate`] says of `graph`.
 pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
     let Rewritten { graph, mut rewrites } = batchnorm_as_pointwise(graph)?;
-    let sums = column_sum_as_matmul(&graph)?;
+    let means = mean_and_norms_as_sums(&graph)?;
+    rewrites.extend(means.rewrites);
+    let sums = column_sum_as_matmul(&means.graph)?;
     rewrites.extend(sums.rewrites);
-    Ok(Rewritten { graph: sums.graph, rewrites })
+    let narrow = narrow_reductions_through_f32(&sums.graph)?;
+    rewrites.extend(narrow.rewrites);
+    Ok(Rewritten { graph: narrow.graph, rewrites })
+}
+
+/// Replaces each reduction that writes a 16-bit float graph output `y` (`f16`, `bf16`) by the
+/// reduction into an f32 tensor and a pointwise `identity` that rounds it into `y`:
+///
+/// ```text
+/// s = reduce(x, dims)     f32, y's dims
+/// y = identity(s)         y's type: the one rounding y had
+/// ```
+///
+/// Measured deviceless for the H200 with cuDNN 9.19: a reduction of a bf16 or f16 X into a Y of
+/// that type gets no engine configuration in any layout, while the same into f32 plans
+/// (`docs/ops.md`, "Reductions: what cuDNN plans"). The reduction ends its kernel; the rounding
+/// is an elementwise kernel of its own, or joins what reads `s`. The CPU reference rounds the
+/// sum to y's type once either way, so the result is the same. A reduction of a matmul's or a
+/// convolution's output (their epilogue) is left alone.
+///
+/// The identity keeps the reduction's name and writes `y` (id, uid, name, type and layout kept);
+/// the reduction and `s` are called `{node}_f32` (made unique with `_1`, `_2`, ... if taken, `s`
+/// with the smallest uid the graph does not use).
+///
+/// # Errors
+///
+/// Whatever [`Graph::validate`] says of `graph` (the rewritten graph passes it).
+///
+/// # Example
+///
+/// ```
+/// use cudnn_runtime::ir::narrow_reductions_through_f32;
+/// use cudnn_runtime::{DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("row_max");
+/// let x = g.input("x", DataType::BF16, &[8, 64]).unwrap();
+/// let m = g.op_named("m", "reduce_max", &[x.into()], &[("dims".into(), vec![-1i64].into())]).unwrap()[0];
+/// g.output(m, "m", DataType::BF16).unwrap();
+/// let graph = g.build().unwrap();
+///
+/// let rewritten = narrow_reductions_through_f32(&graph).unwrap();
+/// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
+/// assert_eq!(ops, ["reduce_max", "identity"]);
+/// assert_eq!(rewritten.graph.tensor_by_name("m_f32").unwrap().data_type, DataType::F32);
+/// assert_eq!(rewritten.graph.outputs(), graph.outputs());
+/// ```
+pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphError> {
+    graph.validate()?;
+    let producer = graph.producer();
+    let mut out = without_nodes(graph);
+    let mut names = Names::of(graph);
+    let mut rewrites = Vec::new();
+    for node in &graph.nodes {
+        let narrow = match (&node.op, node.inputs.as_slice(), node.outputs.as_slice()) {
+            (Op::Reduction(_), &[x], &[y]) => {
+                let t = graph.tensor(y);
+                let after_anchor = producer
+                    .get(x.0)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|n| matches!(graph.nodes[n].op, Op::Matmul(_) | Op::Conv(_)));
+                let narrow_float = matches!(t.data_type, DataType::F16 | DataType::BF16);
+                (narrow_float && !t.is_virtual && !after_anchor).then_some(y)
+            }
+            _ => None,
+        };
+        let Some(y) = narrow else {
+            out.nodes.push(node.clone());
+            continue;
+        };
+        let y_tensor = graph.tensor(y);
+        let base = format!("{}_f32", node.name);
+        let name = names.node(&base);
+        out.tensors.push(Tensor {
+            name: names.tensor(&base),
+            uid: names.uid(),
+            dims: y_tensor.dims.clone(),
+            strides: y_tensor.strides.clone(),
+            data_type: DataType::F32,
+            is_virtual: true,
+            pass_by_value: None,
+            host_scalar: false,
+        });
+        let s = TensorId(out.tensors.len() - 1);
+        out.nodes.push(Node { name: name.clone(), outputs: vec![s], ..node.clone() });
+        out.nodes.push(Node {
+            name: node.name.clone(),
+            op: Op::Pointwise(Pointwise::new(PointwiseMode::Identity)),
+            inputs: vec![s],
+            outputs: vec![y],
+            compute_data_type: DataType::F32,
+        });
+        let rewrite = Rewrite {
+            node: node.name.clone(),
+            replaced_by: vec![name, node.name.clone()],
+            kind: RewriteKind::NarrowThroughF32,
+        };
+        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
+        rewrites.push(rewrite);
+    }
+    out.validate()?;
+    Ok(Rewritten { graph: out, rewrites })
+}
+
+/// Replaces each `y = reduce_mean(x, dims)`, `reduce_norm1` and `reduce_norm2` by the sum and
+/// the elementwise ops that compute it:
+///
+/// ```text
+/// mean:  t = mul(x, 1/n);  y = reduce_sum(t, dims)     n the elements summed into each of y's
+/// norm1: a = abs(x);       y = reduce_sum(a, dims)
+/// norm2: q = mul(x, x);    s = reduce_sum(q, dims);  y = sqrt(s)
+/// ```
+///
+/// The intermediates are in the node's compute type (f32 for graphs the builder makes); `1/n`
+/// is a by-value constant. A mean scales before it sums, so the scaling is the sum's prologue:
+/// one kernel (scaled after, it would be an elementwise kernel of its own, and of a rank-4 `[B,
+/// H, S, 1]` cuDNN 9.19 plans none).
+///
+/// Measured deviceless for the H200 with cuDNN 9.19: a reduction descriptor of mode `AVG`,
+/// `NORM1` or `NORM2` fails to finalize (`CUDNN_STATUS_NOT_SUPPORTED`) in any layout, alone or
+/// fused, while the sum plans wherever a sum does, after elementwise ops too (`docs/ops.md`,
+/// "Reductions: what cuDNN plans"). A norm2's square root runs in the next kernel (an
+/// elementwise kernel of its own, or the prologue of what reads `y`).
+///
+/// The sum, or for norm2 the square root, keeps the reduction's name and writes its output
+/// tensor (id, uid, name, type and layout kept); the elementwise op before the sum is called
+/// `{node}_scaled`, `{node}_abs` or `{node}_square`, norm2's sum `{node}_sum`, their outputs
+/// likewise, the constant `{node}_inv_count`, made unique with `_1`, `_2`, ... if taken, with
+/// the smallest uids the graph does not use. On the CPU reference a mean differs from the
+/// rewritten one by the rounding of `1/n` and of each product (a few units in the last place of
+/// f32).
+///
+/// # Errors
+///
+/// Whatever [`Graph::validate`] says of `graph` (the rewritten graph passes it).
+///
+/// # Example
+///
+/// ```
+/// use cudnn_runtime::ir::mean_and_norms_as_sums;
+/// use cudnn_runtime::{DataType, GraphBuilder};
+/// let mut g = GraphBuilder::new("row_mean");
+/// let x = g.input("x", DataType::F32, &[8, 64]).unwrap();
+/// let mean = g.op_named("mean", "reduce_mean", &[x.into()], &[("dims".into(), vec![-1i64].into())]).unwrap()[0];
+/// let norm = g.op_named("norm", "reduce_norm2", &[x.into()], &[("dims".into(), vec![-1i64].into())]).unwrap()[0];
+/// g.output(mean, "mean", DataType::F32).unwrap();
+/// g.output(norm, "norm", DataType::F32).unwrap();
+/// let graph = g.build().unwrap();
+///
+/// let rewritten = mean_and_norms_as_sums(&graph).unwrap();
+/// let ops: Vec<&str> = rewritten.graph.nodes.iter().map(|n| n.op.call_name()).collect();
+/// assert_eq!(ops, ["mul", "reduce_sum", "mul", "reduce_sum", "sqrt"]);
+/// assert_eq!(rewritten.graph.tensor_by_name("mean_inv_count").unwrap().pass_by_value, Some(1.0 / 64.0));
+/// assert_eq!(rewritten.graph.outputs(), graph.outputs());
+/// ```
+pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
+    graph.validate()?;
+    let mut out = without_nodes(graph);
+    let mut names = Names::of(graph);
+    let mut rewrites = Vec::new();
+    for node in &graph.nodes {
+        let reduction = match &node.op {
+            Op::Reduction(r) if matches!(r.mode, ReductionMode::Mean | ReductionMode::Norm1 | ReductionMode::Norm2) => {
+                Some(r)
+            }
+            _ => None,
+        };
+        let (Some(r), &[x], &[y]) = (reduction, node.inputs.as_slice(), node.outputs.as_slice()) else {
+            out.nodes.push(node.clone());
+            continue;
+        };
+        let x_tensor = graph.tensor(x).clone();
+        let y_tensor = graph.tensor(y).clone();
+        let mut replaced_by = Vec::with_capacity(3);
+        let virtual_tensor = |out: &mut Graph, names: &mut Names, base: &str, like: &Tensor| {
+            out.tensors.push(Tensor {
+                name: names.tensor(base),
+                uid: names.uid(),
+                dims: like.dims.clone(),
+                strides: like.strides.clone(),
+                data_type: node.compute_data_type,
+                is_virtual: true,
+                pass_by_value: None,
+                host_scalar: false,
+            });
+            TensorId(out.tensors.len() - 1)
+        };
+        // Before the sum: x·(1/n), |x| or x·x.
+        let (suffix, mode, inputs) = match r.mode {
+            ReductionMode::Mean => {
+                let axes = r.axes(x_tensor.dims.len()).map_err(|kind| GraphError::Shape {
+                    node: node.name.clone(),
+                    op: r.mode.name(),
+                    port: Some("X"),
+                    source: crate::ops::ShapeError::general(kind),
+                })?;
+                let count: i64 = axes.iter().map(|&a| x_tensor.dims[a]).product();
+                out.tensors.push(Tensor {
+                    name: names.tensor(&format!("{}_inv_count", node.name)),
+                    uid: names.uid(),
+                    dims: vec![1; x_tensor.dims.len()],
+                    strides: vec![1; x_tensor.dims.len()],
+                    data_type: DataType::F32,
+                    is_virtual: false,
+                    pass_by_value: Some(1.0 / count as f64),
+                    host_scalar: false,
+                });
+                ("scaled", PointwiseMode::Mul, vec![x, TensorId(out.tensors.len() - 1)])
+            }
+            ReductionMode::Norm1 => ("abs", PointwiseMode::Abs, vec![x]),
+            _ => ("square", PointwiseMode::Mul, vec![x, x]),
+        };
+        let base = format!("{}_{suffix}", node.name);
+        let name = names.node(&base);
+        let summed = virtual_tensor(&mut out, &mut names, &base, &x_tensor);
+        out.nodes.push(Node {
+            name: name.clone(),
+            op: Op::Pointwise(Pointwise::new(mode)),
+            inputs,
+            outputs: vec![summed],
+            compute_data_type: node.compute_data_type,
+        });
+        replaced_by.push(name);
+        let sum_op = Op::Reduction(crate::ops::Reduction { mode: ReductionMode::Sum, dims: r.dims.clone() });
+        if r.mode == ReductionMode::Norm2 {
+            let base = format!("{}_sum", node.name);
+            let sum_name = names.node(&base);
+            let packed = Tensor { strides: crate::dim::packed_strides(&y_tensor.dims), ..y_tensor.clone() };
+            let sum = virtual_tensor(&mut out, &mut names, &base, &packed);
+            out.nodes.push(Node {
+                name: sum_name.clone(),
+                op: sum_op,
+                inputs: vec![summed],
+                outputs: vec![sum],
+                compute_data_type: node.compute_data_type,
+            });
+            replaced_by.push(sum_name);
+            out.nodes.push(Node {
+                name: node.name.clone(),
+                op: Op::Pointwise(Pointwise::new(PointwiseMode::Sqrt)),
+                inputs: vec![sum],
+                outputs: vec![y],
+                compute_data_type: node.compute_data_type,
+            });
+        } else {
+            // The sum of x·(1/n) or of |x| is the result: it writes y.
+            out.nodes.push(Node {
+                name: node.name.clone(),
+                op: sum_op,
+                inputs: vec![summed],
+                outputs: vec![y],
+                compute_data_type: node.compute_data_type,
+            });
+        }
+        replaced_by.push(node.name.clone());
+        let kind = if r.mode == ReductionMode::Mean { RewriteKind::MeanAsSum } else { RewriteKind::NormAsSum };
+        let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind };
+        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
+        rewrites.push(rewrite);
+    }
+    out.validate()?;
+    Ok(Rewritten { graph: out, rewrites })
 }
 
 /// Replaces each sum over the rows of a row-major `[B, T, N]` tensor, `y = reduce_sum(x, dims =
@@ -179,14 +471,16 @@ pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
 /// is stored in theirs.
 ///
 /// Measured deviceless for the H200 with cuDNN 9.19: such a reduction gets no engine
-/// configuration, alone or after pointwise ops (`relu_bwd → reduce_sum`); cuDNN plans a lone
-/// reduction only over the innermost axis in memory (and then only into `[1, 1, N]`). The
-/// matmul plans (engine 7). cuDNN also plans the fill fused into the matmul as its prologue, but
+/// configuration, alone or after pointwise ops (`relu_bwd → reduce_sum`); cuDNN plans a
+/// reduction that ends no matmul only as a channel reduction, over the axes innermost in memory
+/// (`docs/ops.md`, "Reductions: what cuDNN plans"), and the rows' axis is not. The matmul plans
+/// (engine 7; of rank 2 too). cuDNN also plans the fill fused into the matmul as its prologue, but
 /// on the H200 that kernel computed the sums wrongly (relative error 1.0, 2026-12-05), so the
 /// partitioner makes a fill a kernel of its own (`CutReason::AfterFill`): the ones go through
 /// the workspace (`[B, 1, T]` elements).
 ///
-/// Which nodes: `reduce_sum` over axis 1 of a rank-3 `x` of `f16`, `bf16` or `f32` whose rows are
+/// Which nodes: `reduce_sum` over axis 0 of a rank-2 `x` (`[T, N]`: ones `[1, T]`, a rank-2
+/// matmul), or over axis 1 of a rank-3 `x`, of `f16`, `bf16` or `f32` whose rows are
 /// contiguous (`x`'s innermost stride 1, axis 1's stride not), except where `x` is a matmul's
 /// output (cuDNN fuses that reduction as the matmul's epilogue); and over axes 0 and 1 (batches
 /// and rows, `[1, 1, N]`) where the batches' rows are one run of memory: the sum over the rows of
@@ -271,18 +565,20 @@ pub fn column_sum_as_matmul(graph: &Graph) -> Result<Rewritten, GraphError> {
         let x_dims = out.tensor(x).dims.clone();
         let base = format!("{}_ones", node.name);
         let fill = names.node(&base);
+        let rank = x_dims.len();
         out.tensors.push(Tensor {
             name: names.tensor(&format!("{}_one", node.name)),
             uid: names.uid(),
-            dims: vec![1, 1, 1],
-            strides: vec![1, 1, 1],
+            dims: vec![1; rank],
+            strides: vec![1; rank],
             data_type: DataType::F32,
             is_virtual: false,
             pass_by_value: Some(1.0),
             host_scalar: false,
         });
         let one = TensorId(out.tensors.len() - 1);
-        let ones_dims = vec![x_dims[0], 1, x_dims[1]];
+        // [B, 1, T] for [B, T, N]; [1, T] for [T, N].
+        let ones_dims = if rank == 2 { vec![1, x_dims[0]] } else { vec![x_dims[0], 1, x_dims[1]] };
         out.tensors.push(Tensor {
             name: names.tensor(&base),
             uid: names.uid(),
@@ -350,19 +646,24 @@ fn column_sum(graph: &Graph, producer: &[Option<usize>], node: &Node) -> Option<
     let Op::Reduction(r) = &node.op else { return None };
     let (&[x], &[y]) = (node.inputs.as_slice(), node.outputs.as_slice()) else { return None };
     let t = graph.tensor(x);
-    if r.mode != ReductionMode::Sum || t.dims.len() != 3 {
+    let rank = t.dims.len();
+    if r.mode != ReductionMode::Sum || !(rank == 2 || rank == 3) {
         return None;
     }
-    let merge = match r.axes(3).ok()?.as_slice() {
-        [1] => false,
+    let merge = match (rank, r.axes(rank).ok()?.as_slice()) {
+        // [T, N] over the rows: a matmul of rank 2 ([1, T] · [T, N]).
+        (2, [0]) => false,
+        (2, _) => return None,
+        (_, [1]) => false,
         // Over the batches too: over the rows of the view [1, B·T, N], where the batches' rows
         // are one run of memory (one batch needs no view).
-        [0, 1] if t.dims[0] == 1 => false,
-        [0, 1] if t.strides[0] == t.dims[1] * t.strides[1] => true,
+        (_, [0, 1]) if t.dims[0] == 1 => false,
+        (_, [0, 1]) if t.strides[0] == t.dims[1] * t.strides[1] => true,
         _ => return None,
     };
-    let rows =
-        t.strides[2] == 1 && t.strides[1] != 1 && matches!(t.data_type, DataType::F16 | DataType::BF16 | DataType::F32);
+    let rows = t.strides[rank - 1] == 1
+        && t.strides[rank - 2] != 1
+        && matches!(t.data_type, DataType::F16 | DataType::BF16 | DataType::F32);
     let after_matmul = producer.get(x.0).copied().flatten().is_some_and(|n| matches!(graph.nodes[n].op, Op::Matmul(_)));
     (rows && !after_matmul).then_some((x, y, merge))
 }
