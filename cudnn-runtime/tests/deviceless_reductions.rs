@@ -245,12 +245,12 @@ mod deviceless {
             return;
         }
         for io in [F32, BF16] {
-            plans_and_computes(&lone("reduce_sum", io, &[4096, 1024], &[0], F32), 0.0);
-            plans_and_computes(&lone("reduce_sum", io, &[4, 1024, 768], &[1], F32), 0.0);
+            plans_and_computes(&lone("reduce_sum", io, &[512, 256], &[0], F32), 0.0);
+            plans_and_computes(&lone("reduce_sum", io, &[4, 128, 96], &[1], F32), 0.0);
         }
         let mut g = GraphBuilder::new("relu_bwd_bias_grad_2d");
-        let d_y = g.input("d_y", BF16, &[2048, 512]).unwrap();
-        let h = g.input("h", BF16, &[2048, 512]).unwrap();
+        let d_y = g.input("d_y", BF16, &[256, 128]).unwrap();
+        let h = g.input("h", BF16, &[256, 128]).unwrap();
         let dh = g.op_named("dh", "relu_bwd", &[d_y.into(), h.into()], &[]).unwrap()[0];
         let db = g.op_named("db", "reduce_sum", &[dh.into()], &dims(&[0])).unwrap()[0];
         g.output(db, "d_b", F32).unwrap();
@@ -266,13 +266,13 @@ mod deviceless {
         }
         let cudnn = cudnn();
         let cases: &[(&[i64], &[i64])] = &[
-            (&[64, 1000], &[-1]),
-            (&[4, 64, 1000], &[2]),
-            (&[4, 64, 1000], &[1, 2]),
+            (&[16, 200], &[-1]),
+            (&[2, 16, 200], &[2]),
+            (&[2, 16, 200], &[1, 2]),
             (&[2, 4, 8, 100], &[3]),
             (&[2, 4, 8, 100], &[1, 2, 3]),
-            (&[64, 1000], &[0, 1]),
-            (&[1, 1000], &[-1]),
+            (&[16, 200], &[0, 1]),
+            (&[1, 200], &[-1]),
         ];
         for (io, ops) in [
             (F32, &["reduce_sum", "reduce_max", "reduce_min", "reduce_amax"][..]),
