@@ -7,8 +7,8 @@
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{
-    cuda_context, BackendError, BuildOptions, CandidateState, Cudnn, CudnnError, ExecutionPlan, HeuristicMode,
-    PlanMismatch, Rejection,
+    cuda_context, devprop, devprop::DevicePropertiesError, BackendError, BuildOptions, CandidateState, Cudnn,
+    CudnnError, ExecutionPlan, HeuristicMode, PlanMismatch, Rejection,
 };
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::{DataType, Graph, GraphBuilder};
@@ -244,15 +244,73 @@ fn bad_device_properties_are_typed_errors() {
     if deviceless().is_none() {
         return;
     }
-    for json in ["", "{}", "not json"] {
+    // Not a JSON object: refused before cuDNN sees it.
+    for json in ["", "not json", "[1, 2]"] {
         match Cudnn::deviceless(json) {
-            Err(CudnnError::Cudnn { descriptor, message, .. }) => {
-                assert_eq!(descriptor, "CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR");
-                assert!(!message.is_empty());
-            }
+            Err(CudnnError::DeviceProperties(DevicePropertiesError::NotAnObject { .. })) => {}
             other => panic!("{json:?}: {other:?}"),
         }
     }
+    // An object without the properties: cuDNN's refusal, or (for a cuDNN that reads a key this
+    // crate fills from the others) ours, naming the key and the loaded version.
+    match Cudnn::deviceless("{}") {
+        Err(CudnnError::Cudnn { descriptor, message, .. }) => {
+            assert_eq!(descriptor, "CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR");
+            assert!(!message.is_empty());
+        }
+        Err(CudnnError::DeviceProperties(DevicePropertiesError::Unfillable { version, .. })) => {
+            assert_eq!(version, devprop::version_string(loaded_version()));
+        }
+        other => panic!("{{}}: {other:?}"),
+    }
+}
+
+/// `cudnnGetVersion()` of the loaded cuDNN.
+fn loaded_version() -> usize {
+    deviceless().map_or(0, |cudnn| cudnn.version())
+}
+
+/// One device-properties document serves every supported cuDNN: the fixture (written by 9.19)
+/// and the same document with every key of newer versions plan the same matmul on the engine
+/// the loaded cuDNN picks, whatever it is (CI: 9.19; the closing note of issue 35: 9.27, 9.28).
+#[test]
+fn one_device_properties_document_serves_the_loaded_cudnn() {
+    let Some(written_by_9_19) = deviceless() else { return };
+    let complete = devprop::complete(&devprop_json()).unwrap();
+    let with_newer_keys = Cudnn::deviceless(&complete)
+        .unwrap_or_else(|e| panic!("cuDNN {}: {e}", devprop::version_string(written_by_9_19.version())));
+    assert_eq!(with_newer_keys.device_properties(), Some(complete.as_str()));
+    assert_eq!(with_newer_keys.sm(), Some(90));
+    let graph = || matmul_graph("m", DataType::F16, &[1, 64, 32], &[1, 32, 48], false, None);
+    let a = plan(&written_by_9_19, graph());
+    let b = plan(&with_newer_keys, graph());
+    assert_eq!(a.selected().engine_id, b.selected().engine_id);
+    assert_eq!(a.candidates().len(), b.candidates().len());
+}
+
+/// A key the loaded cuDNN reads that cannot be derived is a typed error naming the key and the
+/// loaded version, not cuDNN's `!json_object.HasMember(key)`; a cuDNN that does not read it
+/// takes the document as it is.
+#[test]
+fn an_underivable_key_names_itself_and_the_loaded_version() {
+    let Some(cudnn) = deviceless() else { return };
+    let mut doc: serde_json::Value = serde_json::from_str(&devprop_json()).unwrap();
+    doc["deviceName"] = "Some Future GPU".into();
+    let doc = doc.to_string();
+    let reads_bus_width =
+        devprop::VERSIONED_KEYS.iter().any(|k| k.name == "memoryBusWidth" && k.since <= cudnn.version());
+    match Cudnn::deviceless(&doc) {
+        Ok(_) => assert!(!reads_bus_width, "cuDNN {} reads memoryBusWidth", cudnn.version()),
+        Err(CudnnError::DeviceProperties(DevicePropertiesError::Unfillable { key, version, .. })) => {
+            assert!(reads_bus_width);
+            assert_eq!(key, "memoryBusWidth");
+            assert_eq!(version, devprop::version_string(cudnn.version()));
+        }
+        Err(e) => panic!("{e}"),
+    }
+    // Given, it is used whatever the name.
+    let with_width = devprop::with_key(&doc, "memoryBusWidth", 6144).unwrap();
+    assert!(Cudnn::deviceless(&with_width).is_ok());
 }
 
 /// A deviceless context gives back the device properties it was made from (what

@@ -217,6 +217,7 @@ impl From<CudnnError> for BackendError {
                 BackendError::SupportRule { node, op, rule, message }
             }
             CudnnError::BadValue { what, value } => BackendError::BadValue { what, value },
+            CudnnError::DeviceProperties(e) => BackendError::DeviceProperties(e),
         }
     }
 }

@@ -55,6 +55,7 @@ mod variant;
 /// version.
 pub use cudarc;
 
+pub use crate::cudnn::devprop;
 pub use crate::cudnn::{
     cuda_context, libraries_present, probe_libraries, Cudnn, CudnnError, DriverProbe, GpuProbe, KernelCache,
     LibraryProbe, Status,

@@ -61,6 +61,10 @@ macro_rules! with_call_failures {
                 /// The oldest supported version, same encoding.
                 required: usize,
             },
+            /// A device-properties document that the loaded cuDNN cannot read and that cannot be
+            /// completed for it (see [`crate::backend::devprop`]).
+            #[error("{0}")]
+            DeviceProperties(#[from] $crate::cudnn::DevicePropertiesError),
             /// A cuDNN call returned an error status.
             #[error("{}", $crate::cudnn::cudnn_message(.call, .status, .descriptor, .attribute, .node, .tensor, .message))]
             Cudnn {
