@@ -6,6 +6,7 @@
 //! - `library`: loading checks (a missing libcudnn or libcuda is an error, never cudarc's panic);
 //! - `probe`: what the loaded libraries and the driver report, for environment reports;
 //! - `descriptor`: one RAII descriptor type with a typed setter and getter per attribute type;
+//! - `support`: the supported cuDNN range and the table of known-bad versions;
 //! - `devprop`: device-properties documents across cuDNN versions (the keys each version reads);
 //! - `context`: [`Cudnn`], a handle on a stream or a deviceless device description;
 //! - `calls`: typed wrappers of the calls on a finalized plan that are not about one
@@ -50,7 +51,9 @@ pub(crate) use cuda_graph::{exec_update, NativeCudaGraph};
 #[cfg(feature = "cudnn")]
 pub(crate) use descriptor::{Descriptor, Label, Record};
 #[cfg(feature = "cudnn")]
-pub use devprop::DevicePropertiesError;
+pub use devprop::{version_string, DevicePropertiesError};
+#[cfg(feature = "cudnn")]
+pub mod support;
 #[cfg(feature = "cudnn")]
 pub(crate) use error::{cudnn_message, with_call_failures};
 #[cfg(feature = "cudnn")]
