@@ -7,7 +7,7 @@
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{
-    cuda_context, devprop, devprop::DevicePropertiesError, BackendError, BuildOptions, CandidateState, Cudnn,
+    cuda_context, devprop, devprop::DevicePropertiesError, support, BackendError, BuildOptions, CandidateState, Cudnn,
     CudnnError, ExecutionPlan, HeuristicMode, PlanMismatch, Rejection,
 };
 use cudnn_runtime::ops::PointwiseMode;
@@ -463,5 +463,61 @@ fn bool_tensors_in_memory_need_byte_aligned_rows() {
                 other => panic!("not the bool.byte_rows rule: {:?}", other.map(|p| p.selected().to_string())),
             }
         }
+    }
+}
+
+/// A decode GEMM (one row: the Llama layer's projections at T = 1): cuDNN 9.10.2 to 9.14's
+/// deviceless heuristics divide by zero on it (SIGFPE, a dead process), so on those versions it
+/// is refused by name; on the others it plans.
+#[test]
+fn a_decode_gemm_on_a_known_bad_cudnn_is_refused_by_name() {
+    let Some(cudnn) = deviceless() else { return };
+    let graph = matmul_graph("decode_q", DataType::BF16, &[1, 1, 4096], &[1, 4096, 4096], false, None);
+    let known_bad = support::known_bad(cudnn.version(), support::Condition::DevicelessSingleRowMatmul).is_some();
+    match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
+        Ok(plan) => {
+            assert!(!known_bad, "cuDNN {} is on the known-bad table", cudnn.version());
+            assert!(plan.selected().engine_id.is_some());
+        }
+        Err(e @ BackendError::KnownBad { version, .. }) => {
+            assert!(known_bad);
+            assert_eq!(version, cudnn.version());
+            let m = e.to_string();
+            let loaded = devprop::version_string(cudnn.version());
+            assert!(m.contains("matmul `") && m.contains(&format!("cuDNN {loaded} is known to fail")), "{m}");
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// `slice [1:3, 8:40, :]` + an f16 matmul: cuDNN 9.14 computes it with infinities on engine 0
+/// (H100, `gpu_slices_by_pointer_offset`), so on that version engine 0 is passed over, with the
+/// reason; on the others it stays a candidate like any engine.
+#[test]
+fn a_sliced_f16_matmul_passes_over_a_known_bad_engine() {
+    let Some(cudnn) = deviceless() else { return };
+    let mut g = GraphBuilder::new("slice_matmul");
+    let a = g.input("a", DataType::F16, &[4, 64, 32]).unwrap();
+    let b = g.input("b", DataType::F16, &[1, 32, 48]).unwrap();
+    let attrs = [
+        ("start".to_string(), cudnn_runtime::ops::AttrValue::IntList(vec![1, 8, 0])),
+        ("limit".to_string(), cudnn_runtime::ops::AttrValue::IntList(vec![3, 40, 32])),
+    ];
+    let s = g.op("slice", &[a.into()], &attrs).unwrap()[0];
+    let c = g.matmul(s, b).unwrap();
+    g.output(c, "c", DataType::F16).unwrap();
+    let plan = plan(&cudnn, g.build().unwrap());
+    let known_bad = support::known_bad(cudnn.version(), support::Condition::SlicedMatmulF16Engine0).is_some();
+    let loaded = format!("cuDNN {} is known to fail", devprop::version_string(cudnn.version()));
+    let passed_over = |c: &&cudnn_runtime::backend::Candidate| matches!(&c.state, CandidateState::Rejected(Rejection::Other { message }) if message.contains(&loaded));
+    for c in plan.candidates() {
+        if c.engine_id == Some(0) {
+            assert_eq!(passed_over(&c), known_bad, "{c}");
+        } else {
+            assert!(!passed_over(&c), "{c}");
+        }
+    }
+    if known_bad {
+        assert_ne!(plan.selected().engine_id, Some(0));
     }
 }
