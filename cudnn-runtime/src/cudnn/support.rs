@@ -54,8 +54,13 @@ pub struct KnownBad {
     pub good_from: usize,
 }
 
-/// The known-bad table (issue 35, measured 2026-12-06 on the cu12/cu13 wheels and the H100's
+/// The known-bad table (issue 35, measured 2026-12-06/07 on the cu12/cu13 wheels and the H100's
 /// system cuDNN).
+///
+/// The one-row matmul crash depends on the shape: deviceless for the H200, bf16 `[1, K] x [K, N]`
+/// on 9.14.0 died for K = 2048, 3072, 4096, 8192 with N = 512 or 1024 and planned for K <= 1536
+/// (N up to 8192) and for K = 2048, N = 64; 9.10.2 also died on the column-sum rewrite's matmuls.
+/// No rule between those points is known, so every one-row matmul is refused on these versions.
 pub const KNOWN_BAD: &[KnownBad] = &[
     KnownBad {
         versions: 91002..=91499,
