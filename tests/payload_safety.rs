@@ -436,7 +436,14 @@ fn the_fuzzers_crashing_payloads_are_refused_before_cudnn() {
         let old: Value = serde_json::from_slice(&std::fs::read(format!("{dir}/{file}")).unwrap()).unwrap();
         assert_eq!(old["cudnn_graph_payload"], 1, "{file}");
         assert!(matches!(parse_payload(&serde_json::to_vec(&old).unwrap()), Err(PayloadError::Format { found: 1 })));
-        let body = serde_json::json!({"structure": old["structure"], "plan": old["plan"]});
+        // Stamped by cuDNN 9.19: restamped with the loaded version (payload and plan JSON) so
+        // that the payload reaches the binding check on any cuDNN (issue 35).
+        let mut plan = old["plan"].clone();
+        plan["cudnn_version"] = cudnn.version().into();
+        let mut plan_json: Value = serde_json::from_str(plan["plan_json"].as_str().unwrap()).unwrap();
+        plan_json["cudnnVersion"] = cudnn.version().into();
+        plan["plan_json"] = plan_json.to_string().into();
+        let body = serde_json::json!({"structure": old["structure"], "plan": plan});
         let resealed = seal(&body.to_string(), None);
         let e = read_payload(&cudnn, &resealed, None, &Default::default()).err().unwrap();
         match e {
