@@ -160,8 +160,11 @@ fn edited_plan_json_tensors_and_operations_are_refused() {
     });
     assert!(matches!(&e, PlanMismatch::Operations { .. }), "{e}");
     // Another cuDNN or SM inside the plan JSON itself.
-    let e = expect(&|p| p["cudnnVersion"] = 91400.into());
-    assert!(matches!(&e, PlanMismatch::CudnnVersion { plan: 91400, runtime: 91900 }), "{e}");
+    // (The loaded version, whichever it is, never a constant: issue 35.)
+    let loaded = cudnn.version();
+    let other = i64::try_from(loaded).unwrap() + 1;
+    let e = expect(&|p| p["cudnnVersion"] = other.into());
+    assert!(matches!(&e, PlanMismatch::CudnnVersion { plan, runtime } if *plan == other && *runtime == loaded), "{e}");
     let e = expect(&|p| p["engine"]["smVersion"] = 1000.into());
     assert!(matches!(&e, PlanMismatch::Sm { plan: 100, runtime: 90 }), "{e}");
     let e = expect(&|p| p["operationGraph"] = Value::Null);
@@ -433,7 +436,14 @@ fn the_fuzzers_crashing_payloads_are_refused_before_cudnn() {
         let old: Value = serde_json::from_slice(&std::fs::read(format!("{dir}/{file}")).unwrap()).unwrap();
         assert_eq!(old["cudnn_graph_payload"], 1, "{file}");
         assert!(matches!(parse_payload(&serde_json::to_vec(&old).unwrap()), Err(PayloadError::Format { found: 1 })));
-        let body = serde_json::json!({"structure": old["structure"], "plan": old["plan"]});
+        // Stamped by cuDNN 9.19: restamped with the loaded version (payload and plan JSON) so
+        // that the payload reaches the binding check on any cuDNN (issue 35).
+        let mut plan = old["plan"].clone();
+        plan["cudnn_version"] = cudnn.version().into();
+        let mut plan_json: Value = serde_json::from_str(plan["plan_json"].as_str().unwrap()).unwrap();
+        plan_json["cudnnVersion"] = cudnn.version().into();
+        plan["plan_json"] = plan_json.to_string().into();
+        let body = serde_json::json!({"structure": old["structure"], "plan": plan});
         let resealed = seal(&body.to_string(), None);
         let e = read_payload(&cudnn, &resealed, None, &Default::default()).err().unwrap();
         match e {

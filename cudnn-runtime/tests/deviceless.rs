@@ -7,8 +7,8 @@
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{
-    cuda_context, BackendError, BuildOptions, CandidateState, Cudnn, CudnnError, ExecutionPlan, HeuristicMode,
-    PlanMismatch, Rejection,
+    cuda_context, devprop, devprop::DevicePropertiesError, support, BackendError, BuildOptions, CandidateState, Cudnn,
+    CudnnError, ExecutionPlan, HeuristicMode, PlanMismatch, Rejection,
 };
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::{DataType, Graph, GraphBuilder};
@@ -244,15 +244,73 @@ fn bad_device_properties_are_typed_errors() {
     if deviceless().is_none() {
         return;
     }
-    for json in ["", "{}", "not json"] {
+    // Not a JSON object: refused before cuDNN sees it.
+    for json in ["", "not json", "[1, 2]"] {
         match Cudnn::deviceless(json) {
-            Err(CudnnError::Cudnn { descriptor, message, .. }) => {
-                assert_eq!(descriptor, "CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR");
-                assert!(!message.is_empty());
-            }
+            Err(CudnnError::DeviceProperties(DevicePropertiesError::NotAnObject { .. })) => {}
             other => panic!("{json:?}: {other:?}"),
         }
     }
+    // An object without the properties: cuDNN's refusal, or (for a cuDNN that reads a key this
+    // crate fills from the others) ours, naming the key and the loaded version.
+    match Cudnn::deviceless("{}") {
+        Err(CudnnError::Cudnn { descriptor, message, .. }) => {
+            assert_eq!(descriptor, "CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR");
+            assert!(!message.is_empty());
+        }
+        Err(CudnnError::DeviceProperties(DevicePropertiesError::Unfillable { version, .. })) => {
+            assert_eq!(version, devprop::version_string(loaded_version()));
+        }
+        other => panic!("{{}}: {other:?}"),
+    }
+}
+
+/// `cudnnGetVersion()` of the loaded cuDNN.
+fn loaded_version() -> usize {
+    deviceless().map_or(0, |cudnn| cudnn.version())
+}
+
+/// One device-properties document serves every supported cuDNN: the fixture (written by 9.19)
+/// and the same document with every key of newer versions plan the same matmul on the engine
+/// the loaded cuDNN picks, whatever it is (CI: 9.19; the closing note of issue 35: 9.27, 9.28).
+#[test]
+fn one_device_properties_document_serves_the_loaded_cudnn() {
+    let Some(written_by_9_19) = deviceless() else { return };
+    let complete = devprop::complete(&devprop_json()).unwrap();
+    let with_newer_keys = Cudnn::deviceless(&complete)
+        .unwrap_or_else(|e| panic!("cuDNN {}: {e}", devprop::version_string(written_by_9_19.version())));
+    assert_eq!(with_newer_keys.device_properties(), Some(complete.as_str()));
+    assert_eq!(with_newer_keys.sm(), Some(90));
+    let graph = || matmul_graph("m", DataType::F16, &[1, 64, 32], &[1, 32, 48], false, None);
+    let a = plan(&written_by_9_19, graph());
+    let b = plan(&with_newer_keys, graph());
+    assert_eq!(a.selected().engine_id, b.selected().engine_id);
+    assert_eq!(a.candidates().len(), b.candidates().len());
+}
+
+/// A key the loaded cuDNN reads that cannot be derived is a typed error naming the key and the
+/// loaded version, not cuDNN's `!json_object.HasMember(key)`; a cuDNN that does not read it
+/// takes the document as it is.
+#[test]
+fn an_underivable_key_names_itself_and_the_loaded_version() {
+    let Some(cudnn) = deviceless() else { return };
+    let mut doc: serde_json::Value = serde_json::from_str(&devprop_json()).unwrap();
+    doc["deviceName"] = "Some Future GPU".into();
+    let doc = doc.to_string();
+    let reads_bus_width =
+        devprop::VERSIONED_KEYS.iter().any(|k| k.name == "memoryBusWidth" && k.since <= cudnn.version());
+    match Cudnn::deviceless(&doc) {
+        Ok(_) => assert!(!reads_bus_width, "cuDNN {} reads memoryBusWidth", cudnn.version()),
+        Err(CudnnError::DeviceProperties(DevicePropertiesError::Unfillable { key, version, .. })) => {
+            assert!(reads_bus_width);
+            assert_eq!(key, "memoryBusWidth");
+            assert_eq!(version, devprop::version_string(cudnn.version()));
+        }
+        Err(e) => panic!("{e}"),
+    }
+    // Given, it is used whatever the name.
+    let with_width = devprop::with_key(&doc, "memoryBusWidth", 6144).unwrap();
+    assert!(Cudnn::deviceless(&with_width).is_ok());
 }
 
 /// A deviceless context gives back the device properties it was made from (what
@@ -405,5 +463,61 @@ fn bool_tensors_in_memory_need_byte_aligned_rows() {
                 other => panic!("not the bool.byte_rows rule: {:?}", other.map(|p| p.selected().to_string())),
             }
         }
+    }
+}
+
+/// A decode GEMM (one row: the Llama layer's projections at T = 1): cuDNN 9.10.2 to 9.14's
+/// deviceless heuristics divide by zero on it (SIGFPE, a dead process), so on those versions it
+/// is refused by name; on the others it plans.
+#[test]
+fn a_decode_gemm_on_a_known_bad_cudnn_is_refused_by_name() {
+    let Some(cudnn) = deviceless() else { return };
+    let graph = matmul_graph("decode_q", DataType::BF16, &[1, 1, 4096], &[1, 4096, 4096], false, None);
+    let known_bad = support::known_bad(cudnn.version(), support::Condition::DevicelessSingleRowMatmul).is_some();
+    match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
+        Ok(plan) => {
+            assert!(!known_bad, "cuDNN {} is on the known-bad table", cudnn.version());
+            assert!(plan.selected().engine_id.is_some());
+        }
+        Err(e @ BackendError::KnownBad { version, .. }) => {
+            assert!(known_bad);
+            assert_eq!(version, cudnn.version());
+            let m = e.to_string();
+            let loaded = devprop::version_string(cudnn.version());
+            assert!(m.contains("matmul `") && m.contains(&format!("cuDNN {loaded} is known to fail")), "{m}");
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// `slice [1:3, 8:40, :]` + an f16 matmul: cuDNN 9.14 computes it with infinities on engine 0
+/// (H100, `gpu_slices_by_pointer_offset`), so on that version engine 0 is passed over, with the
+/// reason; on the others it stays a candidate like any engine.
+#[test]
+fn a_sliced_f16_matmul_passes_over_a_known_bad_engine() {
+    let Some(cudnn) = deviceless() else { return };
+    let mut g = GraphBuilder::new("slice_matmul");
+    let a = g.input("a", DataType::F16, &[4, 64, 32]).unwrap();
+    let b = g.input("b", DataType::F16, &[1, 32, 48]).unwrap();
+    let attrs = [
+        ("start".to_string(), cudnn_runtime::ops::AttrValue::IntList(vec![1, 8, 0])),
+        ("limit".to_string(), cudnn_runtime::ops::AttrValue::IntList(vec![3, 40, 32])),
+    ];
+    let s = g.op("slice", &[a.into()], &attrs).unwrap()[0];
+    let c = g.matmul(s, b).unwrap();
+    g.output(c, "c", DataType::F16).unwrap();
+    let plan = plan(&cudnn, g.build().unwrap());
+    let known_bad = support::known_bad(cudnn.version(), support::Condition::SlicedMatmulF16Engine0).is_some();
+    let loaded = format!("cuDNN {} is known to fail", devprop::version_string(cudnn.version()));
+    let passed_over = |c: &&cudnn_runtime::backend::Candidate| matches!(&c.state, CandidateState::Rejected(Rejection::Other { message }) if message.contains(&loaded));
+    for c in plan.candidates() {
+        if c.engine_id == Some(0) {
+            assert_eq!(passed_over(&c), known_bad, "{c}");
+        } else {
+            assert!(!passed_over(&c), "{c}");
+        }
+    }
+    if known_bad {
+        assert_ne!(plan.selected().engine_id, Some(0));
     }
 }

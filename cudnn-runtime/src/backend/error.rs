@@ -210,7 +210,10 @@ impl From<CudnnError> for BackendError {
     fn from(e: CudnnError) -> Self {
         match e {
             CudnnError::LibraryMissing { library, hint } => BackendError::LibraryMissing { library, hint },
-            CudnnError::UnsupportedVersion { found, required } => BackendError::UnsupportedVersion { found, required },
+            CudnnError::UnsupportedVersion { found, oldest, newest } => {
+                BackendError::UnsupportedVersion { found, oldest, newest }
+            }
+            CudnnError::KnownBad { version, what, reason } => BackendError::KnownBad { version, what, reason },
             CudnnError::Cudnn { call, status, descriptor, attribute, node, tensor, message } => {
                 BackendError::Cudnn { call, status, descriptor, attribute, node, tensor, message }
             }
@@ -220,6 +223,7 @@ impl From<CudnnError> for BackendError {
                 BackendError::SupportRule { node, op, rule, message }
             }
             CudnnError::BadValue { what, value } => BackendError::BadValue { what, value },
+            CudnnError::DeviceProperties(e) => BackendError::DeviceProperties(e),
         }
     }
 }

@@ -60,6 +60,7 @@ pub use crate::cudnn::{
     cuda_context, libraries_present, probe_libraries, Cudnn, CudnnError, DriverProbe, GpuProbe, KernelCache,
     LibraryProbe, Status,
 };
+pub use crate::cudnn::{devprop, support};
 pub use candidate::{
     BehaviorNote, Candidate, CandidateState, Filter, HeuristicFailure, HeuristicMode, Knob, NumericalNote, Rejection,
 };

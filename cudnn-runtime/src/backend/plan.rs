@@ -913,6 +913,7 @@ impl PlanPart {
                 }
             }
             None => {
+                refuse_known_bad_heuristics(cudnn, &graph)?;
                 let q = heuristics::query(cudnn, &lowered.operation_graph, &options.heuristics);
                 timings.heuristics = q.heuristics;
                 timings.check_support = q.check_support;
@@ -926,12 +927,16 @@ impl PlanPart {
         }
         let mut built: Vec<BuiltPlan> = Vec::new();
         let mut plans = Vec::new();
+        let known_bad = known_bad_engine(cudnn, &graph);
         for Config { descriptor, parts, mut candidate } in configs {
             let start = Instant::now();
             if candidate.state == CandidateState::Untried {
                 if let Some(r) = options.bars(&candidate) {
                     tracing::debug!(candidate = candidate.index, tag = %candidate.tag(), reason = %r, "filtered out");
                     candidate.state = CandidateState::Rejected(r);
+                } else if let Some((_, message)) = known_bad.as_ref().filter(|(e, _)| candidate.engine_id == Some(*e)) {
+                    tracing::debug!(candidate = candidate.index, tag = %candidate.tag(), "known bad on this cuDNN");
+                    candidate.state = CandidateState::Rejected(Rejection::Other { message: message.clone() });
                 }
             }
             timings.check_support += start.elapsed();
@@ -1217,6 +1222,48 @@ fn try_build(
 fn workspace_of(plan: &Descriptor) -> Result<usize, BackendError> {
     let w = plan.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?;
     usize::try_from(w).map_err(|_| BackendError::BadValue { what: "a plan's workspace size", value: w })
+}
+
+/// Refuses, naming the loaded cuDNN and why, a heuristic query that a known-bad version
+/// ([`crate::cudnn::support::KNOWN_BAD`]) answers by killing the process: deviceless heuristics
+/// for a one-row matmul (a decode GEMM) divide by zero inside cuDNN 9.10.2 to 9.14.
+fn refuse_known_bad_heuristics(cudnn: &Cudnn, graph: &Graph) -> Result<(), BackendError> {
+    use crate::cudnn::support::{refuse_known_bad, Condition};
+    if cudnn.is_online() {
+        return Ok(());
+    }
+    for node in &graph.nodes {
+        let one_row = matches!(node.op, crate::ops::Op::Matmul(_))
+            && node.inputs.first().is_some_and(|a| {
+                let dims = &graph.tensor(*a).dims;
+                dims.len() >= 2 && dims[dims.len() - 2] == 1
+            });
+        if one_row {
+            let what = format!("deviceless heuristics for matmul `{}` of graph `{}` (one row)", node.name, graph.name);
+            refuse_known_bad(cudnn.version(), Condition::DevicelessSingleRowMatmul, &what)?;
+        }
+    }
+    Ok(())
+}
+
+/// The engine a known-bad version ([`crate::cudnn::support::KNOWN_BAD`]) computes `graph` wrongly
+/// with, and why, for the candidates' loop to pass over: cuDNN 9.14 computes a slice read by an f16
+/// matmul with infinities on engine 0 (H100, `gpu_slices_by_pointer_offset`).
+fn known_bad_engine(cudnn: &Cudnn, graph: &Graph) -> Option<(i64, String)> {
+    use crate::cudnn::support::{known_bad, reason, Condition};
+    use crate::ops::{Layout, Op};
+    let entry = known_bad(cudnn.version(), Condition::SlicedMatmulF16Engine0)?;
+    let sliced_f16_matmul = graph.nodes.iter().any(|m| {
+        matches!(m.op, Op::Matmul(_))
+            && m.inputs.iter().any(|t| {
+                graph.tensor(*t).data_type == crate::DataType::F16
+                    && graph
+                        .nodes
+                        .iter()
+                        .any(|s| s.outputs.contains(t) && matches!(s.op, Op::Layout(Layout::Slice { .. })))
+            })
+    });
+    sliced_f16_matmul.then(|| (0, reason(cudnn.version(), entry)))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use cudarc::cudnn::sys;
 use cudarc::driver::{CudaContext, CudaStream};
 
 use super::descriptor::{status_error, Descriptor};
-use super::{library, CudnnError};
+use super::{devprop, library, CudnnError};
 
 /// The CUDA context of GPU `ordinal`, as `cudarc::driver::CudaContext::new`, but a missing
 /// libcuda is [`CudnnError::LibraryMissing`] (cudarc panics) and a driver failure (no such
@@ -169,16 +169,19 @@ impl Cudnn {
     }
 
     /// A deviceless context for the GPU that `device_properties_json` describes (the JSON of
-    /// `CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION`, read once on that GPU). No GPU is needed,
-    /// but cuDNN still opens a `libcuda.so.1` (on CI, the stand-in from `.ci/setup-cudnn.sh`).
+    /// `CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION`, read once on that GPU, by any supported cuDNN:
+    /// the document is first made into the one the loaded version reads, see
+    /// [`crate::backend::devprop::for_version`]). No GPU is needed, but cuDNN still opens a
+    /// `libcuda.so.1` (on CI, the stand-in from `.ci/setup-cudnn.sh`).
+    ///
+    /// [`Cudnn::device_properties`] returns the document as given, so plans and payloads made
+    /// with it name the same device whichever cuDNN loads them.
     pub fn deviceless(device_properties_json: &str) -> Result<Self, CudnnError> {
         let version = library::require_cudnn()?;
         library::require_driver()?;
+        let readable = devprop::for_version(device_properties_json, version)?;
         let mut properties = Descriptor::new(sys::cudnnBackendDescriptorType_t::CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR)?;
-        properties.set_chars(
-            sys::cudnnBackendAttributeName_t::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
-            device_properties_json,
-        )?;
+        properties.set_chars(sys::cudnnBackendAttributeName_t::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, &readable)?;
         properties.finalize()?;
         // `deviceVer` is the compute capability times 100 (900 for sm 9.0).
         let sm = serde_json::from_str::<serde_json::Value>(device_properties_json)
@@ -189,7 +192,8 @@ impl Cudnn {
         Ok(Cudnn { target: Target::Deviceless(Arc::new(properties)), version, sm, _not_sync: PhantomData })
     }
 
-    /// The loaded cuDNN's `cudnnGetVersion()` (`91900` is 9.19.0).
+    /// The loaded cuDNN's `cudnnGetVersion()` (`91900` is 9.19.0; [`devprop::version_string`]
+    /// writes it as `9.19.0`).
     pub fn version(&self) -> usize {
         self.version
     }
@@ -209,9 +213,12 @@ impl Cudnn {
 
     /// The device-properties JSON of this context's target, the input of [`Cudnn::deviceless`]:
     /// read off the GPU through cuDNN (`CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR` finalized with the
-    /// handle, then `CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION`) for an online context; the JSON
-    /// it was made from for a deviceless one. `cudnn-graph devprop` writes it to a file, so a
-    /// machine without that GPU can plan for it.
+    /// handle, then `CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION`) for an online context, with every
+    /// key some supported cuDNN reads and the loaded one did not write added
+    /// (`memoryBusWidth` from the driver, the rest by [`crate::backend::devprop::complete`]), so
+    /// the document serves every supported version; the JSON it was made from for a deviceless
+    /// one. `cudnn-graph devprop` writes it to a file, so a machine without that GPU can plan
+    /// for it.
     pub fn device_properties_json(&self) -> Result<String, CudnnError> {
         use sys::cudnnBackendAttributeName_t as A;
         match &self.target {
@@ -221,7 +228,15 @@ impl Cudnn {
                     Descriptor::new(sys::cudnnBackendDescriptorType_t::CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR)?;
                 properties.set_handle(A::CUDNN_ATTR_DEVICEPROP_HANDLE, handle.raw)?;
                 properties.finalize()?;
-                properties.get_chars(A::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION)
+                let json = properties.get_chars(A::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION)?;
+                use cudarc::driver::sys::CUdevice_attribute as Attr;
+                let json = match handle.stream.context().attribute(Attr::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH) {
+                    Ok(bits) if !json.contains("\"memoryBusWidth\"") => {
+                        devprop::with_key(&json, "memoryBusWidth", i64::from(bits))?
+                    }
+                    _ => json,
+                };
+                Ok(devprop::complete(&json)?)
             }
         }
     }

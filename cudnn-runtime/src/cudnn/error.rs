@@ -53,14 +53,37 @@ macro_rules! with_call_failures {
                 /// What to do about it.
                 hint: &'static str,
             },
-            /// The loaded cuDNN is older than this layer supports.
-            #[error("the loaded cuDNN is version {found}; cudnn-graph needs {required} or newer")]
+            /// The loaded cuDNN is outside the range this layer supports
+            /// ([`crate::backend::support::SUPPORTED`]).
+            #[error(
+                "the loaded cuDNN is version {}; cudnn-graph supports {} to {}",
+                $crate::cudnn::version_string(*.found),
+                $crate::cudnn::version_string(*.oldest),
+                $crate::cudnn::version_string(*.newest)
+            )]
             UnsupportedVersion {
                 /// `cudnnGetVersion()` of the loaded library (`91900` is 9.19.0).
                 found: usize,
                 /// The oldest supported version, same encoding.
-                required: usize,
+                oldest: usize,
+                /// The newest supported (measured) version, same encoding.
+                newest: usize,
             },
+            /// The loaded cuDNN is known to crash or compute wrongly for this graph
+            /// ([`crate::backend::support::KNOWN_BAD`]): refused by name instead.
+            #[error("{what}: {reason}")]
+            KnownBad {
+                /// `cudnnGetVersion()` of the loaded library.
+                version: usize,
+                /// What was asked (`deviceless heuristics for node `mm``).
+                what: String,
+                /// The known fault and the version measured without it.
+                reason: String,
+            },
+            /// A device-properties document that the loaded cuDNN cannot read and that cannot be
+            /// completed for it (see [`crate::backend::devprop`]).
+            #[error("{0}")]
+            DeviceProperties(#[from] $crate::cudnn::DevicePropertiesError),
             /// A cuDNN call returned an error status.
             #[error("{}", $crate::cudnn::cudnn_message(.call, .status, .descriptor, .attribute, .node, .tensor, .message))]
             Cudnn {

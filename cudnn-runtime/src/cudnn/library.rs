@@ -15,25 +15,22 @@ use cudarc::cudnn::sys;
 
 use super::CudnnError;
 
-/// The oldest cuDNN this layer drives: 9.8 brought the device-properties descriptor that
-/// deviceless planning needs, and plan JSON, workspace queries without compiling and
-/// `cudnnGetLastErrorString` are all older.
-pub(crate) const MIN_CUDNN_VERSION: usize = 90800;
+use super::support;
 
 const CUDNN_HINT: &str = "install cuDNN 9 (`pip install nvidia-cudnn-cu13==9.19.0.56`, or `.ci/setup-cudnn.sh DIR`) \
                           and put its nvidia/cudnn/lib folder on LD_LIBRARY_PATH";
 const CUDA_HINT: &str = "install the NVIDIA driver; on a machine without a GPU, build the stand-in with \
                          `.ci/setup-cudnn.sh DIR` and put DIR/libcuda-stub on LD_LIBRARY_PATH";
 
-/// Checks that libcudnn can be opened and is new enough; returns `cudnnGetVersion()`. Both are
-/// looked up once per process.
+/// Checks that libcudnn can be opened and is in [`support::SUPPORTED`]; returns
+/// `cudnnGetVersion()`. Both are looked up once per process.
 pub(crate) fn require_cudnn() -> Result<usize, CudnnError> {
     match cudnn_version() {
         None => Err(CudnnError::LibraryMissing { library: "libcudnn.so.9", hint: CUDNN_HINT }),
-        Some(found) if found < MIN_CUDNN_VERSION => {
-            Err(CudnnError::UnsupportedVersion { found, required: MIN_CUDNN_VERSION })
-        }
-        Some(found) => Ok(found),
+        Some(found) => match support::check_range(found) {
+            Ok(()) => Ok(found),
+            Err((oldest, newest)) => Err(CudnnError::UnsupportedVersion { found, oldest, newest }),
+        },
     }
 }
 
@@ -87,7 +84,7 @@ pub(crate) fn require_driver() -> Result<(), CudnnError> {
     }
 }
 
-/// Whether libcudnn (9.8 or newer) and libcuda can both be loaded: what every GPU entry point
+/// Whether libcudnn (a supported version) and libcuda can both be loaded: what every GPU entry point
 /// needs. Never panics; the constructors of [`crate::backend::Cudnn`] say which one is missing.
 pub fn libraries_present() -> bool {
     require_cudnn().is_ok() && require_driver().is_ok()

@@ -6,6 +6,8 @@
 //! - `library`: loading checks (a missing libcudnn or libcuda is an error, never cudarc's panic);
 //! - `probe`: what the loaded libraries and the driver report, for environment reports;
 //! - `descriptor`: one RAII descriptor type with a typed setter and getter per attribute type;
+//! - `support`: the supported cuDNN range and the table of known-bad versions;
+//! - `devprop`: device-properties documents across cuDNN versions (the keys each version reads);
 //! - `context`: [`Cudnn`], a handle on a stream or a deviceless device description;
 //! - `calls`: typed wrappers of the calls on a finalized plan that are not about one
 //!   descriptor's attributes (execute, CUDA-graph populate and update);
@@ -24,6 +26,8 @@ mod context;
 mod cuda_graph;
 #[cfg(feature = "cudnn")]
 mod descriptor;
+#[cfg(feature = "cudnn")]
+pub mod devprop;
 #[cfg(feature = "cudnn")]
 mod error;
 #[cfg(feature = "cudnn")]
@@ -46,6 +50,10 @@ pub(crate) use context::{Anchor, Binding};
 pub(crate) use cuda_graph::{exec_update, NativeCudaGraph};
 #[cfg(feature = "cudnn")]
 pub(crate) use descriptor::{last_error_message, Descriptor, Label, Record};
+#[cfg(feature = "cudnn")]
+pub use devprop::{version_string, DevicePropertiesError};
+#[cfg(feature = "cudnn")]
+pub mod support;
 #[cfg(feature = "cudnn")]
 pub(crate) use error::{cudnn_message, with_call_failures};
 #[cfg(feature = "cudnn")]
