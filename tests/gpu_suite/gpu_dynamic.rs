@@ -15,7 +15,7 @@
 //! stream) and forced (timings injected), leaves a CUDA graph of the dynamic-shape plan it
 //! replaced replaying correctly.
 //!
-//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
+//! Without a GPU each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
 //! GPU bundle's runner), which makes that a failure.
 
 #![cfg(feature = "cudnn")]

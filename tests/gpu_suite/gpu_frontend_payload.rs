@@ -8,7 +8,7 @@
 //! tensors, written as `variant_pack_replacements` and `workspace_modifications`), written as
 //! cudnn-frontend payloads for cudnn-frontend to execute on the same GPU
 //! (`tests/frontend/exchange.py` compares its outputs with ours).
-//! Skips without a GPU (fails with `CUDNN_GRAPH_REQUIRE_GPU=1`).
+//! Ignored without a GPU (fails with `CUDNN_GRAPH_REQUIRE_GPU=1`).
 
 #![cfg(feature = "cudnn")]
 

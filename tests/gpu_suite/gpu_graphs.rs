@@ -1,6 +1,6 @@
 //! On the GPU: `graph!` graphs built online through cuDNN, executed, and compared with the CPU
 //! reference engine (relative error ≤ 2e-2 for bf16/f16, NaN never passes). Without a GPU each
-//! test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the GPU bundle's
+//! test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the GPU bundle's
 //! runner), which makes a missing GPU a failure.
 
 #![cfg(feature = "cudnn")]

@@ -6,7 +6,7 @@
 //! one intermediate to bf16, well within it), and its payload reloads as the same parts and
 //! computes the same. Outputs and workspaces are filled with NaN before each execute.
 //!
-//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`, which makes
+//! Without a GPU each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1`, which makes
 //! that a failure.
 
 #![cfg(feature = "cudnn")]

@@ -11,7 +11,7 @@
 //! column-major: a weight gradient and a dense layer's backward in f32 and bf16 against the
 //! reference, its bias gradient a matmul by ones (`ir::column_sum_as_matmul`).
 //!
-//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
+//! Without a GPU each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1`.
 
 #![cfg(feature = "cudnn")]
 

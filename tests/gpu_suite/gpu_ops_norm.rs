@@ -3,7 +3,7 @@
 //! passes; the figures are printed). The 16384 × 4096 layer norm is compared on a sample of rows
 //! (rows are independent: the reference runs the same graph type bound to the sampled rows).
 //!
-//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
+//! Without a GPU each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
 //! GPU bundle's runner), which makes a missing GPU a failure.
 
 #![cfg(feature = "cudnn")]

@@ -15,7 +15,7 @@
 //! (raw little-endian files and a manifest per case) for `tests/torch/compare_blocks.py`, which
 //! computes the same blocks in PyTorch (`docs/developing.md`, GPU section).
 //!
-//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
+//! Without a GPU each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
 //! GPU bundle's `run-tests`), which makes that a failure.
 
 #![cfg(feature = "cudnn")]

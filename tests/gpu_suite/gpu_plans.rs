@@ -2,7 +2,7 @@
 //! the variant-pack cache under rotating buffers, CUDA-graph replay, and warm starts from the
 //! plan cache; every result compared with the CPU reference engine.
 //!
-//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
+//! Without a GPU each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
 //! GPU bundle's `run-tests`), which makes that a failure. Figures are printed for the log.
 
 #![cfg(feature = "cudnn")]

@@ -8,7 +8,7 @@
 //! `2e-2 + 2e-2·|want|`, `test/python/sdpa/fp16.py`) and the project's relative-error bound
 //! ([`common::GPU_TOLERANCE`]).
 //!
-//! Without a GPU each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
+//! Without a GPU each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the
 //! GPU bundle's `run-tests`), which makes that a failure.
 
 #![cfg(feature = "cudnn")]

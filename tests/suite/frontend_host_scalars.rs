@@ -3,8 +3,8 @@
 //! `is_pass_by_value` without a value (layernorm's epsilon, a pointwise scale); cudnn-graph reads
 //! it as [`Tensor::host_scalar`](cudnn_graph::Tensor::host_scalar): a graph input every engine
 //! takes by value, recorded by type and shape only. Each misuse is a typed error naming the
-//! tensor. (What cudnn-frontend makes of them both ways is `tests/frontend_oracle.rs`; the GPU
-//! execute is `tests/gpu_frontend_payload.rs`.)
+//! tensor. (What cudnn-frontend makes of them both ways is `tests/suite/frontend_oracle.rs`; the GPU
+//! execute is `tests/gpu_suite/gpu_frontend_payload.rs`.)
 
 use crate::common;
 

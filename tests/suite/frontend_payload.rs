@@ -1,7 +1,7 @@
 //! cudnn-frontend 1.32's plan payloads through [`cudnn_graph::serialize::frontend_payload`]: its
 //! own payloads load deviceless, each key edited to something wrong is a typed error naming the
 //! key, and ours → cudnn-frontend's → ours keeps the graph and its fingerprint. (What
-//! cudnn-frontend itself makes of what we write is `tests/frontend_oracle.rs`.)
+//! cudnn-frontend itself makes of what we write is `tests/suite/frontend_oracle.rs`.)
 
 #![cfg(feature = "cudnn")]
 

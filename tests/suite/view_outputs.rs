@@ -3,7 +3,7 @@
 //! whatever op produced it. A `[2, 3]` slice of a `[2, 4]` input once came back as a 7-element
 //! buffer with a gap (the view's row stride of 4). Checked on the CPU reference through
 //! `graph!`, in the buffer lengths the typed API checks, and in the built graph's strides;
-//! deviceless, the plans of the graphs `tests/gpu_ops_layout.rs` runs on the H200.
+//! deviceless, the plans of the graphs `tests/gpu_suite/gpu_ops_layout.rs` runs on the H200.
 
 use crate::common;
 
@@ -30,7 +30,7 @@ graph! {
         y = reshape(slice(x, start = [0, 1, 0], limit = [2, 3, 3]), shape = [2, 6]);
     }
 
-    /// `tests/gpu_ops_layout.rs`'s rotation, as the output.
+    /// `tests/gpu_suite/gpu_ops_layout.rs`'s rotation, as the output.
     pub RotateOut(x: f16[8, 16, 32]) -> (y: f16[32, 8, 16]) {
         y = transpose(x, permutation = [2, 0, 1]);
     }
@@ -45,7 +45,7 @@ graph! {
         d_w = matmul(transpose(x, permutation = [0, 2, 1]), dh);
     }
 
-    /// `tests/gpu_ops_layout.rs`'s slice of a matmul, as the output.
+    /// `tests/gpu_suite/gpu_ops_layout.rs`'s slice of a matmul, as the output.
     #[intermediate(f16)]
     pub MatmulSliceOut(a: f16[2, 64, 64], b: f16[1, 64, 64]) -> (y: f16[2, 64, 32]) {
         y = slice(matmul(a, b), start = [0, 0, 16], limit = [2, 64, 48]);
@@ -106,7 +106,7 @@ fn a_slice_output_read_again_is_packed_and_its_reader_sees_the_values() {
     assert_eq!(out.z, vec![4.0, 6.0, 8.0, 12.0, 14.0, 16.0]);
 }
 
-/// What `tests/gpu_ops_layout.rs` runs, planned by deviceless cuDNN 9.19 for the H200: the
+/// What `tests/gpu_suite/gpu_ops_layout.rs` runs, planned by deviceless cuDNN 9.19 for the H200: the
 /// rotation into a packed port and into a port declared in `x`'s order refused by rule
 /// `pointwise.axis_order` (both copies cuDNN computed wrongly on the H200), the transpose of an
 /// input read by a matmul as no operation (the matmul reads `x` column-major),

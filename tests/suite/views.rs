@@ -163,7 +163,7 @@ fn packed_attention_block_reads_q_k_v_in_place() {
     println!("AttentionBlock: {} parts, arena {} B", separate.parts().len(), separate.arena_bytes());
     assert_eq!(separate.parts().len(), 6);
 
-    // The GPU test's larger shape (`tests/gpu_views.rs`): head dim 128, 8 query heads over 2.
+    // The GPU test's larger shape (`tests/gpu_suite/gpu_views.rs`): head dim 128, 8 query heads over 2.
     let large = PackedAttentionBlock::<8, 2, 128>::new(2, 256).graph().unwrap();
     let large = ExecutionPlan::build(&cudnn, &large, &BuildOptions::default()).unwrap();
     assert_eq!(large.parts().len(), 4);

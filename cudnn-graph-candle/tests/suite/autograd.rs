@@ -3,7 +3,7 @@
 //! RMSNorm with a host-scalar epsilon, causal grouped-query attention, and a GEMM with its bias
 //! and ReLU epilogue; pairing mistakes are typed errors naming both graphs and the port.
 
-// Shared with tests/gpu_autograd.rs.
+// Shared with tests/gpu_candle/gpu_autograd.rs.
 #[path = "../common/autograd.rs"]
 mod cases;
 

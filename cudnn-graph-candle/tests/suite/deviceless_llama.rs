@@ -2,7 +2,7 @@
 //! benchmark's sizes (Llama 3 8B: E = 4096, 32 heads over 8 KV heads of 128, MLP 14336): a decode
 //! step after 4095 cached positions and a prefill of 4096 tokens. Deviceless (the H200's device
 //! properties, real lowering, heuristics and plan compilation), so CI proves the GPU benchmark's
-//! graphs are plannable without a GPU. Skips when libcudnn cannot be loaded, unless
+//! graphs are plannable without a GPU. Ignored when libcudnn cannot be loaded, unless
 //! `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 
 // Shared with the examples; this test uses its graph types only.

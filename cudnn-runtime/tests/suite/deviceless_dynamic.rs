@@ -11,9 +11,9 @@
 //! cache has seen, until the plan cache starts that cache over); attention backward and graphs of pointwise
 //! ops alone get no engine from cuDNN 9.19 as dynamic-shape graphs, and are planned as ordinary
 //! ones. Attention forward gets one, but on the H200 its plan at a second shape ran the first
-//! shape's kernel (tests/gpu_dynamic.rs, 2026-12-05): attention is never planned dynamic-shape.
+//! shape's kernel (tests/gpu_suite/gpu_dynamic.rs, 2026-12-05): attention is never planned dynamic-shape.
 //!
-//! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
+//! Without libcudnn each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
 
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! scale before an fp8 output); the dtype rules that refuse what cuDNN has no engine for; plan
 //! payloads round trip.
 //!
-//! Needs libcudnn 9 (see `deviceless.rs`); without it each test prints why and passes, unless
+//! Needs libcudnn 9 (see `deviceless.rs`); without it each test is ignored (as it was built), unless
 //! `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
 
@@ -214,7 +214,7 @@ fn plan_cache_keys_fp8_graphs() {
     assert_eq!(cache.len(), 2);
 }
 
-/// The conversions `tests/gpu_fp8.rs` checks code by code on the H200 plan alone: f32 → fp8
+/// The conversions `tests/gpu_suite/gpu_fp8.rs` checks code by code on the H200 plan alone: f32 → fp8
 /// and fp8 → f32 through `identity`.
 #[needs_cudnn]
 #[test]

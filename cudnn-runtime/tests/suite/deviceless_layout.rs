@@ -6,7 +6,7 @@
 //! graph output, packed as every port, as a pointwise identity copy where the copy keeps one axis
 //! order; a concatenation plans in the one form cuDNN 9.19 computes correctly.
 //!
-//! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
+//! Without libcudnn each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
 
 use crate::common;
@@ -138,7 +138,7 @@ fn channels_last(g: &mut GraphBuilder, ports: &[cudnn_runtime::TensorId]) {
 }
 
 /// The one concatenation cuDNN 9.19 computes correctly (measured on the H200 by
-/// `tests/gpu_ops_layout.rs`): a `conv_fprop`'s virtual output first, then a graph input already
+/// `tests/gpu_suite/gpu_ops_layout.rs`): a `conv_fprop`'s virtual output first, then a graph input already
 /// in place (cudnn-frontend's "Convolution fprop concatenate" sample). It lowers to one
 /// `CUDNN_BACKEND_OPERATION_CONCAT_DESCRIPTOR` and plans. Every other form breaks the typed
 /// support rule `concat.fused_in_place` before cuDNN sees it: cuDNN would accept them and write
@@ -257,7 +257,7 @@ fn concatenations() {
 /// by support rule `pointwise.axis_order` (cuDNN 9.19 planned the rotation of `[8, 16, 32]` and
 /// computed it wrongly on the H200), and after a relu the whole graph's `Unsupported` names the
 /// transpose. Each plan run through its memory on the CPU equals the reference;
-/// `tests/gpu_ops_layout.rs` checks them on the H200.
+/// `tests/gpu_suite/gpu_ops_layout.rs` checks them on the H200.
 #[needs_cudnn]
 #[test]
 fn a_view_output_port_is_packed_and_copied_by_an_identity() {

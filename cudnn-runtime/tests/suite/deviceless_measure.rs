@@ -2,7 +2,7 @@
 //! an anchor's elementwise epilogue (or prologue) off are made at their cut points, every part of
 //! each is planned by cuDNN, and the tensors a cut materializes are stored in the type a split by
 //! hand stores them in. Which one autotuning keeps, and what that one computes, is tested with
-//! injected times in `engines::autotune`'s own tests; on the GPU by `tests/gpu_measure.rs`.
+//! injected times in `engines::autotune`'s own tests; on the GPU by `tests/gpu_suite/gpu_measure.rs`.
 #![cfg(feature = "cudnn")]
 
 use crate::common;

@@ -4,7 +4,7 @@
 //! name. Payloads written before the structure recorded it (`false` whatever the plan) still load,
 //! and the flag leaves the graph fingerprint alone. Real cuDNN 9.19, deviceless, for the H200.
 //!
-//! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
+//! Without libcudnn each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{BuildOptions, ExecutionPlan, KernelCache};

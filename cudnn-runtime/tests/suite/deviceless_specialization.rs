@@ -5,7 +5,7 @@
 //! `PlanCache::time_plans_with`, since timing a plan needs a GPU), and that a swap never takes a
 //! plan from whoever holds it (a CUDA graph holds the plan it captured).
 //!
-//! Without libcudnn each test prints why and passes, unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
+//! Without libcudnn each test is ignored (as it was built), unless `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 #![cfg(feature = "cudnn")]
 
 use std::sync::Arc;

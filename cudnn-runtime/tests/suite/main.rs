@@ -1,6 +1,7 @@
 //! The runtime's integration tests, one module per former test file (`deviceless`, `plans`,
 //! `structure_json`, ...), gathered into one binary (one link instead of one per file).
-//! `tests/gpu_backend.rs` holds the GPU tests. Adding a file: `docs/developing.md`.
+//! `tests/gpu_backend.rs` holds the GPU tests, and `tests/deviceless_memory.rs` stays a binary of
+//! its own (it measures the process's heap). Adding a file: `docs/developing.md`.
 
 // `#[needs_cudnn]`, `#[needs_gpu]`: ignored, with the reason, where the requirement was missing
 // when the tests were built (cudnn-graph-testkit).
@@ -18,7 +19,6 @@ mod deviceless_fp8;
 mod deviceless_fp8_sdpa;
 mod deviceless_layout;
 mod deviceless_measure;
-mod deviceless_memory;
 mod deviceless_norm;
 mod deviceless_partition;
 mod deviceless_payload_flag;

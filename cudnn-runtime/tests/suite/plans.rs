@@ -2,7 +2,7 @@
 //! deviceless [`Cudnn`] for the H200 (and an A100, for SM keying).
 //!
 //! Needs libcudnn 9 and a libcuda.so.1 (on CI, the stand-in): `export LD_LIBRARY_PATH=$(bash
-//! .ci/setup-cudnn.sh DIR | tail -1)`. Without them each test prints why and passes, unless
+//! .ci/setup-cudnn.sh DIR | tail -1)`. Without them each test is ignored (as it was built), unless
 //! `CUDNN_GRAPH_REQUIRE_CUDNN=1`, which turns a missing library into a failure.
 #![cfg(feature = "cudnn")]
 
