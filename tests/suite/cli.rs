@@ -6,8 +6,7 @@
 use std::process::Command;
 
 #[cfg(feature = "cudnn")]
-#[path = "../common/padded.rs"]
-mod padded;
+use crate::padded;
 
 fn cli() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cudnn-graph"))

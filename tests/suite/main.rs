@@ -12,6 +12,21 @@ extern crate cudnn_graph_testkit;
 #[path = "../common/mod.rs"]
 mod common;
 
+// Helpers of several modules, declared once (a file loaded as two modules is compiled twice).
+#[cfg(feature = "cudnn")]
+#[allow(dead_code)]
+#[path = "../common/blocks.rs"]
+mod blocks;
+#[path = "../common/padded.rs"]
+mod padded;
+#[cfg(feature = "cudnn")]
+#[path = "../common/payload_graphs.rs"]
+mod payload_graphs;
+// `views` is the module of `views.rs`.
+#[cfg(feature = "cudnn")]
+#[path = "../common/views.rs"]
+mod view_graphs;
+
 mod cli;
 mod devices;
 mod dims_and_host_lengths;

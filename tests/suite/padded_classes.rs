@@ -4,8 +4,7 @@
 //! CPU reference engine, and that cuDNN 9.19 plans the masked graphs for the H200.
 
 use crate::common;
-#[path = "../common/padded.rs"]
-mod padded;
+use crate::padded;
 
 use common::random;
 use cudnn_graph::ir::{ClassGraph, PadCopy, PadError};

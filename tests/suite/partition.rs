@@ -2,8 +2,7 @@
 //! the CPU reference engine as one graph. Each test lists the parts it expects.
 #![cfg(feature = "cudnn")]
 
-#[path = "../common/blocks.rs"]
-mod blocks;
+use crate::blocks;
 use crate::common;
 
 use blocks::{AttentionBlock, Mlp, NormLinear, ResBlock};

@@ -5,8 +5,7 @@
 #![cfg(feature = "cudnn")]
 
 use crate::common;
-#[path = "../common/payload_graphs.rs"]
-mod payload_graphs;
+use crate::payload_graphs;
 
 use cudnn_graph::backend::{BackendError, BuildOptions, PlanMismatch};
 use cudnn_graph::engines::{CacheSource, PlanCache};

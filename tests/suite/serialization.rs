@@ -5,8 +5,7 @@
 #![cfg(feature = "cudnn")]
 
 use crate::common;
-#[path = "../common/payload_graphs.rs"]
-mod payload_graphs;
+use crate::payload_graphs;
 
 use cudnn_graph::backend::{BuildOptions, ExecutionPlan, HeuristicMode};
 use cudnn_graph::serialize::plan::{

@@ -4,12 +4,9 @@
 //! from the projection's arena slot (no copy, no view kernel).
 #![cfg(feature = "cudnn")]
 
-#[allow(dead_code)]
-#[path = "../common/blocks.rs"]
-mod blocks;
+use crate::blocks;
 use crate::common;
-#[path = "../common/views.rs"]
-mod views;
+use crate::view_graphs as views;
 
 use blocks::{AttentionBlock, AttentionBlockInputs};
 use cudnn_graph::backend::{BuildOptions, CutReason, ExecutionPlan};

@@ -5,10 +5,7 @@
 //! graphs are plannable without a GPU. Ignored when libcudnn cannot be loaded, unless
 //! `CUDNN_GRAPH_REQUIRE_CUDNN=1`.
 
-// Shared with the examples; this test uses its graph types only.
-#[path = "../../examples/llama/layer.rs"]
-#[allow(dead_code)]
-mod layer;
+use crate::layer;
 
 use cudnn_graph::backend::{BuildOptions, Cudnn, CudnnError, ExecutionPlan};
 use cudnn_graph::GraphType;

@@ -5,10 +5,7 @@
 //! candle's own autograd of the same layer. bf16 storage: the largest difference is bounded
 //! relative to candle's largest value.
 
-// Shared with the examples; each target uses part of it.
-#[path = "../../examples/llama/layer.rs"]
-#[allow(dead_code)]
-mod layer;
+use crate::layer;
 
 use candle_core::{DType, Device, Tensor, Var};
 use cudnn_graph_candle::Runner;

@@ -6,6 +6,11 @@
 #[macro_use]
 extern crate cudnn_graph_testkit;
 
+// The example's Llama layer, shared with the examples: each target uses part of it.
+#[path = "../../examples/llama/layer.rs"]
+#[allow(dead_code)]
+mod layer;
+
 mod adapter;
 mod autograd;
 mod deviceless_llama;
