@@ -48,5 +48,6 @@ mod reference_norm;
 mod serialization;
 mod shape_classes;
 mod symbolic_extents;
+mod testkit;
 mod view_outputs;
 mod views;
