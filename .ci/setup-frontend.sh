@@ -6,13 +6,13 @@
 #   PYTHONPATH=DIR/site
 #   LD_LIBRARY_PATH=DIR/site/nvidia/cu13/lib
 #
-# cudnn-frontend is the oracle of tests/frontend_oracle.rs: deviceless (a device-properties JSON
+# cudnn-frontend is the oracle of tests/suite/frontend_oracle.rs: deviceless (a device-properties JSON
 # instead of a handle, cuDNN 9.19 and the libcuda stand-in of .ci/setup-cudnn.sh on the library
 # path) it deserializes, validates, lowers and plans graphs and re-prints them. Only the two wheels
 # are installed (--no-deps): the Python engines' dependencies (CUTLASS DSL, TVM FFI) are not needed
 # for the C++ backend graph the oracle drives.
 #
-# tests/frontend_oracle.rs hands them to the oracle's Python process when exported as
+# tests/suite/frontend_oracle.rs hands them to the oracle's Python process when exported as
 # CUDNN_GRAPH_FRONTEND_PYTHONPATH and CUDNN_GRAPH_FRONTEND_LD_LIBRARY_PATH (.ci/run does):
 #
 #   eval "$(bash .ci/setup-frontend.sh "$HOME/.cache/cudnn-frontend-ci" | sed 's/^/export CUDNN_GRAPH_FRONTEND_/')"

@@ -373,7 +373,7 @@ impl Fp8E4M3 {
     /// The nearest value, as cuDNN's fp8 GEMM and attention epilogues convert (PTX
     /// `cvt.rn.satfinite.e4m3x2.f32`): round to nearest, ties to even; beyond ±448 (infinities
     /// included) saturate to ±448; NaN is NaN (`0x7f`). A kernel of pointwise ops alone does not
-    /// saturate: on the H200 with cuDNN 9.19 (2026-12-05, `tests/gpu_fp8.rs`,
+    /// saturate: on the H200 with cuDNN 9.19 (2026-12-05, `tests/gpu_suite/gpu_fp8.rs`,
     /// `tests/frontend/probe_cudnn.py`) a value rounding past 448 (from ±464) came out `0x7f`,
     /// NaN, whatever its sign, while the matmul's epilogue wrote `0x7e`. Scale values into range
     /// ([`scale_from_amax`](crate::fp8::scale_from_amax)) before a standalone conversion.

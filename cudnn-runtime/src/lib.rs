@@ -10,6 +10,12 @@
 
 #![warn(missing_docs)]
 
+// `#[needs_cudnn]` on the unit tests that plan deviceless: ignored, with the reason, where libcudnn
+// or libcuda was missing when they were built (cudnn-graph-testkit).
+#[cfg(test)]
+#[macro_use]
+extern crate cudnn_graph_testkit;
+
 pub mod array;
 mod codec;
 #[cfg(any(feature = "cudnn", test))]

@@ -16,6 +16,11 @@ use cudnn_runtime::backend::{BackendError, BuildOptions, Cudnn, ExecutionPlan};
 use cudnn_runtime::ops::PointwiseMode;
 use cudnn_runtime::{DataType, Graph, GraphBuilder};
 
+// `#[needs_cudnn]`: ignored, with the reason, where libcudnn or libcuda was missing when the test
+// was built (cudnn-graph-testkit).
+#[macro_use]
+extern crate cudnn_graph_testkit;
+
 mod common;
 
 /// `y = relu(a · b + bias)` in bf16: heuristics offer runtime-compiled engines for it, so cuDNN
@@ -65,6 +70,7 @@ fn growth_per_cycle(cycles: usize, mut cycle: impl FnMut()) -> f64 {
     (heap_in_use() as f64 - before as f64) / cycles as f64
 }
 
+#[needs_cudnn]
 #[test]
 fn build_and_load_cycles_hold_no_native_memory() {
     let Some(cudnn) = common::deviceless() else { return };

@@ -1,7 +1,7 @@
 //! GPU tests of the cuDNN backend: graphs built online (and deviceless, then loaded from JSON),
 //! executed, and compared with the CPU reference engine on the same graph.
 //!
-//! Each test checks for a GPU first and, without one, prints why and passes — unless
+//! Each test checks for a GPU first and, without one, is ignored (as it was built) — unless
 //! `CUDNN_GRAPH_REQUIRE_GPU=1` (set by the GPU bundle's `run-tests`), which makes that a failure.
 //! Inputs come from a fixed-seed PRNG and are never zero; outputs are poisoned with NaN before
 //! execution; the error figures are printed so the log carries them.
@@ -17,6 +17,11 @@ use cudnn_runtime::reference::{self, HostSlice};
 use cudnn_runtime::rng::SplitMix64;
 use cudnn_runtime::{ArgError, Bits, DataType, Element, Error, Graph, GraphBuilder};
 use half::{bf16, f16};
+
+// `#[needs_cudnn]`, `#[needs_gpu]`: ignored, with the reason, where the requirement was missing
+// when the tests were built (cudnn-graph-testkit).
+#[macro_use]
+extern crate cudnn_graph_testkit;
 
 mod common;
 
@@ -167,11 +172,13 @@ where
     }
 }
 
+#[needs_gpu]
 #[test]
 fn gpu_matmul_bias_relu_and_gelu_bf16() {
     matmul_cases::<bf16>(DataType::BF16);
 }
 
+#[needs_gpu]
 #[test]
 fn gpu_matmul_bias_relu_and_gelu_f16() {
     matmul_cases::<f16>(DataType::F16);
@@ -179,6 +186,7 @@ fn gpu_matmul_bias_relu_and_gelu_f16() {
 
 /// Compiled without the GPU (deviceless, from the H200's device properties), serialized, loaded
 /// into the online context and executed: same results as the reference and as an online build.
+#[needs_gpu]
 #[test]
 fn gpu_deviceless_plan_loaded_from_json_executes() {
     let Some((stream, cudnn)) = gpu() else { return };
@@ -203,6 +211,7 @@ fn gpu_deviceless_plan_loaded_from_json_executes() {
 /// The GPU's own device properties (what `cudnn-graph devprop` writes) make a deviceless context
 /// whose plan loads and executes here, like the checked-in fixture's; and they describe the same
 /// device as the fixture read off an H200.
+#[needs_gpu]
 #[test]
 fn gpu_device_properties_read_here_plan_deviceless() {
     let Some((stream, cudnn)) = gpu() else { return };
@@ -222,6 +231,7 @@ fn gpu_device_properties_read_here_plan_deviceless() {
     check("plan from this GPU's device properties", &run(&stream, &cudnn, &loaded, &case), &case.expected);
 }
 
+#[needs_gpu]
 #[test]
 fn gpu_pointwise_scalar_and_reduction_graphs() {
     let Some((stream, cudnn)) = gpu() else { return };
@@ -260,6 +270,7 @@ fn gpu_pointwise_scalar_and_reduction_graphs() {
     check("matmul_row_sum f16 -> f32", &got, &case.expected);
 }
 
+#[needs_gpu]
 #[test]
 fn gpu_execute_raw_matches_execute_and_host_overhead() {
     let Some((stream, cudnn)) = gpu() else { return };
@@ -314,6 +325,7 @@ fn gpu_execute_raw_matches_execute_and_host_overhead() {
     println!("execute: {:.1} us host time per call ({iterations} calls)", host / iterations as f64 * 1e6);
 }
 
+#[needs_gpu]
 #[test]
 fn gpu_bad_buffers_are_typed_errors() {
     let Some((stream, cudnn)) = gpu() else { return };
@@ -380,6 +392,7 @@ fn gpu_bad_buffers_are_typed_errors() {
     println!("bad buffers: length, type, read-only output, count and alignment are typed errors");
 }
 
+#[needs_gpu]
 #[test]
 fn gpu_execute_named_takes_any_order() {
     let Some((stream, cudnn)) = gpu() else { return };
@@ -494,6 +507,7 @@ fn run_mode(stream: &Arc<CudaStream>, cudnn: &Cudnn, case: &ModeCase) -> Result<
 /// Every cuDNN pointwise mode on the H200 (the cases `deviceless.rs` plans) against the CPU
 /// reference: f32 outputs within [`POINTWISE_F32_TOLERANCE`], bool and i32 outputs exactly.
 /// Every mode runs before the test fails, so one run reports them all.
+#[needs_gpu]
 #[test]
 fn gpu_every_pointwise_mode() {
     let Some((stream, cudnn)) = gpu() else { return };
@@ -526,3 +540,6 @@ fn gpu_every_pointwise_mode() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+// Fails a run that requires the GPU (CUDNN_GRAPH_REQUIRE_GPU=1) of a build that ignored the tests above.
+gpu_guard!();

@@ -4,7 +4,7 @@
 //! The step after it, `load_frontend_payload`, hands `cudnn_backend_data` to cuDNN once its
 //! operation graph matches the graph's lowering, and cudnn-frontend's payload has no digest: a
 //! fuzzed payload would hand cuDNN mutated kernels, which no check can make safe (see the
-//! `payload` target), so loading is driven by deliberate edits in `tests/frontend_payload.rs`
+//! `payload` target), so loading is driven by deliberate edits in `tests/suite/frontend_payload.rs`
 //! instead. Seeds: `fuzz/corpus/frontend_payload`, cudnn-frontend 1.32's own payloads
 //! (`tests/fixtures/frontend/*.ubjson`).
 

@@ -1,6 +1,6 @@
 //! The four blocks of issue 16 that cuDNN 9.19 will not fuse into one kernel, shared by
-//! `tests/partition.rs` (deviceless planning, emulated against the CPU reference) and
-//! `tests/gpu_partition.rs` (executed on the GPU). Shapes are const or `dyn` parameters where
+//! `tests/suite/partition.rs` (deviceless planning, emulated against the CPU reference) and
+//! `tests/gpu_suite/gpu_partition.rs` (executed on the GPU). Shapes are const or `dyn` parameters where
 //! the DSL allows it; `reshape(shape = [..])` takes integer literals only, so the attention
 //! block's shapes are fixed in its declaration.
 

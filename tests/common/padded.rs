@@ -1,6 +1,6 @@
 //! The graphs of the padded class plan tests, attention and row-wise, shared by
-//! `tests/padded_classes.rs` (deviceless: masking, binding, the CPU reference),
-//! `tests/gpu_padded.rs` (executed on the GPU) and `tests/cli.rs` (`aot --padded`); `D` is the
+//! `tests/suite/padded_classes.rs` (deviceless: masking, binding, the CPU reference),
+//! `tests/gpu_suite/gpu_padded.rs` (executed on the GPU) and `tests/suite/cli.rs` (`aot --padded`); `D` is the
 //! head dim, `E` the normalized width. Not every test file uses every item.
 
 #![allow(dead_code)]

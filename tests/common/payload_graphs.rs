@@ -1,4 +1,4 @@
-//! The graph types whose payloads `tests/serialization.rs` and `tests/payload_safety.rs` write,
+//! The graph types whose payloads `tests/suite/serialization.rs` and `tests/suite/payload_safety.rs` write,
 //! read and attack: a matmul epilogue with const and runtime dims, and a graph with a by-value
 //! scalar.
 

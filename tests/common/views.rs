@@ -1,5 +1,5 @@
 //! Graphs whose attention reads Q, K and V as strided views of one packed projection (issue
-//! 17), shared by `tests/views.rs` (CPU reference, deviceless planning) and `tests/gpu_views.rs`
+//! 17), shared by `tests/suite/views.rs` (CPU reference, deviceless planning) and `tests/gpu_suite/gpu_views.rs`
 //! (executed on the GPU).
 
 use cudnn_graph::graph;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Computes the partition blocks of tests/gpu_partition.rs in PyTorch and compares our GPU outputs.
+"""Computes the partition blocks of tests/gpu_suite/gpu_partition.rs in PyTorch and compares our GPU outputs.
 
-    CUDNN_GRAPH_DUMP_DIR=DIR .gpu-bundle/tests/gpu_partition gpu_
+    CUDNN_GRAPH_DUMP_DIR=DIR .gpu-bundle/tests/gpu_suite gpu_partition
     python3 tests/torch/compare_blocks.py DIR [--json PATH]
 
 The Rust test writes, for each block case, `CASE.json` (the block, its parameters, cudnn-frontend's
@@ -155,14 +155,14 @@ def run_case(case_dir, manifest):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", default=os.environ.get("CUDNN_GRAPH_DUMP_DIR"),
-                    help="the folder tests/gpu_partition.rs wrote (default: $CUDNN_GRAPH_DUMP_DIR)")
+                    help="the folder tests/gpu_suite/gpu_partition.rs wrote (default: $CUDNN_GRAPH_DUMP_DIR)")
     ap.add_argument("--json", help="also write every row to this file")
     args = ap.parse_args()
     if not args.dir:
         ap.error("give the dump folder (or set CUDNN_GRAPH_DUMP_DIR)")
     manifests = sorted(glob.glob(os.path.join(args.dir, "*.json")))
     if not manifests:
-        print(f"no case manifests in {args.dir}: run tests/gpu_partition.rs with CUDNN_GRAPH_DUMP_DIR set first")
+        print(f"no case manifests in {args.dir}: run tests/gpu_suite/gpu_partition.rs with CUDNN_GRAPH_DUMP_DIR set first")
         return 1
     print(f"# torch {torch.__version__}, cuDNN (torch) {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name()}")

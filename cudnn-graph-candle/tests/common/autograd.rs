@@ -1,6 +1,6 @@
 //! Graph types with backward graphs, the same computations written in candle ops, and the
 //! comparison of their gradients (`Runner::run_with_backward` against candle's own autograd, in
-//! f64): shared by `tests/autograd.rs` (CPU) and `tests/gpu_autograd.rs` (CUDA).
+//! f64): shared by `tests/suite/autograd.rs` (CPU) and `tests/gpu_candle/gpu_autograd.rs` (CUDA).
 
 use candle_core::{DType, Device, Result, Tensor, Var, D};
 use cudnn_graph::graph;

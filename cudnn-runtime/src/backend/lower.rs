@@ -353,7 +353,7 @@ fn pointwise_layout(t: &Tensor) -> bool {
 /// Rule `pointwise.axis_order`: a kernel of elementwise ops alone reads no input laid out in
 /// another axis order than the output it writes (a transposed view read elementwise), on the axes
 /// both address (a broadcast input is compared on its own axes), and its tensors are row-major or
-/// channels-last. Measured on the H200 with cuDNN 9.19 (2026-12-05; `tests/gpu_ops_layout.rs`,
+/// channels-last. Measured on the H200 with cuDNN 9.19 (2026-12-05; `tests/gpu_suite/gpu_ops_layout.rs`,
 /// and through cudnn-frontend alone `tests/frontend/probe_cudnn.py`): a pointwise identity from
 /// `x.permute(2, 0, 1)`'s strides into a packed output was planned (engine 1) and wrote neither
 /// the transpose nor a linear copy (relative error 1.41); the same copy into a port declared in

@@ -977,6 +977,7 @@ mod measured {
         crate::reference::run_arrays(&graph, values).unwrap()
     }
 
+    #[needs_cudnn]
     #[test]
     fn the_fused_plan_is_kept_when_it_times_fastest() {
         let Some(cudnn) = deviceless() else { return };
@@ -995,6 +996,7 @@ mod measured {
         assert_eq!((report.partitioning, plan.parts().len()), (0, 1), "{report}");
     }
 
+    #[needs_cudnn]
     #[test]
     fn the_partitioning_the_times_favour_is_kept_executed_and_saved() {
         let Some(cudnn) = deviceless() else { return };
@@ -1062,6 +1064,7 @@ mod measured {
 
     /// A candidate replaces the plan's own choice only when it times `min_gain` faster: near-ties
     /// are noise, and the heuristics' order is the better guess then.
+    #[needs_cudnn]
     #[test]
     fn the_plans_own_choice_stays_unless_beaten_by_min_gain() {
         let Some(cudnn) = deviceless() else { return };
@@ -1087,6 +1090,7 @@ mod measured {
 
     /// bf16 matmul + bias + gelu, cut after the matmul: the parts compute the graph with its
     /// matmul output rounded to bf16 (the output's type) and nothing else changed.
+    #[needs_cudnn]
     #[test]
     fn a_gelu_epilogue_cut_off_rounds_only_its_intermediate() {
         let Some(cudnn) = deviceless() else { return };
@@ -1105,6 +1109,7 @@ mod measured {
         assert!(worst > 0.0 && worst < 2e-2, "{worst}");
     }
 
+    #[needs_cudnn]
     #[test]
     fn a_partitioning_that_fails_to_execute_is_not_kept() {
         let Some(cudnn) = deviceless() else { return };

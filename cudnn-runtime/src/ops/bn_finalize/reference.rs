@@ -15,7 +15,7 @@
 //! own batch norm uses (`cudnnBatchNormalizationForwardTraining` documents it, and this crate's
 //! `batchnorm`, `NORM_FORWARD` with running statistics, matches it on the H200), and what PyTorch
 //! uses, so the reference takes it here too. The device agrees: on the H200 with cuDNN 9.19
-//! (2026-12-04), `tests/gpu_ops_bn_finalize.rs` measured the running variance 1.2e-7 from this
+//! (2026-12-04), `tests/gpu_suite/gpu_ops_bn_finalize.rs` measured the running variance 1.2e-7 from this
 //! rule and 9.6e-5 from the biased one (count 2048, 64 channels).
 
 use crate::array::Array;

@@ -53,7 +53,7 @@ pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnErro
 /// first the virtual output of a `conv_fprop`, the second a graph input already in the output's
 /// memory (`in_place_index = 1`), the result a graph output that no other node reads.
 ///
-/// Measured there (engine 1, runtime-compiled; `tests/gpu_ops_layout.rs`): the engine writes the
+/// Measured there (engine 1, runtime-compiled; `tests/gpu_suite/gpu_ops_layout.rs`): the engine writes the
 /// convolution's part at the start of the axis whatever its position among the inputs, never
 /// copies a graph input, leaves a convolution output that is also a graph output unwritten, and
 /// crashes the process while building `concatenate(relu(conv_fprop(..)), ..)`. cuDNN accepts

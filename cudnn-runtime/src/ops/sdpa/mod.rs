@@ -672,7 +672,7 @@ impl OpFamily for Sdpa {
     }
 
     fn dynamic_shape_refusal(&self) -> Option<&'static str> {
-        // Measured on the H200 (cuDNN 9.19, 2026-12-05, tests/gpu_dynamic.rs): a causal bf16
+        // Measured on the H200 (cuDNN 9.19, 2026-12-05, tests/gpu_suite/gpu_dynamic.rs): a causal bf16
         // attention planned dynamic-shape at S = 256 and rebuilt at S = 128 from the kernel cache
         // ran the S = 256 kernel (O's relative error 0.64; the benchmark's device times stayed
         // those of the first shape at every S). cudnn-frontend refuses dynamic shapes for its
