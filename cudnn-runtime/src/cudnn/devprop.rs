@@ -119,7 +119,8 @@ pub fn version_string(version: usize) -> String {
 /// back unchanged, byte for byte.
 ///
 /// ```
-/// use cudnn_runtime::backend::devprop;
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::devprop;
 /// let written_by_9_19 = r#"{"deviceName":"NVIDIA H200","maxSharedMemoryPerBlockOptin":232448}"#;
 /// let for_9_28 = devprop::for_version(written_by_9_19, 92801)?;
 /// let v: serde_json::Value = serde_json::from_str(&for_9_28)?;
