@@ -78,6 +78,13 @@ pub(crate) trait OpFamily: Sized {
     /// The op on the CPU, on as many inputs as [`OpFamily::inputs`] lists.
     fn reference(&self, inputs: &[&Array]) -> Vec<Array>;
 
+    /// The rule on the *values* of the inputs, where the op reads memory through them (a page
+    /// table's entries): run before [`OpFamily::reference`], and by the GPU path on the host
+    /// copies it checks. Most ops read no memory through values.
+    fn check_values(&self, _inputs: &[&Array]) -> Result<(), ShapeError> {
+        Ok(())
+    }
+
     /// How the builder lays out the virtual tensors around this op where their strides are unset.
     fn layout_policy(&self) -> LayoutPolicy<'_>;
 

@@ -188,9 +188,18 @@ macro_rules! families {
             /// [`ShapeErrorKind::Arity`] if `inputs` are not as many as [`Op::inputs`] lists.
             pub fn reference(&self, inputs: &[&Array]) -> Result<Vec<Array>, ShapeError> {
                 self.check_arity(inputs.len())?;
+                self.check_values(inputs)?;
                 Ok(match self {
                     $( Op::$name(op) => OpFamily::reference(op, inputs), )*
                 })
+            }
+
+            /// The rule on the values of this op's inputs ([`OpFamily::check_values`]: every
+            /// entry of a page table names a page of its pool, ...), with the port named.
+            pub fn check_values(&self, inputs: &[&Array]) -> Result<(), ShapeError> {
+                match self {
+                    $( Op::$name(op) => OpFamily::check_values(op, inputs), )*
+                }
             }
 
             /// This op's cudnn-frontend fields, the tag included.

@@ -66,6 +66,10 @@ pub(crate) enum SubOp {
     Rng { keep: f64, seed: T, offset: T, y: T },
     /// `y` is `x` seen with dims permuted by `perm` (a transpose that moves no data).
     Reshape { x: T, y: T, perm: [usize; 4] },
+    /// cuDNN's paged cache load: `y` (`[B, H, S_kv, D]`, or Kᵀ `[B, H, D, S_kv]` by its strides)
+    /// gathers from the page pool `container` the pages `page_table` names for each sequence's
+    /// first `seq_len` tokens.
+    PagedCacheLoad { container: T, page_table: T, seq_len: T, y: T },
 }
 
 /// The subgraph of one attention node.
@@ -151,6 +155,25 @@ impl Builder<'_> {
         let dims = perm.iter().map(|&p| t.dims[p]).collect();
         let strides = perm.iter().map(|&p| t.strides[p]).collect();
         Some(self.push("transposed", Kind::Alias { input: i, perm }, t.uid, dims, strides, t.data_type))
+    }
+
+    /// The paged cache load of pool `pool` through table `table` into a virtual tensor of
+    /// `dims` and `strides`.
+    fn paged_load(
+        &mut self,
+        name: &'static str,
+        pool: &str,
+        table: &str,
+        seq_len: T,
+        dims: [i64; 4],
+        strides: [i64; 4],
+    ) -> Option<T> {
+        let container = self.input(pool)?;
+        let page_table = self.input(table)?;
+        let data_type = self.x.tensors[container].data_type;
+        let y = self.virt_strided(name, &dims, &strides, data_type);
+        self.op(name, SubOp::PagedCacheLoad { container, page_table, seq_len, y });
+        Some(y)
     }
 
     fn virt(&mut self, name: &'static str, dims: &[i64], data_type: DataType) -> T {
@@ -307,13 +330,18 @@ impl Builder<'_> {
     }
 }
 
-/// Dims of the node: `(b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v)`.
-fn dims(cx: &Context<'_>) -> Option<[i64; 8]> {
+/// Dims of the node: `(b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v)`; `s_kv` is a paged cache's
+/// capacity.
+fn dims(op: &Sdpa, cx: &Context<'_>) -> Option<[i64; 8]> {
     let (q, k, v) = (cx.inputs.first()?, cx.inputs.get(1)?, cx.inputs.get(2)?);
     if q.dims.len() != 4 || k.dims.len() != 4 || v.dims.len() != 4 {
         return None;
     }
-    Some([q.dims[0], q.dims[1], q.dims[2], q.dims[3], k.dims[1], k.dims[2], v.dims[1], v.dims[3]])
+    let s_kv = match op.input_index(super::paged::TABLE_PORTS[0]) {
+        Some(i) if op.paged => super::paged::capacity(op, cx.inputs.get(i)?.dims.get(2)?, &k.dims[2])?,
+        _ => k.dims[2],
+    };
+    Some([q.dims[0], q.dims[1], q.dims[2], q.dims[3], k.dims[1], s_kv, v.dims[1], v.dims[3]])
 }
 
 /// The composite subgraph of `op` (a validated node), fresh uids counting from `next_uid`.
@@ -327,6 +355,11 @@ pub(crate) fn expand(op: &Sdpa, cx: &Context<'_>, next_uid: &mut i64) -> Option<
     Some(bld.x)
 }
 
+/// Packed strides of 4-d `dims`.
+fn packed4(dims: [i64; 4]) -> [i64; 4] {
+    [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1]
+}
+
 /// The scale tensor: the `Attn_scale` input, or a by-value `f32`.
 fn scale_tensor(bld: &mut Builder<'_>, d_qk: i64) -> Option<T> {
     match bld.op.literal_scale(d_qk) {
@@ -337,14 +370,25 @@ fn scale_tensor(bld: &mut Builder<'_>, d_qk: i64) -> Option<T> {
 
 fn forward(bld: &mut Builder<'_>) -> Option<()> {
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, _, s_kv, _, _] = dims(bld.cx)?;
+    let [b, h_q, s_q, d_qk, _, s_kv, _, _] = dims(bld.op, bld.cx)?;
     let inter = bld.cx.intermediate;
     let q = bld.input("Q")?;
-    let kt = bld.transposed("K")?;
-    let v = bld.input("V")?;
     let seq = match (bld.input("SEQ_LEN_Q"), bld.input("SEQ_LEN_KV")) {
         (Some(a), Some(c)) => Some((a, c)),
         _ => None,
+    };
+    let (kt, v) = if bld.op.paged {
+        // cudnn-frontend's `CompositeSDPANode`: Kᵀ and V gathered from their pools into
+        // virtual tensors, Kᵀ `[B, H_k, D, S_kv]` column-major in its last two dims.
+        let [_, _, _, _, h_k, _, h_v, d_v] = dims(bld.op, bld.cx)?;
+        let seq_kv = seq?.1;
+        let kt_strides = [d_qk * s_kv * h_k, d_qk * s_kv, 1, d_qk];
+        let kt = bld.paged_load("paged_k_cache_operation", "K", "Page_table_K", seq_kv, [b, h_k, d_qk, s_kv], kt_strides)?;
+        let v_dims = [b, h_v, s_kv, d_v];
+        let v = bld.paged_load("paged_v_cache_operation", "V", "Page_table_V", seq_kv, v_dims, packed4(v_dims))?;
+        (kt, v)
+    } else {
+        (bld.transposed("K")?, bld.input("V")?)
     };
     let scores = [b, h_q, s_q, s_kv];
     let mut s = bld.virt("bmm1", &scores, inter);
@@ -415,7 +459,7 @@ fn forward(bld: &mut Builder<'_>) -> Option<()> {
 /// `dQ = dS·K` and `dK = dSᵀ·Q`, each gradient through a [`Builder::fp8_matmul`]. No workspace.
 fn backward_fp8(bld: &mut Builder<'_>) -> Option<()> {
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, _, s_kv, _, d_v] = dims(bld.cx)?;
+    let [b, h_q, s_q, d_qk, _, s_kv, _, d_v] = dims(bld.op, bld.cx)?;
     let inter = bld.cx.intermediate;
     let io_type = bld.cx.inputs.first()?.data_type;
     let q = bld.input("Q")?;
@@ -501,7 +545,7 @@ fn backward(bld: &mut Builder<'_>) -> Option<()> {
         return backward_fp8(bld);
     }
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = dims(bld.cx)?;
+    let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = dims(bld.op, bld.cx)?;
     let inter = bld.cx.intermediate;
     let io_type = bld.cx.inputs.first()?.data_type;
     let q = bld.input("Q")?;

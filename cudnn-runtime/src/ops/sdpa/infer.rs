@@ -3,7 +3,7 @@
 //! ports, then the outputs. Every support rule that depends only on shapes, types and attributes
 //! is here too, so the `graph!` macro reports it at expansion.
 
-use super::{rule, takes, Sdpa, SdpaPass};
+use super::{paged, rule, takes, Sdpa, SdpaPass};
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::ops::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use crate::ops::signature::PortSpec;
@@ -17,12 +17,31 @@ struct Qkv<'a, D> {
     qs: String,
     ks: String,
     vs: String,
+    /// The key sequence length: K's, or a paged cache's capacity.
+    s_kv: D,
+    /// K and V are page pools.
+    paged: bool,
 }
 
 impl<'a, D: Dim> Qkv<'a, D> {
-    fn new(inputs: &'a [TensorMeta<D>]) -> Self {
+    fn new(op: &Sdpa, inputs: &'a [TensorMeta<D>], ports: &[PortSpec]) -> Result<Self, ShapeError> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        Qkv { q, k, v, qs: shape_string(&q.dims), ks: shape_string(&k.dims), vs: shape_string(&v.dims) }
+        let table = ports.iter().position(|p| p.name == paged::TABLE_PORTS[0]).map(|i| &inputs[i]);
+        let s_kv = match table {
+            Some(table) if op.paged => paged::capacity(op, &table.dims[2], &k.dims[2]).ok_or_else(|| {
+                rule(
+                    op.pass.name(),
+                    Some(1),
+                    format!(
+                        "the paged cache's capacity, table width {} × page size {}, exceeds i64::MAX",
+                        table.dims[2], k.dims[2]
+                    ),
+                )
+            })?,
+            _ => k.dims[2].clone(),
+        };
+        let (qs, ks, vs) = (shape_string(&q.dims), shape_string(&k.dims), shape_string(&v.dims));
+        Ok(Qkv { q, k, v, qs, ks, vs, s_kv, paged: op.paged })
     }
     fn b(&self) -> &'a D {
         &self.q.dims[0]
@@ -36,8 +55,8 @@ impl<'a, D: Dim> Qkv<'a, D> {
     fn d_qk(&self) -> &'a D {
         &self.q.dims[3]
     }
-    fn s_kv(&self) -> &'a D {
-        &self.k.dims[2]
+    fn s_kv(&self) -> &D {
+        &self.s_kv
     }
     fn d_v(&self) -> &'a D {
         &self.v.dims[3]
@@ -57,7 +76,7 @@ impl Sdpa {
         self.check_attributes()?;
         ranks(op, inputs, &ports)?;
         self.types(op, inputs)?;
-        let t = Qkv::new(inputs);
+        let t = Qkv::new(self, inputs, &ports)?;
         batches(op, &t, cx)?;
         head_dims(op, &t, cx)?;
         sequence_lengths(op, &t, cx)?;
@@ -175,6 +194,9 @@ impl Sdpa {
                 &|dt| matches!(dt, DataType::I64 | DataType::I32),
                 "i64 or i32",
             )?;
+        }
+        if self.paged {
+            paged::check_ports(self, inputs, ports, (b, &t.k.dims[2]), cx)?;
         }
         Ok(())
     }
@@ -335,6 +357,10 @@ impl Sdpa {
 
 /// Q, K and V have one batch size.
 fn batches<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimCx<D>) -> Result<(), ShapeError> {
+    if t.paged {
+        // K and V are page pools; the page tables carry the batch (`paged::check_ports`).
+        return Ok(());
+    }
     let b = t.b();
     for (i, name, m, shape) in [(1usize, "K", t.k, &t.ks), (2, "V", t.v, &t.vs)] {
         if !cx.require_eq(b, &m.dims[0]) {
@@ -369,6 +395,20 @@ fn head_dims<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimCx<D>) -
 
 /// K and V have one sequence length.
 fn sequence_lengths<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimCx<D>) -> Result<(), ShapeError> {
+    if t.paged {
+        let (page_k, page_v) = (&t.k.dims[2], &t.v.dims[2]);
+        if !cx.require_eq(page_k, page_v) {
+            return Err(rule(
+                op,
+                Some(2),
+                format!(
+                    "page sizes differ: the K pool is {} and the V pool is {}, so K[2] = {page_k} must equal                      V[2] = {page_v}",
+                    t.ks, t.vs
+                ),
+            ));
+        }
+        return Ok(());
+    }
     let s_kv = t.s_kv();
     if !cx.require_eq(s_kv, &t.v.dims[2]) {
         return Err(rule(
@@ -427,7 +467,7 @@ fn score_size<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError
 }
 
 /// An optional port's dims against `want` (a `true` lets that dim be 1 too).
-fn port_fits<D: Dim>(
+pub(super) fn port_fits<D: Dim>(
     op: &'static str,
     name: &str,
     i: usize,

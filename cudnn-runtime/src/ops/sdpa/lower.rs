@@ -67,8 +67,13 @@ pub(crate) fn internals(
             ));
         }
     }
-    let problem = Problem::from_dims(&ins[0].dims, &ins[1].dims, &ins[2].dims, cx.compute_type == DataType::F32)
+    let mut problem = Problem::from_dims(&ins[0].dims, &ins[1].dims, &ins[2].dims, cx.compute_type == DataType::F32)
         .ok_or_else(malformed)?;
+    if let Some(table) = op.input_index("Page_table_K").and_then(|i| ins.get(i)).filter(|_| op.paged) {
+        // K is a page pool: the key length is the cache's capacity.
+        let width = *table.dims.get(2).ok_or_else(malformed)?;
+        problem.s_kv = super::paged::capacity(op, &width, &problem.s_kv).ok_or_else(malformed)?;
+    }
     let target = Target { version: cudnn.version(), sm: cudnn.sm() };
     let choice = support::choose(op, &problem, target).map_err(|f| cx.support_rule(f.rule, f.message))?;
     match choice {
@@ -170,6 +175,12 @@ fn fused(
     if let (Some(q), Some(kv)) = (op.input_index("SEQ_LEN_Q"), op.input_index("SEQ_LEN_KV")) {
         sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC, &[cx.input(q)?])?;
         sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC, &[cx.input(kv)?])?;
+    }
+    // A paged cache: K and V are the pools, read through their tables (cudnn-frontend's
+    // `UnifiedSDPANode`; the operation needs no capacity).
+    if let (Some(k), Some(v)) = (op.input_index("Page_table_K"), op.input_index("Page_table_V")) {
+        sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_KDESC, &[cx.input(k)?])?;
+        sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_VDESC, &[cx.input(v)?])?;
     }
     sdpa.finalize()?;
     Ok((vec![sdpa], parts))
@@ -275,6 +286,15 @@ fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<D
                 o.finalize()?;
                 operations.push(o);
                 parts.push(desc);
+            }
+            SubOp::PagedCacheLoad { container, page_table, seq_len, y } => {
+                let mut o = cx.descriptor(K::CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR)?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC, &[get(*container)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC, &[get(*page_table)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC, &[get(*seq_len)?])?;
+                o.set_descriptors(A::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_YDESC, &[get(*y)?])?;
+                o.finalize()?;
+                operations.push(o);
             }
             SubOp::Reshape { x: input, y, .. } => {
                 let mut o = cx.descriptor(K::CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)?;

@@ -73,6 +73,7 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 mod infer;
+pub mod paged;
 mod reference;
 pub mod support;
 
@@ -106,6 +107,8 @@ const FORWARD_INPUTS: &[PortSpec] = &[
     port("SEQ_LEN_KV"),
     port("Seed"),
     port("Offset"),
+    port("Page_table_K"),
+    port("Page_table_V"),
     port("Descale_Q"),
     port("Descale_K"),
     port("Descale_V"),
@@ -183,6 +186,8 @@ const FORWARD_ATTRS: &[AttrSpec] = &[
     attr("training", AttrKind::Bool),
     attr("implementation", AttrKind::OneOf(IMPLEMENTATIONS)),
     attr("fp8", AttrKind::OneOf(FP8_MODES)),
+    attr("paged", AttrKind::Bool),
+    attr("max_seq_len_kv", AttrKind::Int),
 ];
 const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("scale", AttrKind::Float),
@@ -384,6 +389,14 @@ pub struct Sdpa {
     /// [`FP8_BACKWARD_INPUTS`] and the `Amax_dQ`, `Amax_dK`, `Amax_dV`, `Amax_dP` outputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8: Option<DataType>,
+    /// Forward: K and V are page pools read through the `Page_table_K`, `Page_table_V` inputs
+    /// (`paged = true`, cudnn-frontend's `paged_attention_k_table` / `_v_table`; see [`paged`]).
+    #[serde(default)]
+    pub paged: bool,
+    /// With `paged`: the longest key sequence the tables cover (cudnn-frontend's
+    /// `paged_attention_max_seq_len_kv`); `None` means table width × page size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seq_len_kv: Option<i64>,
 }
 
 /// The cuDNN types Q, K and V may have.
@@ -413,6 +426,8 @@ impl Sdpa {
             deterministic: false,
             implementation: Implementation::Auto,
             fp8: None,
+            paged: false,
+            max_seq_len_kv: None,
         }
     }
 
@@ -437,6 +452,8 @@ impl Sdpa {
             Some("e5m2") => Some(DataType::Fp8E5M2),
             _ => None,
         };
+        s.paged = a.bool("paged").unwrap_or(false);
+        s.max_seq_len_kv = a.int("max_seq_len_kv");
         s.implementation = match a.name("implementation") {
             Some("fused") => Implementation::Fused,
             Some("composite") => Implementation::Composite,
@@ -459,6 +476,7 @@ impl Sdpa {
             ("training", self.training),
             ("d_bias", self.d_bias),
             ("deterministic", self.deterministic),
+            ("paged", self.paged),
         ];
         for (k, v) in flags {
             if v {
@@ -470,6 +488,9 @@ impl Sdpa {
         }
         if let Some(w) = self.window {
             push("window", AttrValue::Int(w));
+        }
+        if let Some(n) = self.max_seq_len_kv {
+            push("max_seq_len_kv", AttrValue::Int(n));
         }
         if let Some(mode) = self.fp8_mode() {
             push("fp8", AttrValue::Name(mode.into()));
@@ -490,6 +511,7 @@ impl Sdpa {
             "Bias" => self.bias,
             "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
             "Seed" | "Offset" => self.dropout.is_some(),
+            "Page_table_K" | "Page_table_V" => self.paged,
             name => self.fp8.is_some() && self.pass.fp8_inputs().contains(&name),
         }
     }
@@ -616,7 +638,7 @@ impl Sdpa {
         if self.d_bias && !self.bias {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
         }
-        Ok(())
+        paged::check_attributes(self)
     }
 }
 
@@ -663,6 +685,10 @@ impl OpFamily for Sdpa {
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         Sdpa::reference(self, inputs)
+    }
+
+    fn check_values(&self, inputs: &[&Array]) -> Result<(), ShapeError> {
+        paged::check_values(self, inputs)
     }
 
     fn fusion(&self) -> FusionRule {

@@ -6,6 +6,9 @@
 //! padding mask) for bottom-right alignment and 0 for top-left. A row with no visible key has
 //! `O = 0`, `Stats = -inf` and no gradient (cuDNN leaves such rows unspecified).
 //!
+//! A paged node (`paged = true`) is computed over the K and V its page tables gather
+//! ([`super::paged`]).
+//!
 //! Dropout keeps each score with probability `1 - p` and scales kept ones by `1 / (1 - p)`. The
 //! mask here is a documented hash of (seed, offset, position) ([`dropout_keep`]); cuDNN's
 //! Philox stream is not reproduced, so dropout results agree with the GPU statistically, not
@@ -190,6 +193,13 @@ impl Sdpa {
     pub(crate) fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         if inputs.len() < self.inputs().len() {
             return Vec::new();
+        }
+        if let Some((k, v)) = super::paged::dense_kv(self, inputs) {
+            // A paged cache is the dense attention over the tokens its tables name.
+            let mut dense = inputs.to_vec();
+            dense[1] = &k;
+            dense[2] = &v;
+            return self.forward(&dense);
         }
         match self.pass {
             SdpaPass::Forward => self.forward(inputs),

@@ -114,6 +114,15 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
     if op.fp8.is_some() {
         fp8_rules(op, p, target)?;
     }
+    if op.paged && v < 90500 {
+        return fail("sdpa.paged.version", format!("paged K/V caches need cuDNN 9.5 or newer; loaded {}", version(v)));
+    }
+    if op.paged && v <= 90900 && d > 128 {
+        return fail(
+            "sdpa.paged.head_dim",
+            format!("paged K/V caches with head dims above 128 need cuDNN 9.10 or newer (head dim {d}, loaded {})", version(v)),
+        );
+    }
     match op.pass {
         SdpaPass::Forward => {
             if (91000..=91001).contains(&v) {

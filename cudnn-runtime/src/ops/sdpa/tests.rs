@@ -514,6 +514,15 @@ fn run(x: &Expansion, inputs: &[&Array], n_outputs: usize, round: bool) -> Vec<A
                 (*y, out)
             }
             SubOp::Reshape { x: input, y, perm } => (*y, permute(&get(&values, *input), *perm)),
+            SubOp::PagedCacheLoad { container, page_table, seq_len, y } => {
+                let (pool, table, lens) = (get(&values, *container), get(&values, *page_table), get(&values, *seq_len));
+                let t = &x.tensors[*y];
+                // Kᵀ `[B, H, D, S]` when its third dim has stride 1 (cudnn-frontend's rule).
+                let transposed = t.strides[2] == 1;
+                let s_kv = if transposed { t.dims[3] } else { t.dims[2] };
+                let dense = super::paged::gather(&pool, &table, &lens, t.dims[0], table.dims[2], s_kv);
+                (*y, if transposed { permute(&dense, [0, 1, 3, 2]) } else { dense })
+            }
         };
         let mut value = value;
         if round {
@@ -1076,4 +1085,186 @@ fn fp8_backward_composite_computes_the_reference() {
             assert_close(&format!("amax {k} {attrs:?}"), g, w, None, 1e-3);
         }
     }
+}
+
+/// A paged case: the dense case `shape` (`[b, h_q, h_kv, s_q, s_kv, d]`, `s_kv` a multiple of
+/// `page`) with K and V scattered page by page into pools of `spare` more pages than needed, in
+/// a shuffled order, and the tables that name them. Returns the paged case and the dense one
+/// (padding mask, same lengths).
+fn paged_case(rng: &mut Rng, attrs: &[(&str, AttrValue)], shape: [i64; 6], page: i64, spare: i64) -> (Case, Case) {
+    let [b, _, h_kv, _, s_kv, d] = shape;
+    let mut dense_attrs = attrs.to_vec();
+    dense_attrs.push(("padding_mask", true.into()));
+    let dense = case(rng, op("sdpa", &dense_attrs), shape);
+    let width = s_kv / page;
+    let pages = b * width + spare;
+    // A shuffled assignment of pages to (sequence, slot).
+    let mut order: Vec<i64> = (0..pages).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let table = Array::from_fn(&[b, 1, width, 1], |i| order[i] as f64);
+    let scatter = |src: &Array| {
+        let mut pool = Array::from_fn(&[pages, h_kv, page, d], |_| 9.0); // never read
+        for seq in 0..b {
+            for j in 0..s_kv {
+                let p = order[(seq * width + j / page) as usize];
+                for h in 0..h_kv {
+                    for e in 0..d {
+                        let dst = (((p * h_kv + h) * page + j % page) * d + e) as usize;
+                        pool.data[dst] = src.data[(((seq * h_kv + h) * s_kv + j) * d + e) as usize];
+                    }
+                }
+            }
+        }
+        pool
+    };
+    let mut paged_attrs = dense_attrs.clone();
+    paged_attrs.push(("paged", true.into()));
+    let paged_op = op("sdpa", &paged_attrs);
+    let names: Vec<&str> = paged_op.inputs().iter().map(|p| p.name).collect();
+    let inputs = names
+        .iter()
+        .map(|&n| match n {
+            "K" => scatter(&dense.inputs[1]),
+            "V" => scatter(&dense.inputs[2]),
+            "Page_table_K" | "Page_table_V" => table.clone(),
+            other => dense.inputs[dense.op.input_index(other).unwrap()].clone(),
+        })
+        .collect();
+    (Case { op: paged_op, inputs }, dense)
+}
+
+#[test]
+fn paged_ports_and_shapes() {
+    let s = op("sdpa", &[("padding_mask", true.into()), ("paged", true.into()), ("training", true.into())]);
+    let names: Vec<&str> = s.inputs().iter().map(|p| p.name).collect();
+    assert_eq!(names, ["Q", "K", "V", "SEQ_LEN_Q", "SEQ_LEN_KV", "Page_table_K", "Page_table_V"]);
+    // Decode: 4 sequences, 32 query heads over 8 KV heads, pools of 100 pages of 16 tokens,
+    // tables 8 wide: capacity 128.
+    let metas = |table_k: &[i64], table_v: &[i64], page_v: i64| {
+        vec![
+            meta(&[4, 32, 1, 128], DataType::BF16),
+            meta(&[100, 8, 16, 128], DataType::BF16),
+            meta(&[100, 8, page_v, 128], DataType::BF16),
+            meta(&[4, 1, 1, 1], DataType::I32),
+            meta(&[4, 1, 1, 1], DataType::I32),
+            meta(table_k, DataType::I32),
+            meta(table_v, DataType::I32),
+        ]
+    };
+    let out = infer(&s, &metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16)).unwrap();
+    assert_eq!(out[0].dims, [4, 32, 1, 128]);
+    assert_eq!(out[1].dims, [4, 32, 1, 1]);
+    let err = |s: &Sdpa, m: Vec<TensorMeta<i64>>| infer(s, &m).unwrap_err().to_string();
+    let e = err(&s, metas(&[3, 1, 8, 1], &[4, 1, 8, 1], 16));
+    assert!(e.contains("port Page_table_K must be [B, 1, T, 1] (T: the table width) = [4, 1, 8, 1], found [3, 1, 8, 1]"), "{e}");
+    let e = err(&s, metas(&[4, 1, 8, 1], &[4, 1, 7, 1], 16));
+    assert!(e.contains("port Page_table_V must be"), "{e}");
+    let e = err(&s, metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 32));
+    assert!(e.contains("page sizes differ: the K pool is [100, 8, 16, 128] and the V pool is [100, 8, 32, 128]"), "{e}");
+    let mut m = metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16);
+    m[5].dtype = DataType::I64;
+    assert!(err(&s, m).contains("port Page_table_K is i64 but must be i32"));
+    // The capacity given: the tables must be exactly wide enough.
+    let capped = Sdpa { max_seq_len_kv: Some(100), ..s.clone() };
+    assert!(infer(&capped, &metas(&[4, 1, 7, 1], &[4, 1, 7, 1], 16)).is_ok());
+    let e = err(&capped, metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16));
+    assert!(e.contains("`max_seq_len_kv = 100` over pages of 16 tokens needs ceil(100 / 16) = 7 entries"), "{e}");
+    // Attribute rules.
+    let e = Op::from_call("sdpa", &[("paged".into(), true.into())]).map(|o| o.infer(&metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16)[..5], &mut Concrete));
+    let e = match e {
+        Ok(Err(e)) => e.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert!(e.contains("a paged cache needs the per-sequence lengths: add `padding_mask = true`"), "{e}");
+    let e = err(&Sdpa { max_seq_len_kv: Some(64), paged: false, ..s.clone() }, metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16)[..5].to_vec());
+    assert!(e.contains("`max_seq_len_kv = 64` bounds the keys of a paged cache; add `paged = true`"), "{e}");
+    let e = Op::from_call("sdpa_backward", &[("paged".into(), true.into())]).unwrap_err().to_string();
+    assert!(e.contains("has no attribute `paged`"), "{e}");
+    // Symbolic tables: the capacity is T · page.
+    let mut cx = Symbolic::default();
+    let sym = |n: &str| SymDim::Param(n.into());
+    let m: Vec<TensorMeta<SymDim>> = vec![
+        TensorMeta { dims: vec![sym("B"), SymDim::Lit(32), SymDim::Lit(1), SymDim::Lit(128)], dtype: DataType::BF16 },
+        TensorMeta { dims: vec![sym("P"), SymDim::Lit(8), SymDim::Lit(16), SymDim::Lit(128)], dtype: DataType::BF16 },
+        TensorMeta { dims: vec![sym("P"), SymDim::Lit(8), SymDim::Lit(16), SymDim::Lit(128)], dtype: DataType::BF16 },
+        TensorMeta { dims: vec![sym("B"), SymDim::Lit(1), SymDim::Lit(1), SymDim::Lit(1)], dtype: DataType::I32 },
+        TensorMeta { dims: vec![sym("B"), SymDim::Lit(1), SymDim::Lit(1), SymDim::Lit(1)], dtype: DataType::I32 },
+        TensorMeta { dims: vec![sym("B"), SymDim::Lit(1), sym("T"), SymDim::Lit(1)], dtype: DataType::I32 },
+        TensorMeta { dims: vec![sym("B"), SymDim::Lit(1), sym("T"), SymDim::Lit(1)], dtype: DataType::I32 },
+    ];
+    let out = Op::Sdpa(s.clone()).infer(&m, &mut cx).unwrap();
+    assert_eq!(out[0].dims[0], sym("B"));
+}
+
+#[test]
+fn paged_reference_is_the_dense_reference_over_the_pages() {
+    let mut rng = Rng(0x9a9e_d00d);
+    let configs: Vec<Vec<(&str, AttrValue)>> = vec![
+        vec![],
+        vec![("training", true.into())],
+        vec![("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![("window", 5.into()), ("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![("scale", 0.3.into())],
+    ];
+    // Decode (S_q = 1) and multi-token queries, GQA and MQA, pages of 4 and 8.
+    for attrs in &configs {
+        for (shape, page) in [([3, 4, 2, 1, 16, 8], 4), ([2, 6, 1, 3, 16, 8], 8), ([1, 2, 2, 5, 24, 16], 4)] {
+            let (paged, dense) = paged_case(&mut rng, attrs, shape, page, 3);
+            let got = Op::Sdpa(paged.op.clone()).reference(&refs(&paged.inputs)).unwrap();
+            let want = dense.op.reference(&refs(&dense.inputs));
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.dims, w.dims);
+                // The same arithmetic on the same values: equal to the bit.
+                assert_eq!(g.data, w.data, "{attrs:?} {shape:?} page {page}");
+            }
+        }
+    }
+}
+
+#[test]
+fn paged_composite_computes_the_reference() {
+    let mut rng = Rng(0x5eed_9a9e);
+    for attrs in [vec![], vec![("training", true.into())], vec![("causal", true.into()), ("alignment", "bottom_right".into())]] {
+        for (shape, page) in [([3, 4, 2, 1, 16, 8], 4), ([2, 4, 4, 3, 16, 8], 8)] {
+            let (paged, _) = paged_case(&mut rng, &attrs, shape, page, 2);
+            let want = paged.op.reference(&refs(&paged.inputs));
+            let x = expand_case(&paged, &want, 91900);
+            let loads: Vec<&str> =
+                x.ops.iter().filter(|(_, o)| matches!(o, SubOp::PagedCacheLoad { .. })).map(|(n, _)| *n).collect();
+            assert_eq!(loads, ["paged_k_cache_operation", "paged_v_cache_operation"]);
+            let got = run(&x, &refs(&paged.inputs), want.len(), false);
+            let live = live_rows(&paged);
+            assert_close(&format!("O {attrs:?} {shape:?}"), &got[0], &want[0], Some((&live, shape[5] as usize)), 1e-7);
+        }
+    }
+}
+
+#[test]
+fn page_table_values_are_checked_before_anything_reads_them() {
+    let mut rng = Rng(77);
+    let (mut paged, _) = paged_case(&mut rng, &[], [3, 4, 2, 1, 16, 8], 4, 1);
+    let o = Op::Sdpa(paged.op.clone());
+    let table = paged.op.input_index("Page_table_K").unwrap();
+    // 3 sequences × 4 slots + 1 spare: pages 0..13.
+    paged.inputs[table].data[6] = 13.0;
+    let e = o.reference(&refs(&paged.inputs)).unwrap_err().to_string();
+    assert!(e.contains("Page_table_K[1, 0, 2, 0] = 13 names no page of the K pool, which has 13 pages (0..13); sequence 1, slot 2"), "{e}");
+    paged.inputs[table].data[6] = -1.0;
+    assert!(o.reference(&refs(&paged.inputs)).is_err());
+    paged.inputs[table].data[6] = 0.0;
+    let lens = paged.op.input_index("SEQ_LEN_KV").unwrap();
+    paged.inputs[lens].data[2] = 17.0;
+    let e = o.reference(&refs(&paged.inputs)).unwrap_err().to_string();
+    assert!(e.contains("SEQ_LEN_KV[2] = 17 is outside 0..=16 (the cache's capacity); sequence 2"), "{e}");
+}
+
+#[test]
+fn paged_attributes_round_trip() {
+    let attrs: Vec<(&str, AttrValue)> =
+        vec![("padding_mask", true.into()), ("paged", true.into()), ("max_seq_len_kv", 100.into())];
+    let o = Op::Sdpa(op("sdpa", &attrs));
+    assert_eq!(Op::from_call("sdpa", &o.call_attrs()).unwrap(), o);
 }
