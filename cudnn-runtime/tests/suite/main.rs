@@ -20,6 +20,7 @@ mod deviceless_fp8_sdpa;
 mod deviceless_layout;
 mod deviceless_measure;
 mod deviceless_norm;
+mod deviceless_paged;
 mod deviceless_partition;
 mod deviceless_payload_flag;
 mod deviceless_reductions;
