@@ -25,6 +25,7 @@ mod gpu_ops_conv;
 mod gpu_ops_layout;
 mod gpu_ops_norm;
 mod gpu_padded;
+mod gpu_paged;
 mod gpu_partition;
 mod gpu_plans;
 mod gpu_reductions;

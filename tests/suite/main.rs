@@ -39,6 +39,7 @@ mod frontend_payload;
 mod fuse_attribute;
 mod guide_payload_sizes;
 mod padded_classes;
+mod paged_attention;
 mod partition;
 mod payload_safety;
 mod plan_picture;

@@ -1,0 +1,204 @@
+//! Paged attention on the GPU: decode and multi-token queries over page pools read through
+//! shuffled page tables, with mixed per-sequence lengths, fused `SDPA_FWD` and the composite
+//! subgraph, against the CPU reference (relative error ≤ 2e-2 over the rows that exist). One
+//! plan serves a second batch with new tables and lengths: the serving contract (tables and
+//! lengths are device buffers, so nothing is rebuilt).
+
+#![cfg(feature = "cudnn")]
+
+use crate::common;
+
+use common::{random, relative_error};
+use cudnn_graph::backend::BuildOptions;
+use cudnn_graph::graph;
+use cudnn_graph::rng::SplitMix64;
+use half::bf16;
+
+graph! {
+    /// Llama-style paged decode: 32 query heads over 8 KV heads, d 128, one table for K and V.
+    pub PagedDecode<dyn B, dyn P, dyn PAGE, dyn T>(
+        q: bf16[B, 32, 1, 128],
+        k_pool: bf16[P, 8, PAGE, 128],
+        v_pool: bf16[P, 8, PAGE, 128],
+        seq_q: i32[B, 1, 1, 1],
+        seq_kv: i32[B, 1, 1, 1],
+        table: i32[B, 1, T, 1],
+    ) -> (o: bf16[B, 32, 1, 128]) {
+        o = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table, table, paged = true, padding_mask = true);
+    }
+
+    /// The same through the composite subgraph (paged cache loads).
+    pub PagedDecodeComposite<dyn B, dyn P, dyn PAGE, dyn T>(
+        q: bf16[B, 32, 1, 128],
+        k_pool: bf16[P, 8, PAGE, 128],
+        v_pool: bf16[P, 8, PAGE, 128],
+        seq_q: i32[B, 1, 1, 1],
+        seq_kv: i32[B, 1, 1, 1],
+        table: i32[B, 1, T, 1],
+    ) -> (o: bf16[B, 32, 1, 128]) {
+        o = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table, table, paged = true, padding_mask = true, implementation = composite);
+    }
+
+    /// Several query tokens per sequence (speculative decoding, chunked prefill), causal with
+    /// the diagonal at the end of each sequence's keys; own tables for K and V.
+    pub PagedVerify<dyn B, dyn SQ, dyn P, dyn T>(
+        q: bf16[B, 8, SQ, 64],
+        k_pool: bf16[P, 2, 16, 64],
+        v_pool: bf16[P, 2, 16, 64],
+        seq_q: i32[B, 1, 1, 1],
+        seq_kv: i32[B, 1, 1, 1],
+        table_k: i32[B, 1, T, 1],
+        table_v: i32[B, 1, T, 1],
+    ) -> (o: bf16[B, 8, SQ, 64]) {
+        o = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table_k, table_v, paged = true, padding_mask = true, causal = true, alignment = bottom_right);
+    }
+}
+
+const TOLERANCE: f64 = 2e-2;
+
+/// A shuffled assignment of the pool's `pages` pages to `b` sequences of `width` slots.
+fn shuffled_table(rng: &mut SplitMix64, b: usize, width: usize, pages: usize) -> Vec<i32> {
+    let mut order: Vec<i32> = (0..pages as i32).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    order[..b * width].to_vec()
+}
+
+/// Zeroes the rows of `o` (`[B, H, S_q, D]`) at or past each sequence's query length, in both.
+fn live_rows_only(got: &mut [bf16], want: &mut [bf16], seq_q: &[i32], [h, s_q, d]: [usize; 3]) {
+    for (b, &len) in seq_q.iter().enumerate() {
+        for head in 0..h {
+            for i in (len.max(0) as usize)..s_q {
+                let row = ((b * h + head) * s_q + i) * d;
+                got[row..row + d].fill(bf16::ZERO);
+                want[row..row + d].fill(bf16::ZERO);
+            }
+        }
+    }
+}
+
+#[needs_gpu]
+#[test]
+fn gpu_paged_decode_matches_the_reference_and_serves_new_tables() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let mut rng = SplitMix64::new(0x9a9e);
+    for &(b, page, capacity) in &[(8usize, 16usize, 1024usize), (4, 64, 2048), (1, 16, 4096)] {
+        let width = capacity / page;
+        let pages = b * width + 5;
+        let q = random::<bf16>(1, b * 32 * 128);
+        let k_pool = random::<bf16>(2, pages * 8 * page * 128);
+        let v_pool = random::<bf16>(3, pages * 8 * page * 128);
+        let seq_q = vec![1i32; b];
+        let up_i32 = |x: &Vec<i32>| stream.clone_htod(x).unwrap();
+        let (q_d, k_d, v_d) =
+            (stream.clone_htod(&q).unwrap(), stream.clone_htod(&k_pool).unwrap(), stream.clone_htod(&v_pool).unwrap());
+        let sq_d = up_i32(&seq_q);
+        let fused = PagedDecode::new(b, pages, page, width).build(&cudnn, &BuildOptions::default()).unwrap();
+        let composite =
+            PagedDecodeComposite::new(b, pages, page, width).build(&cudnn, &BuildOptions::default()).unwrap();
+        // Two batches through the same plans: new tables, new lengths (mixed, 1..=capacity).
+        for round in 0..2 {
+            let table = shuffled_table(&mut rng, b, width, pages);
+            let seq_kv: Vec<i32> = (0..b).map(|_| 1 + rng.below(capacity) as i32).collect();
+            let inputs = PagedDecodeInputs {
+                q: &q,
+                k_pool: &k_pool,
+                v_pool: &v_pool,
+                seq_q: &seq_q,
+                seq_kv: &seq_kv,
+                table: &table,
+            };
+            let want = PagedDecode::new(b, pages, page, width).reference(inputs).unwrap().o;
+            let (skv_d, table_d) = (up_i32(&seq_kv), up_i32(&table));
+            for (name, plan_ws, run) in
+                [("fused", fused.workspace_size(), 0), ("composite", composite.workspace_size(), 1)]
+            {
+                let mut o_d = stream.clone_htod(&vec![bf16::NAN; want.len()]).unwrap();
+                let mut ws = stream.alloc_zeros::<u8>(plan_ws.max(1)).unwrap();
+                let tag = if run == 0 {
+                    let args = PagedDecodeArgs {
+                        q: &q_d,
+                        k_pool: &k_d,
+                        v_pool: &v_d,
+                        seq_q: &sq_d,
+                        seq_kv: &skv_d,
+                        table: &table_d,
+                        o: &mut o_d,
+                    };
+                    fused.execute(&cudnn, args, Some(&mut ws)).unwrap();
+                    fused.plan().selected().tag()
+                } else {
+                    let args = PagedDecodeCompositeArgs {
+                        q: &q_d,
+                        k_pool: &k_d,
+                        v_pool: &v_d,
+                        seq_q: &sq_d,
+                        seq_kv: &skv_d,
+                        table: &table_d,
+                        o: &mut o_d,
+                    };
+                    composite.execute(&cudnn, args, Some(&mut ws)).unwrap();
+                    composite.plan().selected().tag()
+                };
+                let got = stream.clone_dtoh(&o_d).unwrap();
+                let err = relative_error(&got, &want);
+                println!("paged decode {name} B={b} page={page} capacity={capacity} round {round} ({tag}): relative error {err:.3e}");
+                assert!(err <= TOLERANCE, "{name} B={b} page={page} round {round}: relative error {err}");
+            }
+        }
+    }
+}
+
+#[needs_gpu]
+#[test]
+fn gpu_paged_multi_token_causal_matches_the_reference() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let mut rng = SplitMix64::new(0x5eed);
+    let (b, s_q, width) = (3usize, 4usize, 24usize);
+    let pages = b * width + 2;
+    let g = PagedVerify::new(b, s_q, pages, width);
+    let q = random::<bf16>(11, b * 8 * s_q * 64);
+    let k_pool = random::<bf16>(12, pages * 2 * 16 * 64);
+    let v_pool = random::<bf16>(13, pages * 2 * 16 * 64);
+    let table_k = shuffled_table(&mut rng, b, width, pages);
+    let table_v = shuffled_table(&mut rng, b, width, pages);
+    let seq_q = vec![4i32, 1, 3];
+    let seq_kv = vec![300i32, 17, 384];
+    let inputs = PagedVerifyInputs {
+        q: &q,
+        k_pool: &k_pool,
+        v_pool: &v_pool,
+        seq_q: &seq_q,
+        seq_kv: &seq_kv,
+        table_k: &table_k,
+        table_v: &table_v,
+    };
+    let mut want = g.reference(inputs).unwrap().o;
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let up_i32 = |x: &Vec<i32>| stream.clone_htod(x).unwrap();
+    let up = |x: &Vec<bf16>| stream.clone_htod(x).unwrap();
+    let mut o_d = stream.clone_htod(&vec![bf16::NAN; want.len()]).unwrap();
+    let mut ws = stream.alloc_zeros::<u8>(plan.workspace_size().max(1)).unwrap();
+    let (q_d, k_d, v_d) = (up(&q), up(&k_pool), up(&v_pool));
+    let (sq_d, skv_d, tk_d, tv_d) = (up_i32(&seq_q), up_i32(&seq_kv), up_i32(&table_k), up_i32(&table_v));
+    let args = PagedVerifyArgs {
+        q: &q_d,
+        k_pool: &k_d,
+        v_pool: &v_d,
+        seq_q: &sq_d,
+        seq_kv: &skv_d,
+        table_k: &tk_d,
+        table_v: &tv_d,
+        o: &mut o_d,
+    };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let mut got = stream.clone_dtoh(&o_d).unwrap();
+    live_rows_only(&mut got, &mut want, &seq_q, [8, s_q, 64]);
+    let err = relative_error(&got, &want);
+    println!("paged multi-token causal ({}): relative error {err:.3e}", plan.plan().selected().tag());
+    assert!(err <= TOLERANCE, "relative error {err}");
+}
+
+// Fails a run that requires the GPU (CUDNN_GRAPH_REQUIRE_GPU=1) of a build that ignored the tests above.
+gpu_guard!();
