@@ -93,6 +93,7 @@ const OURS_TO_FRONTEND: &[(&str, Expect)] = &[
     ("sdpa_backward", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_bshd_window", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_causal_training", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
+    ("sdpa_paged_decode", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("slice_matmul", Expect::Fails("build_operation_graph: Slice backend operation requires 9.22.0")),
     ("strided_slice_relu", Expect::Fails("build_operation_graph: Slice backend operation requires 9.22.0")),
     ("transpose_matmul", Expect::Fails("build_operation_graph: Transpose requires cuDNN v9.22.0")),
@@ -378,7 +379,7 @@ fn check(table_name: &str, table: &[(&str, Expect)], measured: &[(String, Result
     assert!(wrong.is_empty(), "outcomes changed (flip the cells; see the module docs):\n{}", wrong.join("\n"));
 }
 
-/// A graph of each family the structure corpus lacks (a forward RMS norm).
+/// A graph of each family the structure corpus lacks (a forward RMS norm, paged attention).
 fn extra_graphs() -> Vec<(String, Graph)> {
     let mut g = GraphBuilder::new("rmsnorm_training");
     let x = g.input("x", DataType::F16, &[8, 64, 1, 1]).unwrap();
@@ -386,7 +387,20 @@ fn extra_graphs() -> Vec<(String, Graph)> {
     let outs = g.op("rmsnorm", &[x.into(), scale.into(), 1e-5.into()], &[("phase".into(), "training".into())]).unwrap();
     g.output(outs[0], "y", DataType::F16).unwrap();
     g.output(outs[1], "inv_var", DataType::F32).unwrap();
-    vec![("rmsnorm_training".into(), g.build().unwrap())]
+    let rmsnorm = g.build().unwrap();
+    // Paged decode attention: K and V pools read through one page table.
+    let mut g = GraphBuilder::new("sdpa_paged_decode");
+    let q = g.input("q", DataType::BF16, &[4, 8, 1, 64]).unwrap();
+    let k = g.input("k_pool", DataType::BF16, &[40, 2, 16, 64]).unwrap();
+    let v = g.input("v_pool", DataType::BF16, &[40, 2, 16, 64]).unwrap();
+    let seq_q = g.input("seq_len_q", DataType::I32, &[4, 1, 1, 1]).unwrap();
+    let seq_kv = g.input("seq_len_kv", DataType::I32, &[4, 1, 1, 1]).unwrap();
+    let table = g.input("page_table", DataType::I32, &[4, 1, 8, 1]).unwrap();
+    let attrs =
+        [("paged".into(), true.into()), ("padding_mask".into(), true.into()), ("max_seq_len_kv".into(), 128.into())];
+    let o = g.op("sdpa", &[q, k, v, seq_q, seq_kv, table, table].map(Into::into), &attrs).unwrap()[0];
+    g.output(o, "o", DataType::BF16).unwrap();
+    vec![("rmsnorm_training".into(), rmsnorm), ("sdpa_paged_decode".into(), g.build().unwrap())]
 }
 
 /// Our structural JSON of each graph of the structure corpus (those our reader reads) and of

@@ -42,8 +42,7 @@ fn paged_graph(p: Paged, extra: &[(&str, AttrValue)], shared_table: bool) -> Gra
     let table_k = g.input("page_table_k", DataType::I32, &[p.b, 1, width, 1]).unwrap();
     let table_v =
         if shared_table { table_k } else { g.input("page_table_v", DataType::I32, &[p.b, 1, width, 1]).unwrap() };
-    let mut attrs: Vec<(String, AttrValue)> =
-        vec![("paged".into(), true.into()), ("padding_mask".into(), true.into())];
+    let mut attrs: Vec<(String, AttrValue)> = vec![("paged".into(), true.into()), ("padding_mask".into(), true.into())];
     attrs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
     let ins = [q, k, v, seq_q, seq_kv, table_k, table_v].map(cudnn_runtime::Operand::Tensor);
     let outs = g.op("sdpa", &ins, &attrs).unwrap();

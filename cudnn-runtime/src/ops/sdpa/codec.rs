@@ -13,9 +13,11 @@
 //! backward is tagged `SDPA_FP8_BWD` (`SDPA_fp8_backward_attributes`: no `alibi_mask` and no MMA
 //! mode, so the fp8 type is read back from Q's; `compute_data_type` and `is_mxfp8` written) with
 //! the twelve scale ports of [`super::FP8_BACKWARD_INPUTS`] and `Amax_dQ` ... `Amax_dP`. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
-//! and the packed totals `max_total_seq_len_q`/`_kv` and `max_seq_len_kv` when null. Alibi masks,
-//! paged caches, ragged offsets, base-2 stats, MXFP8, right bounds other than 0 and custom
-//! dropout masks are not supported: each is an `Unsupported` error naming the field.
+//! and the packed totals `max_total_seq_len_q`/`_kv` when null. Paged caches (`paged = true`) are
+//! the `Page_table_K` and `Page_table_V` ports, with `max_seq_len_kv` (null: table width × page
+//! size). Alibi masks, ragged offsets, base-2 stats, MXFP8, right bounds other than 0, custom
+//! dropout masks and one paged cache of the two are not supported: each is an `Unsupported` error
+//! naming the field.
 
 use super::{Alignment, Implementation, Sdpa, SdpaPass};
 use crate::codec::json::{Json, Obj};
@@ -136,7 +138,7 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
             ("generate_stats", Json::Bool(a.training)),
             ("implementation", Json::str(written_implementation(a.implementation).cudnn_name())),
             ("is_mxfp8", Json::Bool(false)),
-            ("max_seq_len_kv", Json::Null),
+            ("max_seq_len_kv", a.max_seq_len_kv.map_or(Json::Null, Json::Int)),
             ("max_total_seq_len_kv", Json::Null),
             ("max_total_seq_len_q", Json::Null),
             ("mma_core_mode", Json::str(mma_core_mode(a.fp8))),
@@ -213,10 +215,18 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
     if n.bool_or("alibi_mask", false)? {
         return Err(unsupported("alibi_mask", "alibi masks"));
     }
-    for field in ["max_seq_len_kv", "max_total_seq_len_q", "max_total_seq_len_kv"] {
+    for field in ["max_total_seq_len_q", "max_total_seq_len_kv"] {
         if own.contains(&field) && !null(field) {
-            return Err(unsupported(field, "paged or ragged attention"));
+            return Err(unsupported(field, "ragged (packed) attention"));
         }
+    }
+    match (has_port("inputs", "Page_table_K")?, has_port("inputs", "Page_table_V")?) {
+        (true, true) => out.push(("inputs", "paged", FrontendAttr::Bool(true))),
+        (false, false) => {}
+        _ => return Err(unsupported("inputs", "a paged K cache with a dense V (or the reverse): page both")),
+    }
+    if let Some(n) = n.opt_i64("max_seq_len_kv")? {
+        out.push(("max_seq_len_kv", "max_seq_len_kv", FrontendAttr::Int(n)));
     }
     if n.bool_or("unfuse_fma", false)? {
         return Err(unsupported("unfuse_fma", "unfused FMA softmax"));
@@ -324,8 +334,6 @@ type Fields = Vec<(&'static str, &'static str, FrontendAttr)>;
 const UNSUPPORTED_PORTS: &[&str] = &[
     "Dropout_mask",
     "Dropout_scale",
-    "Page_table_K",
-    "Page_table_V",
     "Block_mask",
     "SINK_TOKEN",
     "Max",

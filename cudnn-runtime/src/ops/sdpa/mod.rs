@@ -19,12 +19,14 @@
 //! `bias = true` (a `Bias` input), `padding_mask = true` (`SEQ_LEN_Q`, `SEQ_LEN_KV` inputs),
 //! `dropout = p` (`Seed`, `Offset` inputs), `training = true` (forward: the `Stats` output),
 //! `d_bias = true` (backward: the `dBias` output), `deterministic = true` (backward),
-//! `implementation = auto | fused | composite` (see [`Implementation`]), and
-//! `fp8 = e4m3 | e5m2` (fp8 attention, forward and backward, below).
+//! `implementation = auto | fused | composite` (see [`Implementation`]),
+//! `fp8 = e4m3 | e5m2` (fp8 attention, forward and backward, below), and `paged = true` with
+//! `max_seq_len_kv = n` (forward: K and V are page pools read through page tables, see
+//! [`paged`]).
 //!
 //! Optional inputs follow Q, K, V (and O, dO, Stats for the backward) in this order:
-//! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`; an instance takes those its
-//! attributes ask for ([`Sdpa::inputs`]).
+//! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`, `Page_table_K`,
+//! `Page_table_V`; an instance takes those its attributes ask for ([`Sdpa::inputs`]).
 //!
 //! With `fp8 = e4m3` (or `e5m2`: cudnn-frontend's `sdpa_fp8`), Q, K and V are of that fp8 type, six `f32`
 //! `[1, 1, 1, 1]` inputs follow the others: `Descale_Q`, `Descale_K`, `Descale_V`, `Descale_S`,
