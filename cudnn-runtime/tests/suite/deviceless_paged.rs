@@ -25,6 +25,9 @@ struct Paged {
     d: i64,
 }
 
+/// Attributes as the tests write them.
+type Attrs = Vec<(&'static str, AttrValue)>;
+
 /// The Llama-style decode the anchor measures: 32 query heads over 8 KV heads, d 128.
 const DECODE: Paged = Paged { b: 32, h_q: 32, h_kv: 8, s_q: 1, capacity: 4096, page: 16, d: 128 };
 
@@ -58,7 +61,7 @@ fn paged_graph(p: Paged, extra: &[(&str, AttrValue)], shared_table: bool) -> Gra
 fn paged_attention_plans() {
     let Some(cudnn) = deviceless() else { return };
     let composite = || ("implementation", AttrValue::from("composite"));
-    let cases: Vec<(&str, Paged, Vec<(&str, AttrValue)>, bool)> = vec![
+    let cases: Vec<(&str, Paged, Attrs, bool)> = vec![
         ("decode, fused (auto)", DECODE, vec![], true),
         ("decode, own tables", DECODE, vec![], false),
         ("decode, composite", DECODE, vec![composite()], true),
