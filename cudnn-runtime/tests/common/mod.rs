@@ -66,6 +66,25 @@ pub fn deviceless() -> Option<Cudnn> {
 }
 
 #[cfg(feature = "cudnn")]
+/// Plans `graph`, or `None` where the loaded cuDNN is one the known-bad table refuses one-row
+/// matmuls on (9.10.2–9.14 deviceless: `BackendError::KnownBad`, since those versions kill the
+/// process). Any other error, and `KnownBad` on a version the table does not name, fails.
+pub fn plan_unless_known_bad(cudnn: &Cudnn, graph: &Graph) -> Option<ExecutionPlan> {
+    use cudnn_runtime::backend::support::{known_bad, Condition};
+    use cudnn_runtime::backend::{BackendError, BuildOptions};
+    match ExecutionPlan::build(cudnn, graph, &BuildOptions::default()) {
+        Ok(plan) => Some(plan),
+        Err(e @ BackendError::KnownBad { .. })
+            if known_bad(cudnn.version(), Condition::DevicelessSingleRowMatmul).is_some() =>
+        {
+            println!("{}: refused on cuDNN {}, as the known-bad table says: {e}", graph.name, cudnn.version());
+            None
+        }
+        Err(e) => panic!("{}: {e}", graph.name),
+    }
+}
+
+#[cfg(feature = "cudnn")]
 /// Plans `graph` and checks what a usable plan must have: candidates, a built engine, a
 /// serializable plan.
 pub fn plan(cudnn: &Cudnn, graph: &Graph) -> ExecutionPlan {

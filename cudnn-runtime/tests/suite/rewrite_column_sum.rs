@@ -185,8 +185,8 @@ fn only_a_fill_may_broadcast_its_output() {
 #[cfg(feature = "cudnn")]
 mod deviceless {
     use super::*;
-    use common::{deviceless, emulated_error};
-    use cudnn_runtime::backend::{BuildOptions, CutReason, ExecutionPlan};
+    use common::{deviceless, emulated_error, plan_unless_known_bad};
+    use cudnn_runtime::backend::CutReason;
 
     /// The dense layer's backward with its bias gradient had no plan (the sum over rows got no
     /// engine configuration); rewritten it plans as relu_bwd, the two GEMMs and the ones GEMM.
@@ -196,8 +196,7 @@ mod deviceless {
         let Some(cudnn) = deviceless() else { return };
         for io in [F32, BF16] {
             let graph = dense_backward(io, 128, 256, 512);
-            let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default())
-                .unwrap_or_else(|e| panic!("{io:?}: {e}"));
+            let Some(plan) = plan_unless_known_bad(&cudnn, &graph) else { return };
             let parts: Vec<Vec<&str>> = plan.parts().iter().map(|p| ops(p.graph())).collect();
             println!("{io:?}: {parts:?}");
             // The fill is its own kernel (fused into the matmul, cuDNN 9.19 computed it wrongly
@@ -222,7 +221,7 @@ mod deviceless {
         for io in [F32, BF16, F16] {
             for (dims, reduced) in [([1, 512, 256], &[1][..]), ([4, 128, 256], &[0, 1][..])] {
                 let graph = lone("reduce_sum", io, &dims, reduced, None);
-                let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+                let Some(plan) = plan_unless_known_bad(&cudnn, &graph) else { return };
                 let parts: Vec<Vec<&str>> = plan.parts().iter().map(|p| ops(p.graph())).collect();
                 println!("{io:?} {dims:?} over {reduced:?}: {parts:?}");
                 assert_eq!(parts, [vec!["identity"], vec!["matmul"]]);
@@ -244,7 +243,7 @@ mod deviceless {
         let d_b = g.op_named("db", "reduce_sum", &[dh.into()], &dims("dims", &[0, 1])).unwrap()[0];
         g.output(d_b, "d_b", F32).unwrap();
         let graph = g.build().unwrap();
-        let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
+        let Some(plan) = plan_unless_known_bad(&cudnn, &graph) else { return };
         let parts: Vec<Vec<&str>> = plan.parts().iter().map(|p| ops(p.graph())).collect();
         // The fill is its own kernel, neither relu_bwd's (the last elementwise kernel, which
         // would write its broadcast beside dh) nor the matmul's.
