@@ -332,7 +332,38 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
             {
                 Some(g)
             }
-            (FusionRule::Anchor { prologue: true, .. }, Some((_, g))) if groups[g].anchor.is_none() => Some(g),
+            (FusionRule::Anchor { prologue: true, .. }, Some((_, g))) if groups[g].anchor.is_none() => {
+                // Its prologue is the part of the elementwise kernel that computes its inputs:
+                // elementwise ops beside it in one kernel that do not feed it are not a prologue
+                // (the softmax cross-entropy's `log(s) + m` beside `Σ onehot · logits`: cuDNN 9.19
+                // planned that kernel and computed the loss wrongly on the H100, 2026-12-07).
+                match prologue_carve(graph, &producer, &groups, g, n) {
+                    Carve::Whole => Some(g),
+                    Carve::Move(moved) => {
+                        groups[g].nodes.retain(|m| !moved.contains(m));
+                        let first = moved[0];
+                        let before = groups.last().and_then(|last| last.nodes.last().copied()).unwrap_or(first);
+                        let cut = Cut {
+                            before: node_ref(&graph.nodes[before]),
+                            after: node_ref(&graph.nodes[first]),
+                            reason: CutReason::Independent,
+                        };
+                        let index = groups.len();
+                        for &m in &moved {
+                            group_of[m] = Some(index);
+                        }
+                        groups.push(Group {
+                            nodes: moved,
+                            cut: Some(cut),
+                            anchor: None,
+                            anchor_node: None,
+                            closed_by: None,
+                        });
+                        Some(index)
+                    }
+                    Carve::No => None,
+                }
+            }
             _ => None,
         };
         if let Some(g) = joined {
@@ -376,6 +407,45 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
         group_of[n] = Some(groups.len() - 1);
     }
     groups
+}
+
+/// How a prologue anchor (a reduction) joins the elementwise-only group `g` that computes its
+/// input.
+enum Carve {
+    /// Every op of the group feeds it: it joins the group.
+    Whole,
+    /// Only these ops (in order) feed it: they leave the group for a new one with the anchor (no
+    /// op left behind and no later group reads them).
+    Move(Vec<usize>),
+    /// Its prologue cannot be separated from the rest: it starts a kernel of its own.
+    No,
+}
+
+/// [`Carve`] for anchor node `n` and group `g`.
+fn prologue_carve(graph: &Graph, producer: &[Option<usize>], groups: &[Group], g: usize, n: usize) -> Carve {
+    let members = &groups[g].nodes;
+    // The group's ops `n` reads through ops of the group.
+    let mut feeds: Vec<usize> = Vec::new();
+    let mut stack: Vec<usize> = graph.nodes[n].inputs.iter().filter_map(|t| producer[t.0]).collect();
+    while let Some(m) = stack.pop() {
+        if members.contains(&m) && !feeds.contains(&m) {
+            feeds.push(m);
+            stack.extend(graph.nodes[m].inputs.iter().filter_map(|t| producer[t.0]));
+        }
+    }
+    if feeds.len() == members.len() {
+        return Carve::Whole;
+    }
+    let moved: Vec<usize> = members.iter().copied().filter(|m| feeds.contains(m)).collect();
+    let reads_moved =
+        |node: usize| graph.nodes[node].inputs.iter().any(|t| producer[t.0].is_some_and(|p| moved.contains(&p)));
+    let left_behind = members.iter().copied().filter(|m| !moved.contains(m));
+    let later = groups[g + 1..].iter().flat_map(|h| h.nodes.iter().copied());
+    if moved.is_empty() || left_behind.chain(later).any(reads_moved) {
+        Carve::No
+    } else {
+        Carve::Move(moved)
+    }
 }
 
 /// A refused group split around its anchor: the ops before it, the anchor, the ops after it

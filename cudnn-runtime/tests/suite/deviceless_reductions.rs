@@ -161,7 +161,34 @@ mod deviceless {
         let err = emulated_error(&plan, 21);
         println!("{}: {} parts {:?}, emulated error {err:.2e}", graph.name, plan.parts().len(), parts(&plan));
         assert!(err <= bound, "{}: {err}", graph.name);
+        for part in plan.parts() {
+            only_prologues(part.graph());
+        }
         plan
+    }
+
+    /// A kernel of elementwise ops and a reduction holds only the reduction's prologue: every
+    /// op feeds the reduction. (An op beside it that does not, `log(s) + m` beside
+    /// `Σ onehot · logits` in the cross-entropy, planned on cuDNN 9.19 and computed wrongly on
+    /// the H100, 2026-12-07.)
+    fn only_prologues(part: &Graph) {
+        use cudnn_runtime::ops::Op;
+        let Some(r) = part.nodes.iter().position(|n| matches!(n.op, Op::Reduction(_))) else { return };
+        if part.nodes.iter().any(|n| matches!(n.op, Op::Matmul(_) | Op::Conv(_))) {
+            return; // a reduction ending a matmul's epilogue: its own rules
+        }
+        let producer = |t: cudnn_runtime::TensorId| part.nodes.iter().position(|n| n.outputs.contains(&t));
+        let mut feeds = vec![r];
+        let mut stack: Vec<usize> = part.nodes[r].inputs.iter().filter_map(|t| producer(*t)).collect();
+        while let Some(m) = stack.pop() {
+            if !feeds.contains(&m) {
+                feeds.push(m);
+                stack.extend(part.nodes[m].inputs.iter().filter_map(|t| producer(*t)));
+            }
+        }
+        let strays: Vec<&str> =
+            (0..part.nodes.len()).filter(|m| !feeds.contains(m)).map(|m| part.nodes[m].name.as_str()).collect();
+        assert!(strays.is_empty(), "{}: {strays:?} share the reduction's kernel but do not feed it", part.name);
     }
 
     fn cudnn() -> cudnn_runtime::backend::Cudnn {
