@@ -13,8 +13,10 @@
 //! `L`. Each (B, L, page, lowering) is built once (`build_ms`, a cold process for the first)
 //! and serves both length distributions (tables and lengths are device buffers: nothing is
 //! rebuilt). Device time is the batched method of `bench` (`us`: CUDA events around batches of
-//! back-to-back executes, median of samples, per call) and of one-execute CUDA graphs replayed
-//! back to back (`us_cg`); `host_us` is the host time per execute. Bandwidth counts, as the anchor
+//! back-to-back executes, median of samples, per call), and the anchor's CUDA-graph method
+//! (`us_cg`: 50 executes captured into one graph, graphs replayed back to back, per execute);
+//! `us_plan_graph` replays cuDNN's own graph of one execute (`ExecutionPlan::cuda_graph`);
+//! `host_us` is the host time per execute. Bandwidth counts, as the anchor
 //! does, the K/V bytes the lengths hold plus Q and O (`tbps`, `frac_peak` of the HBM peak: 4.8
 //! TB/s on an H200, 3.35 on an H100 SXM). Every row's output is checked finite (the numerics are
 //! `tests/gpu_suite/gpu_paged.rs`'s).
@@ -42,7 +44,10 @@ mod bench {
     use std::collections::HashMap;
     use std::time::Instant;
 
-    use cudnn_graph::backend::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+    use std::sync::Arc;
+
+    use cudnn_graph::backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use cudnn_graph::backend::cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
     use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, GraphMode};
     use cudnn_graph::ops::AttrValue;
     use cudnn_graph::rng::SplitMix64;
@@ -90,6 +95,29 @@ mod bench {
         })
     }
 
+    /// Executes per captured CUDA graph, as the anchor captures them (`inner_cg`).
+    const CG_CALLS: usize = 50;
+
+    /// `calls` back-to-back runs of `run` captured from `stream` into one CUDA graph.
+    fn captured(
+        stream: &Arc<CudaStream>,
+        calls: usize,
+        run: &mut dyn FnMut() -> std::result::Result<(), cudnn_graph::backend::BackendError>,
+    ) -> Result<CudaGraph> {
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let mut outcome = Ok(());
+        for _ in 0..calls {
+            outcome = run();
+            if outcome.is_err() {
+                break;
+            }
+        }
+        // End the capture whatever happened, so the stream is usable again.
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+        outcome?;
+        Ok(graph.ok_or("the capture recorded nothing")?)
+    }
+
     /// The paged decode graph of the anchor at `(b, l, page)`.
     fn graph(b: i64, l: i64, page: i64, implementation: &str) -> Result<Graph> {
         let width = (l + page - 1) / page;
@@ -132,6 +160,54 @@ mod bench {
         }
     }
 
+    /// The anchor's mixed lengths for `(b, l)`: `torch.randint(max(1, l // 4), l + 1, (b,),
+    /// generator=gen)` with `gen.manual_seed(1234 * 1000003 + b * 7919 + l)`, its first draw,
+    /// which is `lo + mt19937() % (l + 1 - lo)` per sequence on PyTorch's CPU generator. The rows
+    /// record `mean_len`, so a mismatch shows (`scripts/paged-vs-anchor` warns).
+    fn anchor_lengths(b: i64, l: i64) -> Vec<i32> {
+        let lo = (l / 4).max(1);
+        let range = (l + 1 - lo) as u64;
+        let mut mt = Mt19937::new((1234u64 * 1_000_003 + b as u64 * 7919 + l as u64) as u32);
+        (0..b).map(|_| (lo + (u64::from(mt.next()) % range) as i64) as i32).collect()
+    }
+
+    /// The 32-bit Mersenne Twister (PyTorch's CPU generator), for [`anchor_lengths`].
+    struct Mt19937 {
+        state: [u32; 624],
+        index: usize,
+    }
+
+    impl Mt19937 {
+        fn new(seed: u32) -> Mt19937 {
+            let mut state = [0u32; 624];
+            state[0] = seed;
+            for i in 1..624 {
+                state[i] = 1_812_433_253u32.wrapping_mul(state[i - 1] ^ (state[i - 1] >> 30)).wrapping_add(i as u32);
+            }
+            Mt19937 { state, index: 624 }
+        }
+
+        fn next(&mut self) -> u32 {
+            if self.index >= 624 {
+                for i in 0..624 {
+                    let y = (self.state[i] & 0x8000_0000) | (self.state[(i + 1) % 624] & 0x7fff_ffff);
+                    let mut v = self.state[(i + 397) % 624] ^ (y >> 1);
+                    if y & 1 != 0 {
+                        v ^= 0x9908_b0df;
+                    }
+                    self.state[i] = v;
+                }
+                self.index = 0;
+            }
+            let mut y = self.state[self.index];
+            self.index += 1;
+            y ^= y >> 11;
+            y ^= (y << 7) & 0x9d2c_5680;
+            y ^= (y << 15) & 0xefc6_0000;
+            y ^ (y >> 18)
+        }
+    }
+
     /// `n` bf16 values in [-1, 1), as the bytes the device buffers hold.
     fn bf16_bytes(rng: &mut SplitMix64, n: usize) -> Vec<u8> {
         (0..n).flat_map(|_| bf16::from_f64(rng.uniform(-1.0, 1.0)).to_bits().to_ne_bytes()).collect()
@@ -141,7 +217,8 @@ mod bench {
         let a = args()?;
         let mut out = Out::create(a.json.as_ref())?;
         let ctx = cudnn_graph::backend::cuda_context(0)?;
-        let stream = ctx.default_stream();
+        // A stream of its own: the legacy default stream cannot be captured into a CUDA graph.
+        let stream = ctx.new_stream()?;
         let cudnn = Cudnn::new(stream.clone())?;
         let device = ctx.name()?;
         let peak = hbm_peak_tbps(&device);
@@ -167,7 +244,7 @@ mod bench {
     fn case(
         out: &mut Out,
         cudnn: &Cudnn,
-        stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,
+        stream: &Arc<CudaStream>,
         (b, l, page): (i64, i64, i64),
         a: &Args,
         peak: Option<f64>,
@@ -185,15 +262,8 @@ mod bench {
         if pages > 1 && order.iter().enumerate().all(|(i, &p)| p == i as i32) {
             order.rotate_left(1);
         }
-        let lens: HashMap<&str, Vec<i32>> = [
-            ("uniform", vec![l as i32; b as usize]),
-            (
-                "mixed",
-                (0..b).map(|_| ((l / 4).max(1) + rng.below((l - (l / 4).max(1) + 1) as usize) as i64) as i32).collect(),
-            ),
-        ]
-        .into_iter()
-        .collect();
+        let lens: HashMap<&str, Vec<i32>> =
+            [("uniform", vec![l as i32; b as usize]), ("mixed", anchor_lengths(b, l))].into_iter().collect();
         let pool_len = pages * (H_KV * page * D) as usize;
         let mut bufs: HashMap<&str, CudaSlice<u8>> = HashMap::new();
         let i32_bytes = |v: &[i32]| -> Result<CudaSlice<u8>> {
@@ -246,10 +316,20 @@ mod bench {
                     unsafe { plan.execute_raw(cudnn, &io, ws_ptr) }.expect("execute");
                 });
                 // SAFETY: as above; the graph replays these pointers, which outlive it.
-                let us_cg = match unsafe { plan.cuda_graph(cudnn, &io, ws_ptr, GraphMode::Auto) } {
-                    Ok(cg) => Some(device_time(stream, &mut || cg.launch().map_err(Into::into))?.0),
+                let us_cg = match captured(stream, CG_CALLS, &mut || unsafe { plan.execute_raw(cudnn, &io, ws_ptr) }) {
+                    Ok(graph) => {
+                        Some(device_time(stream, &mut || graph.launch().map_err(Into::into))?.0 / CG_CALLS as f64)
+                    }
                     Err(e) => {
                         eprintln!("CUDA graph of B={b} L={l} page={page}: {e}");
+                        None
+                    }
+                };
+                // SAFETY: as above; cuDNN's own graph of one execute replays these pointers.
+                let us_plan_graph = match unsafe { plan.cuda_graph(cudnn, &io, ws_ptr, GraphMode::Auto) } {
+                    Ok(cg) => Some(device_time(stream, &mut || cg.launch().map_err(Into::into))?.0),
+                    Err(e) => {
+                        eprintln!("PlanGraph of B={b} L={l} page={page}: {e}");
                         None
                     }
                 };
@@ -264,6 +344,7 @@ mod bench {
                         "B": b, "L": l, "page_size": page, "dist": dist, "implementation": implementation,
                         "engine": plan.selected().tag(), "build_ms": build_ms, "cold_build": cold,
                         "us": us, "us_min": us_min, "runs": runs, "inner": batch, "us_cg": us_cg,
+                        "inner_cg": CG_CALLS, "us_plan_graph": us_plan_graph,
                         "host_us": host_us, "bytes": bytes, "mean_len": total as f64 / b as f64,
                         "tbps": tbps, "frac_peak": peak.map(|p| tbps / p), "tbps_cg": tbps_cg,
                         "frac_peak_cg": peak.zip(tbps_cg).map(|(p, t)| t / p), "table_width": width,
