@@ -194,8 +194,9 @@ macro_rules! families {
                 })
             }
 
-            /// The rule on the values of this op's inputs ([`OpFamily::check_values`]: every
-            /// entry of a page table names a page of its pool, ...), with the port named.
+            /// The rule on the values of this op's inputs, where the op reads memory through them
+            /// (every entry of a paged attention's page table names a page of its pool), with the
+            /// port named.
             pub fn check_values(&self, inputs: &[&Array]) -> Result<(), ShapeError> {
                 match self {
                     $( Op::$name(op) => OpFamily::check_values(op, inputs), )*

@@ -3,7 +3,7 @@
 //! ports, then the outputs. Every support rule that depends only on shapes, types and attributes
 //! is here too, so the `graph!` macro reports it at expansion.
 
-use super::{paged, rule, takes, Sdpa, SdpaPass};
+use super::{paged, port_fits, rule, takes, Sdpa, SdpaPass};
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::ops::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use crate::ops::signature::PortSpec;
@@ -461,30 +461,6 @@ fn score_size<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError
                 "Q {} and K {} give attention scores [{b}, {h_q}, {s_q}, {s_kv}] of more than i64::MAX elements",
                 t.qs, t.ks
             ),
-        ));
-    }
-    Ok(())
-}
-
-/// An optional port's dims against `want` (a `true` lets that dim be 1 too).
-pub(super) fn port_fits<D: Dim>(
-    op: &'static str,
-    name: &str,
-    i: usize,
-    t: &TensorMeta<D>,
-    want: &[(&D, bool)],
-    form: &str,
-    cx: &mut impl DimCx<D>,
-) -> Result<(), ShapeError> {
-    let want_shape: Vec<String> =
-        want.iter().map(|(d, may_be_one)| if *may_be_one { format!("1|{d}") } else { d.to_string() }).collect();
-    let fits =
-        t.dims.iter().zip(want).all(|(got, (d, may_be_one))| (*may_be_one && got.is_one()) || cx.require_eq(got, d));
-    if !fits {
-        return Err(rule(
-            op,
-            Some(i),
-            format!("port {name} must be {form} = [{}], found {}", want_shape.join(", "), shape_string(&t.dims)),
         ));
     }
     Ok(())

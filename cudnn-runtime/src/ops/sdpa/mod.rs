@@ -85,7 +85,7 @@ use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{FusionRule, LayoutPolicy, OpFamily};
 use super::Family;
-use crate::dim::{Dim, DimCx};
+use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
@@ -408,6 +408,30 @@ fn takes(dtype: DataType) -> bool {
 
 fn rule(op: &'static str, arg: Option<usize>, rule: String) -> ShapeError {
     ShapeError { arg, attr: None, kind: Box::new(ShapeErrorKind::Rule { op, rule }) }
+}
+
+/// An optional port's dims against `want` (a `true` lets that dim be 1 too).
+fn port_fits<D: Dim>(
+    op: &'static str,
+    name: &str,
+    i: usize,
+    t: &TensorMeta<D>,
+    want: &[(&D, bool)],
+    form: &str,
+    cx: &mut impl DimCx<D>,
+) -> Result<(), ShapeError> {
+    let want_shape: Vec<String> =
+        want.iter().map(|(d, may_be_one)| if *may_be_one { format!("1|{d}") } else { d.to_string() }).collect();
+    let fits =
+        t.dims.iter().zip(want).all(|(got, (d, may_be_one))| (*may_be_one && got.is_one()) || cx.require_eq(got, d));
+    if !fits {
+        return Err(rule(
+            op,
+            Some(i),
+            format!("port {name} must be {form} = [{}], found {}", want_shape.join(", "), shape_string(&t.dims)),
+        ));
+    }
+    Ok(())
 }
 
 impl Sdpa {

@@ -15,12 +15,12 @@
 //! `T · page`. Sequence `b` sees its first `SEQ_LEN_KV[b]` tokens, gathered page by page; the
 //! padding mask hides the rest, so a paged node needs `padding_mask = true` (cudnn-frontend's
 //! rule). Everything else (scale, causal, windows, grouped heads, `Stats`) is the dense
-//! attention's, computed over the gathered K and V: that is the CPU reference ([`gather`]).
+//! attention's, computed over the gathered K and V: that is the CPU reference.
 //!
 //! cuDNN reads the pages a table names with no bounds check, so before a paged node runs every
-//! table entry must name a page of its pool and every length must fit the capacity
-//! ([`check_values`]: the CPU engine runs it on every call; the GPU path checks tables on the
-//! host before they are uploaded).
+//! table entry must name a page of its pool and every length must fit the capacity (the CPU
+//! engine checks it on every call, [`crate::ops::Op::check_values`]; on the GPU, tables built by
+//! `serving::PageTable` are checked on the host before they are uploaded).
 
 use super::{rule, Sdpa, SdpaPass};
 use crate::array::Array;
@@ -212,7 +212,7 @@ pub(super) fn check_ports<D: Dim>(
     };
     for (i, port) in [(k, TABLE_PORTS[0]), (v, TABLE_PORTS[1])] {
         let want = [(b, false), (&one, false), (&width, false), (&one, false)];
-        super::infer::port_fits(name, port, i, &inputs[i], &want, "[B, 1, T, 1] (T: the table width)", cx)?;
+        super::port_fits(name, port, i, &inputs[i], &want, "[B, 1, T, 1] (T: the table width)", cx)?;
         if inputs[i].dtype != DataType::I32 {
             return Err(rule(name, Some(i), format!("port {port} is {} but must be i32", inputs[i].dtype)));
         }
