@@ -1,7 +1,7 @@
 //! Page tables you cannot get wrong: the host side of a paged K/V cache, for a paged `sdpa`
-//! (`paged = true`, `docs/ops.md`). cuDNN reads whatever pages a table names, with no bounds
-//! check, so an entry outside the pool reads (or crashes) outside it; this module makes such a
-//! table impossible to build.
+//! (`paged = true`, with `padding_mask = true`). cuDNN reads whatever pages a table names, with
+//! no bounds check, so an entry outside the pool reads (or crashes) outside it; this module makes
+//! such a table impossible to build.
 //!
 //! 1. A [`PagePool`] hands the pool's pages to sequences ([`SeqId`] handles) as they grow and
 //!    takes them back as they shrink or end: every page index is in range and no page belongs to
