@@ -442,7 +442,8 @@ impl PageTable {
     }
 
     /// Writes the decode batch `seqs` of `pool`, in order (row `b` holds `seqs[b]`, one query
-    /// token for each sequence holding a token), clearing the rows past it.
+    /// token for each sequence holding a token), clearing the rows past it. `pool` is the
+    /// allocator of the plan's K and V pools: as many pages, of as many tokens.
     ///
     /// # Errors
     ///
