@@ -29,6 +29,7 @@ pub mod ops;
 pub mod reference;
 pub mod rng;
 pub mod serialize;
+pub mod serving;
 pub mod shape_class;
 
 #[cfg(feature = "cudnn")]
