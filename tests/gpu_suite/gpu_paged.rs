@@ -200,5 +200,95 @@ fn gpu_paged_multi_token_causal_matches_the_reference() {
     assert!(err <= TOLERANCE, "relative error {err}");
 }
 
+/// A serving loop: sequences arrive, grow and finish through a `serving::PagePool`; each step's
+/// `PageTable` (capacity 8 rows of 64 pages, unused rows of length 0) is copied into the same
+/// device buffers, and one CUDA graph of the plan's execute, recorded once, replays every step
+/// with the new tables and lengths: no rebuild, no re-capture. Live rows match the reference.
+#[needs_gpu]
+#[test]
+fn gpu_paged_serving_loop_replays_one_cuda_graph() {
+    use cudnn_graph::backend::cudarc::driver::{DevicePtr, DevicePtrMut};
+    use cudnn_graph::backend::{Cudnn, GraphMode};
+    use cudnn_graph::serving::{PagePool, PageTable};
+    let Some((_, _)) = common::gpu() else { return };
+    let ctx = cudnn_graph::backend::cuda_context(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    let cudnn = Cudnn::new(stream.clone()).unwrap();
+    let (b, page, width, pages) = (8usize, 16usize, 64usize, 300usize);
+    let g = PagedDecode::new(b, pages, page, width);
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let q = random::<bf16>(21, b * 32 * 128);
+    let k_pool = random::<bf16>(22, pages * 8 * page * 128);
+    let v_pool = random::<bf16>(23, pages * 8 * page * 128);
+    let up = |x: &Vec<bf16>| stream.clone_htod(x).unwrap();
+    let (q_d, k_d, v_d) = (up(&q), up(&k_pool), up(&v_pool));
+    let mut pool = PagePool::new(pages, page).unwrap();
+    let mut table = PageTable::new(b, width).unwrap();
+    let mut table_d = stream.clone_htod(table.entries()).unwrap();
+    let mut skv_d = stream.clone_htod(table.seq_len_kv()).unwrap();
+    let mut sq_d = stream.clone_htod(table.seq_len_q()).unwrap();
+    let mut o_d = stream.clone_htod(&vec![bf16::NAN; b * 32 * 128]).unwrap();
+    let mut ws = stream.alloc_zeros::<u8>(plan.workspace_size().max(1)).unwrap();
+    let o_ptr = o_d.device_ptr_mut(&stream).0;
+    let by_name = |name: &str| -> u64 {
+        match name {
+            "q" => q_d.device_ptr(&stream).0,
+            "k_pool" => k_d.device_ptr(&stream).0,
+            "v_pool" => v_d.device_ptr(&stream).0,
+            "seq_q" => sq_d.device_ptr(&stream).0,
+            "seq_kv" => skv_d.device_ptr(&stream).0,
+            "table" => table_d.device_ptr(&stream).0,
+            "o" => o_ptr,
+            other => panic!("no buffer for {other}"),
+        }
+    };
+    let io: Vec<u64> =
+        plan.plan().layout().io().iter().map(|id| by_name(&plan.plan().graph().tensor(*id).name)).collect();
+    let ws_ptr = ws.device_ptr_mut(&stream).0;
+    // SAFETY: every buffer lives until the end of the test, after the graph is dropped.
+    let graph = unsafe { plan.plan().cuda_graph(&cudnn, &io, ws_ptr, GraphMode::Auto) }.unwrap();
+    let mut rng = SplitMix64::new(0x5e7e);
+    let mut live = Vec::new();
+    for step in 0..6 {
+        // Arrivals (a prompt of up to 400 tokens), one token for everyone, random finishes.
+        while live.len() < b && rng.below(3) != 0 {
+            let seq = pool.add().unwrap();
+            pool.grow(seq, 1 + rng.below(400)).unwrap();
+            live.push(seq);
+        }
+        for &seq in &live {
+            pool.append(seq, 1).unwrap();
+        }
+        table.fill(&pool, &live).unwrap();
+        stream.memcpy_htod(table.entries(), &mut table_d).unwrap();
+        stream.memcpy_htod(table.seq_len_kv(), &mut skv_d).unwrap();
+        stream.memcpy_htod(table.seq_len_q(), &mut sq_d).unwrap();
+        graph.launch().unwrap();
+        let mut got = stream.clone_dtoh(&o_d).unwrap();
+        let inputs = PagedDecodeInputs {
+            q: &q,
+            k_pool: &k_pool,
+            v_pool: &v_pool,
+            seq_q: table.seq_len_q(),
+            seq_kv: table.seq_len_kv(),
+            table: table.entries(),
+        };
+        let mut want = g.reference(inputs).unwrap().o;
+        live_rows_only(&mut got, &mut want, table.seq_len_q(), [32, 1, 128]);
+        let err = relative_error(&got, &want);
+        println!(
+            "serving step {step}: {} live of {b}, lengths {:?}: relative error {err:.3e}",
+            live.len(),
+            table.seq_len_kv()
+        );
+        assert!(err <= TOLERANCE, "step {step}: relative error {err}");
+        if !live.is_empty() && rng.below(2) == 0 {
+            let done = live.remove(rng.below(live.len()));
+            pool.release(done).unwrap();
+        }
+    }
+    drop(graph);
+}
+
 // Fails a run that requires the GPU (CUDNN_GRAPH_REQUIRE_GPU=1) of a build that ignored the tests above.
 gpu_guard!();
