@@ -44,6 +44,8 @@ pub use cudnn_runtime::{
 pub use cudnn_runtime::backend;
 #[cfg(feature = "cudnn")]
 pub use cudnn_runtime::engines;
+#[cfg(feature = "cudnn")]
+pub use cudnn_runtime::payload;
 
 pub mod env_report;
 
@@ -197,7 +199,7 @@ pub mod __private {
     pub use crate::CacheOutcome;
 
     #[cfg(feature = "cudnn")]
-    pub use cudnn_runtime::serialize::plan::{
+    pub use cudnn_runtime::payload::plan::{
         load_payload, parse_payload, parse_signed_payload, write_payload, write_signed_payload, Expect, Payload,
         PayloadKey, PlanOrigin, SerializeOptions,
     };

@@ -18,7 +18,7 @@
 //!
 //! What is not compared: an operation's non-tensor attributes (pointwise mode, padding, …) and
 //! the kernel itself. A payload's content digest catches accidental changes to those, and a
-//! keyed signature deliberate ones (see `serialize::plan`): a plan carries executable GPU code.
+//! keyed signature deliberate ones (see `payload::plan`): a plan carries executable GPU code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -831,7 +831,7 @@ mod measured {
     use crate::backend::{BuildOptions, CutReason, ExecutionPlan};
     use crate::cudnn::CudnnError;
     use crate::ops::PointwiseMode;
-    use crate::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+    use crate::payload::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
     use crate::{Graph, GraphBuilder};
 
     const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
@@ -1054,10 +1054,10 @@ mod measured {
             assert_eq!(loaded.emulate(&input).unwrap(), emulated);
             let again = write_payload(&loaded, &origin, options, &Expect::default()).unwrap();
             // Written again, it records the same parts and cuts (cuDNN's JSON embeds pointers).
-            let cuts = |parts: &[crate::serialize::plan::PartRecord]| {
+            let cuts = |parts: &[crate::payload::plan::PartRecord]| {
                 parts.iter().map(|p| (p.nodes.clone(), p.refused.clone(), p.measured.clone())).collect::<Vec<_>>()
             };
-            let again = crate::serialize::plan::parse_payload(&again).unwrap();
+            let again = crate::payload::plan::parse_payload(&again).unwrap();
             assert_eq!(cuts(&again.plan.parts), cuts(&payload.plan.parts));
         }
     }

@@ -41,7 +41,7 @@
 //!
 //! **Disk.** With a directory, each entry is one file named by its key,
 //! `{fingerprint:016x}-{binding hash:016x}-sm{sm}-cudnn{version}.plan.json`, holding a plan
-//! payload with structure ([`crate::serialize::plan`]). Writes go to a uniquely named temporary
+//! payload with structure ([`crate::payload::plan`]). Writes go to a uniquely named temporary
 //! file in the same directory (`.`-prefixed), are synced, then renamed over the entry: readers in
 //! any process see a whole old file or a whole new one, never a torn one, and concurrent writers
 //! of one key leave one of their (equivalent) files. Entries are never trusted blindly: an entry
@@ -58,7 +58,7 @@
 //! # use cudnn_runtime as cudnn_graph;
 //! use cudnn_graph::backend::{BuildOptions, Cudnn};
 //! use cudnn_graph::engines::{CacheSource, PlanCache};
-//! use cudnn_graph::serialize::plan::Expect;
+//! use cudnn_graph::payload::plan::Expect;
 //! # fn graph() -> cudnn_graph::Graph { unimplemented!() }
 //! let cache = PlanCache::with_dir("/tmp/cudnn-graph-plans")?;
 //! let cudnn = Cudnn::new(cudnn_graph::backend::cuda_context(0)?.default_stream())?;
@@ -88,7 +88,7 @@ use crate::backend::{
     PaddedPlan,
 };
 use crate::ir::ClassGraph;
-use crate::serialize::plan::{
+use crate::payload::plan::{
     load_payload, parse_payload, parse_signed_payload, write, EngineRecord, Expect, Payload, PayloadError, PayloadKey,
     PlanOrigin, PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
 };
@@ -1416,7 +1416,7 @@ impl PlanCache {
     }
 
     /// Adds every payload file of `dir` (written ahead of time, e.g. by `cudnn-graph aot` or
-    /// [`write_payload`](crate::serialize::plan::write_payload); any file name; with or without structure) to the memory cache, under
+    /// [`write_payload`](crate::payload::plan::write_payload); any file name; with or without structure) to the memory cache, under
     /// the key its record names. Files that do not parse as payloads, `.`-prefixed files
     /// (temporaries) and subdirectories are skipped; the first two with a warning. Nothing is
     /// loaded into cuDNN yet: each entry is checked in full when first looked up.

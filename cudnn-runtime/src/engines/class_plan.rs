@@ -36,7 +36,7 @@ use super::cache::{faster_or_not, Against, Arrival, Inbox, Outcome, PlanCache, P
 use super::specialize::{Contexts, PushError, Specialization, Target, Task};
 use crate::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, PaddedPlan};
 use crate::ir::{Binding, ClassGraph, PadError};
-use crate::serialize::plan::{Expect, PayloadKey};
+use crate::payload::plan::{Expect, PayloadKey};
 use crate::Graph;
 
 #[cfg(doc)]
@@ -142,7 +142,7 @@ pub struct ClassPlanStats {
 /// # use std::sync::Arc;
 /// # use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer};
 /// # use cudnn_graph::engines::{PlanCache, Specialization};
-/// # use cudnn_graph::serialize::plan::Expect;
+/// # use cudnn_graph::payload::plan::Expect;
 /// # fn attention(s: i64) -> cudnn_graph::Graph { unimplemented!() }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let ctx = cudnn_graph::backend::cudarc::driver::CudaContext::new(0)?;

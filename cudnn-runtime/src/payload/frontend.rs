@@ -2,7 +2,7 @@
 //! `graph.serialize()`), read into an [`ExecutionPlan`] and written from one: an explicit import
 //! and export beside our own payload format ([`super::plan`]), which stays as it is.
 //!
-//! The payload is UBJSON ([`super::ubjson`]) of one object holding the graph's structure (the
+//! The payload is UBJSON ([`crate::serialize::ubjson`]) of one object holding the graph's structure (the
 //! structural JSON's top-level keys, absent from a plan-only payload) and the plan's keys:
 //!
 //! ```text
@@ -40,7 +40,7 @@
 //! alignment requirement of its own, a tensor to dump — is a
 //! [`PayloadError::FrontendUnsupported`] naming the key, never dropped; a key missing, unknown or
 //! of the wrong shape is a [`PayloadError::FrontendKey`] naming it. Reading is bounded by the UBJSON reader's limits
-//! ([`super::ubjson::MAX_BYTES`], [`super::ubjson::MAX_DEPTH`], [`super::MAX_JSON_VALUES`]) and
+//! ([`crate::serialize::ubjson::MAX_BYTES`], [`crate::serialize::ubjson::MAX_DEPTH`], [`crate::serialize::MAX_JSON_VALUES`]) and
 //! never panics.
 //!
 //! The structure is printed after lowering, as cudnn-frontend prints its own: its composite
@@ -58,15 +58,12 @@
 
 use std::collections::BTreeSet;
 
-use super::layout::{PLAN_FIELDS, STRUCTURE_FIELDS};
-use super::lowered::swapped_by_lowering;
 use super::plan::{PayloadError, PlanOrigin, SerializeOptions, MAX_PAYLOAD_BYTES};
-use super::read::planned_graph_from_json;
-use super::ubjson::{from_ubjson, to_ubjson, UbjsonError};
-use super::write::graph_to_json;
 use crate::backend::{BehaviorNote, ByValueScalar, Cudnn, ExecutionPlan};
 use crate::codec::float::{f32_to_hex, hex_to_f32};
 use crate::codec::json::Json;
+use crate::serialize::ubjson::{from_ubjson, to_ubjson, UbjsonError};
+use crate::serialize::{graph_to_json, planned_graph_from_json, swapped_by_lowering, PLAN_FIELDS, STRUCTURE_FIELDS};
 use crate::{DataType, Graph};
 
 /// The cudnn-frontend version whose payload layout this module reads and writes, as it stamps
@@ -285,8 +282,8 @@ fn require_empty(key: &str, v: &Json, what: &str) -> Result<(), PayloadError> {
 ///
 /// ```
 /// # use cudnn_runtime as cudnn_graph;
-/// use cudnn_graph::serialize::frontend_payload::parse_frontend_payload;
-/// use cudnn_graph::serialize::plan::PayloadError;
+/// use cudnn_graph::payload::frontend::parse_frontend_payload;
+/// use cudnn_graph::payload::plan::PayloadError;
 /// // `{"json_version": "2.0"}`: no plan.
 /// let e = parse_frontend_payload(b"{i\x0cjson_versionSi\x032.0}").unwrap_err();
 /// assert!(matches!(e, PayloadError::FrontendKey { ref key, .. } if key == "cudnn_backend_data"));
