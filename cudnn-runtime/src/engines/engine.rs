@@ -36,6 +36,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::planner::Planner;
 use crate::array::{Array, HostSlice};
 use crate::backend::{BackendError, BuildOptions, Candidate, CandidateState, Cudnn, ExecutionPlan, Filter, Rejection};
 use crate::reference;
@@ -229,7 +230,7 @@ impl Router {
                     }
                     c
                 };
-                match ExecutionPlan::build(cudnn, graph, options) {
+                match Planner::as_asked(cudnn, graph, options) {
                     Ok(plan) => {
                         let selected = plan.selected().index + offset;
                         candidates.extend(plan.candidates().iter().cloned().map(shift));

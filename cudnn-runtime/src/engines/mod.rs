@@ -18,9 +18,15 @@
 mod autotune;
 pub mod cache;
 pub mod class_plan;
+mod disk;
 pub mod engine;
+mod entry;
+mod keys;
 mod lru;
+mod planner;
+mod report;
 pub mod specialize;
+mod specializer;
 
 pub use autotune::{
     autotune, measure, measure_padded, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming,
