@@ -31,11 +31,12 @@ use std::sync::{Arc, PoisonError, Weak};
 
 use cudarc::driver::CudaSlice;
 
-use super::autotune::{measure, measure_padded, AutotuneOptions};
 use super::cache::{PlanCache, PlanKey};
+use super::measure::{measure, measure_padded};
 use super::planner::Planner;
 use super::specialize::{Contexts, PushError, Specialization, Target, Task};
 use super::specializer::{faster_or_not, Against, Arrival, Inbox, Outcome, Specialized};
+use super::tuning::AutotuneOptions;
 use crate::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, PaddedPlan};
 use crate::ir::{Binding, ClassGraph, PadError};
 use crate::payload::plan::{Expect, PayloadKey};

@@ -23,22 +23,23 @@ pub mod engine;
 mod entry;
 mod keys;
 mod lru;
+mod measure;
 mod planner;
 mod report;
 pub mod specialize;
 mod specializer;
+mod tuning;
 
-pub use autotune::{
-    autotune, measure, measure_padded, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming,
-    ProgressFn, Timing,
-};
+pub use autotune::autotune;
 pub use cache::{
     CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, StructureKey,
     DEFAULT_BUDGET_BYTES, SHARED_PLANS,
 };
 pub use class_plan::{ClassPlan, ClassPlanStats, LengthServing, MAX_CLASS_LENGTHS};
 pub use engine::{Engine, EngineId, Router};
+pub use measure::{measure, measure_padded};
 pub use specialize::{
     median_us, specialized_is_faster, PlanTimer, ServeReason, Serving, Specialization, MAX_PENDING_SPECIALIZATIONS,
     SWAP_MARGIN,
 };
+pub use tuning::{AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming, ProgressFn, Timing};
