@@ -2,6 +2,10 @@
 //! heuristics and compilation entirely: a memory hit hands out the plan already loaded (an
 //! [`Arc`] clone, microseconds), a disk hit asks cuDNN to load the plan (about a millisecond).
 //!
+//! Long because it is the public face of plan serving: its two dozen public methods carry the
+//! cache's contract in their docs (and this module doc is its design); the work is in planner.rs,
+//! specializer.rs, entry.rs and disk.rs.
+//!
 //! **Keys.** A [`PlanKey`] is (graph fingerprint, runtime-dim binding, SM, cuDNN version):
 //! [`crate::Graph::fingerprint`] covers the concrete dims, strides and types, the binding names the
 //! `graph!` type's runtime dims (`M = 192`), and plans load only into the SM and the exact cuDNN
@@ -385,7 +389,13 @@ impl PlanCache {
     ) -> crate::Result<CachedPlan> {
         let mut got = self.get_or_make(cudnn, graph, expect, options, || self.planner.build(cudnn, graph, options))?;
         if got.source == CacheSource::Built && got.reason == ServeReason::LazyPending {
-            if let Some(reason) = self.specialize(cudnn, graph, expect, options, &got.plan) {
+            // The dynamic-shape plan just built and stored: its specialization goes to the
+            // background, or the entry records why it cannot.
+            let key = PlanKey::new(cudnn, graph, expect);
+            let (signing, path) = (self.key.clone(), self.path_of(&key));
+            let queued = self.specializer.lazily(cudnn, graph, expect, options, &got.plan, key.clone(), signing, path);
+            if let Err(reason) = queued {
+                self.set_reason(&key, reason.clone());
                 got.reason = reason;
             }
         }
@@ -518,23 +528,6 @@ impl PlanCache {
         let n = done.len();
         self.settle_specializations(done);
         n
-    }
-
-    /// Queues the background specialization of `plan`, the dynamic-shape plan just built and
-    /// stored for `graph`; the entry's new reason if it cannot be queued.
-    fn specialize(
-        &self,
-        cudnn: &Cudnn,
-        graph: &Graph,
-        expect: &Expect,
-        options: &BuildOptions,
-        plan: &Arc<ExecutionPlan>,
-    ) -> Option<ServeReason> {
-        let key = PlanKey::new(cudnn, graph, expect);
-        let (signing, path) = (self.key.clone(), self.path_of(&key));
-        let reason = self.specializer.lazily(cudnn, graph, expect, options, plan, key.clone(), signing, path).err()?;
-        self.set_reason(&key, reason.clone());
-        Some(reason)
     }
 
     /// The lazy policy's background specializations, for a class plan to queue its lengths on.
