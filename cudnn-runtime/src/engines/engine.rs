@@ -205,6 +205,8 @@ impl Router {
     /// to cuDNN alone. Fails with [`BackendError::NoPlan`] listing every candidate of every
     /// engine when none accepts the graph; a graph that breaks a rule fails with its
     /// [`crate::GraphError`] before any engine is asked.
+    // Long because it asks each engine in the router's order and gathers every candidate into one
+    // error; the order and the gathering share its locals.
     pub fn plan(&self, cudnn: Option<&Cudnn>, graph: &Graph, options: &BuildOptions) -> crate::Result<RoutedPlan> {
         graph.validate()?;
         let pinned = options.engine.as_ref().map(|e| EngineId(e.id));

@@ -2,6 +2,9 @@
 //! `graph.serialize()`), read into an [`ExecutionPlan`] and written from one: an explicit import
 //! and export beside our own payload format ([`super::plan`]), which stays as it is.
 //!
+//! Long because cudnn-frontend's payload is one foreign format, read and written key by key in one
+//! file so that each key's reader sits beside its writer.
+//!
 //! The payload is UBJSON ([`crate::serialize::ubjson`]) of one object holding the graph's structure (the
 //! structural JSON's top-level keys, absent from a plan-only payload) and the plan's keys:
 //!
@@ -288,6 +291,8 @@ fn require_empty(key: &str, v: &Json, what: &str) -> Result<(), PayloadError> {
 /// let e = parse_frontend_payload(b"{i\x0cjson_versionSi\x032.0}").unwrap_err();
 /// assert!(matches!(e, PayloadError::FrontendKey { ref key, .. } if key == "cudnn_backend_data"));
 /// ```
+// Long because it reads every key of cudnn-frontend's payload in its order, each key's check beside
+// its read, so that no key is left unread.
 pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadError> {
     if bytes.len() > MAX_PAYLOAD_BYTES {
         return Err(PayloadError::TooLarge(bytes.len() as u64));
@@ -604,6 +609,8 @@ fn records(scalars: impl Iterator<Item = (i64, DataType, f64)>) -> Vec<(i64, Dat
 /// graph's lowering or cuDNN refuses it, [`PayloadError::VariantPack`] and
 /// [`PayloadError::Scalars`] when the payload's variant pack or by-value scalars are not the
 /// loaded plan's, [`PayloadError::FrontendKey`] naming `behavior_notes` when those are not.
+// Long because it binds cudnn-frontend's payload to the graph and checks what cuDNN loaded against
+// every recorded key, in one pass.
 pub fn load_frontend_payload(
     cudnn: &Cudnn,
     payload: &FrontendPayload,
@@ -732,6 +739,8 @@ pub fn read_frontend_payload(cudnn: &Cudnn, bytes: &[u8], graph: Option<Graph>) 
 /// cuDNN cannot give the plan's JSON. Slices bound by pointer offset are written as
 /// `variant_pack_replacements`, tensors in the workspace as `workspace_modifications` (regions,
 /// operation 2) with `fe_workspace_size`.
+// Long because it writes every key cudnn-frontend 1.32 writes, in its order, so that the bytes
+// match its own.
 pub fn write_frontend_payload(
     plan: &ExecutionPlan,
     origin: &PlanOrigin,

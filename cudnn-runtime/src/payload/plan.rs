@@ -1,6 +1,10 @@
 //! The plan payload: a built [`ExecutionPlan`] written out and read back, with or without the
 //! graph's structure (cudnn-frontend PRs #364 and #371).
 //!
+//! Long because the payload format is one contract: its record types, the writer and the reader
+//! with every check in the order listed below, kept together so that a field added to the record is
+//! written and checked in one file.
+//!
 //! ```text
 //! {
 //!   "cudnn_graph_payload": 2,
@@ -704,6 +708,8 @@ pub fn load_payload(
     result
 }
 
+// Long because it runs a payload's checks in the order the module docs list (steps 4 to 6), each
+// naming both sides, before and after cuDNN loads the plan.
 fn check_and_load(
     cudnn: &Cudnn,
     payload: &Payload,

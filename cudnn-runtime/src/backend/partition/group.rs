@@ -26,6 +26,8 @@ pub(crate) struct Group {
 /// Groups the nodes by the table of known patterns. With `alias` given, views that are aliases
 /// belong to no group (their readers read memory); without, every view is a node that fuses as an
 /// elementwise op (the graph as one kernel sees it).
+// Long because the fusion table is one walk over the nodes in graph order; its match arms are the
+// table's rules, which read best together.
 pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group> {
     let producer = producers(graph);
     let is_alias = |t: TensorId| alias.and_then(|a| a[t.0]);

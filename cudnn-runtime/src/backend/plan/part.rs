@@ -145,6 +145,9 @@ impl PlanPart {
     }
 
     /// [`PlanPart::build`], dynamic-shape with `kernels` or not.
+    // Long because it is one pass over heuristics' candidates: filters, known-bad engines, the
+    // build and its tracing share the build's locals (timings, candidates, descriptors), which
+    // pieces would all take as arguments.
     fn build_with(
         cudnn: &Cudnn,
         graph: Graph,
