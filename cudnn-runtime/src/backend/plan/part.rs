@@ -156,10 +156,7 @@ impl PlanPart {
         options: &BuildOptions,
         kernels: Option<&KernelCache>,
     ) -> Result<PlanPart, BackendError> {
-        let mut timings = BuildTimings::default();
-        let start = Instant::now();
-        graph.validate()?;
-        timings.validate = start.elapsed();
+        let mut timings = validate_timed(&graph)?;
         let start = Instant::now();
         let lowered = lower::lower(&graph, cudnn, kernels.is_some())
             .inspect_err(|e| tracing::debug!(error = %e, "lowering failed"))?;
@@ -274,10 +271,7 @@ impl PlanPart {
         cut: Option<Cut>,
         json: &str,
     ) -> Result<PlanPart, BackendError> {
-        let mut timings = BuildTimings::default();
-        let start = Instant::now();
-        graph.validate()?;
-        timings.validate = start.elapsed();
+        let mut timings = validate_timed(&graph)?;
         let start = Instant::now();
         // cuDNN rebuilds the plan from the JSON's own description of the operation graph, and a
         // malformed one can crash it: the JSON must describe this graph exactly first.
@@ -441,6 +435,14 @@ impl std::fmt::Display for PlanPart {
         }
         Ok(())
     }
+}
+
+/// Validates `graph` (a part is validated again by itself: it is a graph of its own), and starts
+/// the timings of its build with how long that took.
+fn validate_timed(graph: &Graph) -> Result<BuildTimings, BackendError> {
+    let start = Instant::now();
+    graph.validate()?;
+    Ok(BuildTimings { validate: start.elapsed(), ..BuildTimings::default() })
 }
 
 /// Check support, then build: the workspace limit is applied before compiling when cuDNN reports
