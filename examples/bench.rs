@@ -21,10 +21,10 @@ use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Gra
 use cudnn_graph::engines::{autotune, measure, AutotuneOptions, CacheSource, PlanCache, Timing};
 use cudnn_graph::graph;
 use cudnn_graph::ops::{AttrValue, PointwiseMode};
-use cudnn_graph::rng::SplitMix64;
-use cudnn_graph::serialize::plan::{
+use cudnn_graph::payload::plan::{
     load_payload, parse_payload, read_payload, write_payload, Expect, PlanOrigin, SerializeOptions,
 };
+use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::{Context, DataType, Graph, GraphBuilder, TensorId};
 use half::bf16;
 use serde_json::{json, Value};

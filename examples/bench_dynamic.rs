@@ -70,7 +70,7 @@ use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, PaddedPlan};
 use cudnn_graph::engines::{measure, AutotuneOptions, ClassPlan, PlanCache, Specialization, DEFAULT_BUDGET_BYTES};
 use cudnn_graph::ops::PointwiseMode;
-use cudnn_graph::serialize::plan::Expect;
+use cudnn_graph::payload::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphBuilder, Operand};
 use serde_json::{json, Value};
 

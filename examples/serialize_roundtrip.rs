@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(feature = "cudnn")]
 fn deviceless(g: &Graph, write: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     use cudnn_graph::backend::{BuildOptions, Cudnn};
-    use cudnn_graph::serialize::plan::SerializeOptions;
+    use cudnn_graph::payload::plan::SerializeOptions;
     let cudnn = match Cudnn::deviceless(DEVPROP) {
         Ok(c) => c,
         Err(e) => {
@@ -84,7 +84,7 @@ fn deviceless(g: &Graph, write: Option<String>) -> Result<(), Box<dyn std::error
 fn gpu(g: &Graph, read: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     use cudnn_graph::backend::cuda_context;
     use cudnn_graph::backend::{BuildOptions, Cudnn};
-    use cudnn_graph::serialize::plan::SerializeOptions;
+    use cudnn_graph::payload::plan::SerializeOptions;
     let stream = cuda_context(0)?.default_stream();
     let cudnn = Cudnn::new(stream.clone())?;
     let fill = |seed: u64, n: usize| -> Vec<bf16> {

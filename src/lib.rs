@@ -45,8 +45,36 @@ pub use cudnn_runtime::{
 pub use cudnn_runtime::backend;
 #[cfg(feature = "cudnn")]
 pub use cudnn_runtime::engines;
+#[cfg(feature = "cudnn")]
+pub use cudnn_runtime::payload;
 
 pub mod env_report;
+
+/// The names most programs use, for one glob import: the macro and [`GraphType`], the graph IR
+/// and its builder, data types and errors, and with the `cudnn` feature the backend's plan,
+/// options, context and buffers and the plan cache.
+///
+/// ```
+/// use cudnn_graph::prelude::*;
+///
+/// let mut g = GraphBuilder::new("scale");
+/// let x = g.input("x", DataType::F32, &[2, 3]).unwrap();
+/// let y = g.op("mul", &[x.into(), 0.5.into()], &[]).unwrap()[0];
+/// g.output(y, "y", DataType::F32).unwrap();
+/// let graph: Graph = g.build().unwrap();
+/// assert_eq!(graph.outputs().len(), 1);
+/// ```
+pub mod prelude {
+    pub use crate::{graph, GraphType};
+    pub use cudnn_runtime::{DataType, Error, Graph, GraphBuilder, Operand, Result, Tensor, TensorId};
+
+    #[cfg(feature = "cudnn")]
+    pub use cudnn_runtime::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion};
+    #[cfg(feature = "cudnn")]
+    pub use cudnn_runtime::engines::{autotune, AutotuneOptions, PlanCache};
+    #[cfg(feature = "cudnn")]
+    pub use cudnn_runtime::payload::plan::Expect;
+}
 
 /// What every [`graph!`] type is, for code generic over graph types: framework adapters such as
 /// `cudnn-graph-candle`, caches keyed by graph type and runtime dims. The macro implements it
@@ -198,7 +226,7 @@ pub mod __private {
     pub use crate::CacheOutcome;
 
     #[cfg(feature = "cudnn")]
-    pub use cudnn_runtime::serialize::plan::{
+    pub use cudnn_runtime::payload::plan::{
         load_payload, parse_payload, parse_signed_payload, write_payload, write_signed_payload, Expect, Payload,
         PayloadKey, PlanOrigin, SerializeOptions,
     };

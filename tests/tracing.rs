@@ -78,7 +78,7 @@ fn phases_are_traced() {
 fn cudnn_phases_are_traced() {
     use cudnn_graph::backend::{BuildOptions, HeuristicMode};
     use cudnn_graph::engines::{CacheSource, PlanCache};
-    use cudnn_graph::serialize::plan::Expect;
+    use cudnn_graph::payload::plan::Expect;
 
     let _turn = one_at_a_time();
     let Some(cudnn) = common::deviceless() else { return };

@@ -11,7 +11,7 @@ use candle_core::{CpuStorage, Device, Storage, Tensor};
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaView};
 use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar};
 use cudnn_graph::engines::{autotune, AutotuneOptions, PlanCache};
-use cudnn_graph::serialize::plan::Expect;
+use cudnn_graph::payload::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphType};
 use half::{bf16, f16};
 

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use cudnn_runtime::backend::{BackendError, BuildOptions, Cudnn, ExecutionPlan};
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+use cudnn_runtime::payload::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_runtime::{DataType, Graph, GraphBuilder};
 
 const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");

@@ -19,7 +19,7 @@ pub enum Error {
     /// A plan payload that cannot be loaded here.
     #[cfg(feature = "cudnn")]
     #[error(transparent)]
-    Payload(#[from] crate::serialize::plan::PayloadError),
+    Payload(#[from] crate::payload::plan::PayloadError),
     /// A cuDNN, CUDA or loading failure.
     #[cfg(feature = "cudnn")]
     #[error(transparent)]

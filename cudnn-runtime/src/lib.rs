@@ -36,6 +36,8 @@ pub mod shape_class;
 pub mod backend;
 #[cfg(feature = "cudnn")]
 pub mod engines;
+#[cfg(feature = "cudnn")]
+pub mod payload;
 
 pub use dtype::{Bits, DataType, Element, Fp8E4M3, Fp8E5M2};
 pub use error::{ArgError, Error, GraphError, Result};

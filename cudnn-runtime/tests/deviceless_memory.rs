@@ -5,7 +5,7 @@
 //! finalisers never free: ~146 KiB of native heap per reload, 8 reloads per build of a
 //! matmul + bias + relu (1.17 MiB per build), one per plan loaded from JSON. The backend now keeps
 //! NVRTC loaded once cuDNN has opened it. The measurement program is
-//! `cudnn-runtime/examples/rss_cycles.rs`; the figures are in `docs/architecture.md` ("Memory").
+//! `cudnn-runtime/examples/rss_cycles.rs`; the figures are in `docs/benchmarks.md` ("Memory").
 //!
 //! One test in its own binary, so no other test's allocations land in glibc's counters while it
 //! measures. Needs libcudnn 9 and a libcuda.so.1 (on CI, the stand-in), like the other

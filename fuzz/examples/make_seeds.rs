@@ -20,7 +20,7 @@ use cudnn_graph_fuzz::program::Program;
 use cudnn_runtime::backend::{BuildOptions, ExecutionPlan};
 use cudnn_runtime::error::GraphError;
 use cudnn_runtime::ops::AttrValue;
-use cudnn_runtime::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
+use cudnn_runtime::payload::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_runtime::serialize::structure_to_json;
 use cudnn_runtime::{DataType, Graph, GraphBuilder, Operand, TensorId};
 

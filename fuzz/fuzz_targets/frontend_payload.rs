@@ -10,7 +10,7 @@
 
 #![no_main]
 
-use cudnn_runtime::serialize::frontend_payload::parse_frontend_payload;
+use cudnn_runtime::payload::frontend::parse_frontend_payload;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(payload) = parse_frontend_payload(data) else { return };

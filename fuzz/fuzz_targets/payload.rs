@@ -10,7 +10,7 @@
 
 use cudnn_runtime::backend::BuildOptions;
 use cudnn_runtime::engines::{PlanCache, PlanKey};
-use cudnn_runtime::serialize::plan::{load_payload, parse_payload, write_payload, Expect, SerializeOptions};
+use cudnn_runtime::payload::plan::{load_payload, parse_payload, write_payload, Expect, SerializeOptions};
 
 /// One scratch cache directory per process, emptied before each input.
 fn scratch() -> &'static std::path::Path {

@@ -283,7 +283,7 @@ fn devprop(_: &[String]) -> Result<(), String> {
 #[cfg(feature = "cudnn")]
 fn aot(args: &[String]) -> Result<(), String> {
     use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan};
-    use cudnn_graph::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
+    use cudnn_graph::payload::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
     let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
     let devprop = read(value(args, "--device-properties")?)?;
     let graph_path = value(args, "--graph")?;
@@ -328,8 +328,8 @@ fn aot(_: &[String]) -> Result<(), String> {
 
 #[cfg(feature = "cudnn")]
 fn convert(args: &[String]) -> Result<(), String> {
-    use cudnn_graph::serialize::frontend_payload::{read_frontend_payload, write_frontend_payload};
-    use cudnn_graph::serialize::plan::{
+    use cudnn_graph::payload::frontend::{read_frontend_payload, write_frontend_payload};
+    use cudnn_graph::payload::plan::{
         load_payload, parse_payload, write_payload, Expect, PayloadError, PlanOrigin, SerializeOptions,
     };
     let to = value(args, "--to")?;
@@ -386,7 +386,7 @@ mod classes {
     use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, KernelCache};
     use cudnn_graph::engines::PlanKey;
     use cudnn_graph::ir::ClassGraph;
-    use cudnn_graph::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
+    use cudnn_graph::payload::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
     use cudnn_graph::shape_class::ClassDecl;
     use cudnn_graph::{Graph, GraphBuilder, GraphError, Operand, TensorId};
 

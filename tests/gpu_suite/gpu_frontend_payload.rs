@@ -1,5 +1,5 @@
 //! On the GPU: plan payloads written by cudnn-frontend 1.32 (`tests/fixtures/frontend/*.ubjson`,
-//! built deviceless for the H200) loaded through `serialize::frontend_payload` and executed,
+//! built deviceless for the H200) loaded through `payload::frontend` and executed,
 //! against the CPU reference; and each converted to our payload and back, executing the same.
 //! Host scalars (cudnn-frontend's by-value scalars supplied at execute: layer norm's and RMS
 //! norm's epsilon, a by-value `mul` operand) are given at execute with
@@ -20,9 +20,9 @@ use common::{check, gpu, poisoned, uniform, upload, workspace};
 use cudnn_graph::backend::cudarc::driver::{CudaStream, DevicePtr, DeviceRepr};
 use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, HostScalar};
 use cudnn_graph::engines::AutotuneOptions;
+use cudnn_graph::payload::frontend::{read_frontend_payload, write_frontend_payload};
+use cudnn_graph::payload::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_graph::reference::{self, ArgError, Array, HostSlice};
-use cudnn_graph::serialize::frontend_payload::{read_frontend_payload, write_frontend_payload};
-use cudnn_graph::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_graph::serialize::structure_from_json;
 use cudnn_graph::{DataType, Element, Graph, GraphBuilder, Tensor};
 use half::{bf16, f16};

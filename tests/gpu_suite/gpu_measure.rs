@@ -15,7 +15,7 @@ use crate::common;
 
 use cudnn_graph::backend::{BuildOptions, CutReason, DeviceBuffer, ExecutionPlan};
 use cudnn_graph::engines::{autotune, AutotuneOptions};
-use cudnn_graph::serialize::plan::{read_payload, write_payload, PlanOrigin, SerializeOptions};
+use cudnn_graph::payload::plan::{read_payload, write_payload, PlanOrigin, SerializeOptions};
 use cudnn_graph::{graph, Element, Fp8E4M3};
 use half::bf16;
 

@@ -16,7 +16,7 @@ use cudnn_graph::backend::{BuildOptions, DeviceBuffer, PaddedPlan};
 use cudnn_graph::engines::{
     specialized_is_faster, CacheSource, ClassPlan, LengthServing, PlanCache, PlanKey, ServeReason, Specialization,
 };
-use cudnn_graph::serialize::plan::Expect;
+use cudnn_graph::payload::plan::Expect;
 use half::bf16;
 use padded::{
     bshd, Causal, CausalBackward, CausalBackwardInputs, CausalInputs, Cross, CrossInputs, LayerNormBackward,

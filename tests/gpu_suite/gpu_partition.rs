@@ -33,8 +33,8 @@ use blocks::{
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, GraphMode};
 use cudnn_graph::engines::{autotune, AutotuneOptions};
+use cudnn_graph::payload::plan::{write_payload, PlanOrigin, SerializeOptions};
 use cudnn_graph::rng::SplitMix64;
-use cudnn_graph::serialize::plan::{write_payload, PlanOrigin, SerializeOptions};
 use cudnn_graph::{DataType, Element, Graph};
 use half::{bf16, f16};
 use serde_json::{json, Value};

@@ -17,8 +17,8 @@ use cudnn_graph::backend::cudarc::driver::{CudaContext, CudaSlice, CudaStream, D
 use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, GraphMode, HeuristicMode};
 use cudnn_graph::engines::{autotune, AutotuneOptions, CacheSource, PlanCache};
 use cudnn_graph::ops::PointwiseMode;
+use cudnn_graph::payload::plan::Expect;
 use cudnn_graph::reference::{self, HostSlice};
-use cudnn_graph::serialize::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphBuilder};
 use half::bf16;
 

@@ -64,7 +64,7 @@ fn aot_compiles_a_structural_graph() {
         return;
     }
     assert!(out.status.success(), "{stderr}");
-    let payload = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(dir.join("p.json")).unwrap()).unwrap();
+    let payload = cudnn_graph::payload::plan::parse_payload(&std::fs::read(dir.join("p.json")).unwrap()).unwrap();
     assert_eq!(payload.structure.as_ref(), Some(&graph));
     assert_eq!(payload.plan.sm, Some(90));
 
@@ -91,7 +91,7 @@ fn aot_compiles_a_structural_graph() {
         stdout.contains("  part 1: matmul_1: ") && stdout.contains("cut: `matmul_0` (matmul) | `matmul_1`"),
         "{stdout}"
     );
-    let payload = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(dir.join("p2.json")).unwrap()).unwrap();
+    let payload = cudnn_graph::payload::plan::parse_payload(&std::fs::read(dir.join("p2.json")).unwrap()).unwrap();
     assert_eq!(payload.plan.parts.len(), 2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -128,13 +128,11 @@ fn convert_between_frontend_and_our_payloads() {
         return;
     }
     assert!(out.status.success(), "{stderr}");
-    let ours = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(dir.join("ours.json")).unwrap()).unwrap();
+    let ours = cudnn_graph::payload::plan::parse_payload(&std::fs::read(dir.join("ours.json")).unwrap()).unwrap();
     let out = convert("frontend", &dir.join("ours.json"), &dir.join("back.ubjson"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let back = cudnn_graph::serialize::frontend_payload::parse_frontend_payload(
-        &std::fs::read(dir.join("back.ubjson")).unwrap(),
-    )
-    .unwrap();
+    let back = cudnn_graph::payload::frontend::parse_frontend_payload(&std::fs::read(dir.join("back.ubjson")).unwrap())
+        .unwrap();
     assert_eq!(back.structure.as_ref(), ours.structure.as_ref());
     // A cudnn-frontend payload is not ours, and the reverse: typed errors, exit status 1.
     let out = convert("frontend", &theirs, &dir.join("x"));
@@ -173,7 +171,7 @@ fn convert_takes_the_graph_of_a_plan_only_payload() {
     };
     // A slice bound by pointer offset: cudnn-frontend's payload of it has a pointer replacement.
     let ours = std::path::PathBuf::from(format!("{root}/fuzz/corpus/payload/slice_matmul.json"));
-    let graph = cudnn_graph::serialize::plan::parse_payload(&std::fs::read(&ours).unwrap()).unwrap().structure.unwrap();
+    let graph = cudnn_graph::payload::plan::parse_payload(&std::fs::read(&ours).unwrap()).unwrap().structure.unwrap();
     let graph_path = dir.join("graph.json");
     std::fs::write(&graph_path, cudnn_graph::serialize::structure_to_json(&graph)).unwrap();
     let out = convert("frontend", &ours, "theirs.ubjson", &["--plan-only".as_ref()]);
@@ -185,8 +183,7 @@ fn convert_takes_the_graph_of_a_plan_only_payload() {
     }
     assert!(out.status.success(), "{stderr}");
     let theirs = dir.join("theirs.ubjson");
-    let parsed =
-        cudnn_graph::serialize::frontend_payload::parse_frontend_payload(&std::fs::read(&theirs).unwrap()).unwrap();
+    let parsed = cudnn_graph::payload::frontend::parse_frontend_payload(&std::fs::read(&theirs).unwrap()).unwrap();
     assert!(parsed.structure.is_none());
     assert_eq!(parsed.replacements.len(), 1, "the slice is a pointer replacement");
 
@@ -212,15 +209,13 @@ fn convert_takes_the_graph_of_a_plan_only_payload() {
         let out = convert(to, input, "converted", &["--graph".as_ref(), graph_path.as_os_str()]);
         assert!(out.status.success(), "{to}: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let back = cudnn_graph::serialize::frontend_payload::parse_frontend_payload(
-        &std::fs::read(dir.join("converted")).unwrap(),
-    )
-    .unwrap();
+    let back =
+        cudnn_graph::payload::frontend::parse_frontend_payload(&std::fs::read(dir.join("converted")).unwrap()).unwrap();
     assert_eq!(back.structure.as_ref(), Some(&graph));
     assert_eq!(back.replacements, parsed.replacements);
     // Another graph is refused: the plan was made for this one.
     let other = std::fs::read(format!("{root}/fuzz/corpus/payload/matmul_bias_relu.json")).unwrap();
-    let other = cudnn_graph::serialize::plan::parse_payload(&other).unwrap().structure.unwrap();
+    let other = cudnn_graph::payload::plan::parse_payload(&other).unwrap().structure.unwrap();
     let other_path = dir.join("other.json");
     std::fs::write(&other_path, cudnn_graph::serialize::structure_to_json(&other)).unwrap();
     let out = convert("ours", &theirs, "x", &["--graph".as_ref(), other_path.as_os_str()]);
@@ -339,7 +334,7 @@ fn assert_refused(dir: &std::path::Path, graph: &cudnn_graph::Graph, extra: &[&s
 fn aot_plans_every_class_and_a_service_starts_with_them_all() {
     use cudnn_graph::backend::{BuildOptions, Cudnn};
     use cudnn_graph::engines::{CacheSource, PlanCache};
-    use cudnn_graph::serialize::plan::Expect;
+    use cudnn_graph::payload::plan::Expect;
     let out = cli().args(["aot", "--help"]).output().unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("--dyn"));
     let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-classes-{}", std::process::id()));
@@ -404,7 +399,7 @@ fn aot_padded_class_plans_serve_a_plan_cache_with_no_planning() {
     use cudnn_graph::backend::{BackendError, BuildOptions, Cudnn};
     use cudnn_graph::engines::{CacheSource, PlanCache};
     use cudnn_graph::ir::ClassGraph;
-    use cudnn_graph::serialize::plan::Expect;
+    use cudnn_graph::payload::plan::Expect;
     use padded::Causal;
     let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-padded-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

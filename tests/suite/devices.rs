@@ -9,7 +9,7 @@ use crate::common;
 
 use cudnn_graph::backend::{BuildOptions, Cudnn};
 use cudnn_graph::graph;
-use cudnn_graph::serialize::plan::{PayloadError, SerializeOptions};
+use cudnn_graph::payload::plan::{PayloadError, SerializeOptions};
 use cudnn_graph::Error;
 
 graph! {

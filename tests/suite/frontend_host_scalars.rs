@@ -185,10 +185,8 @@ fn graph_macro_host_ports_are_host_scalars() {
 mod deviceless {
     use super::*;
     use cudnn_graph::backend::{BuildOptions, ExecutionPlan};
-    use cudnn_graph::serialize::frontend_payload::{
-        parse_frontend_payload, read_frontend_payload, write_frontend_payload,
-    };
-    use cudnn_graph::serialize::plan::{parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+    use cudnn_graph::payload::frontend::{parse_frontend_payload, read_frontend_payload, write_frontend_payload};
+    use cudnn_graph::payload::plan::{parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 
     /// Lowered as a by-value tensor bound at execute: in the variant pack as an I/O pointer, not
     /// among the plan's constants; in cudnn-frontend's payload in `variant_pack_uids`, not in
@@ -217,7 +215,7 @@ mod deviceless {
         let ours = write_payload(&plan, &origin, SerializeOptions::default(), &Expect::default()).unwrap();
         let payload = parse_payload(&ours).unwrap();
         assert!(payload.plan.scalars.iter().all(|s| s.uid != uid), "no value recorded");
-        let loaded = cudnn_graph::serialize::plan::load_payload(&cudnn, &payload, None, &Expect::default()).unwrap();
+        let loaded = cudnn_graph::payload::plan::load_payload(&cudnn, &payload, None, &Expect::default()).unwrap();
         assert!(loaded.graph().tensor_by_name("epsilon").unwrap().host_scalar);
     }
 

@@ -12,7 +12,7 @@
 //!   field by field.
 //! - [`FRONTEND_TO_FRONTEND`]: the same fixtures into cudnn-frontend itself, the baseline.
 //! - [`OUR_PAYLOADS_TO_FRONTEND`] and [`FRONTEND_PAYLOADS_TO_OURS`]: plan payloads across, through
-//!   the explicit import/export of [`cudnn_graph::serialize::frontend_payload`] on a deviceless
+//!   the explicit import/export of [`cudnn_graph::payload::frontend`] on a deviceless
 //!   H200 context (`fuzz/corpus/payload` loaded and written in cudnn-frontend's layout, then into
 //!   cudnn-frontend's `deserialize`; `tests/fixtures/frontend/*.ubjson` into
 //!   [`read_frontend_payload`], which binds their plan JSON to the graph and loads it). Our own
@@ -38,8 +38,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cudnn_graph::serialize::frontend_payload::{read_frontend_payload, write_frontend_payload};
-use cudnn_graph::serialize::plan::{load_payload, parse_payload, Expect as PayloadExpect, SerializeOptions};
+use cudnn_graph::payload::frontend::{read_frontend_payload, write_frontend_payload};
+use cudnn_graph::payload::plan::{load_payload, parse_payload, Expect as PayloadExpect, SerializeOptions};
 use cudnn_graph::serialize::ubjson::canonical_ubjson;
 use cudnn_graph::serialize::{structure_from_json, structure_to_json};
 use cudnn_graph::{DataType, Graph, GraphBuilder};
@@ -523,7 +523,7 @@ fn our_payloads_through_frontend() {
     let Some(cudnn) = common::deviceless() else { return };
     let dir = scratch("OUR_PAYLOADS_TO_FRONTEND");
     let payloads = files("fuzz/corpus/payload", "json");
-    // Each payload converted to cudnn-frontend's layout (`serialize::frontend_payload`); those
+    // Each payload converted to cudnn-frontend's layout (`payload::frontend`); those
     // that do not convert are measured as the conversion's error.
     let converted: Vec<(String, Converted)> = payloads
         .iter()

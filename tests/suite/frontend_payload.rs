@@ -1,4 +1,4 @@
-//! cudnn-frontend 1.32's plan payloads through [`cudnn_graph::serialize::frontend_payload`]: its
+//! cudnn-frontend 1.32's plan payloads through [`cudnn_graph::payload::frontend`]: its
 //! own payloads load deviceless, each key edited to something wrong is a typed error naming the
 //! key, and ours → cudnn-frontend's → ours keeps the graph and its fingerprint. (What
 //! cudnn-frontend itself makes of what we write is `tests/suite/frontend_oracle.rs`.)
@@ -7,10 +7,10 @@
 
 use crate::common;
 
-use cudnn_graph::serialize::frontend_payload::{
+use cudnn_graph::payload::frontend::{
     parse_frontend_payload, read_frontend_payload, write_frontend_payload, FrontendScalar,
 };
-use cudnn_graph::serialize::plan::{
+use cudnn_graph::payload::plan::{
     load_payload, parse_payload, write_payload, Expect, PayloadError, PlanOrigin, SerializeOptions,
 };
 use cudnn_graph::serialize::ubjson::{json_to_ubjson, ubjson_to_json};

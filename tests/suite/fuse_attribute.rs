@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use cudnn_graph::backend::{BuildOptions, Fusion, HeuristicMode};
 use cudnn_graph::engines::{CacheSource, PlanCache};
-use cudnn_graph::serialize::plan::{PayloadError, SerializeOptions};
+use cudnn_graph::payload::plan::{PayloadError, SerializeOptions};
 use cudnn_graph::Error;
 
 // The same graph three times, each in its own module so that the attribute is all that differs

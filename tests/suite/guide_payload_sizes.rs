@@ -8,7 +8,7 @@ use crate::common;
 
 use cudnn_graph::backend::{BuildOptions, ExecutionPlan};
 use cudnn_graph::graph;
-use cudnn_graph::serialize::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
+use cudnn_graph::payload::plan::{write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_graph::{DataType, Graph, GraphBuilder};
 
 graph! {

@@ -380,7 +380,7 @@ fn pad_and_unpad_on_host_round_trip() {
 fn cudnn_plans_the_masked_class_graphs_deviceless() {
     use cudnn_graph::backend::{BackendError, BuildOptions, ExecutionPlan, PaddedPlan};
     use cudnn_graph::engines::{PlanCache, PlanKey, ServeReason, Specialization};
-    use cudnn_graph::serialize::plan::Expect;
+    use cudnn_graph::payload::plan::Expect;
     use std::sync::Arc;
     let Some(cudnn) = common::deviceless() else { return };
     for class in [

@@ -247,12 +247,12 @@ fn decode_attention_block_parts_read_row_major_operands() {
 #[needs_cudnn]
 #[test]
 fn partitioned_payload_round_trips() {
-    use cudnn_graph::serialize::plan::{parse_payload, read_payload, seal, Expect, PlanOrigin, SerializeOptions};
+    use cudnn_graph::payload::plan::{parse_payload, read_payload, seal, Expect, PlanOrigin, SerializeOptions};
     let Some(cudnn) = common::deviceless() else { return };
     let graph = AttentionBlock::<4, 2, 32>::new(2, 64).graph().unwrap();
     let plan = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap();
     let origin = PlanOrigin::of(&cudnn);
-    let bytes = cudnn_graph::serialize::plan::write_payload(
+    let bytes = cudnn_graph::payload::plan::write_payload(
         &plan,
         &origin,
         SerializeOptions { structure: true },

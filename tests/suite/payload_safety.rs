@@ -9,7 +9,7 @@ use crate::payload_graphs;
 
 use cudnn_graph::backend::{BackendError, BuildOptions, PlanMismatch};
 use cudnn_graph::engines::{CacheSource, PlanCache};
-use cudnn_graph::serialize::plan::{
+use cudnn_graph::payload::plan::{
     parse_payload, parse_signed_payload, read_payload, seal, PayloadError, PayloadKey, SerializeOptions,
     MAX_PAYLOAD_BYTES,
 };

@@ -8,7 +8,7 @@ use crate::common;
 use crate::payload_graphs;
 
 use cudnn_graph::backend::{BuildOptions, ExecutionPlan, HeuristicMode};
-use cudnn_graph::serialize::plan::{
+use cudnn_graph::payload::plan::{
     parse_payload, read_payload, write_payload, Expect, PayloadError, PlanOrigin, SerializeOptions,
 };
 use cudnn_graph::Error;
@@ -30,7 +30,7 @@ fn json_of(bytes: &[u8]) -> serde_json::Value {
 /// A payload around `body` with a correct content digest: what a corrupted or edited payload
 /// would be if its writer had digested it, so the checks behind the digest are reached.
 fn seal(body: &serde_json::Value) -> Vec<u8> {
-    cudnn_graph::serialize::plan::seal(&serde_json::to_string(body).unwrap(), None)
+    cudnn_graph::payload::plan::seal(&serde_json::to_string(body).unwrap(), None)
 }
 
 #[needs_cudnn]

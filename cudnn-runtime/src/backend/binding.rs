@@ -18,7 +18,7 @@
 //!
 //! What is not compared: an operation's non-tensor attributes (pointwise mode, padding, …) and
 //! the kernel itself. A payload's content digest catches accidental changes to those, and a
-//! keyed signature deliberate ones (see `serialize::plan`): a plan carries executable GPU code.
+//! keyed signature deliberate ones (see `payload::plan`): a plan carries executable GPU code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -90,6 +90,8 @@ pub(crate) struct Checked {
 }
 
 /// Checks `json` against the lowering of `graph` for `cudnn` (see the module docs).
+// Long because it checks a plan JSON against the lowering field by field, in the order the module
+// docs list, each mismatch naming both sides.
 pub(crate) fn check(json: &str, graph: &Graph, manifest: &Manifest, cudnn: &Cudnn) -> Result<Checked, PlanMismatch> {
     let plan: PlanJson = serde_json::from_str(json).map_err(|e| PlanMismatch::Malformed(e.to_string()))?;
     if usize::try_from(plan.cudnn_version).ok() != Some(cudnn.version()) {

@@ -122,7 +122,7 @@ impl ExecutionPlan {
 /// # use cudnn_runtime as cudnn_graph;
 /// use cudnn_graph::backend::{BuildOptions, Cudnn, GraphMode, PlanGraph};
 /// use cudnn_graph::engines::PlanCache;
-/// use cudnn_graph::serialize::plan::Expect;
+/// use cudnn_graph::payload::plan::Expect;
 /// fn record(cache: &PlanCache, cudnn: &Cudnn, graph: &cudnn_graph::Graph, io: &[u64]) {
 ///     let recorded: PlanGraph<'_>;
 ///     {

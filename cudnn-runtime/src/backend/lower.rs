@@ -39,6 +39,8 @@ pub(crate) struct LoweredGraph {
 ///   with the view's strides, is bound to X's address;
 /// - any other reshape or transpose feeding another op is a reshape operation
 ///   (`ops::layout::lower`).
+// Long because each kind of view (slice by pointer, alias, reshape operation) is one arm of one
+// walk over the nodes, sharing the uids and copies it assigns.
 fn views(graph: &Graph, next_uid: &mut i64) -> Result<(Internals, Vec<Option<Tensor>>), BackendError> {
     let mut out = Internals::default();
     let mut copies: Vec<Option<Tensor>> = vec![None; graph.nodes.len()];

@@ -2,6 +2,10 @@
 //! heuristics and compilation entirely: a memory hit hands out the plan already loaded (an
 //! [`Arc`] clone, microseconds), a disk hit asks cuDNN to load the plan (about a millisecond).
 //!
+//! Long because it is the public face of plan serving: its two dozen public methods carry the
+//! cache's contract in their docs (and this module doc is its design); the work is in planner.rs,
+//! specializer.rs, entry.rs and disk.rs.
+//!
 //! **Keys.** A [`PlanKey`] is (graph fingerprint, runtime-dim binding, SM, cuDNN version):
 //! [`crate::Graph::fingerprint`] covers the concrete dims, strides and types, the binding names the
 //! `graph!` type's runtime dims (`M = 192`), and plans load only into the SM and the exact cuDNN
@@ -41,11 +45,11 @@
 //!
 //! **Disk.** With a directory, each entry is one file named by its key,
 //! `{fingerprint:016x}-{binding hash:016x}-sm{sm}-cudnn{version}.plan.json`, holding a plan
-//! payload with structure ([`crate::serialize::plan`]). Writes go to a uniquely named temporary
+//! payload with structure ([`crate::payload::plan`]). Writes go to a uniquely named temporary
 //! file in the same directory (`.`-prefixed), are synced, then renamed over the entry: readers in
 //! any process see a whole old file or a whole new one, never a torn one, and concurrent writers
 //! of one key leave one of their (equivalent) files. Entries are never trusted blindly: an entry
-//! over [`MAX_PAYLOAD_BYTES`] is refused before it is read; each is parsed and checked by
+//! over [`MAX_PAYLOAD_BYTES`](crate::payload::plan::MAX_PAYLOAD_BYTES) is refused before it is read; each is parsed and checked by
 //! [`load_payload`] (format, content digest, cuDNN version, SM, graph fingerprint, binding, the
 //! plan JSON's tensors and operations against the graph, variant pack, workspace, engine,
 //! scalars) and its recorded key must be the one looked up. An entry that fails is **evicted**
@@ -58,7 +62,7 @@
 //! # use cudnn_runtime as cudnn_graph;
 //! use cudnn_graph::backend::{BuildOptions, Cudnn};
 //! use cudnn_graph::engines::{CacheSource, PlanCache};
-//! use cudnn_graph::serialize::plan::Expect;
+//! use cudnn_graph::payload::plan::Expect;
 //! # fn graph() -> cudnn_graph::Graph { unimplemented!() }
 //! let cache = PlanCache::with_dir("/tmp/cudnn-graph-plans")?;
 //! let cudnn = Cudnn::new(cudnn_graph::backend::cuda_context(0)?.default_stream())?;
@@ -72,300 +76,27 @@
 
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
-use super::lru::{Evicted, Lru, Weigh};
-use super::specialize::{
-    median_us, specialized_is_faster, Contexts, PlanTimer, PushError, ServeReason, Serving, Specialization, Target,
-    Task, Worker, MAX_PENDING_SPECIALIZATIONS,
-};
-use crate::backend::{
-    BackendError, BehaviorNote, BuildOptions, Cudnn, EngineConfig, ExecutionPlan, Fusion, KernelCache, NumericalNote,
-    PaddedPlan,
-};
+use super::disk::{self, parse_with, write_atomically};
+use super::entry::{accepts, serves, Entry};
+// The keys are part of the cache's public paths (`engines::cache::PlanKey`).
+pub use super::keys::{PlanKey, StructureKey};
+use super::lru::{Evicted, Lru};
+use super::planner::Planner;
+use super::report::warn;
+pub use super::report::{CacheSource, CacheStats, CacheWarning, CachedPlan, SeedReport};
+use super::specialize::{ServeReason, Serving, Specialization};
+use super::specializer::{EntryChange, Specialized, Specializer};
+use crate::backend::{BackendError, BuildOptions, Cudnn, ExecutionPlan, KernelCache, PaddedPlan};
 use crate::ir::ClassGraph;
-use crate::serialize::plan::{
-    load_payload, parse_payload, parse_signed_payload, write, EngineRecord, Expect, Payload, PayloadError, PayloadKey,
-    PlanOrigin, PlanRecord, SerializeOptions, MAX_PAYLOAD_BYTES,
+use crate::payload::plan::{
+    load_payload, write, Expect, Payload, PayloadError, PayloadKey, PlanOrigin, SerializeOptions,
 };
-use crate::{Fnv, Graph};
-
-/// What a cached plan is filed under.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PlanKey {
-    /// [`Graph::fingerprint`].
-    pub graph_fingerprint: u64,
-    /// The `graph!` type's runtime-dim binding ([`Expect::binding`]), if any.
-    pub binding: Option<String>,
-    /// The target's compute capability.
-    pub sm: Option<u32>,
-    /// `cudnnGetVersion()`.
-    pub cudnn_version: usize,
-}
-
-impl PlanKey {
-    /// The key of `graph` (with `expect`'s binding) planned by `cudnn`.
-    pub fn new(cudnn: &Cudnn, graph: &Graph, expect: &Expect) -> Self {
-        PlanKey {
-            graph_fingerprint: graph.fingerprint(),
-            binding: expect.binding.clone(),
-            sm: cudnn.sm(),
-            cudnn_version: cudnn.version(),
-        }
-    }
-
-    /// The key a payload's plan record was made under; `None` if its fingerprint is not `0x…`
-    /// hex.
-    pub fn of_record(record: &PlanRecord) -> Option<Self> {
-        let hex = record.graph_fingerprint.strip_prefix("0x")?;
-        Some(PlanKey {
-            graph_fingerprint: u64::from_str_radix(hex, 16).ok()?,
-            binding: record.binding.clone(),
-            sm: record.sm,
-            cudnn_version: record.cudnn_version,
-        })
-    }
-
-    /// The entry's file name in a cache directory.
-    ///
-    /// ```
-    /// # use cudnn_runtime as cudnn_graph;
-    /// use cudnn_graph::engines::PlanKey;
-    /// let key = PlanKey { graph_fingerprint: 0xab, binding: None, sm: Some(90), cudnn_version: 91900 };
-    /// assert!(key.file_name().starts_with("00000000000000ab-"));
-    /// assert!(key.file_name().ends_with("-sm90-cudnn91900.plan.json"));
-    /// ```
-    pub fn file_name(&self) -> String {
-        let mut h = Fnv::default();
-        match &self.binding {
-            Some(b) => h.write_str(&format!("some:{b}")),
-            None => h.write_str("none"),
-        }
-        let sm = self.sm.map_or_else(|| "any".to_string(), |s| s.to_string());
-        format!("{:016x}-{:016x}-sm{sm}-cudnn{}.plan.json", self.graph_fingerprint, h.finish(), self.cudnn_version)
-    }
-}
-
-impl fmt::Display for PlanKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "graph {:#018x}", self.graph_fingerprint)?;
-        if let Some(b) = &self.binding {
-            write!(f, " ({b})")?;
-        }
-        match self.sm {
-            Some(sm) => write!(f, ", sm {sm}")?,
-            None => f.write_str(", sm ?")?,
-        }
-        write!(f, ", cuDNN {}", self.cudnn_version)
-    }
-}
-
-/// What a kernel cache is filed under ([`PlanCache::dynamic_shapes`]): the graph's structure
-/// without its extents, on one SM and cuDNN version.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StructureKey {
-    /// [`Graph::structure_fingerprint`].
-    pub structure_fingerprint: u64,
-    /// The target's compute capability.
-    pub sm: Option<u32>,
-    /// `cudnnGetVersion()`.
-    pub cudnn_version: usize,
-}
-
-impl StructureKey {
-    /// The structure key of `graph` planned by `cudnn`.
-    pub fn new(cudnn: &Cudnn, graph: &Graph) -> Self {
-        StructureKey {
-            structure_fingerprint: graph.structure_fingerprint(),
-            sm: cudnn.sm(),
-            cudnn_version: cudnn.version(),
-        }
-    }
-}
-
-/// The kernel cache of one structure, and the engine its first dynamic-shape plan selected.
-struct Kernels {
-    cache: KernelCache,
-    /// The cache's JSON size when last weighed (after each plan built with it).
-    bytes: usize,
-    /// The engine and knobs of the first dynamic-shape plan of one part made with the cache:
-    /// a new shape is planned with it (no heuristics), its kernels found in the cache.
-    engine: Option<EngineConfig>,
-    /// cuDNN planned no part of the structure as a dynamic-shape graph (attention backward and
-    /// graphs of pointwise ops alone, with cuDNN 9.19): later shapes are planned as ordinary
-    /// graphs at once.
-    static_only: bool,
-    /// The plans finalized with `cache` and their finalize times (the first compiled the
-    /// kernels): what [`Kernels::finalized`] weighs a new one against.
-    epoch: Epoch,
-}
-
-/// The plans finalized with one kernel cache, their finalize times summed, and whether the last
-/// one cost more than the average before it.
-#[derive(Debug, Clone, Copy, Default)]
-struct Epoch {
-    plans: u32,
-    finalize: Duration,
-    over: bool,
-}
-
-impl Kernels {
-    /// Records a plan finalized with the cache in `finalize`, and starts a new cache where that
-    /// cost more than the average plan of this one, the first's compilation included: measured
-    /// deviceless for the H200 with cuDNN 9.19, every new shape of a layer norm's structure made
-    /// its cache's finalize slower (about 2.4 ms per shape the cache had seen: 8 ms at the second
-    /// shape, 100 ms at the 40th, against 420–630 ms to compile the first), where a matmul's
-    /// stayed flat (3 ms). Starting over when a shape's cost passes the average is the
-    /// ski-rental rule: with costs growing linearly it starts over near the number of shapes that
-    /// minimizes the average (√(2·compile/growth), about 19 for the layer norm: about 50 ms a
-    /// shape instead of growing without bound), and with flat costs never. It takes two shapes
-    /// in a row over the average, so one slow finalize (the host busy) does not throw away a
-    /// cache whose costs are flat. Plans made with the old cache keep it (their kernels live
-    /// there). Returns whether it started over.
-    fn finalized(&mut self, finalize: Duration) -> bool {
-        let Epoch { plans, finalize: total, over: was_over } = self.epoch;
-        let over = plans > 0 && finalize * plans > total;
-        if over && was_over {
-            self.cache = KernelCache::new();
-            self.bytes = 0;
-            self.epoch = Epoch::default();
-            return true;
-        }
-        self.epoch = Epoch { plans: plans + 1, finalize: total + finalize, over };
-        false
-    }
-}
-
-impl Weigh for Kernels {
-    fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// Held by a plan made with it (its kernels live there) or by a caller's clone.
-    fn pinned(&self) -> bool {
-        self.cache.holders() > 1
-    }
-}
-
-/// Where a [`CachedPlan`] came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CacheSource {
-    /// The memory tier: the plan already loaded for this context (shared), or, the first time
-    /// this context asks, loaded from the payload held in memory; no heuristics, no compilation.
-    Memory,
-    /// A payload file of the cache directory: read, loaded, no heuristics, no compilation.
-    Disk,
-    /// A miss: built (and stored).
-    Built,
-}
-
-/// A cache entry that was ignored (or could not be written), and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheWarning {
-    /// The file, for a disk entry.
-    pub path: Option<PathBuf>,
-    /// What was wrong.
-    pub reason: String,
-}
-
-impl fmt::Display for CacheWarning {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.path {
-            Some(p) => write!(f, "plan cache entry {}: {}", p.display(), self.reason),
-            None => write!(f, "plan cache: {}", self.reason),
-        }
-    }
-}
-
-fn warn(warnings: &mut Vec<CacheWarning>, path: Option<&Path>, reason: String) {
-    let w = CacheWarning { path: path.map(Path::to_path_buf), reason };
-    tracing::warn!("{w}");
-    warnings.push(w);
-}
-
-/// A plan from [`PlanCache::get_or_build`].
-#[derive(Debug)]
-pub struct CachedPlan {
-    /// The plan, for the caller's context; shared with the cache and every other caller it
-    /// serves.
-    pub plan: Arc<ExecutionPlan>,
-    /// Where it came from.
-    pub source: CacheSource,
-    /// Entries ignored on the way (corrupted, for another key) or not written.
-    pub warnings: Vec<CacheWarning>,
-    /// Time from the call to the plan, lookups and (on a miss) the build and store included.
-    pub elapsed: Duration,
-    /// Why the cache serves this plan for this shape (the specialization policy's choice).
-    pub reason: ServeReason,
-}
-
-/// The counters of a [`PlanCache`] ([`PlanCache::stats`]): lookups, builds, evictions, and the
-/// bytes held against the budget.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// Hits in memory.
-    pub memory_hits: u64,
-    /// Hits on disk.
-    pub disk_hits: u64,
-    /// Lookups that found no entry to use.
-    pub misses: u64,
-    /// Plans made after a miss (a miss whose build failed is not one).
-    pub builds: u64,
-    /// Entries ignored with a warning.
-    pub ignored: u64,
-    /// Memory entries and kernel caches evicted to keep within their budgets (an entry heavier
-    /// than the whole budget, not kept, counts as one).
-    pub evictions: u64,
-    /// Memory entries held now.
-    pub entries: usize,
-    /// Bytes held now (see [`PlanCache::with_budget`] for what an entry weighs).
-    pub bytes: usize,
-    /// Kernel caches held now ([`PlanCache::dynamic_shapes`]).
-    pub kernel_caches: usize,
-    /// Their bytes: each cache's JSON (`CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION`), its
-    /// compiled kernels serialized, measured after each plan built with it.
-    pub kernel_bytes: usize,
-    /// Kernel caches replaced by a new one for their structure because a new shape's finalize
-    /// cost more than the average of the plans made with them (see [`PlanCache::dynamic_shapes`]).
-    pub kernel_restarts: u64,
-    /// Of `bytes`, those of entries pinned now: a plan held outside the cache (by a caller, or
-    /// borrowed by a CUDA graph that replays it) is never evicted.
-    pub pinned_bytes: usize,
-    /// The budget in bytes.
-    pub budget: usize,
-    /// The specialization policy ([`PlanCache::specialization`]).
-    pub specialization: Specialization,
-    /// Specialized plans queued for the background worker ([`Specialization::Lazy`]): for a
-    /// dynamic-shape entry, or for a length of a [`ClassPlan`](super::ClassPlan).
-    pub specializations_queued: u64,
-    /// Of those, waiting or being built and timed now.
-    pub specializations_pending: usize,
-    /// Specialized plans swapped in, timed faster than the dynamic-shape plan they replaced (or
-    /// than the padded call, for a class plan's length).
-    pub specializations_swapped: u64,
-    /// Specialized plans dropped because they were not faster (the dynamic-shape plan, or the
-    /// padded plan, stays).
-    pub specializations_kept_dynamic: u64,
-    /// Specializations that failed (not built, not timed, not stored) or were not queued (the
-    /// queue was full); the dynamic-shape plan stays.
-    pub specializations_failed: u64,
-    /// Specializations finished after their entry was replaced, evicted or cleared, or after
-    /// their class plan was dropped: dropped (a class plan's faster exact plan is still stored).
-    pub specializations_stale: u64,
-}
-
-/// What [`PlanCache::seed_from_dir`] loaded.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SeedReport {
-    /// Payloads added.
-    pub seeded: usize,
-    /// Files skipped, and why.
-    pub warnings: Vec<CacheWarning>,
-}
+use crate::Graph;
 
 /// Plans by [`PlanKey`]: loaded plans and their payloads in memory, and payloads in a directory
 /// if one is given. The [`cache`](self) module documentation gives the design (keys, sharing,
@@ -380,82 +111,10 @@ pub struct PlanCache {
     builds: AtomicU64,
     ignored: AtomicU64,
     evictions: AtomicU64,
-    /// Kernel caches started over ([`CacheStats::kernel_restarts`]).
-    kernel_restarts: AtomicU64,
-    /// Kernel caches by structure, with [`PlanCache::dynamic_shapes`].
-    kernels: Option<Mutex<Lru<StructureKey, Kernels>>>,
-    /// The specialization policy as set ([`PlanCache::specialization`]); unset, eager without
-    /// dynamic shapes and none with them.
-    policy: Option<Specialization>,
-    /// How the lazy policy times plans.
-    timer: Arc<PlanTimer>,
-    /// The lazy policy's background builds (its thread starts with the first).
-    worker: Worker<Specialized>,
-    specializations: SpecializationCounters,
-}
-
-/// The counters of the lazy policy.
-#[derive(Default)]
-struct SpecializationCounters {
-    queued: AtomicU64,
-    swapped: AtomicU64,
-    kept: AtomicU64,
-    failed: AtomicU64,
-    stale: AtomicU64,
-}
-
-/// A background specialization, finished: the entry it was for, what it was timed against, and
-/// its outcome.
-pub(super) struct Specialized {
-    pub(super) key: PlanKey,
-    pub(super) against: Against,
-    pub(super) outcome: Outcome,
-}
-
-/// Where the cache hands a class plan its finished background specializations.
-pub(super) type Inbox = Mutex<Vec<(Vec<usize>, Arrival)>>;
-
-/// A finished background specialization of one length, as the cache settled it.
-pub(super) enum Arrival<P = ExecutionPlan> {
-    /// The exact plan is faster; the cache holds it under `key`.
-    Faster {
-        key: PlanKey,
-        plan: Weak<P>,
-        padded_us: f64,
-        exact_us: f64,
-    },
-    NotFaster {
-        padded_us: f64,
-        exact_us: f64,
-    },
-    Failed(String),
-}
-
-/// What a specialized plan was timed against.
-pub(super) enum Against {
-    /// The dynamic-shape plan its entry held.
-    Dynamic(Arc<ExecutionPlan>),
-    /// A call of this length on a class plan's padded plan ([`ClassPlan`](super::ClassPlan)): the outcome goes to
-    /// its inbox, if the class plan still lives.
-    Padded { inbox: Weak<Inbox>, length: Vec<usize> },
-}
-
-/// The outcome of a background specialization; the times are the baseline's (`dynamic_us`: the
-/// dynamic-shape plan, or the padded call) and the specialized plan's.
-pub(super) enum Outcome {
-    /// Faster: the plan, its payload (already in the directory, if any) and both times.
-    Faster {
-        plan: Arc<ExecutionPlan>,
-        payload: Box<Payload>,
-        payload_bytes: usize,
-        dynamic_us: f64,
-        specialized_us: f64,
-    },
-    NotFaster {
-        dynamic_us: f64,
-        specialized_us: f64,
-    },
-    Failed(String),
+    /// How a miss becomes a plan: the policy and the kernel caches.
+    planner: Planner,
+    /// The lazy policy's background specializations.
+    specializer: Specializer,
 }
 
 impl fmt::Debug for PlanCache {
@@ -477,36 +136,6 @@ pub const SHARED_PLANS: usize = 8;
 /// The memory budget of a [`PlanCache`] unless [`PlanCache::with_budget`] sets another: 256 MiB,
 /// about a thousand plans of the sizes measured (see [`PlanCache::with_budget`]).
 pub const DEFAULT_BUDGET_BYTES: usize = 256 << 20;
-
-/// A memory entry: a payload, without structure (lookups always bring the graph), and the plans
-/// loaded from it, shared.
-struct Entry {
-    payload: Arc<Payload>,
-    /// The payload's size as serialized.
-    payload_bytes: usize,
-    plans: Vec<Arc<ExecutionPlan>>,
-    /// Why the entry holds this plan.
-    reason: ServeReason,
-}
-
-impl Weigh for Entry {
-    /// The payload, and each loaded plan as much again: cuDNN's host-side state of a plan is not
-    /// observable, and its JSON (most of the payload) is that state serialized.
-    fn bytes(&self) -> usize {
-        self.payload_bytes.saturating_mul(1 + self.plans.len())
-    }
-
-    /// Whether a plan of the entry is held outside the cache: by a caller's `Arc`, which is also
-    /// what a CUDA graph of the plan borrows ([`crate::backend::PlanGraph`] cannot outlive it).
-    fn pinned(&self) -> bool {
-        self.plans.iter().any(|p| Arc::strong_count(p) > 1)
-    }
-}
-
-/// Whether `plan` serves a caller of `graph` on `cudnn` as well as a plan it loaded itself.
-fn serves(plan: &ExecutionPlan, cudnn: &Cudnn, graph: &Graph) -> bool {
-    plan.anchor().serves(cudnn) && plan.graph() == graph
-}
 
 /// One lookup's question.
 struct Lookup<'a> {
@@ -534,48 +163,6 @@ impl Lookup<'_> {
     }
 }
 
-/// Distinguishes the temporary files of threads of one process.
-static TEMP_COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// Whether `options` accept the engine recorded in `record`.
-fn accepts(options: &BuildOptions, record: &PlanRecord) -> bool {
-    // A partitioned plan does not serve a build that demands one kernel, and each part's engine
-    // must pass the filters.
-    if record.parts.is_empty() {
-        return accepts_engine(options, &record.engine, record.workspace_size);
-    }
-    options.fusion == Fusion::Auto
-        && options.engine.is_none()
-        && options.candidate.is_none()
-        && options.max_workspace_bytes.is_none_or(|limit| record.workspace_size <= limit)
-        && record.parts.iter().all(|p| accepts_engine(options, &p.engine, p.workspace_size))
-}
-
-/// Whether a recorded engine (and its workspace) passes `options`' filters.
-fn accepts_engine(options: &BuildOptions, engine: &EngineRecord, workspace_size: usize) -> bool {
-    let behavior: Option<Vec<BehaviorNote>> =
-        engine.behavior_notes.iter().map(|n| BehaviorNote::from_name(n)).collect();
-    let numerical: Option<Vec<NumericalNote>> =
-        engine.numerical_notes.iter().map(|n| NumericalNote::from_name(n)).collect();
-    // A note this build cannot name cannot be checked: such an entry passes only unfiltered.
-    let (Some(behavior), Some(numerical)) = (behavior, numerical) else {
-        return options.select_behavior_notes.is_empty()
-            && options.deselect_behavior_notes.is_empty()
-            && options.select_numerical_notes.is_empty()
-            && options.deselect_numerical_notes.is_empty();
-    };
-    if options.bars_notes(engine.id, &behavior, &numerical).is_some() {
-        return false;
-    }
-    if options.max_workspace_bytes.is_some_and(|limit| workspace_size > limit) {
-        return false;
-    }
-    match &options.engine {
-        Some(e) => engine.id == Some(e.id) && e.knobs.iter().all(|k| engine.knobs.contains(&(k.kind, k.value))),
-        None => true,
-    }
-}
-
 impl PlanCache {
     /// A cache in memory only.
     pub fn in_memory() -> Self {
@@ -589,12 +176,8 @@ impl PlanCache {
             builds: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
-            kernel_restarts: AtomicU64::new(0),
-            kernels: None,
-            policy: None,
-            timer: Arc::new(median_us),
-            worker: Worker::new(),
-            specializations: SpecializationCounters::default(),
+            planner: Planner::new(),
+            specializer: Specializer::new(),
         }
     }
 
@@ -621,131 +204,13 @@ impl PlanCache {
     /// assert_eq!(cache.stats().kernel_caches, 0);
     /// ```
     pub fn dynamic_shapes(self, kernel_budget: usize) -> Self {
-        PlanCache { kernels: Some(Mutex::new(Lru::new(kernel_budget))), ..self }
+        PlanCache { planner: self.planner.dynamic_shapes(kernel_budget), ..self }
     }
 
     /// The kernel cache this cache plans `graph`'s structure with, made if there is none; `None`
     /// without [`PlanCache::dynamic_shapes`].
     pub fn kernel_cache(&self, cudnn: &Cudnn, graph: &Graph) -> Option<KernelCache> {
-        let (cache, _, _) = self.kernels_of(&StructureKey::new(cudnn, graph))?;
-        Some(cache)
-    }
-
-    /// The kernel cache of `key`, the engine recorded for it and whether the structure plans
-    /// only statically; made if missing.
-    fn kernels_of(&self, key: &StructureKey) -> Option<(KernelCache, Option<EngineConfig>, bool)> {
-        let mut kernels = self.kernels.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = kernels.get(key) {
-            return Some((k.cache.clone(), k.engine.clone(), k.static_only));
-        }
-        let cache = KernelCache::new();
-        let entry =
-            Kernels { cache: cache.clone(), bytes: 0, engine: None, static_only: false, epoch: Epoch::default() };
-        let evicted = kernels.insert(key.clone(), entry);
-        drop(kernels);
-        self.evicted_kernels(evicted);
-        Some((cache, None, false))
-    }
-
-    /// After `plan` was built with `key`'s kernel cache: records its engine (the first time) and
-    /// weighs the cache again.
-    fn built_with_kernels(&self, key: &StructureKey, cache: &KernelCache, plan: &ExecutionPlan) {
-        let Some(kernels) = &self.kernels else { return };
-        let static_only = plan.parts().iter().all(|p| !p.is_dynamic_shape());
-        let engine = match (plan.is_dynamic_shape(), plan.parts()) {
-            (true, [part]) => {
-                part.selected().engine_id.map(|id| EngineConfig { id, knobs: part.selected().knobs.clone() })
-            }
-            _ => None,
-        };
-        // cuDNN serializes the cache outside the lock of the map (not of the cache).
-        let bytes = cache.json().ok().flatten().map_or(0, |j| j.len());
-        let finalize: Duration =
-            plan.parts().iter().filter(|p| p.is_dynamic_shape()).map(|p| p.timings().plan_build).sum();
-        let mut held = kernels.lock().unwrap_or_else(PoisonError::into_inner);
-        let updated = held.update(key, |k| {
-            if k.cache != *cache {
-                return false;
-            }
-            k.bytes = bytes;
-            k.static_only = static_only;
-            if k.engine.is_none() {
-                k.engine = engine;
-            }
-            plan.is_dynamic_shape() && k.finalized(finalize)
-        });
-        drop(held);
-        if let Some((restarted, evicted)) = updated {
-            if restarted {
-                self.kernel_restarts.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(
-                    structure = format_args!("{:#018x}", key.structure_fingerprint),
-                    finalize_us = crate::micros(finalize),
-                    "kernel cache restarted: its plans' finalize grew past their average"
-                );
-            }
-            self.evicted_kernels(evicted);
-        }
-    }
-
-    /// Counts and traces kernel caches evicted.
-    fn evicted_kernels(&self, evicted: Evicted<StructureKey, Kernels>) {
-        self.evictions.fetch_add(evicted.entries.len() as u64, Ordering::Relaxed);
-        for (key, _, bytes) in &evicted.entries {
-            tracing::debug!(
-                structure = format_args!("{:#018x}", key.structure_fingerprint),
-                bytes,
-                "kernel cache eviction"
-            );
-        }
-    }
-
-    /// Builds `graph` for [`PlanCache::get_or_build`] as the policy says: specialized to its
-    /// shape (as asked), or with the structure's kernel cache and engine under
-    /// [`PlanCache::dynamic_shapes`]; with why.
-    fn build(
-        &self,
-        cudnn: &Cudnn,
-        graph: &Graph,
-        options: &BuildOptions,
-    ) -> crate::Result<(ExecutionPlan, ServeReason)> {
-        let chooses = options.engine.is_some()
-            || options.candidate.is_some()
-            || options.build_all
-            || options.kernel_cache.is_some();
-        if chooses {
-            return Ok((ExecutionPlan::build(cudnn, graph, options)?, ServeReason::OptionsChoose));
-        }
-        let policy = self.policy();
-        let key = StructureKey::new(cudnn, graph);
-        let kernels = if policy == Specialization::Eager { None } else { self.kernels_of(&key) };
-        let Some((cache, engine, static_only)) = kernels else {
-            return Ok((ExecutionPlan::build(cudnn, graph, options)?, ServeReason::Specialized));
-        };
-        if static_only {
-            return Ok((ExecutionPlan::build(cudnn, graph, options)?, ServeReason::StaticOnly));
-        }
-        let dynamic = options.clone().dynamic_shapes(cache.clone());
-        let built = match engine {
-            Some(engine) => {
-                let known = BuildOptions { engine: Some(engine), ..dynamic.clone() };
-                match ExecutionPlan::build(cudnn, graph, &known) {
-                    Ok(plan) => Ok(plan),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "the structure's engine does not plan this shape: heuristics");
-                        ExecutionPlan::build(cudnn, graph, &dynamic)
-                    }
-                }
-            }
-            None => ExecutionPlan::build(cudnn, graph, &dynamic),
-        }?;
-        self.built_with_kernels(&key, &cache, &built);
-        let reason = match (built.is_dynamic_shape(), policy) {
-            (false, _) => ServeReason::StaticOnly,
-            (true, Specialization::Lazy) => ServeReason::LazyPending,
-            (true, _) => ServeReason::DynamicByPolicy,
-        };
-        Ok((built, reason))
+        self.planner.kernel_cache(cudnn, graph)
     }
 
     /// Sets the [`Specialization`] policy: which plan a new shape gets. [`Specialization::Lazy`]
@@ -764,23 +229,16 @@ impl PlanCache {
     /// assert_eq!(lazy.policy(), Specialization::Lazy);
     /// assert_eq!(lazy.stats().specialization, Specialization::Lazy);
     /// ```
-    pub fn specialization(mut self, policy: Specialization) -> Self {
-        if policy != Specialization::Eager && self.kernels.is_none() {
-            self.kernels = Some(Mutex::new(Lru::new(DEFAULT_BUDGET_BYTES)));
-        }
-        PlanCache { policy: Some(policy), ..self }
+    pub fn specialization(self, policy: Specialization) -> Self {
+        PlanCache { planner: self.planner.specialization(policy, DEFAULT_BUDGET_BYTES), ..self }
     }
 
     /// The specialization policy in force (see [`PlanCache::specialization`]).
     pub fn policy(&self) -> Specialization {
-        match (self.policy, &self.kernels) {
-            (Some(policy), _) => policy,
-            (None, Some(_)) => Specialization::None,
-            (None, None) => Specialization::Eager,
-        }
+        self.planner.policy()
     }
 
-    /// Times plans for the lazy policy with `timer` instead of [`median_us`] (autotuning's
+    /// Times plans for the lazy policy with `timer` instead of [`median_us`](super::median_us) (autotuning's
     /// [`measure`](super::measure)): to time with the service's own inputs, say, or to decide
     /// the swap in a test without a GPU. It runs on the worker thread, with the worker's cuDNN
     /// context.
@@ -788,7 +246,7 @@ impl PlanCache {
         self,
         timer: impl Fn(&Cudnn, &ExecutionPlan) -> Result<f64, BackendError> + Send + Sync + 'static,
     ) -> Self {
-        PlanCache { timer: Arc::new(timer), ..self }
+        PlanCache { specializer: self.specializer.time_with(Arc::new(timer)), ..self }
     }
 
     /// Keeps the memory tier within `bytes` (the default is [`DEFAULT_BUDGET_BYTES`]), evicting
@@ -864,13 +322,14 @@ impl PlanCache {
     /// (files stay; a plan still held elsewhere keeps its kernel cache).
     pub fn clear(&self) {
         self.entries().clear();
-        if let Some(kernels) = &self.kernels {
-            kernels.lock().unwrap_or_else(PoisonError::into_inner).clear();
-        }
+        self.planner.clear();
     }
 
     /// The counters so far, and the bytes held now.
     pub fn stats(&self) -> CacheStats {
+        let (kernel_caches, kernel_bytes) = self.planner.kernels_held();
+        let (kernel_restarts, kernel_evictions) = self.planner.kernel_counters();
+        let (queued, pending, swapped, kept, failed, stale) = self.specializer.counts();
         let entries = self.entries();
         CacheStats {
             memory_hits: self.memory_hits.load(Ordering::Relaxed),
@@ -878,21 +337,21 @@ impl PlanCache {
             misses: self.misses.load(Ordering::Relaxed),
             builds: self.builds.load(Ordering::Relaxed),
             ignored: self.ignored.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed) + kernel_evictions,
             entries: entries.len(),
             bytes: entries.bytes(),
             pinned_bytes: entries.pinned_bytes(),
             budget: entries.budget(),
-            kernel_caches: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).len()),
-            kernel_bytes: self.kernels.as_ref().map_or(0, |k| k.lock().unwrap_or_else(PoisonError::into_inner).bytes()),
-            kernel_restarts: self.kernel_restarts.load(Ordering::Relaxed),
+            kernel_caches,
+            kernel_bytes,
+            kernel_restarts,
             specialization: self.policy(),
-            specializations_queued: self.specializations.queued.load(Ordering::Relaxed),
-            specializations_pending: self.worker.pending(),
-            specializations_swapped: self.specializations.swapped.load(Ordering::Relaxed),
-            specializations_kept_dynamic: self.specializations.kept.load(Ordering::Relaxed),
-            specializations_failed: self.specializations.failed.load(Ordering::Relaxed),
-            specializations_stale: self.specializations.stale.load(Ordering::Relaxed),
+            specializations_queued: queued,
+            specializations_pending: pending,
+            specializations_swapped: swapped,
+            specializations_kept_dynamic: kept,
+            specializations_failed: failed,
+            specializations_stale: stale,
         }
     }
 
@@ -928,9 +387,15 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        let mut got = self.get_or_make(cudnn, graph, expect, options, || self.build(cudnn, graph, options))?;
+        let mut got = self.get_or_make(cudnn, graph, expect, options, || self.planner.build(cudnn, graph, options))?;
         if got.source == CacheSource::Built && got.reason == ServeReason::LazyPending {
-            if let Some(reason) = self.specialize(cudnn, graph, expect, options, &got.plan) {
+            // The dynamic-shape plan just built and stored: its specialization goes to the
+            // background, or the entry records why it cannot.
+            let key = PlanKey::new(cudnn, graph, expect);
+            let (signing, path) = (self.key.clone(), self.path_of(&key));
+            let queued = self.specializer.lazily(cudnn, graph, expect, options, &got.plan, key.clone(), signing, path);
+            if let Err(reason) = queued {
+                self.set_reason(&key, reason.clone());
                 got.reason = reason;
             }
         }
@@ -975,7 +440,7 @@ impl PlanCache {
     ) -> crate::Result<CachedPlan> {
         let masked = graph.masked();
         self.get_or_make(cudnn, masked, expect, options, || {
-            Ok((ExecutionPlan::build(cudnn, masked, options)?, ServeReason::Specialized))
+            Ok((Planner::as_asked(cudnn, masked, options)?, ServeReason::Specialized))
         })
     }
 
@@ -1001,7 +466,7 @@ impl PlanCache {
         options: &BuildOptions,
         make: impl FnOnce() -> crate::Result<(ExecutionPlan, ServeReason)>,
     ) -> crate::Result<CachedPlan> {
-        self.settle_specializations(self.worker.take_done());
+        self.settle_specializations(self.specializer.take_done());
         let query =
             Lookup { cudnn, graph, expect, options, key: PlanKey::new(cudnn, graph, expect), start: Instant::now() };
         let mut warnings = Vec::new();
@@ -1037,7 +502,7 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> (Option<(Arc<ExecutionPlan>, CacheSource)>, Vec<CacheWarning>) {
-        self.settle_specializations(self.worker.take_done());
+        self.settle_specializations(self.specializer.take_done());
         let query =
             Lookup { cudnn, graph, expect, options, key: PlanKey::new(cudnn, graph, expect), start: Instant::now() };
         let mut warnings = Vec::new();
@@ -1048,7 +513,7 @@ impl PlanCache {
     /// What the entry of `key` serves now and why; `None` without an entry in memory.
     /// Specialized plans finished in the background are swapped in first.
     pub fn serving(&self, key: &PlanKey) -> Option<Serving> {
-        self.settle_specializations(self.worker.take_done());
+        self.settle_specializations(self.specializer.take_done());
         let mut entries = self.entries();
         let entry = entries.get(key)?;
         Some(Serving { dynamic_shape: entry.plans.first().map(|p| p.is_dynamic_shape()), reason: entry.reason.clone() })
@@ -1059,80 +524,20 @@ impl PlanCache {
     /// finished. For tests, benchmarks and a service that wants its specialized plans before it
     /// takes traffic; lookups swap in whatever has finished without waiting.
     pub fn wait_for_specializations(&self) -> usize {
-        let done = self.worker.wait_idle();
+        let done = self.specializer.wait_idle();
         let n = done.len();
         self.settle_specializations(done);
         n
     }
 
-    /// Queues the background specialization of `plan`, the dynamic-shape plan just built and
-    /// stored for `graph`; the entry's new reason if it cannot be queued.
-    fn specialize(
-        &self,
-        cudnn: &Cudnn,
-        graph: &Graph,
-        expect: &Expect,
-        options: &BuildOptions,
-        plan: &Arc<ExecutionPlan>,
-    ) -> Option<ServeReason> {
-        let key = PlanKey::new(cudnn, graph, expect);
-        let Some(target) = Target::of(cudnn) else {
-            return Some(self.not_queued(&key, ServeReason::LazyFailed { reason: "the context has no target".into() }));
-        };
-        let (graph, options, expect, dynamic) = (graph.clone(), options.clone(), expect.clone(), plan.clone());
-        let (timer, signing, path) = (self.timer.clone(), self.key.clone(), self.path_of(&key));
-        let task_key = key.clone();
-        let task: Task<Specialized> = Box::new(move |contexts: &mut Contexts| {
-            let outcome = specialize_in_background(
-                contexts,
-                &target,
-                &graph,
-                &options,
-                &expect,
-                &dynamic,
-                &*timer,
-                signing.as_ref(),
-                path.as_deref(),
-            );
-            Specialized { key: task_key, against: Against::Dynamic(dynamic), outcome }
-        });
-        let if_panicked = Specialized {
-            key: key.clone(),
-            against: Against::Dynamic(plan.clone()),
-            outcome: Outcome::Failed("the background build panicked".into()),
-        };
-        match self.queue(task, if_panicked) {
-            Ok(()) => None,
-            Err(PushError::Full) => Some(self.not_queued(&key, ServeReason::LazyQueueFull)),
-            Err(PushError::Spawn(e)) => Some(self.not_queued(
-                &key,
-                ServeReason::LazyFailed { reason: format!("the specialization worker cannot start: {e}") },
-            )),
-        }
-    }
-
-    /// Queues a background specialization on the worker, counted.
-    pub(super) fn queue(&self, task: Task<Specialized>, if_panicked: Specialized) -> Result<(), PushError> {
-        let key = if_panicked.key.graph_fingerprint;
-        self.worker.push(task, if_panicked, MAX_PENDING_SPECIALIZATIONS)?;
-        self.specializations.queued.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(fingerprint = format_args!("{key:#018x}"), "specialization queued");
-        Ok(())
-    }
-
-    /// Whether a task queued now would be refused: [`MAX_PENDING_SPECIALIZATIONS`] are waiting.
-    pub(super) fn queue_is_full(&self) -> bool {
-        self.worker.waiting() >= MAX_PENDING_SPECIALIZATIONS
-    }
-
-    /// Counts a specialization that could not be queued (the entry-less kind: a class plan's).
-    pub(super) fn count_not_queued(&self) {
-        self.specializations.failed.fetch_add(1, Ordering::Relaxed);
+    /// The lazy policy's background specializations, for a class plan to queue its lengths on.
+    pub(super) fn specializer(&self) -> &Specializer {
+        &self.specializer
     }
 
     /// Swaps in what the worker has finished since the last call.
     pub(super) fn settle(&self) {
-        self.settle_specializations(self.worker.take_done());
+        self.settle_specializations(self.specializer.take_done());
     }
 
     /// Marks `key`'s entry used, if it is held (its recency, for the budget's eviction order).
@@ -1143,14 +548,6 @@ impl PlanCache {
     /// The key payloads are signed with ([`PlanCache::with_key`]).
     pub(super) fn signing(&self) -> Option<&PayloadKey> {
         self.key.as_ref()
-    }
-
-    /// Records on `key`'s entry that its specialization was not queued, and why.
-    fn not_queued(&self, key: &PlanKey, reason: ServeReason) -> ServeReason {
-        self.specializations.failed.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(fingerprint = format_args!("{:#018x}", key.graph_fingerprint), reason = %reason, "specialization not queued");
-        self.set_reason(key, reason.clone());
-        reason
     }
 
     /// Sets the reason of `key`'s entry, if it is still held.
@@ -1164,79 +561,23 @@ impl PlanCache {
         }
     }
 
-    /// Applies finished specializations: a faster specialized plan replaces the dynamic-shape
-    /// plan of its entry (the entry's plans are let go by the cache; a caller or CUDA graph
-    /// holding one keeps it), a slower or failed one leaves the entry as it is with the reason
-    /// recorded. One whose entry no longer holds the dynamic-shape plan it was timed against
-    /// (replaced, evicted, cleared) is dropped.
+    /// Applies finished specializations as the specializer settles them
+    /// ([`Specializer::settle`]): a faster plan replaces its entry, a slower or failed one
+    /// records why on it, and a class plan hears its length's outcome after the change.
     fn settle_specializations(&self, done: Vec<Specialized>) {
-        for Specialized { key, against, outcome } in done {
-            let dynamic = match against {
-                Against::Dynamic(plan) => plan,
-                Against::Padded { inbox, length } => {
-                    self.settle_padded(key, &inbox, length, outcome);
-                    continue;
+        for done in done {
+            let current = done.dynamic().is_some_and(|dynamic| {
+                self.entries().get(&done.key).is_some_and(|e| e.plans.iter().any(|p| Arc::ptr_eq(p, dynamic)))
+            });
+            let (change, delivery) = self.specializer.settle(done, current);
+            match change {
+                Some(EntryChange::Replace { key, payload, payload_bytes, plan, reason }) => {
+                    self.remember(key, *payload, payload_bytes, Some(plan), reason)
                 }
-            };
-            let current = self.entries().get(&key).is_some_and(|e| e.plans.iter().any(|p| Arc::ptr_eq(p, &dynamic)));
-            let fingerprint = format_args!("{:#018x}", key.graph_fingerprint).to_string();
-            if !current {
-                self.specializations.stale.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(fingerprint, "specialization dropped: its entry was replaced or evicted");
-                continue;
+                Some(EntryChange::Reason { key, reason }) => self.set_reason(&key, reason),
+                None => {}
             }
-            match outcome {
-                Outcome::Faster { plan, payload, payload_bytes, dynamic_us, specialized_us } => {
-                    let reason = ServeReason::LazyFaster { dynamic_us, specialized_us };
-                    tracing::debug!(fingerprint, dynamic_us, specialized_us, "specialized plan swapped in");
-                    self.remember(key, *payload, payload_bytes, Some(plan), reason);
-                    self.specializations.swapped.fetch_add(1, Ordering::Relaxed);
-                }
-                Outcome::NotFaster { dynamic_us, specialized_us } => {
-                    tracing::debug!(fingerprint, dynamic_us, specialized_us, "dynamic-shape plan kept: not slower");
-                    self.set_reason(&key, ServeReason::LazyNotFaster { dynamic_us, specialized_us });
-                    self.specializations.kept.fetch_add(1, Ordering::Relaxed);
-                }
-                Outcome::Failed(reason) => {
-                    tracing::debug!(fingerprint, reason = %reason, "specialization failed: dynamic-shape plan kept");
-                    self.set_reason(&key, ServeReason::LazyFailed { reason });
-                    self.specializations.failed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-
-    /// Applies a class plan's finished specialization: a faster exact plan is stored as the
-    /// call graph's entry ([`ServeReason::FasterThanPadded`]) and handed to the class plan, which
-    /// holds it weakly (the entry is evicted by the budget like any other); either way the class
-    /// plan hears the outcome, if it still lives.
-    fn settle_padded(&self, key: PlanKey, inbox: &Weak<Inbox>, length: Vec<usize>, outcome: Outcome) {
-        let fingerprint = format_args!("{:#018x}", key.graph_fingerprint).to_string();
-        let arrival = match outcome {
-            Outcome::Faster { plan, payload, payload_bytes, dynamic_us: padded_us, specialized_us: exact_us } => {
-                tracing::debug!(fingerprint, padded_us, exact_us, "exact plan swapped in for a padded length");
-                let weak = Arc::downgrade(&plan);
-                let reason = ServeReason::FasterThanPadded { padded_us, exact_us };
-                self.remember(key.clone(), *payload, payload_bytes, Some(plan), reason);
-                self.specializations.swapped.fetch_add(1, Ordering::Relaxed);
-                Arrival::Faster { key, plan: weak, padded_us, exact_us }
-            }
-            Outcome::NotFaster { dynamic_us: padded_us, specialized_us: exact_us } => {
-                tracing::debug!(fingerprint, padded_us, exact_us, "padded plan kept: the exact plan is not faster");
-                self.specializations.kept.fetch_add(1, Ordering::Relaxed);
-                Arrival::NotFaster { padded_us, exact_us }
-            }
-            Outcome::Failed(reason) => {
-                tracing::debug!(fingerprint, reason = %reason, "exact plan failed: padded plan kept");
-                self.specializations.failed.fetch_add(1, Ordering::Relaxed);
-                Arrival::Failed(reason)
-            }
-        };
-        match inbox.upgrade() {
-            Some(inbox) => inbox.lock().unwrap_or_else(PoisonError::into_inner).push((length, arrival)),
-            None => {
-                self.specializations.stale.fetch_add(1, Ordering::Relaxed);
-            }
+            self.specializer.deliver(delivery);
         }
     }
 
@@ -1273,42 +614,32 @@ impl PlanCache {
             }
         }
         let path = self.path_of(key)?;
-        let bytes = match read_entry(&path) {
-            Ok(b) => b,
-            Err(EntryRead::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(EntryRead::Io(e)) => {
+        let (payload, bytes) = match disk::read_for(&path, key, self.key.as_ref()) {
+            disk::Read::Missing => return None,
+            disk::Read::Unreadable(reason) => {
                 self.ignored.fetch_add(1, Ordering::Relaxed);
-                warn(warnings, Some(&path), format!("cannot be read: {e}"));
+                warn(warnings, Some(&path), reason);
                 return None;
             }
-            Err(EntryRead::TooLarge(len)) => {
-                self.evict(&path, warnings, PayloadError::TooLarge(len).to_string());
+            disk::Read::Bad(reason) => {
+                self.evict(&path, warnings, reason);
                 return None;
             }
+            disk::Read::Payload(payload, bytes) => (*payload, bytes),
         };
-        let loaded = self.parse(&bytes).map_err(|e| e.to_string()).and_then(|payload| {
-            match PlanKey::of_record(&payload.plan) {
-                Some(k) if k == *key => {}
-                Some(k) => return Err(format!("it holds the plan of {k}, not {key}")),
-                None => return Err(format!("its graph fingerprint `{}` is not hex", payload.plan.graph_fingerprint)),
-            }
-            if !accepts(q.options, &payload.plan) {
-                return Ok(None);
-            }
-            let plan = load_payload(q.cudnn, &payload, Some(q.graph.clone()), q.expect).map_err(|e| e.to_string())?;
-            Ok(Some((plan, payload)))
-        });
-        match loaded {
-            Ok(Some((plan, payload))) => {
+        if !accepts(q.options, &payload.plan) {
+            return None;
+        }
+        match load_payload(q.cudnn, &payload, Some(q.graph.clone()), q.expect) {
+            Ok(plan) => {
                 let plan = Arc::new(plan);
-                self.remember(key.clone(), payload, bytes.len(), Some(plan.clone()), ServeReason::Loaded);
+                self.remember(key.clone(), payload, bytes, Some(plan.clone()), ServeReason::Loaded);
                 self.disk_hits.fetch_add(1, Ordering::Relaxed);
                 q.hit(CacheSource::Disk, true, &ServeReason::Loaded);
                 Some((plan, CacheSource::Disk, ServeReason::Loaded))
             }
-            Ok(None) => None,
-            Err(reason) => {
-                self.evict(&path, warnings, reason);
+            Err(e) => {
+                self.evict(&path, warnings, e.to_string());
                 None
             }
         }
@@ -1318,12 +649,7 @@ impl PlanCache {
     /// another) reads it again, and says so: it is never executed, and never fatal.
     fn evict(&self, path: &Path, warnings: &mut Vec<CacheWarning>, reason: String) {
         self.ignored.fetch_add(1, Ordering::Relaxed);
-        let removed = match fs::remove_file(path) {
-            Ok(()) => "evicted".to_string(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "evicted".to_string(),
-            Err(e) => format!("ignored (it could not be removed: {e})"),
-        };
-        warn(warnings, Some(path), format!("{removed}: {reason}"));
+        warn(warnings, Some(path), format!("{}: {reason}", disk::remove(path)));
     }
 
     /// Adds `plan`, loaded from the entry's `payload` for this lookup, to the entry's shared
@@ -1416,7 +742,7 @@ impl PlanCache {
     }
 
     /// Adds every payload file of `dir` (written ahead of time, e.g. by `cudnn-graph aot` or
-    /// [`write_payload`](crate::serialize::plan::write_payload); any file name; with or without structure) to the memory cache, under
+    /// [`write_payload`](crate::payload::plan::write_payload); any file name; with or without structure) to the memory cache, under
     /// the key its record names. Files that do not parse as payloads, `.`-prefixed files
     /// (temporaries) and subdirectories are skipped; the first two with a warning. Nothing is
     /// loaded into cuDNN yet: each entry is checked in full when first looked up.
@@ -1430,12 +756,7 @@ impl PlanCache {
             if hidden || !meta.is_file() {
                 continue;
             }
-            let parsed = match read_entry(&path) {
-                Ok(b) => self.parse(&b).map(|p| (p, b.len())).map_err(|e| e.to_string()),
-                Err(EntryRead::Io(e)) => Err(e.to_string()),
-                Err(EntryRead::TooLarge(len)) => Err(PayloadError::TooLarge(len).to_string()),
-            };
-            match parsed {
+            match disk::read_payload(&path, self.key.as_ref()) {
                 Ok((payload, bytes)) => match PlanKey::of_record(&payload.plan) {
                     Some(key) => {
                         self.remember(key, payload, bytes, None, ServeReason::Loaded);
@@ -1450,202 +771,9 @@ impl PlanCache {
     }
 }
 
-/// Parses an entry's bytes, with the signature check if there is a key.
-fn parse_with(key: Option<&PayloadKey>, bytes: &[u8]) -> Result<Payload, PayloadError> {
-    match key {
-        Some(key) => parse_signed_payload(bytes, key),
-        None => parse_payload(bytes),
-    }
-}
-
-/// The lazy policy's background work for one shape, on the worker thread: builds the plan
-/// specialized to the shape (an ordinary operation graph, `options` as asked), times it and the
-/// dynamic-shape plan with `timer`, and if the specialized one is faster writes its payload (to
-/// `path` too, atomically, with a directory) for the cache to swap in.
-#[allow(clippy::too_many_arguments)]
-fn specialize_in_background(
-    contexts: &mut Contexts,
-    target: &Target,
-    graph: &Graph,
-    options: &BuildOptions,
-    expect: &Expect,
-    dynamic: &ExecutionPlan,
-    timer: &PlanTimer,
-    signing: Option<&PayloadKey>,
-    path: Option<&Path>,
-) -> Outcome {
-    let cudnn = match contexts.get(target) {
-        Ok(c) => c,
-        Err(e) => return Outcome::Failed(format!("the worker's cuDNN context cannot be made: {e}")),
-    };
-    let plan = match ExecutionPlan::build(cudnn, graph, options) {
-        Ok(p) => p,
-        Err(e) => return Outcome::Failed(format!("the specialized plan does not build: {e}")),
-    };
-    let (dynamic_us, specialized_us) = match (timer(cudnn, dynamic), timer(cudnn, &plan)) {
-        (Ok(d), Ok(s)) => (d, s),
-        (Err(e), _) => return Outcome::Failed(format!("the dynamic-shape plan cannot be timed: {e}")),
-        (_, Err(e)) => return Outcome::Failed(format!("the specialized plan cannot be timed: {e}")),
-    };
-    faster_or_not(cudnn, plan, expect, signing, path, dynamic_us, specialized_us)
-}
-
-/// The outcome of a specialized `plan` timed against its baseline: not faster (by
-/// [`specialized_is_faster`]), or faster with its payload written (to `path` too, atomically)
-/// for the cache to swap in.
-pub(super) fn faster_or_not(
-    cudnn: &Cudnn,
-    plan: ExecutionPlan,
-    expect: &Expect,
-    signing: Option<&PayloadKey>,
-    path: Option<&Path>,
-    dynamic_us: f64,
-    specialized_us: f64,
-) -> Outcome {
-    if !specialized_is_faster(dynamic_us, specialized_us) {
-        return Outcome::NotFaster { dynamic_us, specialized_us };
-    }
-    let origin = PlanOrigin::of(cudnn);
-    let bytes = match write(&plan, &origin, SerializeOptions { structure: true }, expect, signing) {
-        Ok(b) => b,
-        Err(e) => return Outcome::Failed(format!("the specialized plan cannot be written as a payload: {e}")),
-    };
-    let payload = match parse_with(signing, &bytes) {
-        Ok(p) => p,
-        Err(e) => return Outcome::Failed(format!("the specialized plan's payload does not read back: {e}")),
-    };
-    if let Some(path) = path {
-        if let Err(e) = write_atomically(path, &bytes) {
-            return Outcome::Failed(format!("the specialized plan cannot be stored at {}: {e}", path.display()));
-        }
-    }
-    Outcome::Faster {
-        plan: Arc::new(plan),
-        payload: Box::new(payload),
-        payload_bytes: bytes.len(),
-        dynamic_us,
-        specialized_us,
-    }
-}
-
-enum EntryRead {
-    Io(std::io::Error),
-    TooLarge(u64),
-}
-
-/// Reads an entry file, refusing one over [`MAX_PAYLOAD_BYTES`] before reading it (and one that
-/// grows past it while being read).
-fn read_entry(path: &Path) -> Result<Vec<u8>, EntryRead> {
-    use std::io::Read;
-    let file = fs::File::open(path).map_err(EntryRead::Io)?;
-    let len = file.metadata().map_err(EntryRead::Io)?.len();
-    let limit = MAX_PAYLOAD_BYTES as u64;
-    if len > limit {
-        return Err(EntryRead::TooLarge(len));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(EntryRead::Io)?;
-    if bytes.len() as u64 > limit {
-        return Err(EntryRead::TooLarge(bytes.len() as u64));
-    }
-    Ok(bytes)
-}
-
-/// Writes `bytes` to `path` so that no reader ever sees a partial file: a uniquely named
-/// temporary in the same directory, synced, then renamed over `path`.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
-    let unique = format!(
-        ".{name}.{}.{}.{}.tmp",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
-    );
-    let temp = dir.join(unique);
-    let written = (|| {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&temp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&temp, path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key(fp: u64, binding: Option<&str>, sm: Option<u32>, version: usize) -> PlanKey {
-        PlanKey { graph_fingerprint: fp, binding: binding.map(str::to_string), sm, cudnn_version: version }
-    }
-
-    /// The ski-rental rule of [`Kernels::finalized`] on finalize times as measured deviceless:
-    /// growing by 2.4 ms a shape after a 420 ms compilation, the cache starts over near √(2 ·
-    /// 420 / 2.4) ≈ 19 shapes (one more: two in a row over the average), and again as often;
-    /// flat, never, even with a slow finalize now and then.
-    #[test]
-    fn kernel_caches_start_over_when_a_shape_costs_more_than_their_average() {
-        let ms = |v: f64| Duration::from_secs_f64(v / 1e3);
-        let mut k =
-            Kernels { cache: KernelCache::new(), bytes: 1, engine: None, static_only: false, epoch: Epoch::default() };
-        let first = k.cache.clone();
-        let mut restarts = Vec::new();
-        let mut seen = 0u32;
-        for shape in 0..100 {
-            let cost = if seen == 0 { ms(420.0) } else { ms(5.0 + 2.4 * f64::from(seen)) };
-            if k.finalized(cost) {
-                restarts.push(shape);
-                seen = 0;
-            } else {
-                seen += 1;
-            }
-        }
-        assert!(k.cache != first, "a new cache after a restart");
-        assert!((18..=22).contains(&restarts[0]), "{restarts:?}");
-        let gaps: Vec<usize> = restarts.windows(2).map(|w| w[1] - w[0]).collect();
-        assert!(gaps.len() >= 3 && gaps.iter().all(|g| (18..=23).contains(g)), "{gaps:?}");
-        // Flat costs (a matmul's shape-generic kernel): never.
-        let mut k =
-            Kernels { cache: KernelCache::new(), bytes: 1, engine: None, static_only: false, epoch: Epoch::default() };
-        assert!(!k.finalized(ms(412.0)));
-        assert!((0..1000).all(|i| !k.finalized(ms(if i % 7 == 0 { 40.0 } else { 0.03 }))));
-    }
-
-    #[test]
-    fn every_key_part_changes_the_file_name() {
-        let base = key(1, Some("M = 64"), Some(90), 91900);
-        let names = [
-            base.file_name(),
-            key(2, Some("M = 64"), Some(90), 91900).file_name(),
-            key(1, Some("M = 65"), Some(90), 91900).file_name(),
-            key(1, None, Some(90), 91900).file_name(),
-            key(1, Some(""), Some(90), 91900).file_name(),
-            key(1, Some("M = 64"), Some(80), 91900).file_name(),
-            key(1, Some("M = 64"), None, 91900).file_name(),
-            key(1, Some("M = 64"), Some(90), 91400).file_name(),
-        ];
-        let unique: std::collections::HashSet<_> = names.iter().collect();
-        assert_eq!(unique.len(), names.len(), "{names:#?}");
-        assert_eq!(base.file_name(), key(1, Some("M = 64"), Some(90), 91900).file_name());
-        assert!(names.iter().all(|n| !n.starts_with('.') && !n.contains('/')));
-    }
-
-    #[test]
-    fn atomic_writes_replace_whole_files_and_leave_no_temporaries() {
-        let dir = std::env::temp_dir().join(format!("cudnn-graph-atomic-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("entry.plan.json");
-        write_atomically(&path, b"first").unwrap();
-        write_atomically(&path, b"second, longer").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"second, longer");
-        let left: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(left, [std::ffi::OsString::from("entry.plan.json")]);
-        fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn the_cache_is_shareable() {

@@ -31,12 +31,15 @@ use std::sync::{Arc, PoisonError, Weak};
 
 use cudarc::driver::CudaSlice;
 
-use super::autotune::{measure, measure_padded, AutotuneOptions};
-use super::cache::{faster_or_not, Against, Arrival, Inbox, Outcome, PlanCache, PlanKey, Specialized};
+use super::cache::{PlanCache, PlanKey};
+use super::measure::{measure, measure_padded};
+use super::planner::Planner;
 use super::specialize::{Contexts, PushError, Specialization, Target, Task};
+use super::specializer::{faster_or_not, Against, Arrival, Inbox, Outcome, Specialized};
+use super::tuning::AutotuneOptions;
 use crate::backend::{BackendError, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, PaddedPlan};
 use crate::ir::{Binding, ClassGraph, PadError};
-use crate::serialize::plan::{Expect, PayloadKey};
+use crate::payload::plan::{Expect, PayloadKey};
 use crate::Graph;
 
 #[cfg(doc)]
@@ -142,7 +145,7 @@ pub struct ClassPlanStats {
 /// # use std::sync::Arc;
 /// # use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer};
 /// # use cudnn_graph::engines::{PlanCache, Specialization};
-/// # use cudnn_graph::serialize::plan::Expect;
+/// # use cudnn_graph::payload::plan::Expect;
 /// # fn attention(s: i64) -> cudnn_graph::Graph { unimplemented!() }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let ctx = cudnn_graph::backend::cudarc::driver::CudaContext::new(0)?;
@@ -361,14 +364,14 @@ impl ClassPlan {
     /// `retry`: the length found the queue full before, and was counted then.
     fn queue(&self, cudnn: &Cudnn, call: &Graph, length: &[usize], retry: bool) -> LengthServing {
         // Checked first: a full queue costs a call no fingerprint and no copies of its graphs.
-        if self.cache.queue_is_full() {
+        if self.cache.specializer().queue_is_full() {
             if !retry {
-                self.cache.count_not_queued();
+                self.cache.specializer().count_not_queued();
             }
             return LengthServing::QueueFull;
         }
         let Some(target) = Target::of(cudnn) else {
-            self.cache.count_not_queued();
+            self.cache.specializer().count_not_queued();
             return LengthServing::Failed { reason: "the context has no target".into() };
         };
         let key = PlanKey::new(cudnn, call, &self.expect);
@@ -391,16 +394,16 @@ impl ClassPlan {
         });
         let if_panicked =
             Specialized { key, against: against(), outcome: Outcome::Failed("the background build panicked".into()) };
-        match self.cache.queue(task, if_panicked) {
+        match self.cache.specializer().queue(task, if_panicked) {
             Ok(()) => LengthServing::Pending,
             Err(PushError::Full) => {
                 if !retry {
-                    self.cache.count_not_queued();
+                    self.cache.specializer().count_not_queued();
                 }
                 LengthServing::QueueFull
             }
             Err(PushError::Spawn(e)) => {
-                self.cache.count_not_queued();
+                self.cache.specializer().count_not_queued();
                 LengthServing::Failed { reason: format!("the specialization worker cannot start: {e}") }
             }
         }
@@ -456,7 +459,7 @@ impl Job {
             Ok(c) => c,
             Err(e) => return Outcome::Failed(format!("the worker's cuDNN context cannot be made: {e}")),
         };
-        let exact = match ExecutionPlan::build(cudnn, &self.call, &self.options) {
+        let exact = match Planner::as_asked(cudnn, &self.call, &self.options) {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(format!("the exact plan does not build: {e}")),
         };

@@ -36,6 +36,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::planner::Planner;
 use crate::array::{Array, HostSlice};
 use crate::backend::{BackendError, BuildOptions, Candidate, CandidateState, Cudnn, ExecutionPlan, Filter, Rejection};
 use crate::reference;
@@ -204,6 +205,8 @@ impl Router {
     /// to cuDNN alone. Fails with [`BackendError::NoPlan`] listing every candidate of every
     /// engine when none accepts the graph; a graph that breaks a rule fails with its
     /// [`crate::GraphError`] before any engine is asked.
+    // Long because it asks each engine in the router's order and gathers every candidate into one
+    // error; the order and the gathering share its locals.
     pub fn plan(&self, cudnn: Option<&Cudnn>, graph: &Graph, options: &BuildOptions) -> crate::Result<RoutedPlan> {
         graph.validate()?;
         let pinned = options.engine.as_ref().map(|e| EngineId(e.id));
@@ -229,7 +232,7 @@ impl Router {
                     }
                     c
                 };
-                match ExecutionPlan::build(cudnn, graph, options) {
+                match Planner::as_asked(cudnn, graph, options) {
                     Ok(plan) => {
                         let selected = plan.selected().index + offset;
                         candidates.extend(plan.candidates().iter().cloned().map(shift));

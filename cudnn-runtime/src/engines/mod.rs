@@ -12,27 +12,50 @@
 //! 5. [`class_plan`]: every length of a shape class on one padded class plan, the policy
 //!    deciding when a length gets its exact plan.
 //!
+//! Split by type (issue 32). Following a graph from the cache to its first built plan crosses three
+//! files: `cache.rs` ([`PlanCache::get_or_build`], a miss) → `planner.rs` (the `Planner`, the
+//! policy's choice) → `backend/plan/build.rs` ([`ExecutionPlan::build`](crate::backend::ExecutionPlan::build)).
+//!
+//! | file | holds |
+//! |---|---|
+//! | `cache.rs` | [`PlanCache`]: storage only (memory tier, budget, pinning, lookups, stats) |
+//! | `keys.rs` | [`PlanKey`], [`StructureKey`] |
+//! | `planner.rs` | `Planner`: the only caller of `ExecutionPlan::build` here; kernel caches; explicit, eager, static-only or dynamic planning |
+//! | `specializer.rs` | `Specializer`: the lazy policy's state machine, settling outcomes the cache applies |
+//! | `specialize.rs` | the policy, [`ServeReason`], the background worker |
+//! | `entry.rs`, `disk.rs`, `report.rs` | a memory entry; entry files; what the cache reports |
+//! | `class_plan.rs` | [`ClassPlan`] |
+//! | `autotune.rs`, `measure.rs`, `tuning.rs` | [`autotune`](fn@autotune); timing on the GPU; its options and reports |
+//! | `engine.rs`, `lru.rs` | [`Engine`], [`Router`]; the LRU both budgets use |
+//!
 //! These sat in `backend` before; they moved here because they use the backend *and* the
 //! reference executor (and plan payloads), so the backend can stay below them.
 
 mod autotune;
 pub mod cache;
 pub mod class_plan;
+mod disk;
 pub mod engine;
+mod entry;
+mod keys;
 mod lru;
+mod measure;
+mod planner;
+mod report;
 pub mod specialize;
+mod specializer;
+mod tuning;
 
-pub use autotune::{
-    autotune, measure, measure_padded, AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming,
-    ProgressFn, Timing,
-};
+pub use autotune::autotune;
 pub use cache::{
     CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, StructureKey,
     DEFAULT_BUDGET_BYTES, SHARED_PLANS,
 };
 pub use class_plan::{ClassPlan, ClassPlanStats, LengthServing, MAX_CLASS_LENGTHS};
 pub use engine::{Engine, EngineId, Router};
+pub use measure::{measure, measure_padded};
 pub use specialize::{
     median_us, specialized_is_faster, PlanTimer, ServeReason, Serving, Specialization, MAX_PENDING_SPECIALIZATIONS,
     SWAP_MARGIN,
 };
+pub use tuning::{AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming, ProgressFn, Timing};

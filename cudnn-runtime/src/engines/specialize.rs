@@ -25,7 +25,8 @@ use std::thread::JoinHandle;
 
 use cudarc::driver::CudaContext;
 
-use super::autotune::{measure, AutotuneOptions};
+use super::measure::measure;
+use super::tuning::AutotuneOptions;
 use crate::backend::{BackendError, Cudnn, CudnnError, ExecutionPlan};
 
 /// Which plan a [`PlanCache`](super::PlanCache) with dynamic shapes serves a new shape, as

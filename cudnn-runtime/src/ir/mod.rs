@@ -9,16 +9,16 @@
 
 mod builder;
 mod channels_last;
+mod class_graph;
 mod error;
 mod layout;
-mod padding;
 pub(crate) mod picture;
 mod rewrite;
 
 pub use builder::{GraphBuilder, Operand};
+pub use class_graph::{Binding, ClassGraph, PadCopy, PadError};
 pub use error::{GraphError, NotChannelsLast};
 pub use layout::{channels_last_order, type_string, MemoryLayout};
-pub use padding::{Binding, ClassGraph, PadCopy, PadError};
 pub use rewrite::{
     batchnorm_as_pointwise, column_sum_as_matmul, for_cudnn, mean_and_norms_as_sums, narrow_reductions_through_f32,
     Rewrite, RewriteKind, Rewritten,

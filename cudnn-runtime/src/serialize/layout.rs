@@ -44,7 +44,7 @@ pub(crate) const STRUCTURE_FIELDS: [&str; 8] = [
 
 /// The fields cudnn-frontend's plan payload adds to the same object (its
 /// `serialize(std::vector<uint8_t>&)`); the structural reader leaves them to the payload reader
-/// (`serialize::frontend_payload`).
+/// (`payload::frontend`).
 pub(crate) const PLAN_FIELDS: [&str; 9] = [
     "cudnn_backend_data",
     "variant_pack_uids",

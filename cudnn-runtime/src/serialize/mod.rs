@@ -29,8 +29,8 @@
 //! ignores; where both speak, cudnn-frontend's field is authoritative and a disagreement is an
 //! error. `docs/serialization.md` describes the format in full.
 //!
-//! This is the structure only: the plan payload (cuDNN's execution-plan JSON, engine, workspace)
-//! is a separate part.
+//! This is the structure only: the plan payloads (cuDNN's execution-plan JSON, engine, workspace)
+//! wrap a built plan and sit one layer up, in `crate::payload`.
 //!
 //! ```
 //! # use cudnn_runtime as cudnn_graph;
@@ -51,12 +51,8 @@
 //! ```
 
 mod error;
-#[cfg(feature = "cudnn")]
-pub mod frontend_payload;
 mod layout;
 mod lowered;
-#[cfg(feature = "cudnn")]
-pub mod plan;
 mod read;
 pub mod ubjson;
 mod write;
@@ -64,6 +60,15 @@ mod write;
 pub use crate::codec::float;
 pub use error::SerializeError;
 pub use layout::{FORMAT, JSON_VERSION};
+// For the plan payloads one layer up (`crate::payload`), which embed the structure.
+#[cfg(feature = "cudnn")]
+pub(crate) use layout::{PLAN_FIELDS, STRUCTURE_FIELDS};
+#[cfg(feature = "cudnn")]
+pub(crate) use lowered::swapped_by_lowering;
+#[cfg(feature = "cudnn")]
+pub(crate) use read::planned_graph_from_json;
+#[cfg(feature = "cudnn")]
+pub(crate) use write::graph_to_json;
 
 use crate::codec::json;
 use crate::Graph;

@@ -23,7 +23,7 @@
 use crate::codec::json::{self, Json};
 
 /// The longest UBJSON input read ([`canonical_ubjson`], [`ubjson_to_json`]): 64 MiB, a plan payload's limit
-/// (`serialize::plan::MAX_PAYLOAD_BYTES`).
+/// (`payload::plan::MAX_PAYLOAD_BYTES`).
 pub const MAX_BYTES: usize = 64 << 20;
 
 /// The deepest nesting of arrays and objects read or written: the deepest serde_json reads, so

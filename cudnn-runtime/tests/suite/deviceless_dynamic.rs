@@ -21,7 +21,7 @@ use std::time::Duration;
 use cudnn_runtime::backend::{BuildOptions, Cudnn, ExecutionPlan, KernelCache};
 use cudnn_runtime::engines::{CacheSource, PlanCache, StructureKey, DEFAULT_BUDGET_BYTES};
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::serialize::plan::Expect;
+use cudnn_runtime::payload::plan::Expect;
 use cudnn_runtime::{DataType, Graph, GraphBuilder, Operand};
 
 use crate::common;
@@ -275,10 +275,8 @@ fn a_kernel_cache_is_evicted_only_once_no_plan_holds_it() {
 #[needs_cudnn]
 #[test]
 fn a_dynamic_shape_plan_says_so_after_a_round_trip_through_json() {
-    use cudnn_runtime::serialize::frontend_payload::{
-        load_frontend_payload, parse_frontend_payload, write_frontend_payload,
-    };
-    use cudnn_runtime::serialize::plan::{PlanOrigin, SerializeOptions};
+    use cudnn_runtime::payload::frontend::{load_frontend_payload, parse_frontend_payload, write_frontend_payload};
+    use cudnn_runtime::payload::plan::{PlanOrigin, SerializeOptions};
     let Some(cudnn) = common::deviceless() else { return };
     let graph = matmul_bias_relu(64);
     let dynamic = BuildOptions::default().dynamic_shapes(KernelCache::new());

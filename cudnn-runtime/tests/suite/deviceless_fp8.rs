@@ -11,7 +11,7 @@
 use cudnn_runtime::backend::{BuildOptions, ExecutionPlan, HeuristicMode};
 use cudnn_runtime::engines::{CacheSource, PlanCache};
 use cudnn_runtime::ops::{AttrValue, PointwiseMode};
-use cudnn_runtime::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+use cudnn_runtime::payload::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_runtime::serialize::{structure_from_json, structure_to_json};
 use cudnn_runtime::{Context, DataType, Graph, GraphBuilder, GraphError};
 

@@ -101,7 +101,7 @@ fn a_refused_part_is_split_and_remembered() {
     assert!(ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default().single_kernel()).is_err());
     assert!(emulated_error(&second, 3) < 1e-2);
     // A payload keeps the refusal: loaded, the part says why it was cut, as built.
-    use cudnn_runtime::serialize::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+    use cudnn_runtime::payload::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
     let bytes =
         write_payload(&first, &PlanOrigin::of(&cudnn), SerializeOptions { structure: true }, &Expect::default())
             .unwrap();

@@ -9,10 +9,8 @@
 
 use cudnn_runtime::backend::{BuildOptions, ExecutionPlan, KernelCache};
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::serialize::frontend_payload::{
-    load_frontend_payload, parse_frontend_payload, write_frontend_payload,
-};
-use cudnn_runtime::serialize::plan::{
+use cudnn_runtime::payload::frontend::{load_frontend_payload, parse_frontend_payload, write_frontend_payload};
+use cudnn_runtime::payload::plan::{
     load_payload, parse_payload, seal, write_payload, Expect, PayloadError, PlanOrigin, SerializeOptions,
 };
 use cudnn_runtime::serialize::ubjson::{json_to_ubjson, ubjson_to_json};

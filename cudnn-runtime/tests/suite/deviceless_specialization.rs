@@ -15,7 +15,7 @@ use cudnn_runtime::engines::{
     CacheSource, PlanCache, PlanKey, ServeReason, Serving, Specialization, DEFAULT_BUDGET_BYTES,
 };
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::serialize::plan::Expect;
+use cudnn_runtime::payload::plan::Expect;
 use cudnn_runtime::{DataType, Graph, GraphBuilder};
 
 use crate::common;

@@ -18,7 +18,7 @@ fn read_both(data: &[u8]) {
         let _ = cudnn_runtime::serialize::structure_from_json(text);
     }
     #[cfg(feature = "cudnn")]
-    let _ = cudnn_runtime::serialize::plan::parse_payload(data);
+    let _ = cudnn_runtime::payload::plan::parse_payload(data);
 }
 
 fn mutate(rng: &mut SplitMix64, seeds: &[Vec<u8>]) -> Vec<u8> {

@@ -16,7 +16,7 @@ use cudnn_runtime::backend::{
 use cudnn_runtime::engines::engine::{EngineId, Router};
 use cudnn_runtime::engines::{CacheSource, PlanCache, PlanKey};
 use cudnn_runtime::ops::PointwiseMode;
-use cudnn_runtime::serialize::plan::{parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
+use cudnn_runtime::payload::plan::{parse_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
 use cudnn_runtime::{DataType, Error, Graph, GraphBuilder};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures");
@@ -512,7 +512,7 @@ fn disk_cache_serves_a_new_process_and_ignores_bad_entries_with_a_warning() {
             let mut body = envelope["body"].clone();
             let plan_json = body["plan"]["plan_json"].as_str().unwrap().to_string();
             body["plan"]["plan_json"] = plan_json[..plan_json.len() / 2].into();
-            cudnn_runtime::serialize::plan::seal(&body.to_string(), None)
+            cudnn_runtime::payload::plan::seal(&body.to_string(), None)
         }),
     ];
     for (what, bytes) in bad {

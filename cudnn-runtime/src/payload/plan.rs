@@ -1,6 +1,10 @@
 //! The plan payload: a built [`ExecutionPlan`] written out and read back, with or without the
 //! graph's structure (cudnn-frontend PRs #364 and #371).
 //!
+//! Long because the payload format is one contract: its record types, the writer and the reader
+//! with every check in the order listed below, kept together so that a field added to the record is
+//! written and checked in one file.
+//!
 //! ```text
 //! {
 //!   "cudnn_graph_payload": 2,
@@ -50,8 +54,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use super::{planned_structure_from_json, planned_structure_to_json, SerializeError};
 use crate::backend::{Candidate, Cudnn, CutReason, ExecutionPlan, PlanPart, SavedPart, VariantLayout};
+use crate::serialize::{planned_structure_from_json, planned_structure_to_json, SerializeError};
 use crate::{DataType, Graph};
 
 /// The payload format this build writes and reads. Format 1 (no digest) is refused: write the
@@ -64,7 +68,7 @@ pub const PAYLOAD_FORMAT: u32 = 2;
 pub const MAX_PAYLOAD_BYTES: usize = 64 << 20;
 
 // cudnn-frontend's plan payloads are UBJSON: the UBJSON reader takes as much as a payload holds.
-const _: () = assert!(MAX_PAYLOAD_BYTES == super::ubjson::MAX_BYTES);
+const _: () = assert!(MAX_PAYLOAD_BYTES == crate::serialize::ubjson::MAX_BYTES);
 
 /// The shortest [`PayloadKey`]: 16 bytes.
 pub const MIN_KEY_BYTES: usize = 16;
@@ -426,9 +430,9 @@ pub enum PayloadError {
     /// cudnn-frontend's payload bytes are not UBJSON (or nest too deep, or hold too many
     /// values).
     #[error("not a cudnn-frontend plan payload: {0}")]
-    Ubjson(super::ubjson::UbjsonError),
+    Ubjson(crate::serialize::ubjson::UbjsonError),
     /// A key of a cudnn-frontend payload that is missing, unknown, repeated or of the wrong
-    /// shape ([`super::frontend_payload`]).
+    /// shape ([`super::frontend`]).
     #[error("cudnn-frontend payload: `{key}` {reason}")]
     FrontendKey {
         /// The top-level key.
@@ -704,6 +708,8 @@ pub fn load_payload(
     result
 }
 
+// Long because it runs a payload's checks in the order the module docs list (steps 4 to 6), each
+// naming both sides, before and after cuDNN loads the plan.
 fn check_and_load(
     cudnn: &Cudnn,
     payload: &Payload,

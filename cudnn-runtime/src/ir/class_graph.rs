@@ -1,5 +1,7 @@
-//! Padded class graphs (issue 19): one graph made at a `dyn` dim's class bound serves every
-//! length up to that bound, with no new plan.
+//! Class graphs (issue 19): one graph made at a `dyn` dim's class bound serves every length of
+//! that shape class, with no new plan. "Class" is the user's word (a `dyn` dim's
+//! [`ShapeClass`](crate::shape_class::ShapeClass)); "padded" names the mechanism (a shorter call
+//! runs on the class plan with its tensors padded to the class extents).
 //!
 //! cuDNN 9.19 runs a plan only at the shape it was made for (execute-time shape overrides are
 //! cuDNN 9.21's), and its dynamic-shape attention plans ran the first shape's kernel at every

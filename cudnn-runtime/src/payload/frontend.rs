@@ -2,7 +2,10 @@
 //! `graph.serialize()`), read into an [`ExecutionPlan`] and written from one: an explicit import
 //! and export beside our own payload format ([`super::plan`]), which stays as it is.
 //!
-//! The payload is UBJSON ([`super::ubjson`]) of one object holding the graph's structure (the
+//! Long because cudnn-frontend's payload is one foreign format, read and written key by key in one
+//! file so that each key's reader sits beside its writer.
+//!
+//! The payload is UBJSON ([`crate::serialize::ubjson`]) of one object holding the graph's structure (the
 //! structural JSON's top-level keys, absent from a plan-only payload) and the plan's keys:
 //!
 //! ```text
@@ -40,7 +43,7 @@
 //! alignment requirement of its own, a tensor to dump — is a
 //! [`PayloadError::FrontendUnsupported`] naming the key, never dropped; a key missing, unknown or
 //! of the wrong shape is a [`PayloadError::FrontendKey`] naming it. Reading is bounded by the UBJSON reader's limits
-//! ([`super::ubjson::MAX_BYTES`], [`super::ubjson::MAX_DEPTH`], [`super::MAX_JSON_VALUES`]) and
+//! ([`crate::serialize::ubjson::MAX_BYTES`], [`crate::serialize::ubjson::MAX_DEPTH`], [`crate::serialize::MAX_JSON_VALUES`]) and
 //! never panics.
 //!
 //! The structure is printed after lowering, as cudnn-frontend prints its own: its composite
@@ -58,15 +61,12 @@
 
 use std::collections::BTreeSet;
 
-use super::layout::{PLAN_FIELDS, STRUCTURE_FIELDS};
-use super::lowered::swapped_by_lowering;
 use super::plan::{PayloadError, PlanOrigin, SerializeOptions, MAX_PAYLOAD_BYTES};
-use super::read::planned_graph_from_json;
-use super::ubjson::{from_ubjson, to_ubjson, UbjsonError};
-use super::write::graph_to_json;
 use crate::backend::{BehaviorNote, ByValueScalar, Cudnn, ExecutionPlan};
 use crate::codec::float::{f32_to_hex, hex_to_f32};
 use crate::codec::json::Json;
+use crate::serialize::ubjson::{from_ubjson, to_ubjson, UbjsonError};
+use crate::serialize::{graph_to_json, planned_graph_from_json, swapped_by_lowering, PLAN_FIELDS, STRUCTURE_FIELDS};
 use crate::{DataType, Graph};
 
 /// The cudnn-frontend version whose payload layout this module reads and writes, as it stamps
@@ -285,12 +285,14 @@ fn require_empty(key: &str, v: &Json, what: &str) -> Result<(), PayloadError> {
 ///
 /// ```
 /// # use cudnn_runtime as cudnn_graph;
-/// use cudnn_graph::serialize::frontend_payload::parse_frontend_payload;
-/// use cudnn_graph::serialize::plan::PayloadError;
+/// use cudnn_graph::payload::frontend::parse_frontend_payload;
+/// use cudnn_graph::payload::plan::PayloadError;
 /// // `{"json_version": "2.0"}`: no plan.
 /// let e = parse_frontend_payload(b"{i\x0cjson_versionSi\x032.0}").unwrap_err();
 /// assert!(matches!(e, PayloadError::FrontendKey { ref key, .. } if key == "cudnn_backend_data"));
 /// ```
+// Long because it reads every key of cudnn-frontend's payload in its order, each key's check beside
+// its read, so that no key is left unread.
 pub fn parse_frontend_payload(bytes: &[u8]) -> Result<FrontendPayload, PayloadError> {
     if bytes.len() > MAX_PAYLOAD_BYTES {
         return Err(PayloadError::TooLarge(bytes.len() as u64));
@@ -607,6 +609,8 @@ fn records(scalars: impl Iterator<Item = (i64, DataType, f64)>) -> Vec<(i64, Dat
 /// graph's lowering or cuDNN refuses it, [`PayloadError::VariantPack`] and
 /// [`PayloadError::Scalars`] when the payload's variant pack or by-value scalars are not the
 /// loaded plan's, [`PayloadError::FrontendKey`] naming `behavior_notes` when those are not.
+// Long because it binds cudnn-frontend's payload to the graph and checks what cuDNN loaded against
+// every recorded key, in one pass.
 pub fn load_frontend_payload(
     cudnn: &Cudnn,
     payload: &FrontendPayload,
@@ -735,6 +739,8 @@ pub fn read_frontend_payload(cudnn: &Cudnn, bytes: &[u8], graph: Option<Graph>) 
 /// cuDNN cannot give the plan's JSON. Slices bound by pointer offset are written as
 /// `variant_pack_replacements`, tensors in the workspace as `workspace_modifications` (regions,
 /// operation 2) with `fe_workspace_size`.
+// Long because it writes every key cudnn-frontend 1.32 writes, in its order, so that the bytes
+// match its own.
 pub fn write_frontend_payload(
     plan: &ExecutionPlan,
     origin: &PlanOrigin,
