@@ -116,30 +116,19 @@ fn gpu_paged_decode_matches_the_reference_and_serves_new_tables() {
             {
                 let mut o_d = stream.clone_htod(&vec![bf16::NAN; want.len()]).unwrap();
                 let mut ws = stream.alloc_zeros::<u8>(plan_ws.max(1)).unwrap();
+                // The two plans' argument types differ by name only.
+                macro_rules! execute {
+                    ($plan:expr, $args:ident) => {{
+                        let (q, k_pool, v_pool, seq_q, seq_kv, table) = (&q_d, &k_d, &v_d, &sq_d, &skv_d, &table_d);
+                        let args = $args { q, k_pool, v_pool, seq_q, seq_kv, table, o: &mut o_d };
+                        $plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+                        $plan.plan().selected().tag()
+                    }};
+                }
                 let tag = if run == 0 {
-                    let args = PagedDecodeArgs {
-                        q: &q_d,
-                        k_pool: &k_d,
-                        v_pool: &v_d,
-                        seq_q: &sq_d,
-                        seq_kv: &skv_d,
-                        table: &table_d,
-                        o: &mut o_d,
-                    };
-                    fused.execute(&cudnn, args, Some(&mut ws)).unwrap();
-                    fused.plan().selected().tag()
+                    execute!(fused, PagedDecodeArgs)
                 } else {
-                    let args = PagedDecodeCompositeArgs {
-                        q: &q_d,
-                        k_pool: &k_d,
-                        v_pool: &v_d,
-                        seq_q: &sq_d,
-                        seq_kv: &skv_d,
-                        table: &table_d,
-                        o: &mut o_d,
-                    };
-                    composite.execute(&cudnn, args, Some(&mut ws)).unwrap();
-                    composite.plan().selected().tag()
+                    execute!(composite, PagedDecodeCompositeArgs)
                 };
                 let got = stream.clone_dtoh(&o_d).unwrap();
                 let err = relative_error(&got, &want);
