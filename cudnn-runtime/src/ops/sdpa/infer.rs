@@ -3,7 +3,7 @@
 //! ports, then the outputs. Every support rule that depends only on shapes, types and attributes
 //! is here too, so the `graph!` macro reports it at expansion.
 
-use super::{paged, port_fits, rule, takes, Sdpa, SdpaPass};
+use super::{paged, rule, takes, Sdpa, SdpaPass};
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::ops::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use crate::ops::signature::PortSpec;
@@ -196,7 +196,7 @@ impl Sdpa {
             )?;
         }
         if self.paged {
-            paged::check_ports(self, inputs, ports, (b, &t.k.dims[2]), cx)?;
+            paged_ports(self, inputs, ports, (b, &t.k.dims[2]), cx)?;
         }
         Ok(())
     }
@@ -462,6 +462,133 @@ fn score_size<D: Dim>(op: &'static str, t: &Qkv<'_, D>) -> Result<(), ShapeError
                 t.qs, t.ks
             ),
         ));
+    }
+    Ok(())
+}
+
+impl Sdpa {
+    /// The rules on attributes alone (cudnn-frontend's, independent of the GPU and the cuDNN
+    /// version).
+    pub(super) fn check_attributes(&self) -> Result<(), ShapeError> {
+        let op = self.pass.name();
+        let fail = |r: &str| Err(rule(op, None, r.to_string()));
+        if self.scale_tensor && self.scale.is_some() {
+            return fail("give the scale as `scale = <number>` or as an input with `scale_tensor = true`, not both");
+        }
+        if let Some(s) = self.scale {
+            if !s.is_finite() {
+                return fail(&format!("the scale must be finite, found {s}"));
+            }
+        }
+        if let Some(w) = self.window {
+            if w < 1 {
+                return fail(&format!("the sliding window must be at least 1 key long, found window = {w}"));
+            }
+        }
+        if self.bottom_right() && !self.causal && self.window.is_none() {
+            return fail("`alignment = bottom_right` places the causal diagonal or the window; add `causal = true` or `window = ...`");
+        }
+        if let Some(p) = self.dropout {
+            if !(p > 0.0 && p < 1.0) {
+                return fail(&format!(
+                    "the dropout probability must be in (0, 1), found {p}; leave `dropout` out for none"
+                ));
+            }
+        }
+        if self.bottom_right() && (self.bias || self.dropout.is_some()) {
+            return fail("bottom-right alignment is supported without bias and without dropout only");
+        }
+        if self.fp8.is_some() && self.bias {
+            return fail("fp8 attention takes no bias (cuDNN's fp8 attention engines have none); leave out `bias = true`");
+        }
+        if self.fp8.is_some() && self.pass == SdpaPass::Backward {
+            // Spanned on the attribute in `graph!`.
+            let on = |attr: &'static str, r: &str| Err(ShapeError { attr: Some(attr), ..rule(op, None, r.to_string()) });
+            if self.dropout.is_some() {
+                return on(
+                    "dropout",
+                    "fp8 attention's backward takes no dropout: cudnn-frontend's fp8 backward subgraph leaves the \
+                     dropout mask out of dP, so it is not the gradient of the forward's dropout; leave out `dropout`",
+                );
+            }
+            if self.deterministic {
+                return on(
+                    "deterministic",
+                    "fp8 attention's backward has no deterministic variant on Hopper (cudnn-frontend pins one on \
+                     Blackwell only); leave out `deterministic = true`",
+                );
+            }
+        }
+        if self.d_bias && !self.bias {
+            return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
+        }
+        paged::check_attributes(self)
+    }
+}
+
+/// An optional port's dims against `want` (a `true` lets that dim be 1 too).
+pub(super) fn port_fits<D: Dim>(
+    op: &'static str,
+    name: &str,
+    i: usize,
+    t: &TensorMeta<D>,
+    want: &[(&D, bool)],
+    form: &str,
+    cx: &mut impl DimCx<D>,
+) -> Result<(), ShapeError> {
+    let want_shape: Vec<String> =
+        want.iter().map(|(d, may_be_one)| if *may_be_one { format!("1|{d}") } else { d.to_string() }).collect();
+    let fits =
+        t.dims.iter().zip(want).all(|(got, (d, may_be_one))| (*may_be_one && got.is_one()) || cx.require_eq(got, d));
+    if !fits {
+        return Err(rule(
+            op,
+            Some(i),
+            format!("port {name} must be {form} = [{}], found {}", want_shape.join(", "), shape_string(&t.dims)),
+        ));
+    }
+    Ok(())
+}
+
+/// The page tables' shapes and types: `[B, 1, T, 1]` `i32` each, one width `T` for both, and
+/// `T = ceil(max_seq_len_kv / page)` when the capacity is given and the page size known.
+fn paged_ports<D: Dim>(
+    op: &Sdpa,
+    inputs: &[TensorMeta<D>],
+    ports: &[PortSpec],
+    (b, page): (&D, &D),
+    cx: &mut impl DimCx<D>,
+) -> Result<(), ShapeError> {
+    let name = op.pass.name();
+    let one = D::lit(1);
+    let index = |port: &str| ports.iter().position(|p| p.name == port);
+    let (Some(k), Some(v)) = (index(paged::TABLE_PORTS[0]), index(paged::TABLE_PORTS[1])) else { return Ok(()) };
+    let width = inputs[k].dims[2].clone();
+    let expected_width = match (op.max_seq_len_kv, page.as_lit()) {
+        (Some(n), Some(p)) => Some(D::lit(paged::width_for(n, p))),
+        _ => None,
+    };
+    for (i, port) in [(k, paged::TABLE_PORTS[0]), (v, paged::TABLE_PORTS[1])] {
+        let want = [(b, false), (&one, false), (&width, false), (&one, false)];
+        port_fits(name, port, i, &inputs[i], &want, "[B, 1, T, 1] (T: the table width)", cx)?;
+        if inputs[i].dtype != DataType::I32 {
+            return Err(rule(name, Some(i), format!("port {port} is {} but must be i32", inputs[i].dtype)));
+        }
+        if let Some(w) = &expected_width {
+            if !cx.require_eq(&inputs[i].dims[2], w) {
+                return Err(rule(
+                    name,
+                    Some(i),
+                    format!(
+                        "port {port} is {} wide but `max_seq_len_kv = {}` over pages of {page} tokens needs \
+                         ceil({} / {page}) = {w} entries per sequence",
+                        inputs[i].dims[2],
+                        op.max_seq_len_kv.unwrap_or_default(),
+                        op.max_seq_len_kv.unwrap_or_default(),
+                    ),
+                ));
+            }
+        }
     }
     Ok(())
 }

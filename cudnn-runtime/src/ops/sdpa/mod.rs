@@ -85,7 +85,7 @@ use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{FusionRule, LayoutPolicy, OpFamily};
 use super::Family;
-use crate::dim::{shape_string, Dim, DimCx};
+use crate::dim::{Dim, DimCx};
 use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
@@ -410,30 +410,6 @@ fn rule(op: &'static str, arg: Option<usize>, rule: String) -> ShapeError {
     ShapeError { arg, attr: None, kind: Box::new(ShapeErrorKind::Rule { op, rule }) }
 }
 
-/// An optional port's dims against `want` (a `true` lets that dim be 1 too).
-fn port_fits<D: Dim>(
-    op: &'static str,
-    name: &str,
-    i: usize,
-    t: &TensorMeta<D>,
-    want: &[(&D, bool)],
-    form: &str,
-    cx: &mut impl DimCx<D>,
-) -> Result<(), ShapeError> {
-    let want_shape: Vec<String> =
-        want.iter().map(|(d, may_be_one)| if *may_be_one { format!("1|{d}") } else { d.to_string() }).collect();
-    let fits =
-        t.dims.iter().zip(want).all(|(got, (d, may_be_one))| (*may_be_one && got.is_one()) || cx.require_eq(got, d));
-    if !fits {
-        return Err(rule(
-            op,
-            Some(i),
-            format!("port {name} must be {form} = [{}], found {}", want_shape.join(", "), shape_string(&t.dims)),
-        ));
-    }
-    Ok(())
-}
-
 impl Sdpa {
     /// A plain (non-causal, unscaled-by-default, inference) attention op of `pass`.
     pub fn new(pass: SdpaPass) -> Self {
@@ -609,63 +585,6 @@ impl Sdpa {
         self.alignment == Alignment::BottomRight
     }
 
-    /// The rules on attributes alone (cudnn-frontend's, independent of the GPU and the cuDNN
-    /// version).
-    fn check_attributes(&self) -> Result<(), ShapeError> {
-        let op = self.pass.name();
-        let fail = |r: &str| Err(rule(op, None, r.to_string()));
-        if self.scale_tensor && self.scale.is_some() {
-            return fail("give the scale as `scale = <number>` or as an input with `scale_tensor = true`, not both");
-        }
-        if let Some(s) = self.scale {
-            if !s.is_finite() {
-                return fail(&format!("the scale must be finite, found {s}"));
-            }
-        }
-        if let Some(w) = self.window {
-            if w < 1 {
-                return fail(&format!("the sliding window must be at least 1 key long, found window = {w}"));
-            }
-        }
-        if self.bottom_right() && !self.causal && self.window.is_none() {
-            return fail("`alignment = bottom_right` places the causal diagonal or the window; add `causal = true` or `window = ...`");
-        }
-        if let Some(p) = self.dropout {
-            if !(p > 0.0 && p < 1.0) {
-                return fail(&format!(
-                    "the dropout probability must be in (0, 1), found {p}; leave `dropout` out for none"
-                ));
-            }
-        }
-        if self.bottom_right() && (self.bias || self.dropout.is_some()) {
-            return fail("bottom-right alignment is supported without bias and without dropout only");
-        }
-        if self.fp8.is_some() && self.bias {
-            return fail("fp8 attention takes no bias (cuDNN's fp8 attention engines have none); leave out `bias = true`");
-        }
-        if self.fp8.is_some() && self.pass == SdpaPass::Backward {
-            // Spanned on the attribute in `graph!`.
-            let on = |attr: &'static str, r: &str| Err(ShapeError { attr: Some(attr), ..rule(op, None, r.to_string()) });
-            if self.dropout.is_some() {
-                return on(
-                    "dropout",
-                    "fp8 attention's backward takes no dropout: cudnn-frontend's fp8 backward subgraph leaves the \
-                     dropout mask out of dP, so it is not the gradient of the forward's dropout; leave out `dropout`",
-                );
-            }
-            if self.deterministic {
-                return on(
-                    "deterministic",
-                    "fp8 attention's backward has no deterministic variant on Hopper (cudnn-frontend pins one on \
-                     Blackwell only); leave out `deterministic = true`",
-                );
-            }
-        }
-        if self.d_bias && !self.bias {
-            return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
-        }
-        paged::check_attributes(self)
-    }
 }
 
 

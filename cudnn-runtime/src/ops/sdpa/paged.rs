@@ -24,10 +24,8 @@
 
 use super::{rule, Sdpa, SdpaPass};
 use crate::array::Array;
-use crate::dim::{Dim, DimCx};
-use crate::ops::shape::{ShapeError, TensorMeta};
-use crate::ops::signature::PortSpec;
-use crate::DataType;
+use crate::dim::Dim;
+use crate::ops::shape::ShapeError;
 
 /// The page-table ports, in input order.
 pub const TABLE_PORTS: [&str; 2] = ["Page_table_K", "Page_table_V"];
@@ -190,47 +188,4 @@ pub(super) fn dense_kv(op: &Sdpa, inputs: &[&Array]) -> Option<(Array, Array)> {
     let k = gather(x.pools[0], x.tables[0], x.seq_kv, b, width, s_kv);
     let v = gather(x.pools[1], x.tables[1], x.seq_kv, b, x.tables[1].dims.get(2).copied().unwrap_or(width), s_kv);
     Some((k, v))
-}
-
-/// The page tables' shapes and types: `[B, 1, T, 1]` `i32` each, one width `T` for both, and
-/// `T = ceil(max_seq_len_kv / page)` when the capacity is given and the page size known.
-pub(super) fn check_ports<D: Dim>(
-    op: &Sdpa,
-    inputs: &[TensorMeta<D>],
-    ports: &[PortSpec],
-    (b, page): (&D, &D),
-    cx: &mut impl DimCx<D>,
-) -> Result<(), ShapeError> {
-    let name = op.pass.name();
-    let one = D::lit(1);
-    let index = |port: &str| ports.iter().position(|p| p.name == port);
-    let (Some(k), Some(v)) = (index(TABLE_PORTS[0]), index(TABLE_PORTS[1])) else { return Ok(()) };
-    let width = inputs[k].dims[2].clone();
-    let expected_width = match (op.max_seq_len_kv, page.as_lit()) {
-        (Some(n), Some(p)) => Some(D::lit(width_for(n, p))),
-        _ => None,
-    };
-    for (i, port) in [(k, TABLE_PORTS[0]), (v, TABLE_PORTS[1])] {
-        let want = [(b, false), (&one, false), (&width, false), (&one, false)];
-        super::port_fits(name, port, i, &inputs[i], &want, "[B, 1, T, 1] (T: the table width)", cx)?;
-        if inputs[i].dtype != DataType::I32 {
-            return Err(rule(name, Some(i), format!("port {port} is {} but must be i32", inputs[i].dtype)));
-        }
-        if let Some(w) = &expected_width {
-            if !cx.require_eq(&inputs[i].dims[2], w) {
-                return Err(rule(
-                    name,
-                    Some(i),
-                    format!(
-                        "port {port} is {} wide but `max_seq_len_kv = {}` over pages of {page} tokens needs \
-                         ceil({} / {page}) = {w} entries per sequence",
-                        inputs[i].dims[2],
-                        op.max_seq_len_kv.unwrap_or_default(),
-                        op.max_seq_len_kv.unwrap_or_default(),
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
 }
