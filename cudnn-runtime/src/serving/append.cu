@@ -1,15 +1,19 @@
 // Appending to a paged K/V cache: the new tokens' rows scattered into their pages
 // (cudnn_runtime::serving::KvAppend loads the PTX of this file; cuDNN has no scatter).
 //
-// append.ptx is generated from this file, from cudnn-runtime/src/serving/, by:
+// append.ptx is GENERATED from this file: after editing it, run (from the repository root)
+//
+//   sh cudnn-runtime/src/serving/append-ptx.sh
+//
+// which runs, in this folder (nvcc 13.5 from PyPI's nvidia-cuda-nvcc, gcc as the host compiler):
 //
 //   nvcc -ptx -arch=compute_80 -o - append.cu | sed 's/^\.version .*$/.version 7.0/' > append.ptx
 //
-// (nvcc of CUDA 13.5 from PyPI's nvidia-cuda-nvcc; gcc as the host compiler.) The sed pins the PTX
-// ISA version to 7.0: nvcc writes its own (9.x), which a driver older than that nvcc cannot
-// JIT-compile (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), and nothing here needs more than 7.0 (check:
-// `ptxas -arch=sm_80 append.ptx` accepts it). The kernels take only int and pointer parameters, so
-// the host side (append.rs) matches their .param lists exactly.
+// and checks the result with ptxas -arch=sm_80. The sed pins the PTX ISA version to 7.0: nvcc
+// writes its own (9.5), which a driver older than that nvcc cannot JIT-compile
+// (CUDA_ERROR_UNSUPPORTED_PTX_VERSION; the GPU machines run driver 580, CUDA 13.0), and nothing
+// here needs more than 7.0. The kernels take only int and pointer parameters, so the host side
+// (append.rs) matches their .param lists exactly (a unit test there checks them).
 //
 // Layout: new rows `[N, H, D]`, a slot list `dst [N]` (`page * page_size + row`, or -1 to skip),
 // a pool `[P, H, page_size, D]`, all packed row-major. For each (n, h, d):
