@@ -141,6 +141,16 @@ pub enum AppendError {
         /// The tokens it holds.
         len: usize,
     },
+    /// One sequence twice in a batch: its new tokens would get the same slots twice.
+    #[error("sequence {seq} is in the append batch twice, at {first} and {second}: give each sequence once, with all its new tokens")]
+    DuplicateSequence {
+        /// The sequence.
+        seq: SeqId,
+        /// Its first index in the batch.
+        first: usize,
+        /// Its second.
+        second: usize,
+    },
     /// A slot past `i32::MAX` (a pool of more than 2³¹ token rows): no `i32` slot names it.
     #[error("sequence {seq}, token {position}: slot {slot} does not fit an i32 slot list (at most 2147483647)")]
     SlotTooLarge {
@@ -207,6 +217,7 @@ pub enum AppendError {
 ///
 /// [`AppendError::Page`] for a handle that names no live sequence of `pool`,
 /// [`AppendError::NotAppended`] for more new tokens than a sequence holds,
+/// [`AppendError::DuplicateSequence`] for a sequence given twice,
 /// [`AppendError::SlotTooLarge`] for a slot past `i32::MAX`.
 pub fn append_slots(pool: &PagePool, batch: &[(SeqId, usize)]) -> Result<Vec<i32>, AppendError> {
     let mut slots = Vec::new();
@@ -230,6 +241,11 @@ pub fn append_slots_into(pool: &PagePool, batch: &[(SeqId, usize)], slots: &mut 
 }
 
 fn write_slots(pool: &PagePool, batch: &[(SeqId, usize)], slots: &mut Vec<i32>) -> Result<(), AppendError> {
+    let mut order: Vec<(SeqId, usize)> = batch.iter().enumerate().map(|(i, &(seq, _))| (seq, i)).collect();
+    order.sort_unstable();
+    if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(AppendError::DuplicateSequence { seq: w[0].0, first: w[0].1, second: w[1].1 });
+    }
     let page_size = pool.page_size();
     for &(seq, tokens) in batch {
         let len = pool.len(seq)?;
@@ -238,7 +254,7 @@ fn write_slots(pool: &PagePool, batch: &[(SeqId, usize)], slots: &mut Vec<i32>) 
         for position in start..len {
             // The pool holds `ceil(len / page_size)` pages for `len` tokens, so this page exists.
             let page = pages[position / page_size] as usize;
-            // Page < 2³¹ and page_size < 2³¹: no overflow in usize (64-bit or not, checked).
+            // Checked: page · page_size can pass usize::MAX on a 32-bit target.
             let slot = page.checked_mul(page_size).and_then(|s| s.checked_add(position % page_size));
             match slot.and_then(|s| i32::try_from(s).ok()) {
                 Some(s) => slots.push(s),
@@ -249,7 +265,7 @@ fn write_slots(pool: &PagePool, batch: &[(SeqId, usize)], slots: &mut Vec<i32>) 
     Ok(())
 }
 
-/// Checks `dims` and the three lengths against each other; returns the pool's length.
+/// Checks `dims`, the new tokens' count and the lengths of `new` and the pool against them.
 fn check_lengths(dims: KvPoolDims, new_len: usize, tokens: usize, pool_len: usize) -> Result<(), AppendError> {
     let expected_pool = dims.check()?;
     if tokens > MAX_I32 {
@@ -703,10 +719,20 @@ mod tests {
         let mut pages = PagePool::new(8, 4).unwrap();
         let a = pages.add().unwrap();
         pages.grow(a, 3).unwrap();
+        let c = pages.add().unwrap();
+        pages.grow(c, 1).unwrap();
         let mut slots = vec![99];
-        let e = append_slots_into(&pages, &[(a, 1), (a, 4)], &mut slots).unwrap_err();
+        let e = append_slots_into(&pages, &[(c, 1), (a, 4)], &mut slots).unwrap_err();
         assert_eq!(e, AppendError::NotAppended { seq: a, tokens: 4, len: 3 });
         assert!(slots.is_empty(), "left empty on an error");
+        let b = pages.add().unwrap();
+        pages.grow(b, 2).unwrap();
+        let e = append_slots(&pages, &[(a, 1), (b, 1), (a, 1)]).unwrap_err();
+        assert_eq!(e, AppendError::DuplicateSequence { seq: a, first: 0, second: 2 });
+        assert_eq!(
+            e.to_string(),
+            "sequence 0 is in the append batch twice, at 0 and 2: give each sequence once, with all its new tokens"
+        );
         pages.release(a).unwrap();
         let e = append_slots(&pages, &[(a, 1)]).unwrap_err();
         assert_eq!(e, AppendError::Page(PageError::Released { seq: a }));
