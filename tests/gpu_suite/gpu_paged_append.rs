@@ -64,7 +64,7 @@ fn bf16_bits(x: bf16) -> [u8; 2] {
 fn gpu_paged_append_matches_the_reference_then_attention_reads_it() {
     let Some((stream, cudnn)) = common::gpu() else { return };
     let kv = KvAppend::new(stream.context()).unwrap();
-    let (page, pages, width) = (16usize, 96usize, 16usize);
+    let (page, pages, width) = (16usize, 96usize, 64usize); // width × page = 1024, as gpu_paged.rs
     let dims = KvPoolDims { pages, heads: 8, page_size: page, head_dim: 128 };
     let mut k_host = random::<bf16>(31, dims.pool_len().unwrap());
     let mut v_host = random::<bf16>(32, dims.pool_len().unwrap());
