@@ -26,6 +26,7 @@ mod gpu_ops_layout;
 mod gpu_ops_norm;
 mod gpu_padded;
 mod gpu_paged;
+mod gpu_paged_append;
 mod gpu_partition;
 mod gpu_plans;
 mod gpu_reductions;

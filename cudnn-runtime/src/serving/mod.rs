@@ -53,6 +53,7 @@
 //!
 //! Host-only: nothing here needs cuDNN or a GPU.
 
+mod append;
 mod error;
 mod pages;
 #[cfg(test)]
@@ -60,6 +61,9 @@ mod tests;
 
 use std::fmt;
 
+pub use append::{append_reference, append_slots, append_slots_into, AppendError, KvPoolDims, APPEND_PTX};
+#[cfg(feature = "cudnn")]
+pub use append::{KvAppend, KvElement};
 pub use error::{PageError, TableRow};
 pub use pages::{PagePool, PageTable};
 
