@@ -51,7 +51,8 @@
 //! # Ok::<(), PageError>(())
 //! ```
 //!
-//! Host-only: nothing here needs cuDNN or a GPU.
+//! The pool and the tables are host-only (nothing there needs cuDNN or a GPU); `KvAppend`
+//! (with the `cudnn` feature) writes new tokens' K/V into their pages on the GPU.
 
 mod append;
 mod error;
