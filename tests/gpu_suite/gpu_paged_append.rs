@@ -13,27 +13,14 @@ use common::{random, relative_error};
 use cudnn_graph::backend::cudarc::driver::sys::CUevent_flags;
 use cudnn_graph::backend::cudarc::driver::{DevicePtr, DevicePtrMut};
 use cudnn_graph::backend::BuildOptions;
-use cudnn_graph::graph;
 use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::serving::{
     append_reference, append_slots, AppendError, KvAppend, KvPoolDims, PagePool, PageTable, SeqId,
 };
 use half::{bf16, f16};
 
-graph! {
-    /// Llama-style paged decode: 32 query heads over 8 KV heads, d 128, one table for K and V
-    /// (as gpu_paged.rs).
-    pub PagedDecode<dyn B, dyn P, dyn PAGE, dyn T>(
-        q: bf16[B, 32, 1, 128],
-        k_pool: bf16[P, 8, PAGE, 128],
-        v_pool: bf16[P, 8, PAGE, 128],
-        seq_q: i32[B, 1, 1, 1],
-        seq_kv: i32[B, 1, 1, 1],
-        table: i32[B, 1, T, 1],
-    ) -> (o: bf16[B, 32, 1, 128]) {
-        o = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table, table, paged = true, padding_mask = true);
-    }
-}
+// The decode graph of gpu_paged.rs.
+use crate::gpu_paged::{PagedDecode, PagedDecodeArgs, PagedDecodeInputs};
 
 const TOLERANCE: f64 = 2e-2;
 
