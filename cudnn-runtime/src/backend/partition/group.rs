@@ -67,6 +67,13 @@ pub(crate) fn group(graph: &Graph, alias: Option<&[Option<Alias>]>) -> Vec<Group
             // ([`CutReason::AfterFill`]).
             (FusionRule::Elementwise, None) if graph.is_fill(node) => None,
             (_, Some((p, _))) if graph.is_fill(&graph.nodes[p]) => None,
+            // An elementwise op broadcasting a smaller value computed in the kernel (`x - log(s)`
+            // with `log(s)` of `[N, 1]` beside it) starts a kernel of its own.
+            (FusionRule::Elementwise, Some((_, g)))
+                if broadcasts_in_kernel(graph, &producer, &groups[g].nodes, node) =>
+            {
+                None
+            }
             (FusionRule::Elementwise, Some((_, g))) => {
                 let to = &groups[g];
                 let reads_closer = to.closed_by.is_some_and(|c| node.inputs.iter().any(|t| producer[t.0] == Some(c)));
@@ -176,14 +183,45 @@ enum Carve {
     No,
 }
 
+/// Whether pointwise `node` reads a tensor computed by one of `members` (its would-be kernel)
+/// with fewer elements than its output: a broadcast of an in-kernel value.
+fn broadcasts_in_kernel(graph: &Graph, producer: &[Option<usize>], members: &[usize], node: &Node) -> bool {
+    let Some(out) = node.outputs.first() else { return false };
+    let count = graph.tensor(*out).element_count();
+    matches!(node.op, Op::Pointwise(_))
+        && node
+            .inputs
+            .iter()
+            .any(|t| producer[t.0].is_some_and(|p| members.contains(&p)) && graph.tensor(*t).element_count() < count)
+}
+
 /// [`Carve`] for anchor node `n` and group `g`.
+///
+/// The prologue is what `n` reads through the group's ops, less the ops whose outputs are also
+/// read elsewhere (by a later op or as a graph output) and that `n` does not read directly: those
+/// stay in the elementwise kernel, which writes them. On the H100 (cuDNN 9.19, 2026-12-07) the
+/// log-softmax `y = d - log(Σ exp(d))` with `d = x - max` computed `y` wrongly from the kernels
+/// `[d, exp, Σ]` and `[log, y]`; it computes right with `d` written by a kernel of its own and
+/// `y` not broadcasting `log` computed beside it ([`broadcasts_in_kernel`]).
 fn prologue_carve(graph: &Graph, producer: &[Option<usize>], groups: &[Group], g: usize, n: usize) -> Carve {
     let members = &groups[g].nodes;
-    // The group's ops `n` reads through ops of the group.
+    let direct: Vec<usize> = graph.nodes[n].inputs.iter().filter_map(|t| producer[t.0]).collect();
+    let outputs = graph.outputs();
+    let escapes = |m: usize| {
+        graph.nodes[m].outputs.iter().any(|t| {
+            outputs.contains(t)
+                || graph
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .any(|(k, node)| k != n && !members.contains(&k) && node.inputs.contains(t))
+        })
+    };
+    // The group's ops `n` reads through ops of the group that are its own.
     let mut feeds: Vec<usize> = Vec::new();
-    let mut stack: Vec<usize> = graph.nodes[n].inputs.iter().filter_map(|t| producer[t.0]).collect();
+    let mut stack = direct.clone();
     while let Some(m) = stack.pop() {
-        if members.contains(&m) && !feeds.contains(&m) {
+        if members.contains(&m) && !feeds.contains(&m) && (direct.contains(&m) || !escapes(m)) {
             feeds.push(m);
             stack.extend(graph.nodes[m].inputs.iter().filter_map(|t| producer[t.0]));
         }
