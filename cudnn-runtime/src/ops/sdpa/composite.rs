@@ -166,12 +166,12 @@ impl Builder<'_> {
         table: &str,
         seq_len: T,
         dims: [i64; 4],
-        strides: [i64; 4],
+        strides: &[i64],
     ) -> Option<T> {
         let container = self.input(pool)?;
         let page_table = self.input(table)?;
         let data_type = self.x.tensors[container].data_type;
-        let y = self.virt_strided(name, &dims, &strides, data_type);
+        let y = self.virt_strided(name, &dims, strides, data_type);
         self.op(name, SubOp::PagedCacheLoad { container, page_table, seq_len, y });
         Some(y)
     }
@@ -330,15 +330,15 @@ impl Builder<'_> {
     }
 }
 
-/// Dims of the node: `(b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v)`; `s_kv` is a paged cache's
-/// capacity.
-fn dims(op: &Sdpa, cx: &Context<'_>) -> Option<[i64; 8]> {
-    let (q, k, v) = (cx.inputs.first()?, cx.inputs.get(1)?, cx.inputs.get(2)?);
+/// Dims of the node with these input tensors (in [`Sdpa::inputs`] order): `(b, h_q, s_q, d_qk,
+/// h_k, s_kv, h_v, d_v)`; `s_kv` is a paged cache's capacity. `None` unless Q, K and V are 4-d.
+pub(crate) fn dims(op: &Sdpa, inputs: &[Port<'_>]) -> Option<[i64; 8]> {
+    let (q, k, v) = (inputs.first()?, inputs.get(1)?, inputs.get(2)?);
     if q.dims.len() != 4 || k.dims.len() != 4 || v.dims.len() != 4 {
         return None;
     }
     let s_kv = match op.input_index(super::paged::TABLE_PORTS[0]) {
-        Some(i) if op.paged => super::paged::capacity(op, cx.inputs.get(i)?.dims.get(2)?, &k.dims[2])?,
+        Some(i) if op.paged => super::paged::capacity(op, inputs.get(i)?.dims.get(2)?, &k.dims[2])?,
         _ => k.dims[2],
     };
     Some([q.dims[0], q.dims[1], q.dims[2], q.dims[3], k.dims[1], s_kv, v.dims[1], v.dims[3]])
@@ -355,11 +355,6 @@ pub(crate) fn expand(op: &Sdpa, cx: &Context<'_>, next_uid: &mut i64) -> Option<
     Some(bld.x)
 }
 
-/// Packed strides of 4-d `dims`.
-fn packed4(dims: [i64; 4]) -> [i64; 4] {
-    [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1]
-}
-
 /// The scale tensor: the `Attn_scale` input, or a by-value `f32`.
 fn scale_tensor(bld: &mut Builder<'_>, d_qk: i64) -> Option<T> {
     match bld.op.literal_scale(d_qk) {
@@ -370,7 +365,7 @@ fn scale_tensor(bld: &mut Builder<'_>, d_qk: i64) -> Option<T> {
 
 fn forward(bld: &mut Builder<'_>) -> Option<()> {
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, _, s_kv, _, _] = dims(bld.op, bld.cx)?;
+    let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = dims(bld.op, bld.cx.inputs)?;
     let inter = bld.cx.intermediate;
     let q = bld.input("Q")?;
     let seq = match (bld.input("SEQ_LEN_Q"), bld.input("SEQ_LEN_KV")) {
@@ -380,12 +375,11 @@ fn forward(bld: &mut Builder<'_>) -> Option<()> {
     let (kt, v) = if bld.op.paged {
         // cudnn-frontend's `CompositeSDPANode`: Kᵀ and V gathered from their pools into
         // virtual tensors, Kᵀ `[B, H_k, D, S_kv]` column-major in its last two dims.
-        let [_, _, _, _, h_k, _, h_v, d_v] = dims(bld.op, bld.cx)?;
         let seq_kv = seq?.1;
         let kt_strides = [d_qk * s_kv * h_k, d_qk * s_kv, 1, d_qk];
-        let kt = bld.paged_load("paged_k_cache_operation", "K", "Page_table_K", seq_kv, [b, h_k, d_qk, s_kv], kt_strides)?;
+        let kt = bld.paged_load("paged_k_cache_operation", "K", "Page_table_K", seq_kv, [b, h_k, d_qk, s_kv], &kt_strides)?;
         let v_dims = [b, h_v, s_kv, d_v];
-        let v = bld.paged_load("paged_v_cache_operation", "V", "Page_table_V", seq_kv, v_dims, packed4(v_dims))?;
+        let v = bld.paged_load("paged_v_cache_operation", "V", "Page_table_V", seq_kv, v_dims, &packed_strides(&v_dims))?;
         (kt, v)
     } else {
         (bld.transposed("K")?, bld.input("V")?)
@@ -459,7 +453,7 @@ fn forward(bld: &mut Builder<'_>) -> Option<()> {
 /// `dQ = dS·K` and `dK = dSᵀ·Q`, each gradient through a [`Builder::fp8_matmul`]. No workspace.
 fn backward_fp8(bld: &mut Builder<'_>) -> Option<()> {
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, _, s_kv, _, d_v] = dims(bld.op, bld.cx)?;
+    let [b, h_q, s_q, d_qk, _, s_kv, _, d_v] = dims(bld.op, bld.cx.inputs)?;
     let inter = bld.cx.intermediate;
     let io_type = bld.cx.inputs.first()?.data_type;
     let q = bld.input("Q")?;
@@ -545,7 +539,7 @@ fn backward(bld: &mut Builder<'_>) -> Option<()> {
         return backward_fp8(bld);
     }
     use PointwiseMode as M;
-    let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = dims(bld.op, bld.cx)?;
+    let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = dims(bld.op, bld.cx.inputs)?;
     let inter = bld.cx.intermediate;
     let io_type = bld.cx.inputs.first()?.data_type;
     let q = bld.input("Q")?;

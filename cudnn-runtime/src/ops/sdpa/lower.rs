@@ -67,13 +67,9 @@ pub(crate) fn internals(
             ));
         }
     }
-    let mut problem = Problem::from_dims(&ins[0].dims, &ins[1].dims, &ins[2].dims, cx.compute_type == DataType::F32)
-        .ok_or_else(malformed)?;
-    if let Some(table) = op.input_index("Page_table_K").and_then(|i| ins.get(i)).filter(|_| op.paged) {
-        // K is a page pool: the key length is the cache's capacity.
-        let width = *table.dims.get(2).ok_or_else(malformed)?;
-        problem.s_kv = super::paged::capacity(op, &width, &problem.s_kv).ok_or_else(malformed)?;
-    }
+    // The key length of a paged node is its cache's capacity.
+    let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = composite::dims(op, ins).ok_or_else(malformed)?;
+    let problem = Problem { b, h_q, h_k, h_v, s_q, s_kv, d_qk, d_v, compute_f32: cx.compute_type == DataType::F32 };
     let target = Target { version: cudnn.version(), sm: cudnn.sm() };
     let choice = support::choose(op, &problem, target).map_err(|f| cx.support_rule(f.rule, f.message))?;
     match choice {
