@@ -50,53 +50,46 @@ fn gather(pool: &[bf16], table: &[i32], b: usize, width: usize) -> Vec<bf16> {
     out
 }
 
+/// Fixed-seed Q (`[b, 4, 1, 16]`) and K, V pools of `pages` pages.
+fn q_and_pools(b: usize, pages: usize) -> [Vec<bf16>; 3] {
+    [random(1, b * 4 * 16), random(2, pages * 2 * 4 * 16), random(3, pages * 2 * 4 * 16)]
+}
+
+/// The paged graph's reference: one query per sequence, `table` `b × width`.
+fn paged(
+    [q, k_pool, v_pool]: &[Vec<bf16>; 3],
+    table: &[i32],
+    seq_kv: &[i32],
+    width: usize,
+    pages: usize,
+) -> Result<Vec<bf16>, cudnn_graph::Error> {
+    let seq_q = vec![1i32; seq_kv.len()];
+    let inputs = PagedInputs { q, k_pool, v_pool, seq_q: &seq_q, seq_kv, table };
+    Ok(Paged::new(seq_kv.len(), pages, width).reference(inputs)?.o)
+}
+
 #[test]
 fn paged_decode_is_dense_attention_over_its_pages() {
-    let (b, width, pages) = (3, 5, 17);
-    let q = random::<bf16>(1, b * 4 * 16);
-    let k_pool = random::<bf16>(2, pages * 2 * 4 * 16);
-    let v_pool = random::<bf16>(3, pages * 2 * 4 * 16);
+    let (width, pages) = (5, 17);
+    let qkv = q_and_pools(3, pages);
     // Pages out of order, one pool page (16) never named.
     let table: Vec<i32> = vec![3, 9, 0, 12, 7, 1, 15, 2, 8, 4, 11, 5, 13, 6, 10];
-    let (seq_q, seq_kv) = (vec![1i32; b], vec![20i32, 3, 11]);
-    let paged = Paged::new(b, pages, width)
-        .reference(PagedInputs {
-            q: &q,
-            k_pool: &k_pool,
-            v_pool: &v_pool,
-            seq_q: &seq_q,
-            seq_kv: &seq_kv,
-            table: &table,
-        })
-        .unwrap()
-        .o;
-    let (k, v) = (gather(&k_pool, &table, b, width), gather(&v_pool, &table, b, width));
-    let dense = Dense::new(b, width * 4)
-        .reference(DenseInputs { q: &q, k: &k, v: &v, seq_q: &seq_q, seq_kv: &seq_kv })
-        .unwrap()
-        .o;
-    assert_eq!(paged, dense);
+    let seq_kv = vec![20i32, 3, 11];
+    let got = paged(&qkv, &table, &seq_kv, width, pages).unwrap();
+    let [q, k_pool, v_pool] = &qkv;
+    let b = seq_kv.len();
+    let (k, v) = (gather(k_pool, &table, b, width), gather(v_pool, &table, b, width));
+    let seq_q = vec![1i32; b];
+    let dense =
+        Dense::new(b, width * 4).reference(DenseInputs { q, k: &k, v: &v, seq_q: &seq_q, seq_kv: &seq_kv }).unwrap().o;
+    assert_eq!(got, dense);
 }
 
 #[test]
 fn a_page_outside_the_pool_is_an_error_not_a_read() {
-    let (b, width, pages) = (2, 3, 6);
-    let q = random::<bf16>(1, b * 4 * 16);
-    let k_pool = random::<bf16>(2, pages * 2 * 4 * 16);
-    let v_pool = random::<bf16>(3, pages * 2 * 4 * 16);
+    let (width, pages) = (3, 6);
     let table: Vec<i32> = vec![0, 1, 2, 3, 6, 5];
-    let (seq_q, seq_kv) = (vec![1i32; b], vec![12i32, 9]);
-    let e = Paged::new(b, pages, width)
-        .reference(PagedInputs {
-            q: &q,
-            k_pool: &k_pool,
-            v_pool: &v_pool,
-            seq_q: &seq_q,
-            seq_kv: &seq_kv,
-            table: &table,
-        })
-        .unwrap_err()
-        .to_string();
+    let e = paged(&q_and_pools(2, pages), &table, &[12, 9], width, pages).unwrap_err().to_string();
     assert!(
         e.contains(
             "Page_table_K[1, 0, 1, 0] = 6 names no page of the K pool, which has 6 pages (0..6); sequence 1, slot 1"
