@@ -358,7 +358,7 @@ impl Sdpa {
 /// Q, K and V have one batch size.
 fn batches<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimCx<D>) -> Result<(), ShapeError> {
     if t.paged {
-        // K and V are page pools; the page tables carry the batch (`paged::check_ports`).
+        // K and V are page pools; the page tables carry the batch (`paged_ports`).
         return Ok(());
     }
     let b = t.b();
@@ -402,7 +402,7 @@ fn sequence_lengths<D: Dim>(op: &'static str, t: &Qkv<'_, D>, cx: &mut impl DimC
                 op,
                 Some(2),
                 format!(
-                    "page sizes differ: the K pool is {} and the V pool is {}, so K[2] = {page_k} must equal                      V[2] = {page_v}",
+                    "page sizes differ: the K pool is {} and the V pool is {}, so K[2] = {page_k} must equal V[2] = {page_v}",
                     t.ks, t.vs
                 ),
             ));

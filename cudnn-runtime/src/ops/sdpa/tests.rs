@@ -1162,7 +1162,13 @@ fn paged_ports_and_shapes() {
     let e = err(&s, metas(&[4, 1, 8, 1], &[4, 1, 7, 1], 16));
     assert!(e.contains("port Page_table_V must be"), "{e}");
     let e = err(&s, metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 32));
-    assert!(e.contains("page sizes differ: the K pool is [100, 8, 16, 128] and the V pool is [100, 8, 32, 128]"), "{e}");
+    assert!(
+        e.contains(
+            "page sizes differ: the K pool is [100, 8, 16, 128] and the V pool is [100, 8, 32, 128], so K[2] = 16 must \
+             equal V[2] = 32"
+        ),
+        "{e}"
+    );
     let mut m = metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16);
     m[5].dtype = DataType::I64;
     assert!(err(&s, m).contains("port Page_table_K is i64 but must be i32"));
