@@ -77,7 +77,8 @@ pub(crate) fn width_for(s_kv: i64, page: i64) -> i64 {
     if page <= 0 {
         0
     } else {
-        (s_kv + page - 1) / page
+        // Not `(s_kv + page - 1) / page`, which overflows for a capacity near i64::MAX.
+        s_kv / page + i64::from(s_kv % page != 0)
     }
 }
 

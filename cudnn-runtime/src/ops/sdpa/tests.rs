@@ -1175,6 +1175,20 @@ fn paged_ports_and_shapes() {
     // The capacity given: the tables must be exactly wide enough.
     let capped = Sdpa { max_seq_len_kv: Some(100), ..s.clone() };
     assert!(infer(&capped, &metas(&[4, 1, 7, 1], &[4, 1, 7, 1], 16)).is_ok());
+    // A capacity near i64::MAX is an error, not an overflow: too many scores for 4 × 32 rows,
+    // and for one row of one head a table far too narrow.
+    let huge = Sdpa { max_seq_len_kv: Some(i64::MAX), ..s.clone() };
+    let e = err(&huge, metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16));
+    assert!(e.contains("give attention scores [4, 32, 1, 9223372036854775807] of more than i64::MAX"), "{e}");
+    let mut one_row = metas(&[1, 1, 8, 1], &[1, 1, 8, 1], 16);
+    one_row[0].dims = vec![1, 1, 1, 128];
+    one_row[1].dims = vec![100, 1, 16, 128];
+    one_row[2].dims = vec![100, 1, 16, 128];
+    for len in [3, 4] {
+        one_row[len].dims = vec![1, 1, 1, 1];
+    }
+    let e = err(&huge, one_row);
+    assert!(e.contains("needs ceil(9223372036854775807 / 16) = 576460752303423488 entries"), "{e}");
     let e = err(&capped, metas(&[4, 1, 8, 1], &[4, 1, 8, 1], 16));
     assert!(e.contains("`max_seq_len_kv = 100` over pages of 16 tokens needs ceil(100 / 16) = 7 entries"), "{e}");
     // Attribute rules.
