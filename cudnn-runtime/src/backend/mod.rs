@@ -70,5 +70,5 @@ pub use mismatch::PlanMismatch;
 pub use options::{BuildOptions, BuildTimings, EngineConfig, Fusion};
 pub use padded::PaddedPlan;
 pub use partition::{Cut, CutReason};
-pub use plan::{ExecutionPlan, Partitioning, PlanPart, SavedPart};
+pub use plan::{ChosenPart, ExecutionPlan, Partitioning, PlanPart, SavedPart};
 pub use variant::{ByValueScalar, VariantLayout};

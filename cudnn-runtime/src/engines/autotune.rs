@@ -81,7 +81,7 @@ pub fn autotune(
 
 /// How [`tune`] times the selected candidates of a plan: part `Some(k)` alone, or (`None`) the
 /// whole plan of one part. [`autotune`] times on the GPU; tests inject times.
-type TimeFn<'a> = dyn FnMut(&ExecutionPlan, Option<usize>) -> Result<Timing, BackendError> + 'a;
+pub(super) type TimeFn<'a> = dyn FnMut(&ExecutionPlan, Option<usize>) -> Result<Timing, BackendError> + 'a;
 
 /// One partitioning tuned: its figures, each part's choice and the choice before.
 struct Tuned {
@@ -93,7 +93,7 @@ struct Tuned {
 /// [`autotune`]'s choices, with `time` timing the plan's selection: every partitioning of
 /// `plan` (its own, then each alternative swapped in and back) tuned part by part, then the
 /// fastest kept.
-fn tune(
+pub(super) fn tune(
     plan: &mut ExecutionPlan,
     options: &AutotuneOptions,
     began: Instant,

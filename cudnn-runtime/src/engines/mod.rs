@@ -26,6 +26,7 @@
 //! | `entry.rs`, `disk.rs`, `report.rs` | a memory entry; entry files; what the cache reports |
 //! | `class_plan.rs` | [`ClassPlan`] |
 //! | `autotune.rs`, `measure.rs`, `tuning.rs` | [`autotune`](fn@autotune); timing on the GPU; its options and reports |
+//! | `store.rs` | [`TuningStore`], [`TuningFile`]: what autotuning kept, per key, versioned and mergeable |
 //! | `engine.rs`, `lru.rs` | [`Engine`], [`Router`]; the LRU both budgets use |
 //!
 //! These sat in `backend` before; they moved here because they use the backend *and* the
@@ -44,6 +45,7 @@ mod planner;
 mod report;
 pub mod specialize;
 mod specializer;
+mod store;
 mod tuning;
 
 pub use autotune::autotune;
@@ -57,5 +59,9 @@ pub use measure::{measure, measure_padded};
 pub use specialize::{
     median_us, specialized_is_faster, PlanTimer, ServeReason, Serving, Specialization, MAX_PENDING_SPECIALIZATIONS,
     SWAP_MARGIN,
+};
+pub use store::{
+    CandidateTime, MergeConflict, MergeReport, PartitioningTime, TuneSource, TunedBuild, TunedPart, TunedPlan,
+    TuningFile, TuningStore, TuningStoreError, TuningWarning, MAX_TUNING_STORE_BYTES, TUNING_FORMAT,
 };
 pub use tuning::{AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming, ProgressFn, Timing};

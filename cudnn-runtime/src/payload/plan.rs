@@ -474,12 +474,26 @@ fn scalar_records(layout: &VariantLayout) -> Vec<ScalarRecord> {
 }
 
 fn engine_record(selected: &Candidate) -> EngineRecord {
-    EngineRecord {
-        id: selected.engine_id,
-        tag: selected.tag(),
-        knobs: selected.knobs.iter().map(|k| (k.kind, k.value)).collect(),
-        behavior_notes: selected.behavior_notes.iter().map(ToString::to_string).collect(),
-        numerical_notes: selected.numerical_notes.iter().map(ToString::to_string).collect(),
+    EngineRecord::of(selected)
+}
+
+impl EngineRecord {
+    /// The record of a candidate: its engine, tag, knobs and notes.
+    pub fn of(selected: &Candidate) -> Self {
+        EngineRecord {
+            id: selected.engine_id,
+            tag: selected.tag(),
+            knobs: selected.knobs.iter().map(|k| (k.kind, k.value)).collect(),
+            behavior_notes: selected.behavior_notes.iter().map(ToString::to_string).collect(),
+            numerical_notes: selected.numerical_notes.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// The engine config to build this engine again ([`ExecutionPlan::build_chosen`]); `None`
+    /// where cuDNN could not name the engine when it was recorded.
+    pub fn config(&self) -> Option<crate::backend::EngineConfig> {
+        let knobs = self.knobs.iter().map(|&(kind, value)| crate::backend::Knob { kind, value }).collect();
+        Some(crate::backend::EngineConfig { id: self.id?, knobs })
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::part::{PlanPart, SavedPart};
+use super::part::{ChosenPart, PlanPart, SavedPart};
 use super::{ExecutionPlan, Partitioning};
 use crate::backend::lower;
 use crate::backend::mismatch::PlanMismatch;
@@ -324,6 +324,49 @@ impl ExecutionPlan {
             ))),
         };
         Self::assemble(cudnn, graph, &partition, built, rewrites, validate, missing)
+    }
+
+    /// Builds `graph` as an earlier build chose to run it, without heuristics: the partition
+    /// `parts` records (each part's nodes, as [`PlanPart::nodes`] lists them, and why it was cut),
+    /// each part built with its recorded engine config only ([`BuildOptions::engine`]). This is
+    /// what a tuning-store hit costs: lowering and one plan finalize per part, no heuristics, no
+    /// other candidate compiled, nothing timed. The parts must cover the graph's nodes as a
+    /// partition must; an engine cuDNN no longer builds for its part is the part's
+    /// [`BackendError::NoPlan`]. `options`' filters and limits still apply; their `engine`,
+    /// `candidate`, `build_all` and `fusion` are the record's business and ignored.
+    pub fn build_chosen(
+        cudnn: &Cudnn,
+        graph: &Graph,
+        parts: &[ChosenPart],
+        options: &BuildOptions,
+    ) -> Result<ExecutionPlan, BackendError> {
+        let _span = tracing::debug_span!("build_chosen", graph = %graph.name, parts = parts.len()).entered();
+        let start = Instant::now();
+        graph.validate()?;
+        let Rewritten { graph: planned, rewrites } = for_cudnn(graph)?;
+        let validate = start.elapsed();
+        let base = BuildOptions { build_all: false, candidate: None, fusion: Fusion::Auto, ..options.clone() };
+        let with =
+            |engine: &crate::backend::EngineConfig| BuildOptions { engine: Some(engine.clone()), ..base.clone() };
+        let mismatch = |reason| BackendError::PlanMismatch {
+            graph: graph.name.clone(),
+            mismatch: Box::new(PlanMismatch::Partition(reason)),
+        };
+        if let [ChosenPart { nodes, engine, .. }] = parts {
+            if nodes.len() == planned.nodes.len() && nodes.iter().zip(&planned.nodes).all(|(a, n)| *a == n.name) {
+                let part = PlanPart::build(cudnn, planned, nodes.clone(), None, &with(engine))
+                    .map_err(|e| users_no_plan(e, graph, &rewrites))?;
+                return Ok(ExecutionPlan::single(graph.clone(), part, rewrites, validate, cudnn));
+            }
+        }
+        let partition = Partition::from_names(&planned, parts.iter().map(|p| p.nodes.as_slice())).map_err(mismatch)?;
+        let saved: Vec<_> = parts.iter().map(|p| (p.refused.as_deref(), p.measured.as_deref())).collect();
+        let partition = partition.with_saved_cuts(&saved);
+        let options: Vec<BuildOptions> = parts.iter().map(|p| with(&p.engine)).collect();
+        let options: Vec<BuildOptions> = options.iter().map(|o| without_kernel_cache(o).into_owned()).collect();
+        let built =
+            partition.build_each(|k, part, nodes, cut| PlanPart::build(cudnn, part, nodes, cut, &options[k]))?;
+        Self::assemble(cudnn, graph.clone(), &partition, built, rewrites, validate, no_memory)
     }
 
     /// A partitioned plan of `graph` from the parts of `partition`, built or loaded (each with

@@ -11,7 +11,7 @@
 mod build;
 mod part;
 
-pub use part::{PlanPart, SavedPart};
+pub use part::{ChosenPart, PlanPart, SavedPart};
 
 use cudarc::cudnn::sys;
 

@@ -111,6 +111,21 @@ pub struct SavedPart {
     pub measured: Option<String>,
 }
 
+/// One part of a plan as an earlier build chose it: its nodes, the engine config it ran and why
+/// it was cut from the part before ([`ExecutionPlan::build_chosen`](crate::backend::ExecutionPlan::build_chosen):
+/// what the tuning store keeps, replayed without heuristics or timing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChosenPart {
+    /// The names of the nodes it runs, in order ([`PlanPart::nodes`]).
+    pub nodes: Vec<String>,
+    /// The engine config to build it with.
+    pub engine: crate::backend::EngineConfig,
+    /// cuDNN's refusal that cut it from the previous part, as [`SavedPart::refused`].
+    pub refused: Option<String>,
+    /// Autotuning's times that cut it from the previous part, as [`SavedPart::measured`].
+    pub measured: Option<String>,
+}
+
 impl PlanPart {
     /// Lowers, plans and builds `graph` (validated by the caller) as one kernel. With
     /// [`BuildOptions::kernel_cache`], as a dynamic-shape operation graph whose plans use the
