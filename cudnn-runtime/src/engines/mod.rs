@@ -26,6 +26,7 @@
 //! | `entry.rs`, `disk.rs`, `report.rs` | a memory entry; entry files; what the cache reports |
 //! | `class_plan.rs` | [`ClassPlan`] |
 //! | `autotune.rs`, `measure.rs`, `tuning.rs` | [`autotune`](fn@autotune); timing on the GPU; its options and reports |
+//! | `repro.rs` | [`repro`]: outputs against the reference under cudnn-frontend's tolerances, part-by-part bisection, host-array execution, saved inputs |
 //! | `store.rs` | [`TuningStore`], [`TuningFile`]: what autotuning kept, per key, versioned and mergeable |
 //! | `engine.rs`, `lru.rs` | [`Engine`], [`Router`]; the LRU both budgets use |
 //!
@@ -43,6 +44,7 @@ mod lru;
 mod measure;
 mod planner;
 mod report;
+pub mod repro;
 pub mod specialize;
 mod specializer;
 mod store;

@@ -96,6 +96,20 @@ fn validated(graph: &Graph) -> Result<(), ArgError> {
 /// tensor, and every graph input an array of its tensor's dims ([`ArgError::Missing`] or
 /// [`ArgError::Length`] naming the input otherwise).
 pub fn run_arrays(graph: &Graph, values: Vec<Option<Array>>) -> Result<Vec<Array>, ArgError> {
+    run_arrays_checked(graph, &values)?;
+    compute(graph, values)
+}
+
+/// [`run_arrays`], returning every tensor's value, indexed by [`TensorId`] (`None` for a tensor
+/// no node computed and no input gave, which a validated graph does not have): what a bisection
+/// compares a part's outputs with (`cudnn-graph repro`).
+pub fn run_all(graph: &Graph, values: Vec<Option<Array>>) -> Result<Vec<Option<Array>>, ArgError> {
+    run_arrays_checked(graph, &values)?;
+    compute_all(graph, values)
+}
+
+/// The checks of [`run_arrays`] on `values`.
+fn run_arrays_checked(graph: &Graph, values: &[Option<Array>]) -> Result<(), ArgError> {
     validated(graph)?;
     if values.len() != graph.tensors.len() {
         return Err(ArgError::Slots { graph: graph.name.clone(), expected: graph.tensors.len(), found: values.len() });
@@ -116,12 +130,19 @@ pub fn run_arrays(graph: &Graph, values: Vec<Option<Array>>) -> Result<Vec<Array
             Some(_) => {}
         }
     }
-    compute(graph, values)
+    Ok(())
 }
 
 /// The engine proper, on a validated graph with every input's array in place (a validated graph
 /// gives every op as many inputs as it takes, so the arity error cannot occur).
-fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Result<Vec<Array>, ArgError> {
+fn compute(graph: &Graph, values: Vec<Option<Array>>) -> Result<Vec<Array>, ArgError> {
+    let mut values = compute_all(graph, values)?;
+    let empty = Array::zeros(&[0]);
+    Ok(graph.outputs().into_iter().map(|TensorId(i)| values[i].take().unwrap_or_else(|| empty.clone())).collect())
+}
+
+/// [`compute`], every tensor's value kept.
+fn compute_all(graph: &Graph, mut values: Vec<Option<Array>>) -> Result<Vec<Option<Array>>, ArgError> {
     let _span = tracing::debug_span!("reference", graph = %graph.name).entered();
     let start = std::time::Instant::now();
     for (i, t) in graph.tensors.iter().enumerate() {
@@ -154,8 +175,6 @@ fn compute(graph: &Graph, mut values: Vec<Option<Array>>) -> Result<Vec<Array>, 
             values[id.0] = Some(out);
         }
     }
-    let outputs =
-        graph.outputs().into_iter().map(|TensorId(i)| values[i].take().unwrap_or_else(|| empty.clone())).collect();
     tracing::debug!(elapsed_us = crate::micros(start.elapsed()), "reference run");
-    Ok(outputs)
+    Ok(values)
 }

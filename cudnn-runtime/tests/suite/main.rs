@@ -31,6 +31,7 @@ mod fuzz_regressions;
 mod huge_values;
 mod ops_norm;
 mod plans;
+mod repro_bisect;
 mod rewrite_batchnorm;
 mod rewrite_column_sum;
 mod sdpa_structure;

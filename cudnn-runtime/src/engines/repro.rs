@@ -1,0 +1,550 @@
+//! Replaying a graph against the CPU reference (`cudnn-graph repro`): inputs (recorded or
+//! seeded), every output compared under cudnn-frontend's tolerance for its type ([`Tolerance`],
+//! [`Verdict`]), a partitioned plan replayed part by part to name the first part and node that
+//! diverge ([`bisect`]), a plan executed on the GPU with host arrays ([`execute_arrays`]), and
+//! inputs saved to and read from a directory ([`write_inputs`], [`read_inputs`]) so that a bug
+//! bundle reproduces elsewhere.
+//!
+//! ```
+//! # use cudnn_runtime as cudnn_graph;
+//! use cudnn_graph::engines::repro::{random_inputs, Tolerance, Verdict};
+//! use cudnn_graph::{reference, DataType, GraphBuilder};
+//! let mut g = GraphBuilder::new("double");
+//! let x = g.input("x", DataType::BF16, &[4, 8]).unwrap();
+//! let y = g.op("mul", &[x.into(), 2.0.into()], &[]).unwrap()[0];
+//! g.output(y, "y", DataType::BF16).unwrap();
+//! let graph = g.build().unwrap();
+//! let inputs = random_inputs(&graph, 7);
+//! let mut values = vec![None; graph.tensors.len()];
+//! values[graph.inputs()[0].0] = Some(inputs[0].clone());
+//! let want = reference::run_arrays(&graph, values).unwrap();
+//! let y = graph.tensor(graph.outputs()[0]);
+//! let mut got = want[0].clone();
+//! assert!(Verdict::compare(y, &got, &want[0], Tolerance::of(y.data_type)).passed());
+//! got.data[3] += 1.0;
+//! let v = Verdict::compare(y, &got, &want[0], Tolerance::of(y.data_type));
+//! assert_eq!((v.passed(), v.outside, v.first_outside.map(|f| f.0)), (false, 1, Some(3)));
+//! ```
+
+use std::fmt;
+use std::path::Path;
+
+use cudarc::driver::{CudaSlice, DevicePtr};
+use serde::{Deserialize, Serialize};
+
+use crate::array::Array;
+use crate::backend::{BackendError, Cudnn, ExecutionPlan, HostScalar};
+use crate::ir::{for_cudnn, Graph, Rewritten, Tensor};
+use crate::reference::{self, ArgError};
+use crate::rng::SplitMix64;
+use crate::DataType;
+use crate::{Fp8E4M3, Fp8E5M2};
+
+/// An output element passes when `|got − want| ≤ atol + rtol·|want|` (NaN only against NaN,
+/// an infinity only against itself).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerance {
+    /// The absolute term.
+    pub atol: f64,
+    /// The relative term.
+    pub rtol: f64,
+}
+
+impl Tolerance {
+    /// cudnn-frontend's tolerance for an output of type `dt`: bf16 as its SDPA tests check O
+    /// (`test/python/sdpa/fp16.py`: 2e-2, 2e-2), f16 as its fused f16 convolution tests
+    /// (`test/python/test_conv_bias.py`: 1e-2, 1e-2), fp8 as its fp8 GEMM tests
+    /// (`test/python/fe_api/test_gemm_amax_utils.py`: 0.1, 0.1), f32 and f64 as its batch-norm
+    /// tests (`test/python/test_batchnorm.py`: 1e-3, 1e-3); integers and booleans exactly.
+    pub fn of(dt: DataType) -> Tolerance {
+        let (atol, rtol) = match dt {
+            DataType::BF16 => (2e-2, 2e-2),
+            DataType::F16 => (1e-2, 1e-2),
+            DataType::Fp8E4M3 | DataType::Fp8E5M2 => (0.1, 0.1),
+            DataType::F32 | DataType::F64 => (1e-3, 1e-3),
+            DataType::I8 | DataType::U8 | DataType::I32 | DataType::I64 | DataType::Bool => (0.0, 0.0),
+        };
+        Tolerance { atol, rtol }
+    }
+
+    /// Whether `got` passes against `want`.
+    pub fn accepts(&self, got: f64, want: f64) -> bool {
+        if got.is_nan() || want.is_nan() {
+            return got.is_nan() && want.is_nan();
+        }
+        if got.is_infinite() || want.is_infinite() {
+            return got == want;
+        }
+        (got - want).abs() <= self.atol + self.rtol * want.abs()
+    }
+}
+
+/// One output compared with the reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The tensor's name.
+    pub tensor: String,
+    /// Its type (`bf16[1, 64, 96]`).
+    pub type_string: String,
+    /// Elements compared.
+    pub elements: usize,
+    /// Elements outside the tolerance.
+    pub outside: usize,
+    /// The first element outside: `(flat index, got, want)`.
+    pub first_outside: Option<(usize, f64, f64)>,
+    /// The largest `|got − want|` (NaN where an element is NaN on one side only).
+    pub max_abs_error: f64,
+    /// `max_abs_error` over the largest `|want|`.
+    pub max_rel_error: f64,
+    /// The tolerance applied.
+    pub tolerance: Tolerance,
+}
+
+impl Verdict {
+    /// `got` (an output of `tensor`) against `want` (the reference's), element by element.
+    /// Arrays of other lengths compare as every element outside.
+    pub fn compare(tensor: &Tensor, got: &Array, want: &Array, tolerance: Tolerance) -> Verdict {
+        let mut v = Verdict {
+            tensor: tensor.name.clone(),
+            type_string: tensor.type_string(),
+            elements: want.data.len(),
+            outside: 0,
+            first_outside: None,
+            max_abs_error: 0.0,
+            max_rel_error: 0.0,
+            tolerance,
+        };
+        if got.data.len() != want.data.len() {
+            v.outside = want.data.len().max(1);
+            v.max_abs_error = f64::INFINITY;
+            v.max_rel_error = f64::INFINITY;
+            return v;
+        }
+        let scale = want.data.iter().filter(|w| w.is_finite()).fold(0f64, |m, w| m.max(w.abs()));
+        for (i, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
+            if !tolerance.accepts(g, w) {
+                v.outside += 1;
+                v.first_outside.get_or_insert((i, g, w));
+            }
+            let err = if g == w || (g.is_nan() && w.is_nan()) { 0.0 } else { (g - w).abs() };
+            if err.is_nan() || err > v.max_abs_error {
+                v.max_abs_error = if v.max_abs_error.is_nan() { f64::NAN } else { err };
+            }
+        }
+        v.max_rel_error = if scale > 0.0 { v.max_abs_error / scale } else { v.max_abs_error };
+        v
+    }
+
+    /// Whether every element passed.
+    pub fn passed(&self) -> bool {
+        self.outside == 0
+    }
+}
+
+impl fmt::Display for Verdict {
+    /// `y bf16[1, 64, 96]: ok, max |err| 3.1e-3 (1.2e-3 relative), atol 2e-2 + rtol 2e-2·|want|`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: ", self.tensor, self.type_string)?;
+        match self.first_outside {
+            None if self.outside == 0 => write!(f, "ok")?,
+            None => write!(f, "MISMATCH: {} elements, the reference has {}", self.outside, self.elements)?,
+            Some((i, got, want)) => write!(
+                f,
+                "MISMATCH: {} of {} elements outside, the first at {i}: {got} against {want}",
+                self.outside, self.elements
+            )?,
+        }
+        write!(
+            f,
+            ", max |err| {:.3e} ({:.3e} relative), atol {:e} + rtol {:e}·|want|",
+            self.max_abs_error, self.max_rel_error, self.tolerance.atol, self.tolerance.rtol
+        )
+    }
+}
+
+/// Fixed-seed inputs for every input of `graph`, in [`Graph::inputs`] order, rounded to each
+/// tensor's type: floats of magnitude in `[1/16, 1)` and either sign (never zero), host scalars
+/// positive, integers and booleans 1 (indices and lengths stay in range; graphs whose integer
+/// inputs matter replay their recorded inputs).
+pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Array> {
+    graph
+        .inputs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let t = graph.tensor(id);
+            let mut rng = SplitMix64::new(seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let integer = !t.data_type.is_float();
+            let mut a = Array::from_fn(&t.dims, |_| match (integer, t.host_scalar) {
+                (true, _) => 1.0,
+                (false, true) => rng.nonzero(0.0625, 1.0).abs(),
+                (false, false) => rng.nonzero(0.0625, 1.0),
+            });
+            a.round_to(t.data_type);
+            a
+        })
+        .collect()
+}
+
+/// The first part of a plan whose outputs diverge from the reference ([`bisect`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Divergence {
+    /// Its index in [`ExecutionPlan::parts`].
+    pub part: usize,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+    /// The node that writes the first output outside the tolerance.
+    pub node: String,
+    /// Its op.
+    pub op: &'static str,
+    /// That output's comparison.
+    pub verdict: Verdict,
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "part {} [{}] diverges first, at node `{}` ({}): {}",
+            self.part,
+            self.nodes.join(", "),
+            self.node,
+            self.op,
+            self.verdict
+        )
+    }
+}
+
+/// Replays `plan` part by part: each part is given the reference's values of its inputs (the
+/// graph as the plan planned it, run on the CPU reference with `inputs`, in
+/// [`Graph::inputs`] order), run by `run_part(k, part's graph, its inputs in its
+/// [`Graph::inputs`] order)`, and its outputs compared with the reference's under `tolerance`
+/// of each output's type. Each part starting from the reference's values, a part is blamed only
+/// for what it computes itself: the first one outside is returned with the node that writes its
+/// first diverging output; `None` when every part agrees.
+pub fn bisect<E: From<ArgError>>(
+    plan: &ExecutionPlan,
+    inputs: &[Array],
+    tolerance: impl Fn(DataType) -> Tolerance,
+    mut run_part: impl FnMut(usize, &Graph, &[Array]) -> Result<Vec<Array>, E>,
+) -> Result<Option<Divergence>, E> {
+    let values = reference_values(plan.graph(), inputs)?;
+    for (k, part) in plan.parts().iter().enumerate() {
+        let sub = part.graph();
+        let mut given = Vec::new();
+        for id in sub.inputs() {
+            let t = sub.tensor(id);
+            let mut a = values(&t.name).ok_or_else(|| missing(plan.graph(), &t.name))?;
+            a.round_to(t.data_type);
+            given.push(a);
+        }
+        let outputs = run_part(k, sub, &given)?;
+        for (id, got) in sub.outputs().into_iter().zip(&outputs) {
+            let t = sub.tensor(id);
+            let mut want = values(&t.name).ok_or_else(|| missing(plan.graph(), &t.name))?;
+            want.round_to(t.data_type);
+            let verdict = Verdict::compare(t, got, &want, tolerance(t.data_type));
+            if !verdict.passed() {
+                let node = sub.nodes.iter().find(|n| n.outputs.contains(&id));
+                return Ok(Some(Divergence {
+                    part: k,
+                    nodes: part.nodes().to_vec(),
+                    node: node.map_or_else(String::new, |n| n.name.clone()),
+                    op: node.map_or("", |n| n.op.call_name()),
+                    verdict,
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn missing(graph: &Graph, tensor: &str) -> ArgError {
+    ArgError::Missing { graph: graph.name.clone(), tensor: tensor.to_string() }
+}
+
+/// Every tensor's reference value of `graph` as [`ExecutionPlan::build`] plans it (rewritten),
+/// by name, given the user graph's `inputs`.
+fn reference_values(graph: &Graph, inputs: &[Array]) -> Result<impl Fn(&str) -> Option<Array>, ArgError> {
+    let Rewritten { graph: planned, .. } =
+        for_cudnn(graph).map_err(|e| ArgError::Graph { graph: graph.name.clone(), source: Box::new(e) })?;
+    let mut values = vec![None; planned.tensors.len()];
+    for (id, a) in graph.inputs().into_iter().zip(inputs) {
+        let name = &graph.tensor(id).name;
+        let there = planned.id_of(name).ok_or_else(|| missing(&planned, name))?;
+        values[there.0] = Some(a.clone());
+    }
+    let all = reference::run_all(&planned, values)?;
+    Ok(move |name: &str| planned.id_of(name).and_then(|id| all[id.0].clone()))
+}
+
+/// `value` in `dt`'s bytes, little-endian.
+fn encode(dt: DataType, value: f64, out: &mut Vec<u8>) {
+    match dt {
+        DataType::F32 => out.extend_from_slice(&(value as f32).to_le_bytes()),
+        DataType::F64 => out.extend_from_slice(&value.to_le_bytes()),
+        DataType::F16 => out.extend_from_slice(&half::f16::from_f64(value).to_bits().to_le_bytes()),
+        DataType::BF16 => out.extend_from_slice(&half::bf16::from_f64(value).to_bits().to_le_bytes()),
+        DataType::I8 => out.extend_from_slice(&(DataType::I8.round(value) as i8).to_le_bytes()),
+        DataType::U8 => out.push(DataType::U8.round(value) as u8),
+        DataType::I32 => out.extend_from_slice(&(DataType::I32.round(value) as i32).to_le_bytes()),
+        DataType::I64 => out.extend_from_slice(&(DataType::I64.round(value) as i64).to_le_bytes()),
+        DataType::Bool => out.push(u8::from(value != 0.0)),
+        DataType::Fp8E4M3 => out.push(Fp8E4M3::from_f64(value).0),
+        DataType::Fp8E5M2 => out.push(Fp8E5M2::from_f64(value).0),
+    }
+}
+
+/// The value of `dt` in `bytes` (exactly `dt.size_bytes()` of them), little-endian.
+fn decode(dt: DataType, bytes: &[u8]) -> f64 {
+    let mut b = [0u8; 8];
+    b[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
+    match dt {
+        DataType::F32 => f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        DataType::F64 => f64::from_le_bytes(b),
+        DataType::F16 => half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64(),
+        DataType::BF16 => half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64(),
+        DataType::I8 => f64::from(b[0] as i8),
+        DataType::U8 => f64::from(b[0]),
+        DataType::I32 => f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        DataType::I64 => i64::from_le_bytes(b) as f64,
+        DataType::Bool => f64::from(u8::from(b[0] != 0)),
+        DataType::Fp8E4M3 => Fp8E4M3(b[0]).to_f64(),
+        DataType::Fp8E5M2 => Fp8E5M2(b[0]).to_f64(),
+    }
+}
+
+/// `array` (dense, row-major over `tensor`'s dims) stored as `tensor` is: its type, its strides
+/// (bytes no element addresses stay `fill`).
+fn to_storage(tensor: &Tensor, array: &Array, fill: u8) -> Vec<u8> {
+    let size = tensor.data_type.size_bytes();
+    let mut out = vec![fill; tensor.storage_len().saturating_mul(size)];
+    let mut one = Vec::with_capacity(8);
+    for (flat, &v) in array.data.iter().enumerate() {
+        let index = Array::unravel(flat as i64, &tensor.dims);
+        let at: i64 = index.iter().zip(&tensor.strides).map(|(i, s)| i * s).sum();
+        one.clear();
+        encode(tensor.data_type, v, &mut one);
+        let at = at as usize * size;
+        out[at..at + size].copy_from_slice(&one);
+    }
+    out
+}
+
+/// `tensor`'s elements from its storage `bytes`, dense and row-major.
+fn from_storage(tensor: &Tensor, bytes: &[u8]) -> Array {
+    let size = tensor.data_type.size_bytes();
+    Array::from_fn(&tensor.dims, |flat| {
+        let index = Array::unravel(flat as i64, &tensor.dims);
+        let at = index.iter().zip(&tensor.strides).map(|(i, s)| i * s).sum::<i64>() as usize * size;
+        bytes.get(at..at + size).map_or(f64::NAN, |b| decode(tensor.data_type, b))
+    })
+}
+
+/// Executes `plan` (online) on `cudnn`'s stream with host arrays: `inputs` in [`Graph::inputs`]
+/// order, uploaded in each tensor's type and strides (host scalars passed by value), outputs
+/// poisoned (every byte 0xff: NaN in every float type) before the execute so that an element
+/// the plan does not write shows; returns the outputs in [`Graph::outputs`] order. Allocates
+/// per call: for replaying, not serving.
+pub fn execute_arrays(cudnn: &Cudnn, plan: &ExecutionPlan, inputs: &[Array]) -> Result<Vec<Array>, BackendError> {
+    let stream = super::measure::online_stream(cudnn, plan)?;
+    let graph = plan.graph();
+    let io = plan.layout().io();
+    let count = graph.inputs().len();
+    if inputs.len() != count {
+        return Err(ArgError::Slots { graph: graph.name.clone(), expected: count, found: inputs.len() }.into());
+    }
+    let driver = BackendError::driver;
+    let mut buffers: Vec<Option<CudaSlice<u8>>> = Vec::with_capacity(io.len());
+    let mut scalars: Vec<Box<HostScalar>> = Vec::new();
+    let mut addresses = Vec::with_capacity(io.len());
+    for (i, id) in io.iter().enumerate() {
+        let t = graph.tensor(*id);
+        if t.host_scalar {
+            let value = inputs.get(i).and_then(|a| a.data.first().copied()).unwrap_or(0.0);
+            let scalar = Box::new(HostScalar::new(t.data_type, value));
+            addresses.push(scalar.address());
+            scalars.push(scalar);
+            buffers.push(None);
+            continue;
+        }
+        let bytes = match inputs.get(i) {
+            Some(a) if i < count => {
+                if a.dims != t.dims {
+                    return Err(ArgError::Length {
+                        tensor: t.name.clone(),
+                        expected: usize::try_from(t.element_count()).unwrap_or(usize::MAX),
+                        found: a.data.len(),
+                        dims: t.dims.clone(),
+                        strides: crate::dim::packed_strides(&t.dims),
+                    }
+                    .into());
+                }
+                to_storage(t, a, 0)
+            }
+            _ => vec![0xff; t.storage_len().saturating_mul(t.data_type.size_bytes())],
+        };
+        let mut padded = bytes;
+        padded.resize(padded.len().max(1), 0);
+        let buffer = stream.clone_htod(&padded).map_err(driver("upload replay inputs"))?;
+        addresses.push(buffer.device_ptr(&stream).0);
+        buffers.push(Some(buffer));
+    }
+    let workspace = stream.alloc_zeros::<u8>(plan.workspace_size().max(1)).map_err(driver("allocate workspace"))?;
+    let ws = workspace.device_ptr(&stream).0;
+    // SAFETY: every buffer holds its tensor's storage in its type (sized from dims and strides),
+    // is 256-byte aligned (cuMemAlloc), lives on this context and outlives the enqueued work (the
+    // stream is synchronized below before anything is freed); host scalars are boxed and live
+    // until this function returns; the workspace is the plan's size.
+    let executed = unsafe { plan.execute_raw(cudnn, &addresses, ws) };
+    let synced = stream.synchronize().map_err(driver("cuStreamSynchronize"));
+    executed?;
+    synced?;
+    let mut outputs = Vec::with_capacity(io.len() - count);
+    for (id, buffer) in io[count..].iter().zip(&buffers[count..]) {
+        let t = graph.tensor(*id);
+        let bytes = match buffer {
+            Some(b) => stream.clone_dtoh(b).map_err(driver("download replay outputs"))?,
+            None => Vec::new(),
+        };
+        outputs.push(from_storage(t, &bytes));
+    }
+    drop(scalars);
+    Ok(outputs)
+}
+
+/// The manifest of a directory of inputs ([`write_inputs`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputsManifest {
+    cudnn_graph_inputs: u32,
+    graph_fingerprint: String,
+    inputs: Vec<InputRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputRecord {
+    name: String,
+    data_type: DataType,
+    dims: Vec<i64>,
+    /// The file beside the manifest: the elements, dense and row-major, in `data_type`,
+    /// little-endian.
+    file: String,
+}
+
+/// The inputs format this build writes and reads.
+pub const INPUTS_FORMAT: u32 = 1;
+
+/// Why a directory of inputs cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum InputsError {
+    /// A file cannot be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The manifest is not one, or does not fit the graph.
+    #[error("{path}: {reason}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Writes `inputs` of `graph` (in [`Graph::inputs`] order) to `dir` (created): `inputs.json`,
+/// a manifest naming each input's type and dims, and one file per input of its elements,
+/// dense and row-major, in its type, little-endian (`inputs/x.bin`). Returns the bytes written.
+pub fn write_inputs(dir: &Path, graph: &Graph, inputs: &[Array]) -> Result<usize, InputsError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| InputsError::Io { path, source }
+    };
+    let data = dir.join("inputs");
+    std::fs::create_dir_all(&data).map_err(io(&data))?;
+    let mut records = Vec::new();
+    let mut total = 0;
+    for (k, (id, a)) in graph.inputs().into_iter().zip(inputs).enumerate() {
+        let t = graph.tensor(id);
+        let file = format!("inputs/{k}.bin");
+        let mut bytes = Vec::with_capacity(a.data.len() * t.data_type.size_bytes());
+        for &v in &a.data {
+            encode(t.data_type, v, &mut bytes);
+        }
+        let path = dir.join(&file);
+        std::fs::write(&path, &bytes).map_err(io(&path))?;
+        total += bytes.len();
+        records.push(InputRecord { name: t.name.clone(), data_type: t.data_type, dims: a.dims.clone(), file });
+    }
+    let manifest = InputsManifest {
+        cudnn_graph_inputs: INPUTS_FORMAT,
+        graph_fingerprint: format!("{:#018x}", graph.fingerprint()),
+        inputs: records,
+    };
+    let text = serde_json::to_string_pretty(&manifest).unwrap_or_default();
+    let path = dir.join("inputs.json");
+    std::fs::write(&path, &text).map_err(io(&path))?;
+    Ok(total + text.len())
+}
+
+/// Reads the inputs [`write_inputs`] wrote for `graph`, checked against it: every input by
+/// name, type and dims, each file exactly its elements' bytes.
+pub fn read_inputs(dir: &Path, graph: &Graph) -> Result<Vec<Array>, InputsError> {
+    let path = dir.join("inputs.json");
+    let shown = path.display().to_string();
+    let bad = |reason: String| InputsError::Malformed { path: shown.clone(), reason };
+    let text = std::fs::read(&path).map_err(|source| InputsError::Io { path: shown.clone(), source })?;
+    let manifest: InputsManifest = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+    if manifest.cudnn_graph_inputs != INPUTS_FORMAT {
+        return Err(bad(format!("inputs format {}, this build reads {INPUTS_FORMAT}", manifest.cudnn_graph_inputs)));
+    }
+    let mut out = Vec::new();
+    for id in graph.inputs() {
+        let t = graph.tensor(id);
+        let r =
+            manifest.inputs.iter().find(|r| r.name == t.name).ok_or_else(|| bad(format!("no input `{}`", t.name)))?;
+        if r.data_type != t.data_type || r.dims != t.dims {
+            return Err(bad(format!(
+                "input `{}` is {}{:?}, the graph's is {}",
+                t.name,
+                r.data_type.name(),
+                r.dims,
+                t.type_string()
+            )));
+        }
+        if r.file.contains("..") || Path::new(&r.file).is_absolute() {
+            return Err(bad(format!("input `{}`'s file `{}` is outside the directory", t.name, r.file)));
+        }
+        let file = dir.join(&r.file);
+        let bytes =
+            std::fs::read(&file).map_err(|source| InputsError::Io { path: file.display().to_string(), source })?;
+        let size = t.data_type.size_bytes();
+        let n = usize::try_from(t.element_count()).unwrap_or(usize::MAX);
+        if Some(bytes.len()) != n.checked_mul(size) {
+            return Err(bad(format!(
+                "input `{}`'s file has {} bytes, {n} elements need {}",
+                t.name,
+                bytes.len(),
+                n.saturating_mul(size)
+            )));
+        }
+        let data = bytes.chunks_exact(size).map(|b| decode(t.data_type, b)).collect();
+        out.push(Array { dims: t.dims.clone(), data });
+    }
+    Ok(out)
+}
+
+/// The device a plan ran on, for a bundle's report: the cuDNN version and SM of `cudnn`.
+pub fn describe_target(cudnn: &Cudnn) -> String {
+    format!(
+        "cuDNN {}, sm {}{}",
+        cudnn.version(),
+        cudnn.sm().map_or("?".to_string(), |s| s.to_string()),
+        if cudnn.stream().is_some() { "" } else { " (deviceless)" }
+    )
+}
