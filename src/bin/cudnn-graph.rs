@@ -24,9 +24,20 @@
 //!     device the properties describe, and written in the other format (`--device 0` loads it on
 //!     the GPU instead); a plan-only payload takes its graph from GRAPH.json (a structural
 //!     JSON); see docs/serialization.md
+//! cudnn-graph repro INPUT [--device N | --device-properties DEVPROP.json] [--inputs DIR] [--seed S]
+//!         [--all-candidates] [--bundle DIR]
+//!     replay a graph (structural JSON, payload or bug bundle) on the CPU reference and on cuDNN,
+//!     every output compared under cudnn-frontend's tolerances; a partitioned plan that differs is
+//!     replayed part by part; --bundle writes a bug bundle that reproduces elsewhere
+//! cudnn-graph tune --store STORE.json (--device N --graph GRAPH.json... | --merge OTHER.json... | --show)
+//!     fill a tuning store offline (autotune each graph on a GPU), merge stores, list one
 //! ```
 
 use std::process::ExitCode;
+
+#[cfg(feature = "cudnn")]
+#[path = "cudnn-graph/repro.rs"]
+mod repro;
 
 const USAGE: &str = "usage:
   cudnn-graph env [--json]
@@ -34,7 +45,9 @@ const USAGE: &str = "usage:
   cudnn-graph aot --device-properties DEVPROP.json --graph GRAPH.json --out DIR --dyn 'S: 64..=8192 pow2 @ q[2] k[2]' [--dyn ...] [--type NAME=FINGERPRINT]
   cudnn-graph devprop [--device N] [--out DEVPROP.json]
   cudnn-graph picture GRAPH.json [--mermaid] [--parts (--device-properties DEVPROP.json | --device N)]
-  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--graph GRAPH.json] [--plan-only]";
+  cudnn-graph convert --to frontend|ours (--device-properties DEVPROP.json | --device N) --in IN --out OUT [--graph GRAPH.json] [--plan-only]
+  cudnn-graph repro INPUT [--device N | --device-properties DEVPROP.json] [--inputs DIR] [--seed S] [--all-candidates] [--bundle DIR]
+  cudnn-graph tune --store STORE.json (--device N --graph GRAPH.json... | --merge OTHER.json... | --show)";
 
 const CONVERT_HELP: &str = "cudnn-graph convert: a plan payload from our format to cudnn-frontend 1.32's, or back
 
@@ -136,6 +149,22 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some("convert") => convert(&args[1..]),
+        #[cfg(feature = "cudnn")]
+        Some("repro") if args.iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{}", repro::REPRO_HELP);
+            return ExitCode::SUCCESS;
+        }
+        #[cfg(feature = "cudnn")]
+        Some("repro") => repro::repro(&args[1..]),
+        #[cfg(feature = "cudnn")]
+        Some("tune") if args.iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{}", repro::TUNE_HELP);
+            return ExitCode::SUCCESS;
+        }
+        #[cfg(feature = "cudnn")]
+        Some("tune") => repro::tune(&args[1..]),
+        #[cfg(not(feature = "cudnn"))]
+        Some("repro" | "tune") => Err("this build has no cuDNN backend (built without the `cudnn` feature)".into()),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

@@ -28,6 +28,7 @@ mod payload_graphs;
 mod view_graphs;
 
 mod cli;
+mod cli_repro;
 mod devices;
 mod dims_and_host_lengths;
 mod doc_examples_use_the_facade;

@@ -1,0 +1,195 @@
+//! `cudnn-graph repro` and `cudnn-graph tune` (issue 34): every structure-corpus graph (one or more
+//! per op family) replays on the CPU reference, writes a bug bundle and replays from it alike;
+//! deviceless, a plan's parts run through its memory plan agree with the reference; stores merge
+//! with their conflicts reported; bad input is an error, never a panic.
+#![cfg(feature = "cudnn")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cudnn_graph::engines::{CandidateTime, PartitioningTime, TunedPart, TunedPlan, TuningStore};
+use cudnn_graph::payload::plan::EngineRecord;
+
+fn cli() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cudnn-graph"))
+}
+
+const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-devprop.json");
+
+fn corpus() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/structure");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The lines of a report that depend on the graph and its inputs only.
+fn reference_lines(stdout: &str) -> Vec<&str> {
+    stdout.lines().filter(|l| l.starts_with("reference: ") || l.starts_with("graph ")).collect()
+}
+
+#[test]
+fn every_corpus_graph_replays_on_the_reference_and_from_its_bundle() {
+    let root = temp("repro-corpus");
+    let mut replayed = 0;
+    for path in corpus() {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let bundle = root.join(&name);
+        let out = cli().arg("repro").arg(&path).args(["--seed", "11", "--bundle"]).arg(&bundle).output().unwrap();
+        let (stdout, stderr) = text(&out);
+        if name == "structure_dangling" {
+            // Not a valid graph: a typed error naming the file, no bundle.
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(stderr.contains("does not connect its input port"), "{stderr}");
+            continue;
+        }
+        assert!(out.status.success(), "{name}: {stdout}{stderr}");
+        assert!(stdout.contains("inputs: random, seed 11"), "{stdout}");
+        for file in ["graph.json", "inputs.json", "env.json", "report.txt", "README.md"] {
+            assert!(bundle.join(file).is_file(), "{name}: {file} missing");
+        }
+        // The bundle replays with its recorded inputs, to the same reference results.
+        let again = cli().arg("repro").arg(&bundle).output().unwrap();
+        let (again_out, again_err) = text(&again);
+        assert!(again.status.success(), "{name}: {again_out}{again_err}");
+        assert!(again_out.contains("inputs: recorded"), "{again_out}");
+        assert_eq!(reference_lines(&again_out), reference_lines(&stdout), "{name}");
+        replayed += 1;
+    }
+    assert!(replayed >= 25, "{replayed}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[needs_cudnn]
+#[test]
+fn deviceless_replays_run_the_plans_parts_and_bundle_the_plan() {
+    let root = temp("repro-deviceless");
+    for name in ["matmul_bias_relu", "sdpa_backward", "conv_genstats", "layernorm_training"] {
+        let graph = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fuzz/corpus/structure/{name}.json"));
+        let bundle = root.join(name);
+        let out = cli()
+            .arg("repro")
+            .arg(&graph)
+            .args(["--device-properties", DEVPROP, "--bundle"])
+            .arg(&bundle)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{name}: {stdout}{stderr}");
+        assert!(stdout.contains("target: cuDNN 91900, sm 90 (deviceless)"), "{stdout}");
+        assert!(stdout.contains("plan: built here"), "{stdout}");
+        assert!(!stdout.contains("MISMATCH") && stdout.contains(": ok, max |err|"), "{stdout}");
+        assert!(bundle.join("plan.json").is_file());
+        // From the bundle: its plan, loaded, not built.
+        let again = cli().arg("repro").arg(&bundle).args(["--device-properties", DEVPROP]).output().unwrap();
+        let (again_out, again_err) = text(&again);
+        assert!(again.status.success(), "{again_out}{again_err}");
+        assert!(again_out.contains("plan: the recorded plan"), "{again_out}");
+        assert_eq!(reference_lines(&again_out), reference_lines(&stdout));
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn repro_refuses_bad_input_plainly() {
+    let root = temp("repro-bad");
+    std::fs::create_dir_all(&root).unwrap();
+    let junk = root.join("junk.bin");
+    std::fs::write(&junk, [0xffu8, 0, 1, 2]).unwrap();
+    let out = cli().arg("repro").arg(&junk).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("neither a structural JSON nor a plan payload"), "{:?}", text(&out));
+    // A bundle whose inputs were cut short.
+    let graph = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/structure/matmul_bias_relu.json");
+    let bundle = root.join("b");
+    assert!(cli().arg("repro").arg(&graph).arg("--bundle").arg(&bundle).output().unwrap().status.success());
+    std::fs::write(bundle.join("inputs/0.bin"), [1u8, 2, 3]).unwrap();
+    let out = cli().arg("repro").arg(&bundle).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("file has 3 bytes"), "{:?}", text(&out));
+    let out = cli().args(["repro", "--all-candidates"]).arg(&graph).output().unwrap();
+    assert!(text(&out).1.contains("it needs --device"), "{:?}", text(&out));
+    let out = cli().args(["repro", "--bogus"]).output().unwrap();
+    assert!(text(&out).1.contains("unknown option `--bogus`"));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+fn record(fp: u64, id: i64, at: u64) -> TunedPlan {
+    let tag = format!("eng{id}");
+    TunedPlan {
+        graph_name: "g".into(),
+        graph_fingerprint: format!("{fp:#018x}"),
+        binding: None,
+        sm: Some(90),
+        cudnn_version: 91900,
+        recorded_at: at,
+        parts: vec![TunedPart {
+            nodes: vec!["mm".into()],
+            engine: EngineRecord {
+                id: Some(id),
+                tag: tag.clone(),
+                knobs: Vec::new(),
+                behavior_notes: Vec::new(),
+                numerical_notes: Vec::new(),
+            },
+            refused: None,
+            measured: None,
+        }],
+        partitioning: 0,
+        partitionings: vec![PartitioningTime { parts: vec![vec!["mm".into()]], median_us: Some(5.0) }],
+        candidates: vec![CandidateTime {
+            partitioning: 0,
+            part: 0,
+            candidate: 0,
+            tag,
+            median_us: 5.0,
+            min_us: 4.5,
+            samples: 5,
+            runs: 50,
+        }],
+    }
+}
+
+#[test]
+fn tune_merges_stores_reporting_conflicts_and_shows_them() {
+    let root = temp("tune-merge");
+    std::fs::create_dir_all(&root).unwrap();
+    let (a, b) = (root.join("a.json"), root.join("b.json"));
+    let store = |records: Vec<TunedPlan>| {
+        let mut s = TuningStore::new();
+        for r in records {
+            s.insert(r);
+        }
+        s
+    };
+    store(vec![record(1, 7, 100), record(2, 3, 100)]).write(&a).unwrap();
+    store(vec![record(1, 9, 200), record(3, 1, 100)]).write(&b).unwrap();
+    let out = cli().args(["tune", "--store"]).arg(&a).arg("--merge").arg(&b).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("1 added, 1 replaced by newer records, 0 kept"), "{stdout}");
+    assert!(stdout.contains("conflict: graph 0x0000000000000001, sm 90, cuDNN 91900: kept [mm: eng9]"), "{stdout}");
+    assert_eq!(TuningStore::read(&a).unwrap().len(), 3);
+    let out = cli().args(["tune", "--store"]).arg(&a).arg("--show").output().unwrap();
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("3 entries") && stdout.contains("mm: eng9 [5.00 µs, 1 candidates timed"), "{stdout}");
+    // A store that is not one: refused, and the file left as it was.
+    std::fs::write(&b, b"{\"cudnn_graph_tuning\": 99, \"entries\": []}").unwrap();
+    let out = cli().args(["tune", "--store"]).arg(&a).arg("--merge").arg(&b).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("tuning store format 99"), "{:?}", text(&out));
+    assert_eq!(TuningStore::read(&a).unwrap().len(), 3);
+    let out = cli().args(["tune", "--store"]).arg(&a).output().unwrap();
+    assert!(text(&out).1.contains("give --device N"), "{:?}", text(&out));
+    std::fs::remove_dir_all(&root).unwrap();
+}
