@@ -42,7 +42,7 @@ impl fmt::Display for HeuristicMode {
 }
 
 /// One knob choice of an engine config (`CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Knob {
     /// The `cudnnBackendKnobType_t` value.
     pub kind: i32,

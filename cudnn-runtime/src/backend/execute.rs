@@ -144,10 +144,12 @@ impl ExecutionPlan {
     /// value in host memory, in its data type ([`super::HostScalar::address`]), valid until this
     /// call returns.
     pub unsafe fn execute_raw(&self, cudnn: &Cudnn, io: &[u64], workspace: u64) -> Result<(), BackendError> {
-        let (handle, _) = self.target(cudnn)?;
+        let (handle, stream) = self.target(cudnn)?;
         self.check_raw(io, workspace)?;
         // SAFETY: the caller vouches for the pointers (this function's contract).
-        unsafe { self.launch(handle, io, workspace) }
+        unsafe { self.launch(handle, io, workspace) }?;
+        super::capture::executed(self, cudnn, stream, io);
+        Ok(())
     }
 
     /// The checks raw pointers get: count, a workspace where one is needed, alignment.
@@ -283,6 +285,7 @@ impl ExecutionPlan {
         // workspace is large enough. The borrows in `io` and the guards keep them alive and
         // ordered until after the work is enqueued.
         unsafe { self.launch(handle, addresses, ws) }?;
+        super::capture::executed(self, cudnn, stream, addresses);
         drop(guards);
         Ok(())
     }

@@ -36,6 +36,7 @@
 mod binding;
 mod buffer;
 mod candidate;
+pub mod capture;
 mod cuda_graph;
 mod emulate;
 mod error;

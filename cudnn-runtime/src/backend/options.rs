@@ -301,7 +301,7 @@ impl BuildOptions {
 
 /// An engine config named explicitly: cuDNN's global engine index and knob choices (a
 /// [`Candidate`]'s `engine_id` and `knobs`, e.g. from an earlier build or an autotune table).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct EngineConfig {
     /// cuDNN's global engine index.
     pub id: i64,

@@ -51,6 +51,7 @@
 //! ```
 
 mod error;
+pub mod inputs;
 mod layout;
 mod lowered;
 mod read;

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use cudnn_graph::backend::capture::{read_captured, CapturedPlan};
 use cudnn_graph::backend::{BuildOptions, ChosenPart, Cudnn, ExecutionPlan};
 use cudnn_graph::engines::repro::{
     bisect, execute_arrays, random_inputs, read_inputs, write_inputs, Tolerance, Verdict,
@@ -82,6 +83,8 @@ struct Loaded {
     payload: Option<Payload>,
     /// The payload's bytes, as read.
     payload_bytes: Option<Vec<u8>>,
+    /// A capture entry's record of the plan that ran.
+    captured: Option<CapturedPlan>,
     bundle: Option<PathBuf>,
 }
 
@@ -104,7 +107,8 @@ fn load(input: &str) -> Result<Loaded, String> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, None),
             Err(e) => return Err(format!("{}: {e}", plan_path.display())),
         };
-        return Ok(Loaded { graph, payload, payload_bytes, bundle: Some(path.to_path_buf()) });
+        let captured = if path.join("capture.json").is_file() { Some(read_captured(path)?) } else { None };
+        return Ok(Loaded { graph, payload, payload_bytes, captured, bundle: Some(path.to_path_buf()) });
     }
     let bytes = std::fs::read(path).map_err(|e| format!("{input}: {e}"))?;
     if let Ok(payload) = parse_payload(&bytes) {
@@ -112,12 +116,12 @@ fn load(input: &str) -> Result<Loaded, String> {
             .structure
             .clone()
             .ok_or_else(|| format!("{input}: a plan-only payload: replay its graph's structural JSON instead"))?;
-        return Ok(Loaded { graph, payload: Some(payload), payload_bytes: Some(bytes), bundle: None });
+        return Ok(Loaded { graph, payload: Some(payload), payload_bytes: Some(bytes), captured: None, bundle: None });
     }
     let text =
         String::from_utf8(bytes).map_err(|_| format!("{input}: neither a structural JSON nor a plan payload"))?;
     let graph = structure_from_json(&text).map_err(|e| format!("{input}: {e}"))?;
-    Ok(Loaded { graph, payload: None, payload_bytes: None, bundle: None })
+    Ok(Loaded { graph, payload: None, payload_bytes: None, captured: None, bundle: None })
 }
 
 /// The reference's outputs of `graph` given `inputs`.
@@ -141,6 +145,28 @@ fn plan_for(cudnn: &Cudnn, loaded: &Loaded, all: bool, report: &mut String) -> R
             }
             Err(e) => {
                 let _ = writeln!(report, "plan: the recorded plan does not load here ({e}); built again");
+            }
+        }
+    }
+    if let (Some(c), false) = (&loaded.captured, all) {
+        let sm = c.sm.map_or_else(|| "?".to_string(), |s| s.to_string());
+        if c.cudnn_version != cudnn.version() || c.sm != cudnn.sm() {
+            let _ = writeln!(
+                report,
+                "plan: captured with cuDNN {} on sm {sm}, not this target: built here",
+                c.cudnn_version
+            );
+        } else if c.parts.is_empty() {
+            let _ = writeln!(report, "plan: the capture names no engine: built here");
+        } else {
+            match ExecutionPlan::build_chosen(cudnn, &loaded.graph, &c.parts, &BuildOptions::default()) {
+                Ok(plan) => {
+                    let _ = writeln!(report, "plan: the captured engines (cuDNN {}, sm {sm})", c.cudnn_version);
+                    return Ok(plan);
+                }
+                Err(e) => {
+                    let _ = writeln!(report, "plan: the captured engines do not build here ({e}); built again");
+                }
             }
         }
     }
@@ -275,12 +301,11 @@ fn replay(
         failed += wrong;
         if wrong > 0 && plan.is_partitioned() {
             let run_part = |k: usize, sub: &Graph, given: &[Array]| -> Result<Vec<Array>, cudnn_graph::Error> {
-                let part = &plan.parts()[k];
-                let engine = cudnn_graph::payload::plan::EngineRecord::of(part.selected()).config();
-                let plan = match engine {
-                    Some(engine) => {
-                        let chosen =
-                            [ChosenPart { nodes: part.nodes().to_vec(), engine, refused: None, measured: None }];
+                // The part alone, on its own engine: its graph is already the rewritten one, and
+                // its I/O are the tensors the parts exchange.
+                let plan = match ChosenPart::of(&plan.parts()[k]) {
+                    Some(chosen) => {
+                        let chosen = [ChosenPart { refused: None, measured: None, ..chosen }];
                         ExecutionPlan::build_chosen(&cudnn, sub, &chosen, &BuildOptions::default())?
                     }
                     None => ExecutionPlan::build(&cudnn, sub, &BuildOptions::default())?,

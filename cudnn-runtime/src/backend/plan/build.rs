@@ -84,7 +84,7 @@ impl ExecutionPlan {
             plan.timings.validate += start.elapsed();
             plan.alternatives = plan.measured_alternatives(cudnn, &planned, options)?;
         }
-        Ok(plan)
+        Ok(plan.captured(cudnn))
     }
 
     /// [`ExecutionPlan::build`] as [`Fusion::Auto`] (or [`Fusion::Single`]) builds; a
@@ -181,6 +181,7 @@ impl ExecutionPlan {
             timings,
             alternatives: Vec::new(),
             anchor: cudnn.anchor(),
+            capture_recorded: Default::default(),
         }
     }
 
@@ -285,7 +286,7 @@ impl ExecutionPlan {
         let validate = start.elapsed();
         let nodes = planned.nodes.iter().map(|n| n.name.clone()).collect();
         let part = PlanPart::from_json(cudnn, planned, nodes, None, json)?;
-        Ok(ExecutionPlan::single(graph, part, rewrites, validate, cudnn))
+        Ok(ExecutionPlan::single(graph, part, rewrites, validate, cudnn).captured(cudnn))
     }
 
     /// Rebuilds a partitioned plan from each part's nodes (by name, as [`PlanPart::nodes`] lists
@@ -323,7 +324,7 @@ impl ExecutionPlan {
                 "tensor `{tensor}` crosses a part boundary but has no memory"
             ))),
         };
-        Self::assemble(cudnn, graph, &partition, built, rewrites, validate, missing)
+        Ok(Self::assemble(cudnn, graph, &partition, built, rewrites, validate, missing)?.captured(cudnn))
     }
 
     /// Builds `graph` as an earlier build chose to run it, without heuristics: the partition
@@ -356,7 +357,7 @@ impl ExecutionPlan {
             if nodes.len() == planned.nodes.len() && nodes.iter().zip(&planned.nodes).all(|(a, n)| *a == n.name) {
                 let part = PlanPart::build(cudnn, planned, nodes.clone(), None, &with(engine))
                     .map_err(|e| users_no_plan(e, graph, &rewrites))?;
-                return Ok(ExecutionPlan::single(graph.clone(), part, rewrites, validate, cudnn));
+                return Ok(ExecutionPlan::single(graph.clone(), part, rewrites, validate, cudnn).captured(cudnn));
             }
         }
         let partition = Partition::from_names(&planned, parts.iter().map(|p| p.nodes.as_slice())).map_err(mismatch)?;
@@ -366,7 +367,7 @@ impl ExecutionPlan {
         let options: Vec<BuildOptions> = options.iter().map(|o| without_kernel_cache(o).into_owned()).collect();
         let built =
             partition.build_each(|k, part, nodes, cut| PlanPart::build(cudnn, part, nodes, cut, &options[k]))?;
-        Self::assemble(cudnn, graph.clone(), &partition, built, rewrites, validate, no_memory)
+        Ok(Self::assemble(cudnn, graph.clone(), &partition, built, rewrites, validate, no_memory)?.captured(cudnn))
     }
 
     /// A partitioned plan of `graph` from the parts of `partition`, built or loaded (each with
@@ -419,6 +420,7 @@ impl ExecutionPlan {
             timings,
             alternatives: Vec::new(),
             anchor: cudnn.anchor(),
+            capture_recorded: Default::default(),
         })
     }
 }

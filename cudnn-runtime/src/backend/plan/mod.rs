@@ -13,6 +13,8 @@ mod part;
 
 pub use part::{ChosenPart, PlanPart, SavedPart};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use cudarc::cudnn::sys;
 
 use crate::backend::candidate::Candidate;
@@ -75,6 +77,9 @@ pub struct ExecutionPlan {
     alternatives: Vec<Partitioning>,
     // The handle (with its CUDA context) or device properties the plan was made with.
     anchor: Anchor,
+    /// Whether a capture ([`crate::backend::capture`]) has recorded the plan with its selection
+    /// now; a change of selection clears it.
+    capture_recorded: AtomicBool,
 }
 
 /// One way to run a plan's graph that [`Fusion::Measure`] built besides the plan's own parts:
@@ -191,6 +196,7 @@ impl ExecutionPlan {
         match p.built.iter().position(|b| b.candidate == index) {
             Some(i) => {
                 p.selected = i;
+                *self.capture_recorded.get_mut() = false;
                 Ok(())
             }
             None => Err(BackendError::NotBuilt { index, built: p.built() }),
@@ -232,6 +238,7 @@ impl ExecutionPlan {
     /// turn): the plan then executes that one, and alternative `index` is the one it ran before.
     pub(crate) fn swap_alternative(&mut self, index: usize) {
         if let Some(other) = self.alternatives.get_mut(index) {
+            *self.capture_recorded.get_mut() = false;
             std::mem::swap(&mut self.parts, &mut other.parts);
             std::mem::swap(&mut self.layout, &mut other.layout);
             std::mem::swap(&mut self.arena_bytes, &mut other.arena_bytes);
@@ -285,6 +292,23 @@ impl ExecutionPlan {
 
     pub(crate) fn anchor(&self) -> &Anchor {
         &self.anchor
+    }
+
+    /// Whether a capture has recorded this plan with its selection now.
+    pub(crate) fn capture_recorded(&self) -> bool {
+        self.capture_recorded.load(Ordering::Relaxed)
+    }
+
+    /// Marks this plan, with its selection now, recorded by a capture.
+    pub(crate) fn set_capture_recorded(&self) {
+        self.capture_recorded.store(true, Ordering::Relaxed);
+    }
+
+    /// The plan, recorded by a capture if one is on ([`crate::backend::capture`]).
+    pub(crate) fn captured(self, cudnn: &crate::backend::Cudnn) -> Self {
+        crate::backend::capture::record_plan(&self, cudnn);
+        self.set_capture_recorded();
+        self
     }
 }
 

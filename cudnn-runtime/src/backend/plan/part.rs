@@ -113,17 +113,38 @@ pub struct SavedPart {
 
 /// One part of a plan as an earlier build chose it: its nodes, the engine config it ran and why
 /// it was cut from the part before ([`ExecutionPlan::build_chosen`](crate::backend::ExecutionPlan::build_chosen):
-/// what the tuning store keeps, replayed without heuristics or timing).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// what the tuning store keeps, replayed without heuristics or timing; what a capture records).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChosenPart {
     /// The names of the nodes it runs, in order ([`PlanPart::nodes`]).
     pub nodes: Vec<String>,
     /// The engine config to build it with.
     pub engine: crate::backend::EngineConfig,
     /// cuDNN's refusal that cut it from the previous part, as [`SavedPart::refused`].
+    #[serde(default)]
     pub refused: Option<String>,
     /// Autotuning's times that cut it from the previous part, as [`SavedPart::measured`].
+    #[serde(default)]
     pub measured: Option<String>,
+}
+
+impl ChosenPart {
+    /// `part` as it runs now: its nodes, its selected engine, its cut; `None` where cuDNN could
+    /// not name the selected engine.
+    pub fn of(part: &PlanPart) -> Option<ChosenPart> {
+        let selected = part.selected();
+        let (refused, measured) = match part.cut().map(|c| &c.reason) {
+            Some(crate::backend::CutReason::Refused(why)) => (Some(why.clone()), None),
+            Some(crate::backend::CutReason::MeasuredFaster(times)) => (None, Some(times.clone())),
+            _ => (None, None),
+        };
+        Some(ChosenPart {
+            nodes: part.nodes().to_vec(),
+            engine: crate::backend::EngineConfig { id: selected.engine_id?, knobs: selected.knobs.clone() },
+            refused,
+            measured,
+        })
+    }
 }
 
 impl PlanPart {
