@@ -193,3 +193,32 @@ fn tune_merges_stores_reporting_conflicts_and_shows_them() {
     assert!(text(&out).1.contains("give --device N"), "{:?}", text(&out));
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `CUDNN_GRAPH_CAPTURE=DIR` on any process that plans (here `aot`) records each graph; `repro`
+/// replays an entry with its captured engines.
+#[needs_cudnn]
+#[test]
+fn the_capture_variable_records_what_a_process_plans_and_repro_replays_it() {
+    let root = temp("capture-env");
+    let captures = root.join("captures");
+    let graph = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/structure/conv_bias_relu.json");
+    let out = cli()
+        .env("CUDNN_GRAPH_CAPTURE", &captures)
+        .args(["aot", "--device-properties", DEVPROP, "--graph"])
+        .arg(&graph)
+        .arg("--out")
+        .arg(root.join("p.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let entries: Vec<PathBuf> = std::fs::read_dir(&captures).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+    assert!(entry.join("graph.json").is_file() && entry.join("capture.json").is_file());
+    let out = cli().arg("repro").arg(entry).args(["--device-properties", DEVPROP]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("plan: the captured engines (cuDNN 91900, sm 90)"), "{stdout}");
+    assert!(stdout.contains(": ok, max |err|"), "{stdout}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
