@@ -30,5 +30,6 @@ mod gpu_paged_append;
 mod gpu_partition;
 mod gpu_plans;
 mod gpu_reductions;
+mod gpu_repro;
 mod gpu_sdpa;
 mod gpu_views;

@@ -161,6 +161,29 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// Every output of `graph` (`got`, in [`Graph::outputs`] order) against the reference's (`want`),
+/// each under [`Tolerance::of`] its type.
+pub fn compare_outputs(graph: &Graph, got: &[Array], want: &[Array]) -> Vec<Verdict> {
+    graph
+        .outputs()
+        .into_iter()
+        .zip(got.iter().zip(want))
+        .map(|(id, (g, w))| {
+            let t = graph.tensor(id);
+            Verdict::compare(t, g, w, Tolerance::of(t.data_type))
+        })
+        .collect()
+}
+
+/// The CPU reference's outputs of `graph` for `inputs` (in [`Graph::inputs`] order).
+pub fn reference_outputs(graph: &Graph, inputs: &[Array]) -> Result<Vec<Array>, ArgError> {
+    let mut values = vec![None; graph.tensors.len()];
+    for (id, a) in graph.inputs().into_iter().zip(inputs) {
+        values[id.0] = Some(a.clone());
+    }
+    reference::run_arrays(graph, values)
+}
+
 /// Fixed-seed inputs for every input of `graph`, in [`Graph::inputs`] order, rounded to each
 /// tensor's type: floats of magnitude in `[1/16, 1)` and either sign (never zero), host scalars
 /// positive, integers and booleans 1 (indices and lengths stay in range; graphs whose integer

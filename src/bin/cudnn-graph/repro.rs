@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use cudnn_graph::backend::capture::{read_captured, CapturedPlan};
 use cudnn_graph::backend::{BuildOptions, ChosenPart, Cudnn, ExecutionPlan};
 use cudnn_graph::engines::repro::{
-    bisect, execute_arrays, random_inputs, read_inputs, write_inputs, Tolerance, Verdict,
+    bisect, compare_outputs, execute_arrays, random_inputs, read_inputs, reference_outputs, write_inputs, Tolerance,
 };
 use cudnn_graph::engines::{AutotuneOptions, TuningFile, TuningStore};
 use cudnn_graph::payload::plan::{
     load_payload, parse_payload, write_payload, Expect, Payload, PlanOrigin, SerializeOptions,
 };
-use cudnn_graph::reference::{self, Array};
+use cudnn_graph::reference::Array;
 use cudnn_graph::serialize::{structure_from_json, structure_to_json};
 use cudnn_graph::Graph;
 
@@ -126,11 +126,7 @@ fn load(input: &str) -> Result<Loaded, String> {
 
 /// The reference's outputs of `graph` given `inputs`.
 fn run_reference(graph: &Graph, inputs: &[Array]) -> Result<Vec<Array>, String> {
-    let mut values = vec![None; graph.tensors.len()];
-    for (id, a) in graph.inputs().into_iter().zip(inputs) {
-        values[id.0] = Some(a.clone());
-    }
-    reference::run_arrays(graph, values).map_err(|e| format!("the CPU reference: {e}"))
+    reference_outputs(graph, inputs).map_err(|e| format!("the CPU reference: {e}"))
 }
 
 /// The plan to replay: the payload's, where it loads into `cudnn`, else built (every candidate
@@ -184,15 +180,12 @@ fn describe_plan(plan: &ExecutionPlan, report: &mut String) {
 
 /// Compares `got` with `want`, output by output, into `report`; how many differ.
 fn verdicts(graph: &Graph, got: &[Array], want: &[Array], what: &str, report: &mut String) -> usize {
-    let mut failed = 0;
     let _ = writeln!(report, "{what}:");
-    for ((id, g), w) in graph.outputs().into_iter().zip(got).zip(want) {
-        let t = graph.tensor(id);
-        let v = Verdict::compare(t, g, w, Tolerance::of(t.data_type));
-        failed += usize::from(!v.passed());
+    let all = compare_outputs(graph, got, want);
+    for v in &all {
         let _ = writeln!(report, "  {v}");
     }
-    failed
+    all.iter().filter(|v| !v.passed()).count()
 }
 
 pub fn repro(args: &[String]) -> Result<(), String> {
