@@ -70,3 +70,46 @@ fn corpus_and_mutations_never_panic() {
         }
     }
 }
+
+/// The tuning store's reader, as `fuzz/fuzz_targets/tuning_store.rs` checks it: every seed of
+/// `fuzz/corpus/tuning_store` and 20 000 seeded mutations of them either refuse with a typed
+/// error or read as a store that writes back to itself and merges with itself unchanged.
+#[cfg(feature = "cudnn")]
+#[test]
+fn tuning_store_corpus_and_mutations_never_panic() {
+    use cudnn_runtime::engines::TuningStore;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/tuning_store");
+    let mut seeds: Vec<Vec<u8>> =
+        std::fs::read_dir(dir).unwrap().map(|e| std::fs::read(e.unwrap().path()).unwrap()).collect();
+    seeds.sort();
+    assert!(seeds.len() >= 3);
+    let check = |data: &[u8]| -> bool {
+        let Ok(store) = TuningStore::from_bytes(data) else { return false };
+        let back = TuningStore::from_bytes(&store.to_bytes()).expect("a store written reads back");
+        assert_eq!(back, store);
+        let mut merged = store.clone();
+        assert!(merged.merge(&store).conflicts.is_empty());
+        assert_eq!(merged, store);
+        for e in store.entries() {
+            assert_eq!(store.lookup(&e.key().unwrap()), Ok(Some(e)));
+        }
+        true
+    };
+    for seed in &seeds {
+        assert!(check(seed), "a seed does not read: {}", String::from_utf8_lossy(seed));
+    }
+    let (mut rng, mut read) = (SplitMix64::new(34), 0);
+    for i in 0..20_000 {
+        let data = mutate(&mut rng, &seeds);
+        match catch_unwind(AssertUnwindSafe(|| check(&data))) {
+            Ok(ok) => read += usize::from(ok),
+            Err(_) => {
+                let path = std::env::temp_dir().join(format!("cudnn-graph-store-crash-{i}.json"));
+                std::fs::write(&path, &data).unwrap();
+                panic!("mutation {i} panicked; input saved to {}", path.display());
+            }
+        }
+    }
+    println!("{read} of 20000 mutations read as stores");
+    assert!(read > 0, "no mutation reads: the mutations test the refusals only");
+}
