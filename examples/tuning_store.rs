@@ -13,16 +13,22 @@
 //! JSON line per phase, then a summary; `--guard` exits 1 unless the hit's planning is within 10 %
 //! of the cold one's and its device time within 2 % of the tuned one's (the issue's target).
 //!
+//! With `--device-properties DEVPROP.json` instead of `--gpu` it runs without a GPU, deviceless:
+//! planning only (real cuDNN heuristics and plan compilation for the described GPU), no device
+//! times, and the `tune` phase builds every candidate and partitioning but times nothing (it
+//! records each part's heuristics' pick): what the planning half of each first call costs.
+//!
 //! ```text
 //! cargo build --release --example tuning_store
 //! target/release/examples/tuning_store --gpu [--tokens 4096] [--store PATH] [--guard]
+//! target/release/examples/tuning_store --device-properties tests/fixtures/h200-devprop.json
 //! ```
 
 use std::process::Command;
 use std::time::Instant;
 
 use cudnn_graph::backend::{cuda_context, BuildOptions, Cudnn, ExecutionPlan};
-use cudnn_graph::engines::{measure, AutotuneOptions, TuneSource, TuningFile};
+use cudnn_graph::engines::{measure, AutotuneOptions, AutotuneReport, PartitioningTiming, TuneSource, TuningFile};
 use cudnn_graph::ops::PointwiseMode;
 use cudnn_graph::payload::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphBuilder};
@@ -77,10 +83,30 @@ fn graphs(t: i64) -> Result<Vec<Graph>> {
     Ok(out)
 }
 
-/// One phase, in this process: its JSON line.
-fn phase(name: &str, tokens: i64, store: &str) -> Result<Value> {
+/// Deviceless "autotuning": nothing timed, each part's own choice kept, as a report.
+fn untimed(plan: &mut ExecutionPlan) -> std::result::Result<AutotuneReport, cudnn_graph::backend::BackendError> {
+    let selected: Vec<usize> = plan.parts().iter().map(|p| p.selected().index).collect();
+    let parts = plan.parts().iter().map(|p| p.nodes().to_vec()).collect();
+    Ok(AutotuneReport {
+        timings: Vec::new(),
+        failures: Vec::new(),
+        selected: selected[0],
+        previous: selected[0],
+        selected_parts: selected.clone(),
+        previous_parts: selected,
+        partitionings: vec![PartitioningTiming { parts, median_us: None, timings: Vec::new() }],
+        partitioning: 0,
+        elapsed: std::time::Duration::ZERO,
+    })
+}
+
+/// One phase, in this process: its JSON line. `devprop`: deviceless, planning only.
+fn phase(name: &str, tokens: i64, store: &str, devprop: Option<&str>) -> Result<Value> {
     let start = Instant::now();
-    let cudnn = Cudnn::new(cuda_context(0)?.default_stream())?;
+    let cudnn = match devprop {
+        Some(path) => Cudnn::deviceless(&std::fs::read_to_string(path)?)?,
+        None => Cudnn::new(cuda_context(0)?.default_stream())?,
+    };
     let init_ms = start.elapsed().as_secs_f64() * 1e3;
     let tuning = AutotuneOptions::default();
     let file = TuningFile::open(store)?;
@@ -92,7 +118,10 @@ fn phase(name: &str, tokens: i64, store: &str) -> Result<Value> {
         let (plan, source) = match name {
             "cold" => (ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default())?, "heuristics".to_string()),
             _ => {
-                let built = file.plan(&cudnn, &graph, &Expect::default(), &measured, &tuning)?;
+                let built = match devprop {
+                    Some(_) => file.plan_with(&cudnn, &graph, &Expect::default(), &measured, untimed)?,
+                    None => file.plan(&cudnn, &graph, &Expect::default(), &measured, &tuning)?,
+                };
                 for w in &built.warnings {
                     eprintln!("{}: {w}", graph.name);
                 }
@@ -104,28 +133,34 @@ fn phase(name: &str, tokens: i64, store: &str) -> Result<Value> {
             }
         };
         let ms = start.elapsed().as_secs_f64() * 1e3;
-        let us = measure(&cudnn, &plan, &tuning)?.median_us;
+        let us = match devprop {
+            Some(_) => f64::NAN,
+            None => measure(&cudnn, &plan, &tuning)?.median_us,
+        };
         first_call_ms += ms;
         device_us += us;
         let engines: Vec<String> =
             plan.parts().iter().map(|p| format!("[{}] {}", p.nodes().join(", "), p.selected().tag())).collect();
+        let us = (!us.is_nan()).then_some(us);
         plans.push(json!({"graph": graph.name, "build_ms": ms, "device_us": us, "source": source, "parts": engines}));
     }
+    let device_us = (!device_us.is_nan()).then_some(device_us);
     Ok(json!({"bench": "tuning_store", "phase": name, "tokens": tokens, "init_ms": init_ms,
-              "first_call_ms": first_call_ms, "device_us": device_us, "plans": plans}))
+              "deviceless": devprop.is_some(), "first_call_ms": first_call_ms, "device_us": device_us, "plans": plans}))
 }
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let tokens: i64 = value("--tokens").map(|t| t.parse()).transpose()?.unwrap_or(4096);
-    if !args.iter().any(|a| a == "--gpu") {
-        eprintln!("tuning_store times plans on a GPU: run it with --gpu");
+    let devprop = value("--device-properties");
+    if !args.iter().any(|a| a == "--gpu") && devprop.is_none() {
+        eprintln!("tuning_store times plans on a GPU: run it with --gpu (or plan only, with --device-properties FILE)");
         return Ok(());
     }
     if let Some(name) = value("--phase") {
         let store = value("--store").ok_or("--phase needs --store")?;
-        println!("{}", phase(&name, tokens, &store)?);
+        println!("{}", phase(&name, tokens, &store, devprop.as_deref())?);
         return Ok(());
     }
     let store = value("--store").unwrap_or_else(|| {
@@ -135,8 +170,13 @@ fn main() -> Result<()> {
     let exe = std::env::current_exe()?;
     let mut results = Vec::new();
     for name in ["cold", "tune", "hit"] {
+        let target: Vec<&str> = match &devprop {
+            Some(path) => vec!["--device-properties", path],
+            None => vec!["--gpu"],
+        };
         let out = Command::new(&exe)
-            .args(["--gpu", "--phase", name, "--store", &store, "--tokens", &tokens.to_string()])
+            .args(target)
+            .args(["--phase", name, "--store", &store, "--tokens", &tokens.to_string()])
             .output()?;
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
         if !out.status.success() {
