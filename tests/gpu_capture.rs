@@ -9,7 +9,6 @@
 extern crate cudnn_graph_testkit;
 
 #[path = "common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use cudnn_graph::backend::capture::{self, read_captured, CaptureOptions};

@@ -257,6 +257,13 @@ pub(crate) fn record_plan(plan: &ExecutionPlan, cudnn: &Cudnn) {
     }
 }
 
+/// `plan`, just built or loaded by `cudnn`, recorded if a capture is on.
+pub(crate) fn captured(plan: ExecutionPlan, cudnn: &Cudnn) -> ExecutionPlan {
+    record_plan(&plan, cudnn);
+    plan.set_capture_recorded();
+    plan
+}
+
 /// After an execute of `plan` on `stream` with I/O `io` (device pointers; a host scalar's host
 /// address): records the plan if its selection is not yet, and saves its inputs while it has
 /// had fewer than [`CaptureOptions::inputs`] executes saved. Off, one relaxed load.

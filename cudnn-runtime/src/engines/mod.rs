@@ -47,7 +47,7 @@ mod report;
 pub mod repro;
 pub mod specialize;
 mod specializer;
-mod store;
+pub mod store;
 mod tuning;
 
 pub use autotune::autotune;

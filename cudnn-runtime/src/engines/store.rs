@@ -2,7 +2,7 @@
 //! another, pays for it again (TensorRT's timing cache, XLA's autotune cache).
 //!
 //! [`autotune`](super::autotune) builds every candidate of a plan (and, with
-//! [`Fusion::Measure`](crate::backend::Fusion::Measure), every partitioning) and times them all:
+//! [`Fusion::Measure`], every partitioning) and times them all:
 //! the Llama layer's first call took 41–43 s so on the H100, where a heuristics build took 4.5 s.
 //! A [`TuningStore`] keeps, per [`PlanKey`] (graph fingerprint, runtime-dim binding, SM, cuDNN
 //! version), the plan autotuning kept — each part's nodes, engine config and cut — with every

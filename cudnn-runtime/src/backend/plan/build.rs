@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use super::part::{ChosenPart, PlanPart, SavedPart};
 use super::{ExecutionPlan, Partitioning};
-use crate::backend::lower;
 use crate::backend::mismatch::PlanMismatch;
 use crate::backend::options::{BuildOptions, BuildTimings, Fusion};
 use crate::backend::partition::{BuiltParts, Partition, Place};
 use crate::backend::variant::VariantLayout;
+use crate::backend::{capture, lower};
 use crate::backend::{BackendError, Cudnn};
 use crate::cudnn::Internals;
 use crate::ir::{for_cudnn, Graph, Rewrite, Rewritten};
@@ -84,7 +84,7 @@ impl ExecutionPlan {
             plan.timings.validate += start.elapsed();
             plan.alternatives = plan.measured_alternatives(cudnn, &planned, options)?;
         }
-        Ok(plan.captured(cudnn))
+        Ok(capture::captured(plan, cudnn))
     }
 
     /// [`ExecutionPlan::build`] as [`Fusion::Auto`] (or [`Fusion::Single`]) builds; a
@@ -286,7 +286,7 @@ impl ExecutionPlan {
         let validate = start.elapsed();
         let nodes = planned.nodes.iter().map(|n| n.name.clone()).collect();
         let part = PlanPart::from_json(cudnn, planned, nodes, None, json)?;
-        Ok(ExecutionPlan::single(graph, part, rewrites, validate, cudnn).captured(cudnn))
+        Ok(capture::captured(ExecutionPlan::single(graph, part, rewrites, validate, cudnn), cudnn))
     }
 
     /// Rebuilds a partitioned plan from each part's nodes (by name, as [`PlanPart::nodes`] lists
@@ -324,7 +324,7 @@ impl ExecutionPlan {
                 "tensor `{tensor}` crosses a part boundary but has no memory"
             ))),
         };
-        Ok(Self::assemble(cudnn, graph, &partition, built, rewrites, validate, missing)?.captured(cudnn))
+        Ok(capture::captured(Self::assemble(cudnn, graph, &partition, built, rewrites, validate, missing)?, cudnn))
     }
 
     /// Builds `graph` as an earlier build chose to run it, without heuristics: the partition
@@ -357,7 +357,10 @@ impl ExecutionPlan {
             if nodes.len() == planned.nodes.len() && nodes.iter().zip(&planned.nodes).all(|(a, n)| *a == n.name) {
                 let part = PlanPart::build(cudnn, planned, nodes.clone(), None, &with(engine))
                     .map_err(|e| users_no_plan(e, graph, &rewrites))?;
-                return Ok(ExecutionPlan::single(graph.clone(), part, rewrites, validate, cudnn).captured(cudnn));
+                return Ok(capture::captured(
+                    ExecutionPlan::single(graph.clone(), part, rewrites, validate, cudnn),
+                    cudnn,
+                ));
             }
         }
         let partition = Partition::from_names(&planned, parts.iter().map(|p| p.nodes.as_slice())).map_err(mismatch)?;
@@ -367,7 +370,10 @@ impl ExecutionPlan {
         let options: Vec<BuildOptions> = options.iter().map(|o| without_kernel_cache(o).into_owned()).collect();
         let built =
             partition.build_each(|k, part, nodes, cut| PlanPart::build(cudnn, part, nodes, cut, &options[k]))?;
-        Ok(Self::assemble(cudnn, graph.clone(), &partition, built, rewrites, validate, no_memory)?.captured(cudnn))
+        Ok(capture::captured(
+            Self::assemble(cudnn, graph.clone(), &partition, built, rewrites, validate, no_memory)?,
+            cudnn,
+        ))
     }
 
     /// A partitioned plan of `graph` from the parts of `partition`, built or loaded (each with

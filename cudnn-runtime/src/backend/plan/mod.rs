@@ -303,13 +303,6 @@ impl ExecutionPlan {
     pub(crate) fn set_capture_recorded(&self) {
         self.capture_recorded.store(true, Ordering::Relaxed);
     }
-
-    /// The plan, recorded by a capture if one is on ([`crate::backend::capture`]).
-    pub(crate) fn captured(self, cudnn: &crate::backend::Cudnn) -> Self {
-        crate::backend::capture::record_plan(&self, cudnn);
-        self.set_capture_recorded();
-        self
-    }
 }
 
 #[cfg(test)]
