@@ -338,6 +338,12 @@ fn save_inputs(plan: &ExecutionPlan, stream: &CudaStream, io: &[u64]) {
 /// The inputs of an execute, read back: each device buffer once the stream has finished the
 /// work enqueued before it, each host scalar from its host address.
 fn download(plan: &ExecutionPlan, stream: &CudaStream, io: &[u64]) -> Result<Vec<Array>, String> {
+    // An execute recorded into a CUDA graph has run nothing yet, and a synchronize would end the
+    // recording: such an execute's inputs are not read.
+    let status = stream.capture_status().map_err(|e| e.to_string())?;
+    if status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Err("the stream is recording a CUDA graph".into());
+    }
     stream.synchronize().map_err(|e| e.to_string())?;
     let graph = plan.graph();
     let mut out = Vec::new();
