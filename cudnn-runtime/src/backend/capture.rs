@@ -237,8 +237,13 @@ pub(crate) fn record_plan(plan: &ExecutionPlan, cudnn: &Cudnn) {
         tracing::debug!(graph = %plan.graph().name, size, "capture: over its budget, not recorded");
         return;
     }
+    // The next name no entry has, this process's or an earlier one's in the same directory.
     let n = s.per_graph.entry(fingerprint).or_insert(0);
-    let dir = s.options.dir.join(format!("{fingerprint:016x}-{n}"));
+    let mut dir = s.options.dir.join(format!("{fingerprint:016x}-{n}"));
+    while dir.exists() {
+        *n += 1;
+        dir = s.options.dir.join(format!("{fingerprint:016x}-{n}"));
+    }
     *n += 1;
     let written = std::fs::create_dir_all(&dir)
         .and_then(|()| std::fs::write(dir.join("graph.json"), &graph))
