@@ -373,6 +373,15 @@ fn download(plan: &ExecutionPlan, stream: &CudaStream, io: &[u64]) -> Result<Vec
 /// Reads `capture.json` of an entry directory.
 pub fn read_captured(dir: &Path) -> Result<CapturedPlan, String> {
     let path = dir.join("capture.json");
+    // A record is a few KB; anything near this is not one.
+    const MAX_RECORD_BYTES: u64 = 16 << 20;
+    let len = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+    if len > MAX_RECORD_BYTES {
+        return Err(format!(
+            "{}: {len} bytes, over the {MAX_RECORD_BYTES}-byte limit of a capture record",
+            path.display()
+        ));
+    }
     let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let plan: CapturedPlan = serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if plan.cudnn_graph_capture != CAPTURE_FORMAT {

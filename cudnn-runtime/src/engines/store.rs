@@ -48,7 +48,6 @@ use serde::{Deserialize, Serialize};
 use super::keys::PlanKey;
 use super::tuning::{AutotuneOptions, AutotuneReport};
 use crate::backend::Cudnn;
-#[cfg(doc)]
 use crate::backend::Fusion;
 use crate::backend::{BackendError, BuildOptions, ChosenPart, CutReason, ExecutionPlan};
 use crate::payload::plan::{EngineRecord, Expect};
@@ -668,7 +667,8 @@ impl TuningFile {
     /// candidate (`options` with `build_all`; [`Fusion::Measure`] in `options` makes the
     /// partitionings too), autotuned with `tuning` on `cudnn`'s GPU and recorded. An entry for
     /// another SM or cuDNN only is never used ([`TuningWarning::Foreign`]); one that no longer
-    /// builds is tuned again and replaced ([`TuningWarning::Stale`]).
+    /// builds is tuned again and replaced ([`TuningWarning::Stale`]). Options that name an engine
+    /// or candidate bypass the store, and [`Fusion::Single`] takes only an entry of one kernel.
     pub fn plan(
         &self,
         cudnn: &Cudnn,
@@ -693,7 +693,14 @@ impl TuningFile {
         let start = Instant::now();
         let key = PlanKey::new(cudnn, graph, expect);
         let mut warnings = Vec::new();
-        let found = self.lock().lookup(&key).map(|e| e.and_then(TunedPlan::chosen));
+        // A build that names its engine or candidate is its own choice; one that demands one
+        // kernel takes no partitioned entry.
+        let explicit = options.engine.is_some() || options.candidate.is_some();
+        let fits = |parts: &Vec<ChosenPart>| options.fusion != Fusion::Single || parts.len() == 1;
+        let found = match explicit {
+            true => Ok(None),
+            false => self.lock().lookup(&key).map(|e| e.and_then(TunedPlan::chosen).filter(fits)),
+        };
         match found {
             Ok(Some(parts)) => match ExecutionPlan::build_chosen(cudnn, graph, &parts, options) {
                 Ok(plan) => {
@@ -1056,6 +1063,30 @@ mod tests {
                 fourth.snapshot().entries().next().unwrap().parts[0].engine,
                 stored.entries().next().unwrap().parts[0].engine
             );
+
+            // A build that demands one kernel does not take the partitioned entry; one that names
+            // its engine bypasses the store.
+            let fifth = TuningFile::in_memory(stored.clone());
+            let mut tuned = 0;
+            let single = fifth
+                .plan_with(&cudnn, &graph, &expect, &BuildOptions::default().single_kernel(), |plan| {
+                    tuned += 1;
+                    tune(plan, &tuning, Instant::now(), &mut times)
+                })
+                .unwrap();
+            assert_eq!((single.source, tuned, single.plan.parts().len()), (TuneSource::Measured, 1, 1));
+            let named = hit.plan.parts()[0].selected().clone();
+            let engine = crate::backend::EngineConfig { id: named.engine_id.unwrap(), knobs: named.knobs.clone() };
+            let explicit = BuildOptions { engine: Some(engine), ..BuildOptions::default() };
+            let sixth = TuningFile::in_memory(stored.clone());
+            let mut tuned = 0;
+            let own = sixth
+                .plan_with(&cudnn, &graph, &expect, &explicit, |plan| {
+                    tuned += 1;
+                    tune(plan, &tuning, Instant::now(), &mut times)
+                })
+                .unwrap();
+            assert_eq!((own.source, tuned), (TuneSource::Measured, 1));
             std::fs::remove_dir_all(&dir).unwrap();
         }
     }
