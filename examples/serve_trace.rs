@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --example serve_trace -- [--steps 10000] [--max-batch 128] [--page 16]
 //!     [--classes 64,256] [--prompt-max 2048] [--output-max 1024] [--arrival 0.5] [--seed 7]
-//!     [--json PATH]
+//!     [--staging pinned|pageable] [--json PATH]
 //! ```
 //!
 //! The problem is `bench_paged`'s (bf16, 32 query heads over 8 KV heads, d 128, one query token
@@ -16,19 +16,25 @@
 //! 1. arrivals (probability `--arrival` per step while rows are free; prompt and output lengths
 //!    uniform in `1..=--prompt-max` and `1..=--output-max`) get their prompt's pages from a
 //!    `serving::PagePool` (their K/V is whatever the pool holds: prefill is not timed here);
-//! 2. every live sequence gets room for one token (`PagePool::append`), its slot
-//!    (`append_slots_into`, unused rows `-1`), and `KvAppend` writes the step's new K and V rows;
-//! 3. the smallest class whose width holds the longest sequence serves the step: a class switch
-//!    looks the plan up in the cache (never a build after warm-up: counted), its `PageTable` is
-//!    filled and uploaded with the lengths, and its graph is launched;
-//! 4. the host waits for the step (a server reads its logits), then finished sequences go back.
+//!    every live sequence gets room for one token (`PagePool::append`) and its slot
+//!    (`append_slots_into`, unused rows `-1`);
+//! 2. the smallest class whose width holds the longest sequence serves the step: a class switch
+//!    looks the plan up in the cache (never a build after warm-up: counted), and its
+//!    `PageTable` is filled;
+//! 3. the slots, lengths and table go to the device: with `--staging pinned` (the default)
+//!    written into one pinned buffer and uploaded in one copy, with `pageable` in four copies
+//!    from the host's own arrays;
+//! 4. `KvAppend` writes the step's new K and V rows into their slots, and the class's graph is
+//!    launched;
+//! 5. the host waits for the step (a server reads its logits), then finished sequences go back.
 //!
 //! Printed and written as one JSON line: the host time of a step up to its launches
-//! (`host_us_p50/p99/max`) and the whole step (`step_us_p50/p99`), tokens per second, the
-//! batch's size over the trace, class switches, plan builds after warm-up, and the relative
-//! error of the last step's live rows against an f64 reference computed from the pools as the
-//! GPU left them (≤ 2e-2, as `tests/gpu_suite/gpu_paged.rs`). Exits non-zero if a plan was
-//! built after warm-up or the numerics are off.
+//! (`host_us_p50/p99/max`, and the median of each phase above) and the whole step
+//! (`step_us_p50/p99`), tokens per second, the batch's size over the trace, class switches, plan
+//! builds after warm-up, and the relative error of the last step's live rows against an f64
+//! reference computed from the pools as the GPU left them (≤ 2e-2, as
+//! `tests/gpu_suite/gpu_paged.rs`). Exits non-zero if a plan was built after warm-up or the
+//! numerics are off.
 
 #[cfg(not(feature = "cudnn"))]
 fn main() {
@@ -79,6 +85,7 @@ mod trace {
         output_max: usize,
         arrival: f64,
         seed: u64,
+        pinned: bool,
         json: Option<String>,
     }
 
@@ -103,6 +110,11 @@ mod trace {
             output_max: number("--output-max", 1024)?,
             arrival: value("--arrival").map(|v| v.parse()).transpose()?.unwrap_or(0.5),
             seed: number("--seed", 7)? as u64,
+            pinned: match value("--staging").as_deref() {
+                None | Some("pinned") => true,
+                Some("pageable") => false,
+                Some(other) => return Err(format!("--staging {other}: pinned or pageable").into()),
+            },
             json: value("--json"),
         };
         let widest = *a.classes.last().ok_or("--classes names no class")?;
@@ -161,17 +173,39 @@ mod trace {
         remaining: usize,
     }
 
-    /// The device buffers every class's plan reads and writes (the tables are per class).
+    /// The device buffers every class's plan reads and writes.
     struct Buffers {
         q: CudaSlice<bf16>,
         k_pool: CudaSlice<bf16>,
         v_pool: CudaSlice<bf16>,
-        seq_q: CudaSlice<i32>,
-        seq_kv: CudaSlice<i32>,
         o: CudaSlice<bf16>,
         new_k: CudaSlice<bf16>,
         new_v: CudaSlice<bf16>,
-        slots: CudaSlice<i32>,
+        /// What the host writes each step, packed: [`Staging`]'s regions.
+        staged: CudaSlice<i32>,
+    }
+
+    /// Where each of a step's host-written arrays lives in [`Buffers::staged`] (and in the
+    /// pinned copy of it): the append slots, `seq_len_kv`, `seq_len_q` and the page table (of
+    /// the widest class; a narrower class's table is a prefix). Every region starts on 16 bytes,
+    /// as cuDNN needs its tensors to.
+    #[derive(Clone, Copy)]
+    struct Staging {
+        slots: usize,
+        seq_kv: usize,
+        seq_q: usize,
+        table: usize,
+        len: usize,
+    }
+
+    impl Staging {
+        fn new(max_batch: usize, widest: usize) -> Staging {
+            let up = |n: usize| n.div_ceil(4) * 4;
+            let (slots, seq_kv) = (0, up(max_batch));
+            let seq_q = seq_kv + up(max_batch);
+            let table = seq_q + up(max_batch);
+            Staging { slots, seq_kv, seq_q, table, len: table + max_batch * widest }
+        }
     }
 
     // Long because it is the trace: set-up, the step loop of the module docs, and the report.
@@ -192,13 +226,17 @@ mod trace {
             q: stream.clone_htod(&random_bf16(&mut rng, a.max_batch * H_Q * D))?,
             k_pool: stream.clone_htod(&random_bf16(&mut rng, pool_len))?,
             v_pool: stream.clone_htod(&random_bf16(&mut rng, pool_len))?,
-            seq_q: stream.alloc_zeros::<i32>(a.max_batch)?,
-            seq_kv: stream.alloc_zeros::<i32>(a.max_batch)?,
             o: stream.alloc_zeros::<bf16>(a.max_batch * H_Q * D)?,
             new_k: stream.clone_htod(&random_bf16(&mut rng, rows))?,
             new_v: stream.clone_htod(&random_bf16(&mut rng, rows))?,
-            slots: stream.clone_htod(&vec![-1i32; a.max_batch])?,
+            staged: stream.alloc_zeros::<i32>(Staging::new(a.max_batch, widest).len)?,
         };
+        let at = Staging::new(a.max_batch, widest);
+        // SAFETY: every element is written before it is read (`as_mut_slice` below fills it).
+        let mut pinned = unsafe { ctx.alloc_pinned::<i32>(at.len) }?;
+        pinned.as_mut_slice()?.fill(0);
+        let staged_ptr = bufs.staged.device_ptr_mut(&stream).0;
+        let region = |offset: usize| staged_ptr + (offset * std::mem::size_of::<i32>()) as u64;
         let append = KvAppend::new(&ctx)?;
 
         // Warm-up: every class's plan through the cache, its table and its graph.
@@ -211,30 +249,29 @@ mod trace {
             graphs.iter().map(|g| Ok(cache.get_or_build(&cudnn, g, &expect, &options)?.plan)).collect::<Result<_>>()?;
         let mut tables: Vec<PageTable> =
             a.classes.iter().map(|&w| PageTable::new(a.max_batch, w)).collect::<std::result::Result<_, _>>()?;
-        let mut tables_d: Vec<CudaSlice<i32>> =
-            tables.iter().map(|t| stream.clone_htod(t.entries())).collect::<std::result::Result<_, _>>()?;
         let workspace = plans.iter().map(|p| p.workspace_size()).max().unwrap_or(0).max(1);
         let mut ws = stream.alloc_zeros::<u8>(workspace)?;
         let ws_ptr = ws.device_ptr_mut(&stream).0;
         let o_ptr = bufs.o.device_ptr_mut(&stream).0;
         let mut cuda_graphs: Vec<PlanGraph<'_>> = Vec::new();
-        for (plan, table_d) in plans.iter().zip(&tables_d) {
+        for plan in &plans {
             let by_name = |name: &str| -> Result<u64> {
                 Ok(match name {
                     "q" => bufs.q.device_ptr(&stream).0,
                     "k_pool" => bufs.k_pool.device_ptr(&stream).0,
                     "v_pool" => bufs.v_pool.device_ptr(&stream).0,
-                    "seq_len_q" => bufs.seq_q.device_ptr(&stream).0,
-                    "seq_len_kv" => bufs.seq_kv.device_ptr(&stream).0,
-                    "page_table" => table_d.device_ptr(&stream).0,
+                    "seq_len_q" => region(at.seq_q),
+                    "seq_len_kv" => region(at.seq_kv),
+                    "page_table" => region(at.table),
                     "o" => o_ptr,
                     other => return Err(format!("no buffer for the plan's tensor {other}").into()),
                 })
             };
             let io: Vec<u64> =
                 plan.layout().io().iter().map(|id| by_name(&plan.graph().tensor(*id).name)).collect::<Result<_>>()?;
-            // SAFETY: every buffer named in `io`, and the workspace, lives until the end of
-            // `main`, after the graphs (dropped first: declared after them).
+            // SAFETY: every buffer named in `io` (the staged regions inside `bufs.staged`, each
+            // at least its tensor's size: `Staging`), and the workspace, lives until the end of
+            // `main`, after the graphs (dropped first).
             cuda_graphs.push(unsafe { plan.cuda_graph(&cudnn, &io, ws_ptr, GraphMode::Auto) }?);
         }
         stream.synchronize()?;
@@ -249,6 +286,9 @@ mod trace {
         let (mut host_us, mut step_us) = (Vec::with_capacity(a.steps), Vec::with_capacity(a.steps));
         let (mut tokens, mut switches, mut deferred, mut finished) = (0usize, 0usize, 0usize, 0usize);
         let mut batch_sizes = Vec::with_capacity(a.steps);
+        // Host time by phase: admit (arrivals, room, slots), table (class, fill), upload,
+        // append (two launches), launch (the class's graph).
+        let mut phases: [Vec<f64>; 5] = std::array::from_fn(|_| Vec::with_capacity(a.steps));
         let mut current: Option<usize> = None;
         let trace_start = Instant::now();
         let mut last_class = 0;
@@ -276,9 +316,7 @@ mod trace {
             }
             append_slots_into(&pool, &batch, &mut slots)?;
             slots.resize(a.max_batch, -1);
-            stream.memcpy_htod(&slots, &mut bufs.slots)?;
-            append.append(&stream, &bufs.new_k, &bufs.slots, &mut bufs.k_pool, dims)?;
-            append.append(&stream, &bufs.new_v, &bufs.slots, &mut bufs.v_pool, dims)?;
+            let t1 = Instant::now();
             let mut longest = 0;
             for &s in &seqs {
                 longest = longest.max(pool.pages(s)?.len());
@@ -292,10 +330,46 @@ mod trace {
             }
             let table = &mut tables[class];
             table.fill(&pool, &seqs)?;
-            stream.memcpy_htod(table.entries(), &mut tables_d[class])?;
-            stream.memcpy_htod(table.seq_len_kv(), &mut bufs.seq_kv)?;
-            stream.memcpy_htod(table.seq_len_q(), &mut bufs.seq_q)?;
+            let t2 = Instant::now();
+            let cells = table.entries().len();
+            if a.pinned {
+                // One copy: the step's arrays written into the pinned buffer (its last copy has
+                // completed: the host waited for the previous step), then uploaded at once.
+                let host = pinned.as_mut_slice()?;
+                host[at.slots..at.slots + a.max_batch].copy_from_slice(&slots);
+                host[at.seq_kv..at.seq_kv + a.max_batch].copy_from_slice(table.seq_len_kv());
+                host[at.seq_q..at.seq_q + a.max_batch].copy_from_slice(table.seq_len_q());
+                host[at.table..at.table + cells].copy_from_slice(table.entries());
+                stream.memcpy_htod(&pinned, &mut bufs.staged)?;
+            } else {
+                for (offset, values) in [
+                    (at.slots, &slots[..]),
+                    (at.seq_kv, table.seq_len_kv()),
+                    (at.seq_q, table.seq_len_q()),
+                    (at.table, table.entries()),
+                ] {
+                    let mut view = bufs.staged.slice_mut(offset..offset + values.len());
+                    stream.memcpy_htod(values, &mut view)?;
+                }
+            }
+            let t3 = Instant::now();
+            let new_k = bufs.new_k.device_ptr(&stream).0;
+            let new_v = bufs.new_v.device_ptr(&stream).0;
+            let k_pool = bufs.k_pool.device_ptr_mut(&stream).0;
+            let v_pool = bufs.v_pool.device_ptr_mut(&stream).0;
+            // SAFETY: the new rows ([max_batch, H_KV, D]), the slots region (max_batch) and the
+            // pools are live device buffers of this context with those sizes; the pools overlap
+            // neither; every launch and copy is on `stream`, in order.
+            unsafe {
+                append.append_raw(&stream, new_k, region(at.slots), k_pool, a.max_batch, dims)?;
+                append.append_raw(&stream, new_v, region(at.slots), v_pool, a.max_batch, dims)?;
+            }
+            let t4 = Instant::now();
             cuda_graphs[class].launch()?;
+            let t5 = Instant::now();
+            for (phase, (from, to)) in phases.iter_mut().zip([(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)]) {
+                phase.push((to - from).as_secs_f64() * 1e6);
+            }
             host_us.push(t0.elapsed().as_secs_f64() * 1e6);
             stream.synchronize()?;
             step_us.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -360,6 +434,13 @@ mod trace {
         };
 
         host_us.sort_by(f64::total_cmp);
+        let phase_p50: Vec<f64> = phases
+            .iter_mut()
+            .map(|p| {
+                p.sort_by(f64::total_cmp);
+                percentile(p, 0.5)
+            })
+            .collect();
         step_us.sort_by(f64::total_cmp);
         let mean_batch = batch_sizes.iter().sum::<usize>() as f64 / batch_sizes.len().max(1) as f64;
         let row = json!({
@@ -372,6 +453,9 @@ mod trace {
             "step_us_p99": percentile(&step_us, 0.99), "tokens": tokens, "tokens_per_s": tokens as f64 / trace_s,
             "mean_batch": mean_batch, "max_batch_seen": batch_sizes.iter().max(),
             "finished": finished, "deferred": deferred, "relative_error": error,
+            "staging": if a.pinned { "pinned" } else { "pageable" },
+            "phase_us_p50": {"admit": phase_p50[0], "table": phase_p50[1], "upload": phase_p50[2],
+                             "append": phase_p50[3], "launch": phase_p50[4]},
             "device": device, "cudnn": cudnn.version(),
         });
         out.record("serve_trace", "cudnn-graph", row.clone());
