@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --example serve_trace -- [--steps 10000] [--max-batch 128] [--page 16]
 //!     [--classes 64,256] [--prompt-max 2048] [--output-max 1024] [--arrival 0.5] [--seed 7]
-//!     [--staging pinned|pageable] [--json PATH]
+//!     [--staging pinned|pageable] [--graph attention|step] [--json PATH]
 //! ```
 //!
 //! The problem is `bench_paged`'s (bf16, 32 query heads over 8 KV heads, d 128, one query token
@@ -25,7 +25,9 @@
 //!    written into one pinned buffer and uploaded in one copy, with `pageable` in four copies
 //!    from the host's own arrays;
 //! 4. `KvAppend` writes the step's new K and V rows into their slots, and the class's graph is
-//!    launched;
+//!    launched; with `--graph step` one graph per class holds the whole device side of a step
+//!    (the copy from the pinned buffer, both appends and the attention), so the host only
+//!    writes the pinned buffer and launches it;
 //! 5. the host waits for the step (a server reads its logits), then finished sequences go back.
 //!
 //! Printed and written as one JSON line: the host time of a step up to its launches
@@ -56,7 +58,9 @@ mod trace {
     use std::sync::Arc;
     use std::time::Instant;
 
-    use cudnn_graph::backend::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+    use cudnn_graph::backend::cudarc::driver::result::memcpy_htod_async;
+    use cudnn_graph::backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use cudnn_graph::backend::cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
     use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, GraphMode, PlanGraph};
     use cudnn_graph::engines::PlanCache;
     use cudnn_graph::ops::AttrValue;
@@ -86,6 +90,7 @@ mod trace {
         arrival: f64,
         seed: u64,
         pinned: bool,
+        whole_step: bool,
         json: Option<String>,
     }
 
@@ -115,8 +120,16 @@ mod trace {
                 Some("pageable") => false,
                 Some(other) => return Err(format!("--staging {other}: pinned or pageable").into()),
             },
+            whole_step: match value("--graph").as_deref() {
+                None | Some("attention") => false,
+                Some("step") => true,
+                Some(other) => return Err(format!("--graph {other}: attention or step").into()),
+            },
             json: value("--json"),
         };
+        if a.whole_step && !a.pinned {
+            return Err("--graph step replays a copy from the pinned buffer: it needs --staging pinned".into());
+        }
         let widest = *a.classes.last().ok_or("--classes names no class")?;
         if a.classes[0] == 0 || a.max_batch == 0 || a.page == 0 || a.prompt_max == 0 || a.output_max == 0 {
             return Err("--classes, --max-batch, --page, --prompt-max and --output-max must be positive".into());
@@ -253,7 +266,7 @@ mod trace {
         let mut ws = stream.alloc_zeros::<u8>(workspace)?;
         let ws_ptr = ws.device_ptr_mut(&stream).0;
         let o_ptr = bufs.o.device_ptr_mut(&stream).0;
-        let mut cuda_graphs: Vec<PlanGraph<'_>> = Vec::new();
+        let mut ios: Vec<Vec<u64>> = Vec::new();
         for plan in &plans {
             let by_name = |name: &str| -> Result<u64> {
                 Ok(match name {
@@ -267,12 +280,51 @@ mod trace {
                     other => return Err(format!("no buffer for the plan's tensor {other}").into()),
                 })
             };
-            let io: Vec<u64> =
-                plan.layout().io().iter().map(|id| by_name(&plan.graph().tensor(*id).name)).collect::<Result<_>>()?;
-            // SAFETY: every buffer named in `io` (the staged regions inside `bufs.staged`, each
-            // at least its tensor's size: `Staging`), and the workspace, lives until the end of
-            // `main`, after the graphs (dropped first).
-            cuda_graphs.push(unsafe { plan.cuda_graph(&cudnn, &io, ws_ptr, GraphMode::Auto) }?);
+            ios.push(
+                plan.layout().io().iter().map(|id| by_name(&plan.graph().tensor(*id).name)).collect::<Result<_>>()?,
+            );
+        }
+        let new_k = bufs.new_k.device_ptr(&stream).0;
+        let new_v = bufs.new_v.device_ptr(&stream).0;
+        let k_pool = bufs.k_pool.device_ptr_mut(&stream).0;
+        let v_pool = bufs.v_pool.device_ptr_mut(&stream).0;
+        // SAFETY (of every use below): the new rows ([max_batch, H_KV, D]), the slots region
+        // (max_batch) and the pools are live device buffers of this context with those sizes,
+        // until the end of `main`; the pools overlap neither; everything is on `stream`, in order.
+        let append_both = || -> Result<()> {
+            unsafe {
+                append.append_raw(&stream, new_k, region(at.slots), k_pool, a.max_batch, dims)?;
+                append.append_raw(&stream, new_v, region(at.slots), v_pool, a.max_batch, dims)?;
+            }
+            Ok(())
+        };
+        // `--graph attention`: one graph of the plan's execute per class. `--graph step`: one
+        // graph per class of the whole step on the device: the staged arrays' copy from the
+        // pinned buffer, both appends and the execute.
+        let mut cuda_graphs: Vec<PlanGraph<'_>> = Vec::new();
+        let mut step_graphs: Vec<CudaGraph> = Vec::new();
+        for (plan, io) in plans.iter().zip(&ios) {
+            if a.whole_step {
+                let pinned_all: &[i32] = pinned.as_slice()?;
+                stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                // SAFETY: the pinned buffer and `bufs.staged` are `at.len` elements and live
+                // until the end of `main`; the graph replays the copy after the host has written
+                // the step's arrays and before it writes the next step's (it waits for each step).
+                let recorded = unsafe { memcpy_htod_async(staged_ptr, pinned_all, stream.cu_stream()) }
+                    .map_err(Into::into)
+                    .and_then(|()| append_both())
+                    // SAFETY: as for the graphs below.
+                    .and_then(|()| unsafe { plan.execute_raw(&cudnn, io, ws_ptr) }.map_err(Into::into));
+                // End the capture whatever happened, so the stream is usable again.
+                let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+                recorded?;
+                step_graphs.push(graph.ok_or("the step's capture recorded nothing")?);
+            } else {
+                // SAFETY: every buffer named in `io` (the staged regions inside `bufs.staged`,
+                // each at least its tensor's size: `Staging`), and the workspace, lives until the
+                // end of `main`, after the graphs (dropped first).
+                cuda_graphs.push(unsafe { plan.cuda_graph(&cudnn, io, ws_ptr, GraphMode::Auto) }?);
+            }
         }
         stream.synchronize()?;
         let warmup_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -333,14 +385,17 @@ mod trace {
             let t2 = Instant::now();
             let cells = table.entries().len();
             if a.pinned {
-                // One copy: the step's arrays written into the pinned buffer (its last copy has
-                // completed: the host waited for the previous step), then uploaded at once.
+                // The step's arrays written into the pinned buffer (its last copy has completed:
+                // the host waited for the previous step), then uploaded in one copy, or by the
+                // step's graph.
                 let host = pinned.as_mut_slice()?;
                 host[at.slots..at.slots + a.max_batch].copy_from_slice(&slots);
                 host[at.seq_kv..at.seq_kv + a.max_batch].copy_from_slice(table.seq_len_kv());
                 host[at.seq_q..at.seq_q + a.max_batch].copy_from_slice(table.seq_len_q());
                 host[at.table..at.table + cells].copy_from_slice(table.entries());
-                stream.memcpy_htod(&pinned, &mut bufs.staged)?;
+                if !a.whole_step {
+                    stream.memcpy_htod(&pinned, &mut bufs.staged)?;
+                }
             } else {
                 for (offset, values) in [
                     (at.slots, &slots[..]),
@@ -353,19 +408,15 @@ mod trace {
                 }
             }
             let t3 = Instant::now();
-            let new_k = bufs.new_k.device_ptr(&stream).0;
-            let new_v = bufs.new_v.device_ptr(&stream).0;
-            let k_pool = bufs.k_pool.device_ptr_mut(&stream).0;
-            let v_pool = bufs.v_pool.device_ptr_mut(&stream).0;
-            // SAFETY: the new rows ([max_batch, H_KV, D]), the slots region (max_batch) and the
-            // pools are live device buffers of this context with those sizes; the pools overlap
-            // neither; every launch and copy is on `stream`, in order.
-            unsafe {
-                append.append_raw(&stream, new_k, region(at.slots), k_pool, a.max_batch, dims)?;
-                append.append_raw(&stream, new_v, region(at.slots), v_pool, a.max_batch, dims)?;
+            if !a.whole_step {
+                append_both()?;
             }
             let t4 = Instant::now();
-            cuda_graphs[class].launch()?;
+            if a.whole_step {
+                step_graphs[class].launch()?;
+            } else {
+                cuda_graphs[class].launch()?;
+            }
             let t5 = Instant::now();
             for (phase, (from, to)) in phases.iter_mut().zip([(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)]) {
                 phase.push((to - from).as_secs_f64() * 1e6);
@@ -454,6 +505,7 @@ mod trace {
             "mean_batch": mean_batch, "max_batch_seen": batch_sizes.iter().max(),
             "finished": finished, "deferred": deferred, "relative_error": error,
             "staging": if a.pinned { "pinned" } else { "pageable" },
+            "graph": if a.whole_step { "step" } else { "attention" },
             "phase_us_p50": {"admit": phase_p50[0], "table": phase_p50[1], "upload": phase_p50[2],
                              "append": phase_p50[3], "launch": phase_p50[4]},
             "device": device, "cudnn": cudnn.version(),
@@ -461,6 +513,7 @@ mod trace {
         out.record("serve_trace", "cudnn-graph", row.clone());
         println!("{}", serde_json::to_string_pretty(&row)?);
         drop(cuda_graphs);
+        drop(step_graphs);
         if builds_after_warmup > 0 {
             return Err(format!("{builds_after_warmup} plan builds after warm-up").into());
         }
