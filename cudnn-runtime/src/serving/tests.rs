@@ -461,3 +461,19 @@ fn random_raw_tables_refused_by_the_op_are_refused_by_from_raw() {
     }
     assert!(accepted > 100 && refused > 100, "{accepted} accepted, {refused} refused");
 }
+
+#[test]
+fn a_pool_for_tokens_rounds_up_to_whole_default_pages() {
+    use super::DEFAULT_PAGE_SIZE;
+    for (tokens, pages) in [(1, 1), (DEFAULT_PAGE_SIZE, 1), (DEFAULT_PAGE_SIZE + 1, 2), (1000, 16), (4096, 64)] {
+        let pool = PagePool::for_tokens(tokens).unwrap();
+        assert_eq!(
+            (pool.page_count(), pool.page_size(), pool.free_pages()),
+            (pages, DEFAULT_PAGE_SIZE, pages),
+            "{tokens}"
+        );
+    }
+    assert!(matches!(PagePool::for_tokens(0), Err(PageError::PoolPages { .. })));
+    let too_many = (i32::MAX as usize + 1) * DEFAULT_PAGE_SIZE;
+    assert!(matches!(PagePool::for_tokens(too_many), Err(PageError::PoolPages { .. })));
+}
