@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --example serve_trace -- [--steps 10000] [--max-batch 128] [--page 16]
 //!     [--classes 64,256] [--prompt-max 2048] [--output-max 1024] [--arrival 0.5] [--seed 7]
-//!     [--staging pinned|pageable] [--graph attention|step] [--json PATH]
+//!     [--graph attention|step] [--json PATH]
 //! ```
 //!
 //! The problem is `bench_paged`'s (bf16, 32 query heads over 8 KV heads, d 128, one query token
@@ -21,13 +21,12 @@
 //! 2. the smallest class whose width holds the longest sequence serves the step: a class switch
 //!    looks the plan up in the cache (never a build after warm-up: counted), and its
 //!    `PageTable` is filled;
-//! 3. the slots, lengths and table go to the device: with `--staging pinned` (the default)
-//!    written into one pinned buffer and uploaded in one copy, with `pageable` in four copies
-//!    from the host's own arrays;
+//! 3. the slots, lengths and table go to the device through a `serving::StepStaging`: written
+//!    into its pinned buffer and uploaded in one copy;
 //! 4. `KvAppend` writes the step's new K and V rows into their slots, and the class's graph is
 //!    launched; with `--graph step` one graph per class holds the whole device side of a step
-//!    (the copy from the pinned buffer, both appends and the attention), so the host only
-//!    writes the pinned buffer and launches it;
+//!    (the staging's copy, both appends and the attention), so the host only writes the pinned
+//!    buffer and launches it;
 //! 5. the host waits for the step (a server reads its logits), then finished sequences go back.
 //!
 //! Printed and written as one JSON line: the host time of a step up to its launches
@@ -58,7 +57,6 @@ mod trace {
     use std::sync::Arc;
     use std::time::Instant;
 
-    use cudnn_graph::backend::cudarc::driver::result::memcpy_htod_async;
     use cudnn_graph::backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     use cudnn_graph::backend::cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
     use cudnn_graph::backend::{BuildOptions, Cudnn, ExecutionPlan, GraphMode, PlanGraph};
@@ -66,7 +64,7 @@ mod trace {
     use cudnn_graph::ops::AttrValue;
     use cudnn_graph::payload::plan::Expect;
     use cudnn_graph::rng::SplitMix64;
-    use cudnn_graph::serving::{append_slots_into, KvAppend, KvPoolDims, PagePool, PageTable, SeqId};
+    use cudnn_graph::serving::{append_slots_into, KvAppend, KvPoolDims, PagePool, PageTable, SeqId, StepStaging};
     use cudnn_graph::{DataType, Graph, GraphBuilder};
     use half::bf16;
     use serde_json::json;
@@ -89,7 +87,6 @@ mod trace {
         output_max: usize,
         arrival: f64,
         seed: u64,
-        pinned: bool,
         whole_step: bool,
         json: Option<String>,
     }
@@ -115,11 +112,6 @@ mod trace {
             output_max: number("--output-max", 1024)?,
             arrival: value("--arrival").map(|v| v.parse()).transpose()?.unwrap_or(0.5),
             seed: number("--seed", 7)? as u64,
-            pinned: match value("--staging").as_deref() {
-                None | Some("pinned") => true,
-                Some("pageable") => false,
-                Some(other) => return Err(format!("--staging {other}: pinned or pageable").into()),
-            },
             whole_step: match value("--graph").as_deref() {
                 None | Some("attention") => false,
                 Some("step") => true,
@@ -127,9 +119,6 @@ mod trace {
             },
             json: value("--json"),
         };
-        if a.whole_step && !a.pinned {
-            return Err("--graph step replays a copy from the pinned buffer: it needs --staging pinned".into());
-        }
         let widest = *a.classes.last().ok_or("--classes names no class")?;
         if a.classes[0] == 0 || a.max_batch == 0 || a.page == 0 || a.prompt_max == 0 || a.output_max == 0 {
             return Err("--classes, --max-batch, --page, --prompt-max and --output-max must be positive".into());
@@ -186,7 +175,7 @@ mod trace {
         remaining: usize,
     }
 
-    /// The device buffers every class's plan reads and writes.
+    /// The device buffers every class's plan reads and writes (with the staging's regions).
     struct Buffers {
         q: CudaSlice<bf16>,
         k_pool: CudaSlice<bf16>,
@@ -194,31 +183,6 @@ mod trace {
         o: CudaSlice<bf16>,
         new_k: CudaSlice<bf16>,
         new_v: CudaSlice<bf16>,
-        /// What the host writes each step, packed: [`Staging`]'s regions.
-        staged: CudaSlice<i32>,
-    }
-
-    /// Where each of a step's host-written arrays lives in [`Buffers::staged`] (and in the
-    /// pinned copy of it): the append slots, `seq_len_kv`, `seq_len_q` and the page table (of
-    /// the widest class; a narrower class's table is a prefix). Every region starts on 16 bytes,
-    /// as cuDNN needs its tensors to.
-    #[derive(Clone, Copy)]
-    struct Staging {
-        slots: usize,
-        seq_kv: usize,
-        seq_q: usize,
-        table: usize,
-        len: usize,
-    }
-
-    impl Staging {
-        fn new(max_batch: usize, widest: usize) -> Staging {
-            let up = |n: usize| n.div_ceil(4) * 4;
-            let (slots, seq_kv) = (0, up(max_batch));
-            let seq_q = seq_kv + up(max_batch);
-            let table = seq_q + up(max_batch);
-            Staging { slots, seq_kv, seq_q, table, len: table + max_batch * widest }
-        }
     }
 
     // Long because it is the trace: set-up, the step loop of the module docs, and the report.
@@ -242,14 +206,9 @@ mod trace {
             o: stream.alloc_zeros::<bf16>(a.max_batch * H_Q * D)?,
             new_k: stream.clone_htod(&random_bf16(&mut rng, rows))?,
             new_v: stream.clone_htod(&random_bf16(&mut rng, rows))?,
-            staged: stream.alloc_zeros::<i32>(Staging::new(a.max_batch, widest).len)?,
         };
-        let at = Staging::new(a.max_batch, widest);
-        // SAFETY: every element is written before it is read (`as_mut_slice` below fills it).
-        let mut pinned = unsafe { ctx.alloc_pinned::<i32>(at.len) }?;
-        pinned.as_mut_slice()?.fill(0);
-        let staged_ptr = bufs.staged.device_ptr_mut(&stream).0;
-        let region = |offset: usize| staged_ptr + (offset * std::mem::size_of::<i32>()) as u64;
+        let mut staging = StepStaging::new(&stream, a.max_batch, widest)?;
+        let at = staging.addresses();
         let append = KvAppend::new(&ctx)?;
 
         // Warm-up: every class's plan through the cache, its table and its graph.
@@ -273,9 +232,9 @@ mod trace {
                     "q" => bufs.q.device_ptr(&stream).0,
                     "k_pool" => bufs.k_pool.device_ptr(&stream).0,
                     "v_pool" => bufs.v_pool.device_ptr(&stream).0,
-                    "seq_len_q" => region(at.seq_q),
-                    "seq_len_kv" => region(at.seq_kv),
-                    "page_table" => region(at.table),
+                    "seq_len_q" => at.seq_len_q,
+                    "seq_len_kv" => at.seq_len_kv,
+                    "page_table" => at.page_table,
                     "o" => o_ptr,
                     other => return Err(format!("no buffer for the plan's tensor {other}").into()),
                 })
@@ -293,24 +252,22 @@ mod trace {
         // until the end of `main`; the pools overlap neither; everything is on `stream`, in order.
         let append_both = || -> Result<()> {
             unsafe {
-                append.append_raw(&stream, new_k, region(at.slots), k_pool, a.max_batch, dims)?;
-                append.append_raw(&stream, new_v, region(at.slots), v_pool, a.max_batch, dims)?;
+                append.append_raw(&stream, new_k, at.slots, k_pool, a.max_batch, dims)?;
+                append.append_raw(&stream, new_v, at.slots, v_pool, a.max_batch, dims)?;
             }
             Ok(())
         };
         // `--graph attention`: one graph of the plan's execute per class. `--graph step`: one
-        // graph per class of the whole step on the device: the staged arrays' copy from the
-        // pinned buffer, both appends and the execute.
+        // graph per class of the whole step on the device: the staging's copy, both appends and
+        // the execute.
         let mut cuda_graphs: Vec<PlanGraph<'_>> = Vec::new();
         let mut step_graphs: Vec<CudaGraph> = Vec::new();
         for (plan, io) in plans.iter().zip(&ios) {
             if a.whole_step {
-                let pinned_all: &[i32] = pinned.as_slice()?;
                 stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                // SAFETY: the pinned buffer and `bufs.staged` are `at.len` elements and live
-                // until the end of `main`; the graph replays the copy after the host has written
-                // the step's arrays and before it writes the next step's (it waits for each step).
-                let recorded = unsafe { memcpy_htod_async(staged_ptr, pinned_all, stream.cu_stream()) }
+                // SAFETY: the staging lives until the end of `main`, after the graphs; the host
+                // writes a step only after waiting for the previous one (the loop synchronizes).
+                let recorded = unsafe { staging.record_upload(&stream) }
                     .map_err(Into::into)
                     .and_then(|()| append_both())
                     // SAFETY: as for the graphs below.
@@ -320,9 +277,9 @@ mod trace {
                 recorded?;
                 step_graphs.push(graph.ok_or("the step's capture recorded nothing")?);
             } else {
-                // SAFETY: every buffer named in `io` (the staged regions inside `bufs.staged`,
-                // each at least its tensor's size: `Staging`), and the workspace, lives until the
-                // end of `main`, after the graphs (dropped first).
+                // SAFETY: every buffer named in `io` (the staging's regions, each at least its
+                // tensor's size: `StagingLayout`), and the workspace, lives until the end of
+                // `main`, after the graphs (dropped first).
                 cuda_graphs.push(unsafe { plan.cuda_graph(&cudnn, io, ws_ptr, GraphMode::Auto) }?);
             }
         }
@@ -367,7 +324,6 @@ mod trace {
                 seqs.push(r.seq);
             }
             append_slots_into(&pool, &batch, &mut slots)?;
-            slots.resize(a.max_batch, -1);
             let t1 = Instant::now();
             let mut longest = 0;
             for &s in &seqs {
@@ -383,29 +339,9 @@ mod trace {
             let table = &mut tables[class];
             table.fill(&pool, &seqs)?;
             let t2 = Instant::now();
-            let cells = table.entries().len();
-            if a.pinned {
-                // The step's arrays written into the pinned buffer (its last copy has completed:
-                // the host waited for the previous step), then uploaded in one copy, or by the
-                // step's graph.
-                let host = pinned.as_mut_slice()?;
-                host[at.slots..at.slots + a.max_batch].copy_from_slice(&slots);
-                host[at.seq_kv..at.seq_kv + a.max_batch].copy_from_slice(table.seq_len_kv());
-                host[at.seq_q..at.seq_q + a.max_batch].copy_from_slice(table.seq_len_q());
-                host[at.table..at.table + cells].copy_from_slice(table.entries());
-                if !a.whole_step {
-                    stream.memcpy_htod(&pinned, &mut bufs.staged)?;
-                }
-            } else {
-                for (offset, values) in [
-                    (at.slots, &slots[..]),
-                    (at.seq_kv, table.seq_len_kv()),
-                    (at.seq_q, table.seq_len_q()),
-                    (at.table, table.entries()),
-                ] {
-                    let mut view = bufs.staged.slice_mut(offset..offset + values.len());
-                    stream.memcpy_htod(values, &mut view)?;
-                }
+            staging.write(table, &slots)?;
+            if !a.whole_step {
+                staging.upload(&stream)?;
             }
             let t3 = Instant::now();
             if !a.whole_step {
@@ -504,7 +440,6 @@ mod trace {
             "step_us_p99": percentile(&step_us, 0.99), "tokens": tokens, "tokens_per_s": tokens as f64 / trace_s,
             "mean_batch": mean_batch, "max_batch_seen": batch_sizes.iter().max(),
             "finished": finished, "deferred": deferred, "relative_error": error,
-            "staging": if a.pinned { "pinned" } else { "pageable" },
             "graph": if a.whole_step { "step" } else { "attention" },
             "phase_us_p50": {"admit": phase_p50[0], "table": phase_p50[1], "upload": phase_p50[2],
                              "append": phase_p50[3], "launch": phase_p50[4]},

@@ -52,11 +52,14 @@
 //! ```
 //!
 //! The pool and the tables are host-only (nothing there needs cuDNN or a GPU); `KvAppend`
-//! (with the `cudnn` feature) writes new tokens' K/V into their pages on the GPU.
+//! (with the `cudnn` feature) writes new tokens' K/V into their pages on the GPU, and
+//! `StepStaging` uploads a step's slots, lengths and table in one copy from pinned memory
+//! ([`StagingLayout`] says where each lives).
 
 mod append;
 mod error;
 mod pages;
+mod staging;
 #[cfg(test)]
 mod tests;
 
@@ -67,6 +70,9 @@ pub use append::{append_reference, append_slots, append_slots_into, AppendError,
 pub use append::{KvAppend, KvElement};
 pub use error::{PageError, TableRow};
 pub use pages::{PagePool, PageTable};
+#[cfg(feature = "cudnn")]
+pub use staging::{StagedAddresses, StepStaging};
+pub use staging::{StagingError, StagingLayout};
 
 /// The page size [`PagePool::for_tokens`] uses: 64 tokens. On the H100 with cuDNN 9.19, paged
 /// decode over pages of 64 was as fast as over pages of 16 at 1024-token contexts and 0.4–1.2 %
