@@ -6,6 +6,10 @@
 #   export LD_LIBRARY_PATH=$(bash .ci/setup-cudnn.sh "$HOME/.cache/cudnn-ci")
 #   cargo test -p cudnn-runtime
 #
+# Another cuDNN (CI's second version, issue 35): setup-cudnn.sh DIR VERSION BASE installs that
+# version of nvidia-cudnn-cu13 alone (--no-deps) into DIR and takes its dependencies (cuBLAS,
+# NVRTC) and the stand-in from BASE, an install made by the first form.
+#
 # DIR may be an install made earlier by this script (DIR/site/nvidia/...) or a pip --target
 # directory itself (DIR/nvidia/...); either is reused as is when it holds the pinned version.
 # LD_LIBRARY_PATH must be exported by the shell that runs cargo: `.cargo/config.toml [env]`
@@ -13,9 +17,10 @@
 set -euo pipefail
 
 readonly CUDNN_PACKAGE=nvidia-cudnn-cu13
-readonly CUDNN_VERSION=9.19.0.56
+readonly CUDNN_VERSION=${2:-9.19.0.56}
+base=${3:-}
 
-dir=${1:?usage: setup-cudnn.sh DIR}
+dir=${1:?usage: setup-cudnn.sh DIR [VERSION BASE]}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
@@ -31,8 +36,15 @@ elif has_cudnn "$dir/site"; then
 else
   site=$dir/site
   echo "setup-cudnn: installing ${CUDNN_PACKAGE}==${CUDNN_VERSION} into $site" >&2
-  python3 -m pip install --quiet --no-cache-dir --upgrade --target "$site" "${CUDNN_PACKAGE}==${CUDNN_VERSION}" >&2
+  python3 -m pip install --quiet --no-cache-dir --upgrade ${base:+--no-deps} --target "$site" "${CUDNN_PACKAGE}==${CUDNN_VERSION}" >&2
   has_cudnn "$site" || { echo "setup-cudnn: install did not produce libcudnn.so.9 in $site" >&2; exit 1; }
+fi
+
+if [[ -n $base ]]; then
+  # Only cuDNN here: its dependencies and the stand-in come from the base install's path.
+  base_path=$(bash "$here/setup-cudnn.sh" "$base" | tail -n 1)
+  echo "$site/nvidia/cudnn/lib:${base_path#*:}"
+  exit 0
 fi
 
 stub_dir=$dir/libcuda-stub

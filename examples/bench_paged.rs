@@ -16,7 +16,9 @@
 //! back-to-back executes, median of samples, per call), and the anchor's CUDA-graph method
 //! (`us_cg`: 50 executes captured into one graph, graphs replayed back to back, per execute);
 //! `us_plan_graph` replays cuDNN's own graph of one execute (`ExecutionPlan::cuda_graph`);
-//! `host_us` is the host time per execute. Bandwidth counts, as the anchor
+//! `host_us` is the host time per execute, `host_us_graph` per launch of cuDNN's graph of one
+//! execute (a serving step's cost on the host: the graph reads new lengths and tables from the
+//! same device buffers). Bandwidth counts, as the anchor
 //! does, the K/V bytes the lengths hold plus Q and O (`tbps`, `frac_peak` of the HBM peak: 4.8
 //! TB/s on an H200, 3.35 on an H100 SXM). Every row's output is checked finite (the numerics are
 //! `tests/gpu_suite/gpu_paged.rs`'s).
@@ -325,14 +327,23 @@ mod bench {
                         None
                     }
                 };
+                // The serving path's host cost: a step replayed from a graph is one launch, its
+                // lengths and tables read from the same device buffers.
                 // SAFETY: as above; cuDNN's own graph of one execute replays these pointers.
-                let us_plan_graph = match unsafe { plan.cuda_graph(cudnn, &io, ws_ptr, GraphMode::Auto) } {
-                    Ok(cg) => Some(device_time(stream, &mut || cg.launch().map_err(Into::into))?.0),
-                    Err(e) => {
-                        eprintln!("PlanGraph of B={b} L={l} page={page}: {e}");
-                        None
-                    }
-                };
+                let (us_plan_graph, host_us_graph) =
+                    match unsafe { plan.cuda_graph(cudnn, &io, ws_ptr, GraphMode::Auto) } {
+                        Ok(cg) => {
+                            let device = device_time(stream, &mut || cg.launch().map_err(Into::into))?.0;
+                            let (host, _, _) = host_time(stream, 20, 100, 200, &mut || {
+                                cg.launch().expect("launch the plan's graph");
+                            });
+                            (Some(device), Some(host))
+                        }
+                        Err(e) => {
+                            eprintln!("PlanGraph of B={b} L={l} page={page}: {e}");
+                            (None, None)
+                        }
+                    };
                 let total: i64 = lens[dist].iter().map(|&n| i64::from(n)).sum();
                 let bytes = (total * H_KV * D * 2 * 2 + 2 * b * H_Q * D * 2) as f64;
                 let tbps = bytes / (us * 1e-6) / 1e12;
@@ -345,7 +356,7 @@ mod bench {
                         "engine": plan.selected().tag(), "build_ms": build_ms, "cold_build": cold,
                         "us": us, "us_min": us_min, "runs": runs, "inner": batch, "us_cg": us_cg,
                         "inner_cg": CG_CALLS, "us_plan_graph": us_plan_graph,
-                        "host_us": host_us, "bytes": bytes, "mean_len": total as f64 / b as f64,
+                        "host_us": host_us, "host_us_graph": host_us_graph, "bytes": bytes, "mean_len": total as f64 / b as f64,
                         "tbps": tbps, "frac_peak": peak.map(|p| tbps / p), "tbps_cg": tbps_cg,
                         "frac_peak_cg": peak.zip(tbps_cg).map(|(p, t)| t / p), "table_width": width,
                         "num_blocks": pages, "output_finite": finite, "device": device,

@@ -465,3 +465,52 @@ fn the_fuzzers_crashing_payloads_are_refused_before_cudnn() {
         }
     }
 }
+
+/// The payload the fuzz target found to kill the process inside cuDNN 9.19 (2026-12-07): an
+/// SDPA plan whose JSON lists three kernels (its own, cut short, and two spliced from a layer
+/// norm's plan) under a correct digest. cuDNN reads every kernel after the first of an SDPA plan
+/// as one to compile and calls NVRTC through a null pointer (SIGSEGV). The binding check refuses
+/// it by the kernel count before cuDNN is given it; an entry without its name or code is refused
+/// for every plan.
+#[needs_cudnn]
+#[test]
+fn an_sdpa_plan_json_with_more_kernels_than_cudnn_writes_is_refused() {
+    let Some(cudnn) = common::deviceless() else { return };
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/regressions/payload/sdpa-plan-json-extra-kernels-segv.json");
+    let bytes = std::fs::read(file).unwrap();
+    // Stamped by cuDNN 9.19: restamped with the loaded version so that it reaches the binding
+    // check on any cuDNN (issue 35).
+    let resealed = edited(&bytes, |body| {
+        body["plan"]["cudnn_version"] = cudnn.version().into();
+        let mut plan: Value = serde_json::from_str(body["plan"]["plan_json"].as_str().unwrap()).unwrap();
+        plan["cudnnVersion"] = cudnn.version().into();
+        assert_eq!(plan["engine"]["payload"]["kernels"].as_array().unwrap().len(), 3);
+        body["plan"]["plan_json"] = plan.to_string().into();
+    });
+    let e = read_payload(&cudnn, &resealed, None, &Default::default()).err().unwrap();
+    match e {
+        PayloadError::Load(inner) => match *inner {
+            BackendError::PlanMismatch { mismatch, .. } => match *mismatch {
+                PlanMismatch::Kernels { ref finalize_mode, count: 3, most: 1 } => {
+                    assert!(finalize_mode.contains("SDPA"), "{mismatch}");
+                    let text = mismatch.to_string();
+                    assert!(text.contains("3 kernels") && text.contains("at most 1"), "{text}");
+                }
+                other => panic!("expected the kernel count, got {other}"),
+            },
+            other => panic!("{other}"),
+        },
+        other => panic!("{other}"),
+    }
+
+    let bytes =
+        Mlp::new(64).build(&cudnn, &BuildOptions::default()).unwrap().serialize(SerializeOptions::default()).unwrap();
+    for (kernel, field) in
+        [(serde_json::json!({"kernelName": "k"}), "cubin"), (serde_json::json!({"cubin": ""}), "kernelName")]
+    {
+        let edit =
+            plan_json_edited(&bytes, |plan| plan["engine"]["payload"] = serde_json::json!({"kernels": [kernel]}));
+        let e = mismatch(Mlp::deserialize(&cudnn, &edit).err().unwrap());
+        assert!(matches!(e, PlanMismatch::Kernel { index: 0, field: f } if f == field), "{e}");
+    }
+}

@@ -2,7 +2,7 @@
 //! attributes, ports, outputs) and its shape rule, both from `cudnn_runtime::ops`; nested calls
 //! become nodes of their own.
 
-use cudnn_runtime::dim::{Dim, DimCx, SymDim, Symbolic};
+use cudnn_runtime::dim::{Dim, SymDim, Symbolic};
 use cudnn_runtime::ops::{
     self, AttrError, AttrKind, AttrValue, Extents, Op, OpSignature, OutputMeta, ShapeErrorKind, TensorMeta,
 };
@@ -10,6 +10,7 @@ use proc_macro2::Span;
 use quote::ToTokens;
 use syn::Ident;
 
+use super::blame::{never_equal_hint, Blaming, Granting};
 use super::{dims, is_unknown, strides_in_order, Checker, ConstCheck, Kind, Memory, Node, Operand, Unknowns, Value};
 use crate::parse::{Arg, AttrLit, DimExpr, Expr};
 
@@ -567,84 +568,6 @@ impl Checker<'_> {
                 .collect()
         });
         Some(kept.collect())
-    }
-}
-
-/// Symbolic equality as [`Unknowns`] decides it, remembering the sides of each requirement
-/// that failed, for [`Checker::kept_extents`].
-struct Blaming<'a> {
-    cx: Unknowns<'a>,
-    failed: Vec<SymDim>,
-    /// The equalities that failed, as pairs.
-    unequal: Vec<(SymDim, SymDim)>,
-}
-
-/// For a failed equality between extents over parameters (`2 * K` against `K`), why it is an
-/// error at expansion: no parameters of at least 1 make them equal. Empty where a side is a
-/// literal alone on both sides or two distinct parameters (which never unify; the message says
-/// enough).
-fn never_equal_hint(unequal: &[(SymDim, SymDim)]) -> String {
-    let Some((a, b)) = unequal.first() else { return String::new() };
-    let mut params = a.params();
-    for p in b.params() {
-        if !params.contains(&p) {
-            params.push(p);
-        }
-    }
-    if params.is_empty() || matches!((a, b), (SymDim::Param(_), SymDim::Param(_))) {
-        return String::new();
-    }
-    params.sort();
-    let names: Vec<String> = params.iter().map(|p| format!("`{p}`")).collect();
-    let (these, make) = if names.len() == 1 { ("value of", "makes") } else { ("values of", "make") };
-    format!(
-        "; {a} and {b} differ whatever the instantiation: no {these} {} {make} them equal (every dim is at least 1)",
-        names.join(", ")
-    )
-}
-
-impl DimCx<SymDim> for Blaming<'_> {
-    fn require_eq(&mut self, a: &SymDim, b: &SymDim) -> bool {
-        let ok = self.cx.require_eq(a, b);
-        if !ok {
-            self.failed.extend([a.clone(), b.clone()]);
-            self.unequal.push((a.clone(), b.clone()));
-        }
-        ok
-    }
-
-    fn require_eq_count(&mut self, a: &[SymDim], b: &[SymDim]) -> bool {
-        let ok = self.cx.require_eq_count(a, b);
-        if !ok {
-            self.failed.extend(a.iter().chain(b).cloned());
-        }
-        ok
-    }
-
-    fn require_le(&mut self, a: &SymDim, b: &SymDim) -> bool {
-        let ok = self.cx.require_le(a, b);
-        if !ok {
-            self.failed.extend([a.clone(), b.clone()]);
-        }
-        ok
-    }
-}
-
-/// A dim context that grants every equality: the shape an op would give if its failed
-/// requirement held ([`Checker::despite`]).
-struct Granting;
-
-impl DimCx<SymDim> for Granting {
-    fn require_eq(&mut self, _: &SymDim, _: &SymDim) -> bool {
-        true
-    }
-
-    fn require_eq_count(&mut self, _: &[SymDim], _: &[SymDim]) -> bool {
-        true
-    }
-
-    fn require_le(&mut self, _: &SymDim, _: &SymDim) -> bool {
-        true
     }
 }
 

@@ -14,7 +14,13 @@
 //!   by-value flags and byte alignment, unvectorized and not reordered;
 //! - the same operations (kind and the set of tensors each refers to), as a multiset: every
 //!   name a node gives is an enum spelling (`CUDNN_…`) or a tensor of the plan;
-//! - the cuDNN version and the SM its kernels were compiled for, against the context.
+//! - the cuDNN version and the SM its kernels were compiled for, against the context;
+//! - the kernel list's shape: every entry names its kernel and carries its code as text, and an
+//!   attention plan (`finalizeMode` naming SDPA) lists at most one kernel. cuDNN 9.19 writes one
+//!   for every SDPA engine it plans, and reads any further entry of such a plan as a kernel to
+//!   compile, calling NVRTC through a pointer nothing has set: the process dies with SIGSEGV in
+//!   `RuntimeKernel::getNvrtcVersion` (found by the `payload` fuzz target; other plans' engines
+//!   tolerate extra or missing entries, and refuse them or not, without crashing).
 //!
 //! What is not compared: an operation's non-tensor attributes (pointwise mode, padding, …) and
 //! the kernel itself. A payload's content digest catches accidental changes to those, and a
@@ -41,6 +47,9 @@ struct PlanJson {
 
 #[derive(Deserialize)]
 struct OperationGraph {
+    /// How cuDNN finalizes it (`UNIFIED_SDPA_FWD`, `BLAS_MATMUL`, …); absent in some versions.
+    #[serde(rename = "finalizeMode", default)]
+    finalize_mode: Option<String>,
     tensors: Vec<TensorJson>,
     nodes: Vec<BTreeMap<String, serde_json::Value>>,
     /// Written (as `true`) only for a dynamic-shape operation graph.
@@ -67,6 +76,40 @@ struct TensorJson {
 #[serde(rename_all = "camelCase")]
 struct Engine {
     sm_version: i64,
+    /// The compiled kernels, for engines that carry them (precompiled engines have none).
+    #[serde(default)]
+    payload: Option<EnginePayload>,
+}
+
+#[derive(Deserialize)]
+struct EnginePayload {
+    #[serde(default)]
+    kernels: Vec<serde_json::Value>,
+}
+
+/// The most kernels a plan JSON of `finalize_mode` may list before cuDNN is given it: one for
+/// attention (see the module docs), no bound for the rest.
+fn kernel_bound(finalize_mode: &str) -> Option<usize> {
+    finalize_mode.contains("SDPA").then_some(1)
+}
+
+/// Checks the shape of the plan's kernel list (see the module docs).
+fn check_kernels(plan: &PlanJson) -> Result<(), PlanMismatch> {
+    let kernels = plan.engine.payload.as_ref().map_or(&[][..], |p| p.kernels.as_slice());
+    for (index, kernel) in kernels.iter().enumerate() {
+        for field in ["kernelName", "cubin"] {
+            if kernel.get(field).and_then(serde_json::Value::as_str).is_none() {
+                return Err(PlanMismatch::Kernel { index, field });
+            }
+        }
+    }
+    let mode = plan.operation_graph.finalize_mode.as_deref().unwrap_or("");
+    match kernel_bound(mode) {
+        Some(most) if kernels.len() > most => {
+            Err(PlanMismatch::Kernels { finalize_mode: mode.to_string(), count: kernels.len(), most })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// cuDNN's spelling of a data type in plan JSON (`CUDNN_DATA_BFLOAT16`).
@@ -102,6 +145,7 @@ pub(crate) fn check(json: &str, graph: &Graph, manifest: &Manifest, cudnn: &Cudn
             return Err(PlanMismatch::Sm { plan: plan.engine.sm_version / 10, runtime: sm });
         }
     }
+    check_kernels(&plan)?;
     let name_of = |uid: i64| {
         graph
             .tensors

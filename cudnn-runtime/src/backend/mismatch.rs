@@ -82,4 +82,23 @@ pub enum PlanMismatch {
         /// The graph's, sorted.
         graph: Vec<(String, Vec<i64>)>,
     },
+    /// A kernel entry without its name or code.
+    #[error("kernel {index} of its engine has no text `{field}`")]
+    Kernel {
+        /// The entry's index in `engine.payload.kernels`.
+        index: usize,
+        /// The missing field: `kernelName` or `cubin`.
+        field: &'static str,
+    },
+    /// More kernels than cuDNN writes for a plan of this kind, which cuDNN would crash on
+    /// reading (`backend::binding`'s module docs).
+    #[error("its engine lists {count} kernels, but a {finalize_mode} plan has at most {most} (cuDNN 9.19 crashes reading more)")]
+    Kernels {
+        /// The operation graph's `finalizeMode`.
+        finalize_mode: String,
+        /// The kernels listed.
+        count: usize,
+        /// The most cuDNN writes for this kind of plan.
+        most: usize,
+    },
 }

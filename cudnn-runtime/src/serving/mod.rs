@@ -52,11 +52,14 @@
 //! ```
 //!
 //! The pool and the tables are host-only (nothing there needs cuDNN or a GPU); `KvAppend`
-//! (with the `cudnn` feature) writes new tokens' K/V into their pages on the GPU.
+//! (with the `cudnn` feature) writes new tokens' K/V into their pages on the GPU, and
+//! `StepStaging` uploads a step's slots, lengths and table in one copy from pinned memory
+//! ([`StagingLayout`] says where each lives).
 
 mod append;
 mod error;
 mod pages;
+mod staging;
 #[cfg(test)]
 mod tests;
 
@@ -67,6 +70,16 @@ pub use append::{append_reference, append_slots, append_slots_into, AppendError,
 pub use append::{KvAppend, KvElement};
 pub use error::{PageError, TableRow};
 pub use pages::{PagePool, PageTable};
+#[cfg(feature = "cudnn")]
+pub use staging::{StagedAddresses, StepStaging};
+pub use staging::{StagingError, StagingLayout};
+
+/// The page size [`PagePool::for_tokens`] uses: 64 tokens. On the H100 with cuDNN 9.19, paged
+/// decode over pages of 64 was as fast as over pages of 16 at 1024-token contexts and 0.4–1.2 %
+/// faster at 16 384 (`docs/benchmarks.md`, measured side by side in one call), and never slower;
+/// pages of 16 waste less of a pool (half a page per sequence on average), so choose them with
+/// [`PagePool::new`] where memory bounds the batch.
+pub const DEFAULT_PAGE_SIZE: usize = 64;
 
 /// A sequence of a [`PagePool`]: a handle, valid until the sequence is released. A released
 /// handle stays an error ([`PageError::Released`]) even once its slot holds a new sequence, and a

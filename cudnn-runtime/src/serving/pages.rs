@@ -64,6 +64,26 @@ pub struct PagePool {
 }
 
 impl PagePool {
+    /// A pool that holds `tokens` tokens in pages of [`DEFAULT_PAGE_SIZE`](super::DEFAULT_PAGE_SIZE)
+    /// (`tokens` rounded up to whole pages), all free.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::serving::{PagePool, DEFAULT_PAGE_SIZE};
+    ///
+    /// let pool = PagePool::for_tokens(1000)?;
+    /// assert_eq!((pool.page_size(), pool.page_count()), (DEFAULT_PAGE_SIZE, 16));
+    /// # Ok::<(), cudnn_graph::serving::PageError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`PagePool::new`]: [`PageError::PoolPages`] for no tokens or more pages than `i32`
+    /// counts.
+    pub fn for_tokens(tokens: usize) -> Result<PagePool, PageError> {
+        PagePool::new(tokens.div_ceil(super::DEFAULT_PAGE_SIZE), super::DEFAULT_PAGE_SIZE)
+    }
+
     /// A pool of `pages` pages of `page_size` tokens, all free.
     ///
     /// # Errors

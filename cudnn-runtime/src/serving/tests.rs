@@ -461,3 +461,69 @@ fn random_raw_tables_refused_by_the_op_are_refused_by_from_raw() {
     }
     assert!(accepted > 100 && refused > 100, "{accepted} accepted, {refused} refused");
 }
+
+#[test]
+fn a_pool_for_tokens_rounds_up_to_whole_default_pages() {
+    use super::DEFAULT_PAGE_SIZE;
+    for (tokens, pages) in [(1, 1), (DEFAULT_PAGE_SIZE, 1), (DEFAULT_PAGE_SIZE + 1, 2), (1000, 16), (4096, 64)] {
+        let pool = PagePool::for_tokens(tokens).unwrap();
+        assert_eq!(
+            (pool.page_count(), pool.page_size(), pool.free_pages()),
+            (pages, DEFAULT_PAGE_SIZE, pages),
+            "{tokens}"
+        );
+    }
+    assert!(matches!(PagePool::for_tokens(0), Err(PageError::PoolPages { .. })));
+    let too_many = (i32::MAX as usize + 1) * DEFAULT_PAGE_SIZE;
+    assert!(matches!(PagePool::for_tokens(too_many), Err(PageError::PoolPages { .. })));
+}
+
+#[test]
+fn a_staging_layout_aligns_its_regions_and_writes_a_step() {
+    use super::{append_slots, StagingError, StagingLayout};
+    let layout = StagingLayout::new(5, 8).unwrap();
+    let regions = [layout.slots, layout.seq_len_kv, layout.seq_len_q, layout.page_table];
+    assert!(regions.iter().all(|r| r % 4 == 0), "{layout:?}");
+    assert!(regions.windows(2).all(|w| w[1] - w[0] >= 5), "{layout:?}");
+    assert_eq!(layout.len, layout.page_table + 5 * 8);
+
+    let mut pool = PagePool::new(40, 4).unwrap();
+    let seqs: Vec<SeqId> = (0..3).map(|_| pool.add().unwrap()).collect();
+    for (&seq, len) in seqs.iter().zip([3, 9, 1]) {
+        pool.grow(seq, len).unwrap();
+        pool.append(seq, 1).unwrap();
+    }
+    // A class of 4 slots in a staging of 8: the table is the region's prefix, its tail untouched.
+    let mut table = PageTable::new(5, 4).unwrap();
+    table.fill(&pool, &seqs).unwrap();
+    let slots = append_slots(&pool, &seqs.iter().map(|&s| (s, 1)).collect::<Vec<_>>()).unwrap();
+    let mut buffer = vec![7i32; layout.len];
+    layout.write(&mut buffer, &table, &slots).unwrap();
+    assert_eq!(&buffer[layout.slots..layout.slots + 3], &slots[..]);
+    assert_eq!(&buffer[layout.slots + 3..layout.slots + 5], [-1, -1]);
+    assert_eq!(&buffer[layout.seq_len_kv..layout.seq_len_kv + 5], table.seq_len_kv());
+    assert_eq!(&buffer[layout.seq_len_q..layout.seq_len_q + 5], table.seq_len_q());
+    assert_eq!(&buffer[layout.page_table..layout.page_table + 20], table.entries());
+    assert!(buffer[layout.page_table + 20..].iter().all(|&x| x == 7));
+
+    // Refusals leave the buffer as it was.
+    let before = buffer.clone();
+    let wide = PageTable::new(5, 9).unwrap();
+    assert!(matches!(
+        layout.write(&mut buffer, &wide, &slots),
+        Err(StagingError::Table { batch: 5, width: 9, max_batch: 5, max_width: 8 })
+    ));
+    let other_batch = PageTable::new(4, 4).unwrap();
+    assert!(matches!(layout.write(&mut buffer, &other_batch, &slots), Err(StagingError::Table { batch: 4, .. })));
+    assert!(matches!(layout.write(&mut buffer, &table, &[0; 6]), Err(StagingError::Slots { slots: 6, max_batch: 5 })));
+    let e = layout.write(&mut buffer[1..], &table, &slots).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("a staging buffer of {} elements, but the layout needs {}", layout.len - 1, layout.len)
+    );
+    assert_eq!(buffer, before);
+
+    assert!(matches!(StagingLayout::new(0, 8), Err(StagingError::Layout { .. })));
+    assert!(matches!(StagingLayout::new(8, 0), Err(StagingError::Layout { .. })));
+    assert!(matches!(StagingLayout::new(usize::MAX / 2, 4), Err(StagingError::Layout { .. })));
+}

@@ -129,7 +129,8 @@ fn dgrad_drelu_plans() {
 
 /// cuDNN 9.19 has no engine for the fused dgrad + dReLU with row-major (NCHW) ports (nor with
 /// its virtual tensors NCHW too), while a lone NCHW convolution plans: the `NoPlan` names every
-/// port of the chain that is not channels-last and says to declare it so.
+/// port of the chain that is not channels-last and says to declare it so. cuDNN 9.28 gets
+/// further (the partition's convolution plans) and the axis-order rule says the same.
 #[needs_cudnn]
 #[test]
 fn nchw_dgrad_drelu_has_no_plan_and_says_to_declare_channels_last() {
@@ -160,8 +161,26 @@ fn nchw_dgrad_drelu_has_no_plan_and_says_to_declare_channels_last() {
             );
             assert!(message.ends_with("declare them `channels_last` (`GraphBuilder::set_channels_last`)"), "{message}");
         }
+        // cuDNN 9.28 plans the convolution alone (its output channels-last), so the partition
+        // reaches the elementwise op reading it into the row-major `dx`, which the axis-order
+        // rule refuses with the same advice and the same ports.
+        Err(e @ BackendError::SupportRule { .. }) if cudnn.version() > 91900 => {
+            let message = e.to_string();
+            assert!(message.contains("breaks cuDNN support rule `pointwise.axis_order`"), "{message}");
+            assert!(
+                message.contains(
+                    "declare the convolution ports of graph `dgrad_drelu_nchw` `channels_last` \
+                     (`x: f16[N, C, H, W] channels_last`, `GraphBuilder::set_channels_last`): \
+                     `dy` (f16[8, 64, 28, 28] row-major) of node `conv_dgrad_0` (conv_dgrad), \
+                     `w` (f16[64, 32, 3, 3] row-major) of node `conv_dgrad_0` (conv_dgrad), \
+                     `x` (f16[8, 32, 28, 28] row-major) of node `relu_bwd_1` (relu_bwd), \
+                     `dx` (f16[8, 32, 28, 28] row-major) of node `relu_bwd_1` (relu_bwd)"
+                ),
+                "{message}"
+            );
+        }
         Ok(p) => panic!("this cuDNN plans NCHW dgrad + dReLU now ({}); update docs/ops.md", p.selected()),
-        Err(e) => panic!("not a NoPlan: {e}"),
+        Err(e) => panic!("neither a NoPlan nor the axis-order rule: {e}"),
     }
     // The same convolution without the fused dReLU plans with NCHW ports.
     let mut g = GraphBuilder::new("dgrad_nchw");

@@ -96,6 +96,14 @@ fn add_relu(rows: i64) -> Graph {
     g.build().unwrap()
 }
 
+/// Whether the loaded cuDNN compiles a dynamic-shape layer norm's kernels again for every new
+/// shape, its kernel cache notwithstanding: 9.28.1 does (measured deviceless, 2026-12-07: 457 ms
+/// for the second shape against 543 ms for the first; 9.19's second shape takes a tenth). Its
+/// plans are still right, only not faster; nothing between 9.19 and 9.28 has been measured.
+fn layernorm_recompiles_every_shape(cudnn: &Cudnn) -> bool {
+    cudnn.version() >= 92800
+}
+
 fn build(cudnn: &Cudnn, what: &str, graph: &Graph, options: &BuildOptions) -> ExecutionPlan {
     let plan = ExecutionPlan::build(cudnn, graph, options).unwrap_or_else(|e| panic!("{what}: {e}"));
     for part in plan.parts() {
@@ -126,6 +134,10 @@ fn new_shapes_of_a_structure_find_their_kernels_in_the_shared_cache() {
             assert_eq!(plan.selected().engine_id, first.selected().engine_id, "{what} {s}");
             // The first shape compiled its kernels (over a second); the others find them.
             let warm = plan.timings().plan_build;
+            if what == "layernorm" && layernorm_recompiles_every_shape(&cudnn) {
+                println!("{what} {s}: plan build {warm:?}, the first shape's {cold:?} (cuDNN {})", cudnn.version());
+                continue;
+            }
             assert!(warm * 10 < cold, "{what} {s}: plan build {warm:?}, the first shape's {cold:?}");
         }
         assert_eq!(kernels.uses(), 3, "{what}");
@@ -233,9 +245,12 @@ fn a_kernel_cache_whose_finalize_grows_with_its_shapes_starts_over() {
     let line: Vec<String> = finalize.iter().map(|ms| format!("{ms:.1}")).collect();
     let stats = cache.stats();
     println!("layer norm, finalize per new shape (ms): {}; {stats:?}", line.join(" "));
-    assert!(stats.kernel_restarts >= 1, "{stats:?}");
-    // Some restart made the next shape compile again (a cold finalize after warm ones).
-    assert!(finalize.windows(2).skip(1).any(|w| w[1] > 4.0 * w[0]), "{line:?}");
+    // Where every shape compiles anyway, no finalize grows with the cache: nothing to restart.
+    if !layernorm_recompiles_every_shape(&cudnn) {
+        assert!(stats.kernel_restarts >= 1, "{stats:?}");
+        // Some restart made the next shape compile again (a cold finalize after warm ones).
+        assert!(finalize.windows(2).skip(1).any(|w| w[1] > 4.0 * w[0]), "{line:?}");
+    }
 
     let cache = PlanCache::in_memory().dynamic_shapes(DEFAULT_BUDGET_BYTES);
     for m in 1..=25 {
