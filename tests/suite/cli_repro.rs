@@ -86,7 +86,8 @@ fn deviceless_replays_run_the_plans_parts_and_bundle_the_plan() {
             .unwrap();
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{name}: {stdout}{stderr}");
-        assert!(stdout.contains("target: cuDNN 91900, sm 90 (deviceless)"), "{stdout}");
+        // Whichever cuDNN is loaded (CI also runs 9.28.1), planning for the H200's sm 90.
+        assert!(stdout.contains("target: cuDNN ") && stdout.contains(", sm 90 (deviceless)"), "{stdout}");
         assert!(stdout.contains("plan: built here"), "{stdout}");
         assert!(!stdout.contains("MISMATCH") && stdout.contains(": ok, max |err|"), "{stdout}");
         assert!(bundle.join("plan.json").is_file());
@@ -218,7 +219,7 @@ fn the_capture_variable_records_what_a_process_plans_and_repro_replays_it() {
     let out = cli().arg("repro").arg(entry).args(["--device-properties", DEVPROP]).output().unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("plan: the captured engines (cuDNN 91900, sm 90)"), "{stdout}");
+    assert!(stdout.contains("plan: the captured engines (cuDNN ") && stdout.contains(", sm 90)"), "{stdout}");
     assert!(stdout.contains(": ok, max |err|"), "{stdout}");
     std::fs::remove_dir_all(&root).unwrap();
 }
