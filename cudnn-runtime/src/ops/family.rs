@@ -5,7 +5,7 @@
 
 use super::attrs::{AttrError, Attrs};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::shape::{OutputMeta, ShapeError, TensorMeta};
+use super::shape::{OutputMeta, ShapeError, StridedMeta, TensorMeta};
 use super::signature::{AttrValue, Extents, OpSignature, PortSpec};
 use super::Layout;
 use crate::array::Array;
@@ -82,6 +82,14 @@ pub(crate) trait OpFamily: Sized {
     /// table's entries): run before [`OpFamily::reference`], and by the GPU path on the host
     /// copies it checks. Most ops read no memory through values.
     fn check_values(&self, _inputs: &[&Array]) -> Result<(), ShapeError> {
+        Ok(())
+    }
+
+    /// The rule on the memory layout of this op's ports, where its semantics depend on it (a
+    /// ragged attention's packed THD tensors): run by [`Graph::validate`](crate::Graph::validate)
+    /// after the shape rule, so the CPU reference and the GPU never read a layout differently.
+    /// Most ops take any strides cuDNN takes.
+    fn check_layout(&self, _inputs: &[StridedMeta<'_>], _outputs: &[StridedMeta<'_>]) -> Result<(), ShapeError> {
         Ok(())
     }
 

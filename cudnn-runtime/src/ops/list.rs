@@ -203,6 +203,15 @@ macro_rules! families {
                 }
             }
 
+            /// The rule on the memory layout of this op's ports (dims and strides of its inputs and
+            /// outputs, in port order), where its semantics depend on it: a ragged attention's
+            /// packed tensors must be THD.
+            pub fn check_layout(&self, inputs: &[StridedMeta<'_>], outputs: &[StridedMeta<'_>]) -> Result<(), ShapeError> {
+                match self {
+                    $( Op::$name(op) => OpFamily::check_layout(op, inputs, outputs), )*
+                }
+            }
+
             /// This op's cudnn-frontend fields, the tag included.
             pub(crate) fn write_frontend(&self, cx: &codec::WriteCx<'_>) -> codec::FrontendFields {
                 match self {

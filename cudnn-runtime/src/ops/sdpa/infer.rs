@@ -3,7 +3,7 @@
 //! ports, then the outputs. Every support rule that depends only on shapes, types and attributes
 //! is here too, so the `graph!` macro reports it at expansion.
 
-use super::{paged, rule, takes, Sdpa, SdpaPass};
+use super::{paged, ragged, rule, takes, Sdpa, SdpaPass};
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::ops::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use crate::ops::signature::PortSpec;
@@ -198,7 +198,7 @@ impl Sdpa {
         if self.paged {
             paged_ports(self, inputs, ports, (b, &t.k.dims[2]), cx)?;
         }
-        Ok(())
+        ragged::offsets_ports(self, inputs, ports, b, cx)
     }
 
     /// The outputs: O (and Stats in training) forward; dQ, dK, dV (and dBias) backward.
@@ -522,7 +522,8 @@ impl Sdpa {
         if self.d_bias && !self.bias {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
         }
-        paged::check_attributes(self)
+        paged::check_attributes(self)?;
+        ragged::check_attributes(self)
     }
 }
 
