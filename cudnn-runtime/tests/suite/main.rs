@@ -23,6 +23,7 @@ mod deviceless_norm;
 mod deviceless_paged;
 mod deviceless_partition;
 mod deviceless_payload_flag;
+mod deviceless_ragged;
 mod deviceless_reductions;
 mod deviceless_sdpa;
 mod deviceless_specialization;
