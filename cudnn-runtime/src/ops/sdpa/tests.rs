@@ -1581,3 +1581,26 @@ fn ragged_attributes_round_trip() {
         assert_eq!(Op::from_call(name, &o.call_attrs()).unwrap(), o);
     }
 }
+
+#[test]
+fn ragged_support_rules_name_the_target() {
+    use super::support::{check, Problem, Target};
+    let fwd = op("sdpa", &[("padding_mask", true.into()), ("ragged", true.into())]);
+    let bwd = op("sdpa_backward", &[("padding_mask", true.into()), ("ragged", true.into())]);
+    let p = Problem { b: 2, h_q: 8, h_k: 2, h_v: 2, s_q: 128, s_kv: 128, d_qk: 64, d_v: 64, compute_f32: true };
+    let rule = |op: &Sdpa, version: usize, sm: u32| check(op, &p, Target { version, sm: Some(sm) }).err().map(|f| f.rule);
+    assert_eq!(rule(&fwd, 91900, 90), None);
+    assert_eq!(rule(&fwd, 91800, 80), Some("sdpa.ragged.sm90"));
+    assert_eq!(rule(&fwd, 91900, 80), None);
+    assert_eq!(rule(&bwd, 90500, 90), Some("sdpa.ragged.gqa_backward"));
+    let deterministic = Sdpa { deterministic: true, ..bwd.clone() };
+    assert_eq!(rule(&deterministic, 91900, 86), Some("sdpa.ragged.deterministic"));
+    assert_eq!(rule(&deterministic, 91900, 90), None);
+    let d_bias = Sdpa { bias: true, d_bias: true, ..bwd.clone() };
+    assert_eq!(rule(&d_bias, 91900, 100), Some("sdpa.ragged.d_bias_blackwell"));
+    let paged = Sdpa { paged: true, ..fwd.clone() };
+    assert_eq!(rule(&paged, 90600, 90), Some("sdpa.ragged.paged"));
+    // Not ragged: none of these.
+    let plain = Sdpa { ragged: false, deterministic: true, ..bwd };
+    assert_eq!(rule(&plain, 91900, 86), None);
+}
