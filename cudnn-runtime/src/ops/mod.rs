@@ -26,7 +26,7 @@ mod window;
 use crate::array::Array;
 use crate::dim::{Dim, DimCx};
 use crate::DataType;
-pub use family::FusionRule;
+pub use family::{FusionRule, RaggedPort};
 use family::{LayoutPolicy, OpFamily};
 
 pub(crate) use attrs::Attrs;

@@ -32,6 +32,7 @@ mod fuzz_regressions;
 mod huge_values;
 mod ops_norm;
 mod plans;
+mod ragged_structure;
 mod rewrite_batchnorm;
 mod rewrite_column_sum;
 mod sdpa_structure;

@@ -663,6 +663,23 @@ impl OpFamily for Sdpa {
         ragged::check_values(self, inputs)
     }
 
+    fn ragged_ports(&self) -> Vec<super::RaggedPort> {
+        ragged::packed(self)
+            .into_iter()
+            .map(|p| {
+                let (output, index) = match p.slot {
+                    ragged::Slot::Input(i) => (false, i),
+                    ragged::Slot::Output(i) => (true, i),
+                };
+                super::RaggedPort { port: p.port, output, index, offsets: p.offsets_index }
+            })
+            .collect()
+    }
+
+    fn frontend_ragged_offsets(_tag: &str, port: &str) -> Option<&'static str> {
+        ragged::offsets_port_of(port)
+    }
+
     fn check_layout(&self, inputs: &[StridedMeta<'_>], outputs: &[StridedMeta<'_>]) -> Result<(), ShapeError> {
         ragged::check_layout(self, inputs, outputs)
     }

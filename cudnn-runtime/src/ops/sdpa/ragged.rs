@@ -111,6 +111,18 @@ pub fn packed(op: &Sdpa) -> Vec<Packed> {
         .collect()
 }
 
+/// The offsets input of packed port `port` (`dO` is read at O's offsets, the gradients written
+/// at their tensors'); `None` for a port that is never packed.
+pub fn offsets_port_of(port: &str) -> Option<&'static str> {
+    Some(match port {
+        "Q" | "dQ" => OFFSET_PORTS[0],
+        "K" | "dK" => OFFSET_PORTS[1],
+        "V" | "dV" => OFFSET_PORTS[2],
+        "O" | "dO" => OFFSET_PORTS[3],
+        _ => return None,
+    })
+}
+
 /// The rules on `ragged` and the other attributes.
 pub(super) fn check_attributes(op: &Sdpa) -> Result<(), ShapeError> {
     if !op.ragged {
