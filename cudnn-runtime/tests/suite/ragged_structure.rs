@@ -1,8 +1,9 @@
 //! Ragged (packed, THD) attention through the structural JSON: the packed tensors carry
 //! cudnn-frontend's `ragged_offset_uid` / `ragged_offset_name`, the node lists no offsets port;
-//! exact round trips, cudnn-frontend's fields alone (its `tensors` map without the offsets
-//! tensors, as it writes them) read to the same computation, and ragged offsets anywhere else
-//! refused by name.
+//! exact round trips, cudnn-frontend's fields alone (even without entries for the offsets
+//! tensors, as its `Tensor_attributes` JSON gives them) read to the same computation, and ragged
+//! offsets anywhere else refused by name. cudnn-frontend's own printed ragged graphs are read in
+//! `tests/suite/frontend_oracle.rs` (fixtures `sdpa_ragged_forward`, `sdpa_ragged_backward`).
 
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::serialize::{structure_from_json, structure_to_json, SerializeError};
@@ -128,8 +129,8 @@ fn run(graph: &Graph) -> Vec<reference::Array> {
     reference::run_arrays(graph, values).unwrap()
 }
 
-/// The document as cudnn-frontend writes it: no `cudnn_graph` members, and no entry for the
-/// offsets tensors (its `tensors` map holds the nodes' ports only).
+/// The document with cudnn-frontend's fields alone: no `cudnn_graph` members, and no entry for
+/// the offsets tensors (only the packed tensors' `ragged_offset_uid` and `_name` name them).
 fn as_frontend_writes(text: &str) -> serde_json::Value {
     let mut doc: serde_json::Value = serde_json::from_str(text).unwrap();
     doc.as_object_mut().unwrap().remove("cudnn_graph");

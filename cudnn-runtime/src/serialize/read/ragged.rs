@@ -1,12 +1,13 @@
 //! Ragged offsets as cudnn-frontend writes them: a packed tensor names its offsets tensor
-//! (`ragged_offset_uid`, `ragged_offset_name`), no node lists the offsets among its ports, and
-//! cudnn-frontend's `tensors` map leaves the offsets tensor out. Ours are ports of the node that
-//! reads the tensor packed: each node port whose tensor names offsets gets the input port its
-//! family reads them from (attention's `Q` → `Ragged_offset_Q`, `dO` → `Ragged_offset_O`, ...,
-//! [`ops::frontend_ragged_offsets`]); an offsets tensor the document leaves out is
-//! `[B + 1, 1, 1, 1]` `INT32` (cudnn-frontend's samples' type; B from the packed tensor). Ragged
-//! offsets anywhere else (on another op's port, on a tensor no node reads, two offsets for one
-//! port) are refused by name.
+//! (`ragged_offset_uid`, `ragged_offset_name`), and no node lists the offsets among its ports
+//! (cudnn-frontend 1.32's printed graph has the offsets tensor in its `tensors`; its
+//! `Tensor_attributes` JSON alone does not, nor does its reader read the two fields back). Ours
+//! are ports of the node that reads the tensor packed: each node port whose tensor names offsets
+//! gets the input port its family reads them from (attention's `Q` → `Ragged_offset_Q`, `dO` →
+//! `Ragged_offset_O`, ..., [`ops::frontend_ragged_offsets`]); an offsets tensor the document
+//! leaves out is `[B + 1, 1, 1, 1]` `INT32` (cudnn-frontend's samples' type; B from the packed
+//! tensor). Ragged offsets anywhere else (on another op's port, on a tensor no node reads, two
+//! offsets for one port, a uid and a name that disagree) are refused by name.
 
 use super::tensors::{RaggedRef, RawTensor};
 use super::Result;
