@@ -111,6 +111,33 @@ pub fn packed(op: &Sdpa) -> Vec<Packed> {
         .collect()
 }
 
+/// The ragged offsets of sequences of `lens` tokens packed back to back in a THD tensor of
+/// `heads` heads of `head_dim`: the exclusive prefix sum of the lengths times `heads · head_dim`,
+/// `lens.len() + 1` entries (the last is the packed elements' count). `None` if a length is
+/// negative or the sum overflows `i64`.
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::ops::sdpa::ragged::thd_offsets;
+/// // Three sequences of 5, 0 and 2 tokens of 8 heads of 64.
+/// assert_eq!(thd_offsets(&[5, 0, 2], 8, 64), Some(vec![0, 2560, 2560, 3584]));
+/// assert_eq!(thd_offsets(&[-1], 8, 64), None);
+/// ```
+pub fn thd_offsets(lens: &[i32], heads: i64, head_dim: i64) -> Option<Vec<i64>> {
+    let token = heads.checked_mul(head_dim)?;
+    let mut out = Vec::with_capacity(lens.len() + 1);
+    let mut at = 0i64;
+    out.push(at);
+    for &n in lens {
+        if n < 0 {
+            return None;
+        }
+        at = at.checked_add(i64::from(n).checked_mul(token)?)?;
+        out.push(at);
+    }
+    Some(out)
+}
+
 /// The offsets input of packed port `port` (`dO` is read at O's offsets, the gradients written
 /// at their tensors'); `None` for a port that is never packed.
 pub fn offsets_port_of(port: &str) -> Option<&'static str> {
