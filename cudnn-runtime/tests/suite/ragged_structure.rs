@@ -56,7 +56,10 @@ fn graph(backward: bool, paged: bool, offsets: DataType, extra: &[(&str, AttrVal
     g.build().unwrap()
 }
 
-fn cases() -> Vec<(bool, bool, DataType, Vec<(&'static str, AttrValue)>)> {
+/// `(backward, paged, offsets type, attributes)`.
+type Case = (bool, bool, DataType, Vec<(&'static str, AttrValue)>);
+
+fn cases() -> Vec<Case> {
     vec![
         (false, false, DataType::I32, vec![]),
         (false, false, DataType::I64, vec![("causal", true.into()), ("training", true.into())]),

@@ -198,7 +198,7 @@ impl Sdpa {
         if self.paged {
             paged_ports(self, inputs, ports, (b, &t.k.dims[2]), cx)?;
         }
-        ragged::offsets_ports(self, inputs, ports, b, cx)
+        offsets_ports(self, inputs, ports, b, cx)
     }
 
     /// The outputs: O (and Stats in training) forward; dQ, dK, dV (and dBias) backward.
@@ -589,6 +589,32 @@ fn paged_ports<D: Dim>(
                     ),
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// The offsets inputs' shapes and types: `[B + 1, 1, 1, 1]`, `i32` or `i64`.
+fn offsets_ports<D: Dim>(
+    op: &Sdpa,
+    inputs: &[TensorMeta<D>],
+    ports: &[PortSpec],
+    b: &D,
+    cx: &mut impl DimCx<D>,
+) -> Result<(), ShapeError> {
+    if !op.ragged {
+        return Ok(());
+    }
+    let name = op.pass.name();
+    let one = D::lit(1);
+    let Some(b1) = D::sum(&[b.clone(), one.clone()]) else {
+        return Err(rule(name, Some(0), format!("the batch {b} + 1 of the ragged offsets exceeds i64::MAX")));
+    };
+    for (i, p) in ports.iter().enumerate().filter(|(_, p)| ragged::OFFSET_PORTS.contains(&p.name)) {
+        let want = [(&b1, false), (&one, false), (&one, false), (&one, false)];
+        port_fits(name, p.name, i, &inputs[i], &want, "[B + 1, 1, 1, 1]", cx)?;
+        if !matches!(inputs[i].dtype, DataType::I32 | DataType::I64) {
+            return Err(rule(name, Some(i), format!("port {} is {} but must be i32 or i64", p.name, inputs[i].dtype)));
         }
     }
     Ok(())
