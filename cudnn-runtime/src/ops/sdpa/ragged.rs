@@ -26,8 +26,8 @@
 //!
 //! Rules: `padding_mask = true` (cuDNN's: ragged offsets need the sequence lengths), no `fp8`;
 //! the offsets `[B + 1, 1, 1, 1]` `i32` or `i64` (shape rule, so `graph!` reports them at
-//! compile time); packed ports laid out THD ([`check_layout`], when the graph is validated); and
-//! before a node runs, on the values ([`check_values`]): every offset a whole number of tokens,
+//! compile time); packed ports laid out THD ([`crate::ops::Op::check_layout`], when the graph is validated); and
+//! before a node runs, on the values ([`crate::ops::Op::check_values`]): every offset a whole number of tokens,
 //! each sequence within the buffer and before the next (`Ragged_offset[b] + L_b·H·D <=
 //! Ragged_offset[b + 1] <= B·S·H·D`), each length within `0..=S`. cuDNN checks none of it and
 //! reads or writes out of bounds otherwise.
