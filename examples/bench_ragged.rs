@@ -240,6 +240,16 @@ mod bench {
         let mut outputs: HashMap<&str, Vec<bf16>> = HashMap::new();
         for variant in ["ragged", "padded", "padded_masked"] {
             let g = graph(variant, b, l)?;
+            // The lengths and offsets pass the rule on the host before any execute reads them.
+            if variant == "ragged" {
+                let values = [
+                    ("seq_len_q", lens.as_slice().into()),
+                    ("seq_len_kv", lens.as_slice().into()),
+                    ("offsets_q", off_q.as_slice().into()),
+                    ("offsets_kv", off_kv.as_slice().into()),
+                ];
+                cudnn_graph::reference::check_values(&g, &values)?;
+            }
             let started = Instant::now();
             let plan = match ExecutionPlan::build(cudnn, &g, &BuildOptions::default()) {
                 Ok(p) => p,

@@ -162,6 +162,11 @@ fn gpu_ragged_prefill_matches_the_reference_and_serves_new_lengths() {
                 })
                 .unwrap()
                 .o;
+            // The host copies of the lengths and offsets pass the rule before they are uploaded.
+            let graph = causal.graph().unwrap();
+            let host = [("seq_q", lens.as_slice().into()), ("seq_kv", lens.as_slice().into())];
+            let offsets = [("offsets_q", oq.as_slice().into()), ("offsets_kv", okv.as_slice().into())];
+            cudnn_graph::reference::check_values(&graph, &[host, offsets].concat()).unwrap();
             let up = |x: &Vec<bf16>| stream.clone_htod(x).unwrap();
             let up_i32 = |x: &Vec<i32>| stream.clone_htod(x).unwrap();
             let (q_d, k_d, v_d) = (up(&q), up(&k), up(&v));

@@ -288,3 +288,37 @@ fn a_packed_port_not_laid_out_thd_does_not_build() {
         "{e}"
     );
 }
+
+/// Before a GPU execute (cuDNN checks nothing), the host copies of the lengths and offsets go
+/// through the same rule, the large tensors read for their dims alone.
+#[test]
+fn host_values_are_checked_before_an_upload() {
+    let b = LENS.len();
+    let graph = Packed::new(b, S).graph().unwrap();
+    let lens = LENS.to_vec();
+    let off_q: Vec<i32> = offsets(&lens, HQ).iter().map(|&x| x as i32).collect();
+    let off_kv = offsets(&lens, HKV);
+    let check = |lens: &[i32], off_q: &[i32], off_kv: &[i64]| {
+        cudnn_graph::reference::check_values(
+            &graph,
+            &[
+                ("seq_q", lens.into()),
+                ("seq_kv", lens.into()),
+                ("offsets_q", off_q.into()),
+                ("offsets_kv", off_kv.into()),
+            ],
+        )
+        .map_err(|e| e.to_string())
+    };
+    assert_eq!(check(&lens, &off_q, &off_kv), Ok(()));
+    let mut shifted = off_kv.clone();
+    shifted[1] += 1;
+    let e = check(&lens, &off_q, &shifted).unwrap_err();
+    assert!(
+        e.contains("Ragged_offset_K[1] = 257 is not a whole number of K tokens of H·D = 32 elements; sequence 1"),
+        "{e}"
+    );
+    // One of the node's integer inputs left out: named, not skipped.
+    let e = cudnn_graph::reference::check_values(&graph, &[("seq_q", lens.as_slice().into())]).unwrap_err().to_string();
+    assert!(e.contains("seq_kv"), "{e}");
+}
