@@ -2,7 +2,7 @@
 //! target: at 45 % padding, at least 1.5× faster than the padded batch, equal results).
 //!
 //! ```text
-//! cargo run --release --example bench_ragged -- [--json PATH] [--quick] [--batches 8,32]
+//! cargo run --release --example bench_ragged -- [--json PATH] [--quick] [--batches 8,16]
 //!     [--lens 2048,4096,8192] [--padding 0.45] [--guard 1.5] [--budget-s 240]
 //! ```
 //!
@@ -93,7 +93,7 @@ mod bench {
         }
         Ok(Args {
             json: value("--json"),
-            batches: list("--batches", if quick { &[16] } else { &[8, 32] })?,
+            batches: list("--batches", if quick { &[16] } else { &[8, 16] })?,
             lens: list("--lens", if quick { &[4096] } else { &[2048, 4096, 8192] })?,
             padding,
             guard: value("--guard").map(|v| v.parse()).transpose()?,
