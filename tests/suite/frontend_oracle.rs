@@ -94,6 +94,7 @@ const OURS_TO_FRONTEND: &[(&str, Expect)] = &[
     ("sdpa_bshd_window", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_causal_training", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_paged_decode", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
+    ("sdpa_ragged", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_ragged_prefill", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("slice_matmul", Expect::Fails("build_operation_graph: Slice backend operation requires 9.22.0")),
     ("strided_slice_relu", Expect::Fails("build_operation_graph: Slice backend operation requires 9.22.0")),
@@ -186,6 +187,7 @@ const OUR_PAYLOADS_TO_FRONTEND: &[(&str, Expect)] = &[
     ("sdpa_backward", Expect::RoundTrips),
     ("sdpa_bshd_window", Expect::RoundTrips),
     ("sdpa_causal_training", Expect::RoundTrips),
+    ("sdpa_ragged", Expect::RoundTrips),
     ("slice_matmul", Expect::RoundTrips),
 ];
 

@@ -26,7 +26,7 @@ graph! {
         v: bf16[B, 2, S, 16] order [0, 2, 1, 3],
         seq_q: i32[B, 1, 1, 1],
         seq_kv: i32[B, 1, 1, 1],
-        offsets_q: i32[B + 1, 1, 1, 1],
+        offsets_q: i64[B + 1, 1, 1, 1],
         offsets_kv: i64[B + 1, 1, 1, 1],
     ) -> (o: bf16[B, 4, S, 16] order [0, 2, 1, 3], stats: f32[B, 4, S, 1]) {
         let (out, lse) = sdpa(q, k, v, seq_q, seq_kv, offsets_q, offsets_kv, offsets_kv, offsets_q,
@@ -150,7 +150,6 @@ fn packed_prefill_is_the_padded_batch_token_for_token() {
     let packed_q = pack(&q, &lens, &off_q, HQ, S, filler);
     let packed_k = pack(&k, &lens, &off_kv, HKV, S, filler);
     let packed_v = pack(&v, &lens, &off_kv, HKV, S, filler);
-    let off_q32: Vec<i32> = off_q.iter().map(|&x| x as i32).collect();
     let got = Packed::new(b, S)
         .reference(PackedInputs {
             q: &packed_q,
@@ -158,7 +157,7 @@ fn packed_prefill_is_the_padded_batch_token_for_token() {
             v: &packed_v,
             seq_q: &lens,
             seq_kv: &lens,
-            offsets_q: &off_q32,
+            offsets_q: &off_q,
             offsets_kv: &off_kv,
         })
         .unwrap();
@@ -226,8 +225,8 @@ fn offsets_out_of_place_are_errors_naming_the_port_and_sequence() {
     let (q, k, v) =
         (random::<bf16>(31, b * HQ * S * D), random::<bf16>(32, b * HKV * S * D), random(33, b * HKV * S * D));
     let lens = LENS.to_vec();
-    let off_q: Vec<i32> = offsets(&lens, HQ).iter().map(|&x| x as i32).collect();
-    let run = |off_q: &[i32], off_kv: &[i64], lens: &[i32]| {
+    let off_q = offsets(&lens, HQ);
+    let run = |off_q: &[i64], off_kv: &[i64], lens: &[i32]| {
         Packed::new(b, S)
             .reference(PackedInputs {
                 q: &q,
@@ -257,8 +256,7 @@ fn offsets_out_of_place_are_errors_naming_the_port_and_sequence() {
     // A length past the capacity S.
     let mut long = lens.clone();
     long[3] = 9;
-    let e = run(&offsets(&long, HQ).iter().map(|&x| x as i32).collect::<Vec<_>>(), &offsets(&long, HKV), &long)
-        .unwrap_err();
+    let e = run(&offsets(&long, HQ), &offsets(&long, HKV), &long).unwrap_err();
     assert!(e.contains("SEQ_LEN_Q[3] = 9 is outside 0..=8"), "{e}");
 }
 
@@ -296,9 +294,9 @@ fn host_values_are_checked_before_an_upload() {
     let b = LENS.len();
     let graph = Packed::new(b, S).graph().unwrap();
     let lens = LENS.to_vec();
-    let off_q: Vec<i32> = offsets(&lens, HQ).iter().map(|&x| x as i32).collect();
+    let off_q = offsets(&lens, HQ);
     let off_kv = offsets(&lens, HKV);
-    let check = |lens: &[i32], off_q: &[i32], off_kv: &[i64]| {
+    let check = |lens: &[i32], off_q: &[i64], off_kv: &[i64]| {
         cudnn_graph::reference::check_values(
             &graph,
             &[

@@ -610,11 +610,30 @@ fn offsets_ports<D: Dim>(
     let Some(b1) = D::sum(&[b.clone(), one.clone()]) else {
         return Err(rule(name, Some(0), format!("the batch {b} + 1 of the ragged offsets exceeds i64::MAX")));
     };
+    let mut first: Option<(&str, DataType)> = None;
     for (i, p) in ports.iter().enumerate().filter(|(_, p)| ragged::OFFSET_PORTS.contains(&p.name)) {
         let want = [(&b1, false), (&one, false), (&one, false), (&one, false)];
         port_fits(name, p.name, i, &inputs[i], &want, "[B + 1, 1, 1, 1]", cx)?;
-        if !matches!(inputs[i].dtype, DataType::I32 | DataType::I64) {
-            return Err(rule(name, Some(i), format!("port {} is {} but must be i32 or i64", p.name, inputs[i].dtype)));
+        let dtype = inputs[i].dtype;
+        if !matches!(dtype, DataType::I32 | DataType::I64) {
+            return Err(rule(name, Some(i), format!("port {} is {dtype} but must be i32 or i64", p.name)));
+        }
+        // Measured: cuDNN 9.19 (deviceless, H200) finds no engine, fused or composite, for a
+        // node whose offsets mix the two types.
+        match first {
+            Some((other, t)) if t != dtype => {
+                return Err(rule(
+                    name,
+                    Some(i),
+                    format!(
+                        "port {} is {dtype} but {other} is {t}: one node's ragged offsets have one type (cuDNN 9.19 \
+                         finds no engine for i32 and i64 offsets together)",
+                        p.name
+                    ),
+                ))
+            }
+            Some(_) => {}
+            None => first = Some((p.name, dtype)),
         }
     }
     Ok(())

@@ -1413,6 +1413,10 @@ fn ragged_ports_and_shapes() {
     assert!(e.contains("port Ragged_offset_Q must be [B + 1, 1, 1, 1] = [5, 1, 1, 1], found [4, 1, 1, 1]"), "{e}");
     let e = infer(&s, &metas(&[5, 1, 1, 1], DataType::F32)).unwrap_err().to_string();
     assert!(e.contains("port Ragged_offset_Q is f32 but must be i32 or i64"), "{e}");
+    let mut mixed = metas(&[5, 1, 1, 1], DataType::I32);
+    mixed[6].dtype = DataType::I64;
+    let e = infer(&s, &mixed).unwrap_err().to_string();
+    assert!(e.contains("port Ragged_offset_K is i64 but Ragged_offset_Q is i32: one node's ragged offsets have one type"), "{e}");
     // The attribute rules, spanned on `ragged`.
     let no_mask = op("sdpa", &[("ragged", true.into())]);
     let e = no_mask.check_attributes().unwrap_err();
