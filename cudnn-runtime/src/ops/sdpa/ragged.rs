@@ -25,7 +25,7 @@
 //! stays padded `[B, H_q, S_q, 1]`.
 //!
 //! Rules: `padding_mask = true` (cuDNN's: ragged offsets need the sequence lengths), no `fp8`;
-//! the offsets `[B + 1, 1, 1, 1]` `i32` or `i64` (shape rule, so `graph!` reports them at
+//! the offsets `[B + 1, 1, 1, 1]`, all `i32` or all `i64` (shape rule, so `graph!` reports them at
 //! compile time); packed ports laid out THD ([`crate::ops::Op::check_layout`], when the graph is validated); and
 //! before a node runs, on the values ([`crate::ops::Op::check_values`]): every offset a whole number of tokens,
 //! each sequence within the buffer and before the next (`Ragged_offset[b] + L_b·H·D <=
