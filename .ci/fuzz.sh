@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 readonly CARGO_FUZZ_VERSION=0.13.1
-readonly TARGETS=(structure payload builder ubjson frontend_payload macro_input page_tables tuning_store)
+readonly TARGETS=(structure payload builder ubjson frontend_payload macro_input page_tables tuning_store ragged_offsets)
 toolchain=${CUDNN_GRAPH_FUZZ_TOOLCHAIN:-nightly}
 seconds=${CUDNN_GRAPH_FUZZ_SECONDS:-90}
 

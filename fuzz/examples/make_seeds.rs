@@ -24,7 +24,7 @@ use cudnn_runtime::payload::plan::{write_payload, Expect, PlanOrigin, SerializeO
 use cudnn_runtime::serialize::structure_to_json;
 use cudnn_runtime::{DataType, Graph, GraphBuilder, Operand, TensorId};
 
-use DataType::{BF16, F16, F32};
+use DataType::{BF16, F16, F32, I32};
 
 type Built = Result<Graph, GraphError>;
 
@@ -346,6 +346,26 @@ fn sdpa_backward() -> Built {
     g.build()
 }
 
+fn sdpa_ragged() -> Built {
+    // Packed (THD) Q, K, V and O of 2 sequences of up to 8 tokens; Q and O share their offsets.
+    let mut g = GraphBuilder::new("sdpa_ragged");
+    let mut ids = Vec::new();
+    for n in ["q", "k", "v"] {
+        let t = g.input(n, BF16, &[2, 2, 8, 16])?;
+        g.set_dim_order(t, &[0, 2, 1, 3])?;
+        ids.push(t);
+    }
+    let lens = g.input("seq_len", I32, &[2, 1, 1, 1])?;
+    let off_q = g.input("ragged_offset_q", I32, &[3, 1, 1, 1])?;
+    let off_kv = g.input("ragged_offset_kv", I32, &[3, 1, 1, 1])?;
+    ids.extend([lens, lens, off_q, off_kv, off_kv, off_q]);
+    let attrs = [attr("ragged", true), attr("padding_mask", true), attr("causal", true)];
+    let o = g.op("sdpa", &ops(&ids), &attrs)?[0];
+    let o = g.output(o, "o", BF16)?;
+    g.set_dim_order(o, &[0, 2, 1, 3])?;
+    g.build()
+}
+
 fn graphs() -> Vec<(&'static str, Built)> {
     vec![
         ("matmul_bias_relu", matmul_bias_relu()),
@@ -373,6 +393,7 @@ fn graphs() -> Vec<(&'static str, Built)> {
         ("sdpa_causal_training", sdpa_forward(true, true)),
         ("sdpa_bshd_window", sdpa_bshd_window()),
         ("sdpa_backward", sdpa_backward()),
+        ("sdpa_ragged", sdpa_ragged()),
     ]
 }
 

@@ -334,6 +334,47 @@ def fam_sdpa_backward(g):
         out(x, M.data_type.HALF, n).set_dim(dims).set_stride(packed(dims))
 
 
+def thd(dims):
+    """THD strides of a packed [b, h, s, d] tensor: token-major."""
+    b, h, s, d = dims
+    return [s * h * d, d, h * d, 1]
+
+
+def ragged_tensors(g):
+    """Packed Q, K, V (THD), their offsets and O's, and the sequence lengths."""
+    b, h, s, d = 3, 2, 128, 64
+    dims = [b, h, s, d]
+    offsets = {n: t(g, "ragged_offset_" + n, [b + 1, 1, 1, 1], M.data_type.INT32) for n in "qkvo"}
+    qkv = []
+    for n in "qkv":
+        x = t(g, n, dims, M.data_type.HALF, stride=thd(dims))
+        x.set_ragged_offset(offsets[n])
+        qkv.append(x)
+    lens = [t(g, n, [b, 1, 1, 1], M.data_type.INT32) for n in ("seq_len_q", "seq_len_kv")]
+    return qkv, offsets, lens, dims
+
+
+def fam_sdpa_ragged_forward(g):
+    (q, k, v), offsets, (sq, skv), dims = ragged_tensors(g)
+    o, stats = g.sdpa(q, k, v, generate_stats=True, attn_scale=0.125, use_causal_mask=True,
+                      use_padding_mask=True, seq_len_q=sq, seq_len_kv=skv, name="sdpa")
+    out(o, M.data_type.HALF, "o").set_dim(dims).set_stride(thd(dims)).set_ragged_offset(offsets["o"])
+    out(stats, M.data_type.FLOAT, "stats")
+
+
+def fam_sdpa_ragged_backward(g):
+    (q, k, v), offsets, (sq, skv), dims = ragged_tensors(g)
+    o = t(g, "o", dims, M.data_type.HALF, stride=thd(dims))
+    o.set_ragged_offset(offsets["o"])
+    do = t(g, "do", dims, M.data_type.HALF, stride=thd(dims))
+    do.set_ragged_offset(offsets["o"])
+    stats = t(g, "stats", dims[:3] + [1], M.data_type.FLOAT)
+    dq, dk, dv = g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.125, use_causal_mask=True,
+                                 use_padding_mask=True, seq_len_q=sq, seq_len_kv=skv, name="sdpa_bwd")
+    for x, n in ((dq, "q"), (dk, "k"), (dv, "v")):
+        out(x, M.data_type.HALF, "d" + n).set_dim(dims).set_stride(thd(dims)).set_ragged_offset(offsets[n])
+
+
 FAMILIES = {name[4:]: f for name, f in globals().items() if name.startswith("fam_")}
 # Families cudnn-frontend's Python API has no call for (recorded in the manifest as such).
 UNBOUND = {"resample": "cudnn-frontend 1.32's Python backend_graph has no resample/pooling call"}

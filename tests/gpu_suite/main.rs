@@ -29,6 +29,7 @@ mod gpu_paged;
 mod gpu_paged_append;
 mod gpu_partition;
 mod gpu_plans;
+mod gpu_ragged;
 mod gpu_reductions;
 mod gpu_repro;
 mod gpu_sdpa;

@@ -94,6 +94,8 @@ const OURS_TO_FRONTEND: &[(&str, Expect)] = &[
     ("sdpa_bshd_window", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_causal_training", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_paged_decode", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
+    ("sdpa_ragged", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
+    ("sdpa_ragged_prefill", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("slice_matmul", Expect::Fails("build_operation_graph: Slice backend operation requires 9.22.0")),
     ("strided_slice_relu", Expect::Fails("build_operation_graph: Slice backend operation requires 9.22.0")),
     ("transpose_matmul", Expect::Fails("build_operation_graph: Transpose requires cuDNN v9.22.0")),
@@ -124,6 +126,8 @@ const FRONTEND_TO_OURS: &[(&str, Expect)] = &[
     ("rmsnorm_backward", Expect::RoundTrips),
     ("sdpa_backward", Expect::RoundTrips),
     ("sdpa_forward", Expect::RoundTrips),
+    ("sdpa_ragged_backward", Expect::RoundTrips),
+    ("sdpa_ragged_forward", Expect::RoundTrips),
     ("slice", Expect::RoundTrips),
     ("transpose", Expect::RoundTrips),
 ];
@@ -155,6 +159,8 @@ const FRONTEND_TO_FRONTEND: &[(&str, Expect)] = &[
     ("rmsnorm_backward", Expect::Fails(NO_OPS)),
     ("sdpa_backward", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("sdpa_forward", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
+    ("sdpa_ragged_backward", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
+    ("sdpa_ragged_forward", Expect::Fails("validate: cuda_get_device(&device) failed with API call is not supported in the installed CUDA driver")),
     ("slice", Expect::Fails("build_operation_graph: Slice backend operation requires 9.22.0")),
     ("transpose", Expect::Fails("build_operation_graph: Transpose requires cuDNN v9.22.0")),
 ];
@@ -181,6 +187,7 @@ const OUR_PAYLOADS_TO_FRONTEND: &[(&str, Expect)] = &[
     ("sdpa_backward", Expect::RoundTrips),
     ("sdpa_bshd_window", Expect::RoundTrips),
     ("sdpa_causal_training", Expect::RoundTrips),
+    ("sdpa_ragged", Expect::RoundTrips),
     ("slice_matmul", Expect::RoundTrips),
 ];
 
@@ -379,7 +386,8 @@ fn check(table_name: &str, table: &[(&str, Expect)], measured: &[(String, Result
     assert!(wrong.is_empty(), "outcomes changed (flip the cells; see the module docs):\n{}", wrong.join("\n"));
 }
 
-/// A graph of each family the structure corpus lacks (a forward RMS norm, paged attention).
+/// A graph of each family the structure corpus lacks (a forward RMS norm, paged attention,
+/// ragged attention).
 fn extra_graphs() -> Vec<(String, Graph)> {
     let mut g = GraphBuilder::new("rmsnorm_training");
     let x = g.input("x", DataType::F16, &[8, 64, 1, 1]).unwrap();
@@ -400,7 +408,31 @@ fn extra_graphs() -> Vec<(String, Graph)> {
         [("paged".into(), true.into()), ("padding_mask".into(), true.into()), ("max_seq_len_kv".into(), 128.into())];
     let o = g.op("sdpa", &[q, k, v, seq_q, seq_kv, table, table].map(Into::into), &attrs).unwrap()[0];
     g.output(o, "o", DataType::BF16).unwrap();
-    vec![("rmsnorm_training".into(), rmsnorm), ("sdpa_paged_decode".into(), g.build().unwrap())]
+    let paged = g.build().unwrap();
+    // Ragged prefill: packed (THD) Q, K, V and O, each with its offsets.
+    let mut g = GraphBuilder::new("sdpa_ragged_prefill");
+    let mut ins = Vec::new();
+    for name in ["q", "k", "v"] {
+        let t = g.input(name, DataType::BF16, &[3, 4, 64, 64]).unwrap();
+        g.set_dim_order(t, &[0, 2, 1, 3]).unwrap();
+        ins.push(t);
+    }
+    for name in ["seq_len_q", "seq_len_kv"] {
+        ins.push(g.input(name, DataType::I32, &[3, 1, 1, 1]).unwrap());
+    }
+    for name in ["q", "k", "v", "o"] {
+        ins.push(g.input(&format!("ragged_offset_{name}"), DataType::I32, &[4, 1, 1, 1]).unwrap());
+    }
+    let attrs = [("ragged".into(), true.into()), ("padding_mask".into(), true.into()), ("causal".into(), true.into())];
+    let ins: Vec<cudnn_graph::Operand> = ins.into_iter().map(Into::into).collect();
+    let o = g.op("sdpa", &ins, &attrs).unwrap()[0];
+    let o = g.output(o, "o", DataType::BF16).unwrap();
+    g.set_dim_order(o, &[0, 2, 1, 3]).unwrap();
+    vec![
+        ("rmsnorm_training".into(), rmsnorm),
+        ("sdpa_paged_decode".into(), paged),
+        ("sdpa_ragged_prefill".into(), g.build().unwrap()),
+    ]
 }
 
 /// Our structural JSON of each graph of the structure corpus (those our reader reads) and of

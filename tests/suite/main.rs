@@ -44,6 +44,7 @@ mod paged_attention;
 mod partition;
 mod payload_safety;
 mod plan_picture;
+mod ragged_attention;
 mod reference_bn_finalize;
 mod reference_conv;
 mod reference_fp8;

@@ -370,6 +370,12 @@ impl Graph {
                     found: node.outputs.len(),
                 });
             }
+            let strided = |ids: &[TensorId]| -> Vec<crate::ops::StridedMeta<'_>> {
+                ids.iter()
+                    .map(|i| crate::ops::StridedMeta { dims: &self.tensor(*i).dims, strides: &self.tensor(*i).strides })
+                    .collect()
+            };
+            node.op.check_layout(&strided(&node.inputs), &strided(&node.outputs)).map_err(shape_error)?;
             let ports = node.op.outputs();
             for ((o, meta), port) in node.outputs.iter().zip(&inferred).zip(ports) {
                 let t = self.tensor(*o);

@@ -5,7 +5,7 @@
 
 use super::attrs::{AttrError, Attrs};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::shape::{OutputMeta, ShapeError, TensorMeta};
+use super::shape::{OutputMeta, ShapeError, StridedMeta, TensorMeta};
 use super::signature::{AttrValue, Extents, OpSignature, PortSpec};
 use super::Layout;
 use crate::array::Array;
@@ -85,6 +85,28 @@ pub(crate) trait OpFamily: Sized {
         Ok(())
     }
 
+    /// This op's packed (ragged) ports, each with the input holding its ragged offsets: what the
+    /// structural JSON writes as cudnn-frontend's `ragged_offset_uid` on the port's tensor. Most
+    /// ops have none.
+    fn ragged_ports(&self) -> Vec<RaggedPort> {
+        Vec::new()
+    }
+
+    /// The input port that holds the ragged offsets of port `port` of a node tagged `tag`, where
+    /// the family reads cudnn-frontend's `ragged_offset_uid` on that port's tensor (`None`: the
+    /// reader refuses ragged offsets there).
+    fn frontend_ragged_offsets(_tag: &str, _port: &str) -> Option<&'static str> {
+        None
+    }
+
+    /// The rule on the memory layout of this op's ports, where its semantics depend on it (a
+    /// ragged attention's packed THD tensors): run by [`Graph::validate`](crate::Graph::validate)
+    /// after the shape rule, so the CPU reference and the GPU never read a layout differently.
+    /// Most ops take any strides cuDNN takes.
+    fn check_layout(&self, _inputs: &[StridedMeta<'_>], _outputs: &[StridedMeta<'_>]) -> Result<(), ShapeError> {
+        Ok(())
+    }
+
     /// How the builder lays out the virtual tensors around this op where their strides are unset.
     fn layout_policy(&self) -> LayoutPolicy<'_>;
 
@@ -140,6 +162,20 @@ pub enum FusionRule {
 impl FusionRule {
     /// An anchor that shares its kernel with nothing.
     pub const ALONE: FusionRule = FusionRule::Anchor { prologue: false, epilogue: false, follows: false };
+}
+
+/// A packed (ragged) port of an op: its tensor holds sequence `b` at the element offset entry
+/// `b` of the op's input `offsets` gives (cuDNN's `CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaggedPort {
+    /// The port's name (`Q`, `dO`).
+    pub port: &'static str,
+    /// An output port (else an input).
+    pub output: bool,
+    /// Its index among the op's inputs or outputs.
+    pub index: usize,
+    /// The index of the input holding its offsets.
+    pub offsets: usize,
 }
 
 /// How the builder lays out the virtual tensors around an op whose strides are unset (graph

@@ -64,6 +64,17 @@ macro_rules! families {
             vec![$((stringify!($name), <$name as OpFamily>::TAGS)),*]
         }
 
+        /// The input port holding the ragged offsets of port `port` of a node tagged `tag`, where
+        /// its family reads cudnn-frontend's `ragged_offset_uid` there.
+        pub(crate) fn frontend_ragged_offsets(tag: &str, port: &str) -> Option<&'static str> {
+            $(
+                if <$name as OpFamily>::TAGS.contains(&tag) {
+                    return <$name as OpFamily>::frontend_ragged_offsets(tag, port);
+                }
+            )*
+            None
+        }
+
         /// Reads a node from its cudnn-frontend fields; `None` for a tag no family has.
         pub(crate) fn read_frontend(
             node: &crate::codec::json::Obj<'_>,
@@ -200,6 +211,22 @@ macro_rules! families {
             pub fn check_values(&self, inputs: &[&Array]) -> Result<(), ShapeError> {
                 match self {
                     $( Op::$name(op) => OpFamily::check_values(op, inputs), )*
+                }
+            }
+
+            /// This op's packed (ragged) ports, each with the input holding its offsets.
+            pub fn ragged_ports(&self) -> Vec<RaggedPort> {
+                match self {
+                    $( Op::$name(op) => OpFamily::ragged_ports(op), )*
+                }
+            }
+
+            /// The rule on the memory layout of this op's ports (dims and strides of its inputs and
+            /// outputs, in port order), where its semantics depend on it: a ragged attention's
+            /// packed tensors must be THD.
+            pub fn check_layout(&self, inputs: &[StridedMeta<'_>], outputs: &[StridedMeta<'_>]) -> Result<(), ShapeError> {
+                match self {
+                    $( Op::$name(op) => OpFamily::check_layout(op, inputs, outputs), )*
                 }
             }
 

@@ -26,13 +26,13 @@ mod window;
 use crate::array::Array;
 use crate::dim::{Dim, DimCx};
 use crate::DataType;
-pub use family::FusionRule;
+pub use family::{FusionRule, RaggedPort};
 use family::{LayoutPolicy, OpFamily};
 
 pub(crate) use attrs::Attrs;
 pub use attrs::{closest, AttrError};
 pub(crate) use family::{ChannelsLast, OutputLayout};
-pub use shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+pub use shape::{OutputMeta, ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
 // `pointwise/lower.rs` reaches it here.
 #[cfg(feature = "cudnn")]
 pub(crate) use shape::normalize_axis;

@@ -16,6 +16,16 @@ pub struct TensorMeta<D> {
     pub dtype: DataType,
 }
 
+/// A concrete tensor's dims and strides, as an op's rule on memory layout sees them
+/// ([`crate::ops::Op::check_layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StridedMeta<'a> {
+    /// Its dims.
+    pub dims: &'a [i64],
+    /// Its strides, in elements.
+    pub strides: &'a [i64],
+}
+
 /// What a shape rule infers for one output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputMeta<D> {

@@ -87,6 +87,89 @@ pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>
     compute(graph, values)
 }
 
+/// Checks, on host copies, the values the graph's ops read memory through, before a GPU execute
+/// that cuDNN does not bounds-check: page tables and ragged offsets, with the sequence lengths
+/// they go with ([`crate::ops::Op::check_values`], the rule the CPU engine runs before it
+/// computes). `inputs` names graph inputs as [`run`] takes them, but only the small integer ones
+/// are needed: a node is checked when any of its integer graph inputs is given, and then all of
+/// them must be ([`ArgError::Missing`] otherwise); the large tensors are read for their dims only.
+/// The first fault is [`ArgError::Graph`] naming the node, the port, the sequence and the bound.
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::{reference, DataType, GraphBuilder, Operand};
+/// use cudnn_graph::ops::sdpa::ragged::thd_offsets;
+/// // Packed prefill of 2 sequences of up to 8 tokens, 2 heads of 8.
+/// let mut g = GraphBuilder::new("packed");
+/// let mut ins = Vec::new();
+/// for name in ["q", "k", "v"] {
+///     let t = g.input(name, DataType::BF16, &[2, 2, 8, 8]).unwrap();
+///     g.set_dim_order(t, &[0, 2, 1, 3]).unwrap();
+///     ins.push(t);
+/// }
+/// let lens = g.input("lens", DataType::I32, &[2, 1, 1, 1]).unwrap();
+/// let offsets = g.input("offsets", DataType::I64, &[3, 1, 1, 1]).unwrap();
+/// ins.extend([lens, lens, offsets, offsets, offsets, offsets]);
+/// let ins: Vec<Operand> = ins.into_iter().map(Operand::Tensor).collect();
+/// let attrs = [("ragged".into(), true.into()), ("padding_mask".into(), true.into())];
+/// let o = g.op("sdpa", &ins, &attrs).unwrap()[0];
+/// let o = g.output(o, "o", DataType::BF16).unwrap();
+/// g.set_dim_order(o, &[0, 2, 1, 3]).unwrap();
+/// let graph = g.build().unwrap();
+/// let good = thd_offsets(&[5, 3], 2, 8).unwrap();
+/// assert_eq!(good, [0, 80, 128]);
+/// let check = |lens: &[i32], offsets: &[i64]| {
+///     reference::check_values(&graph, &[("lens", lens.into()), ("offsets", offsets.into())])
+/// };
+/// assert!(check(&[5, 3], &good).is_ok());
+/// // Sequence 0's 5 tokens overlap sequence 1 at 64.
+/// let e = check(&[5, 3], &[0, 64, 128]).unwrap_err().to_string();
+/// assert!(e.contains("sequence 0 of Q runs from Ragged_offset_Q[0] = 0"), "{e}");
+/// ```
+pub fn check_values(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<(), ArgError> {
+    validated(graph)?;
+    let graph_inputs = graph.inputs();
+    let mut values: Vec<Option<Array>> = vec![None; graph.tensors.len()];
+    for (name, data) in inputs {
+        let id = graph
+            .id_of(name)
+            .filter(|id| graph_inputs.contains(id) && values[id.0].is_none())
+            .ok_or_else(|| ArgError::Unexpected { graph: graph.name.clone(), tensor: name.to_string() })?;
+        values[id.0] = Some(gather(graph.tensor(id), *data)?);
+    }
+    let integer = |id: &TensorId| {
+        matches!(graph.tensor(*id).data_type, crate::DataType::I32 | crate::DataType::I64) && graph_inputs.contains(id)
+    };
+    for node in &graph.nodes {
+        let ints: Vec<&TensorId> = node.inputs.iter().filter(|id| integer(id)).collect();
+        if ints.iter().all(|id| values[id.0].is_none()) {
+            continue;
+        }
+        if let Some(missing) = ints.iter().find(|id| values[id.0].is_none()) {
+            return Err(ArgError::Missing { graph: graph.name.clone(), tensor: graph.tensor(**missing).name.clone() });
+        }
+        // The large inputs by their dims alone: the value rules read the integer ones only.
+        let arrays: Vec<Array> = node
+            .inputs
+            .iter()
+            .map(|id| {
+                values[id.0].clone().unwrap_or_else(|| Array { dims: graph.tensor(*id).dims.clone(), data: Vec::new() })
+            })
+            .collect();
+        let refs: Vec<&Array> = arrays.iter().collect();
+        node.op.check_values(&refs).map_err(|source| ArgError::Graph {
+            graph: graph.name.clone(),
+            source: Box::new(GraphError::Shape {
+                node: node.name.clone(),
+                op: node.op.call_name(),
+                port: source.arg.and_then(|a| node.op.inputs().get(a).map(|p| p.name)),
+                source,
+            }),
+        })?;
+    }
+    Ok(())
+}
+
 fn validated(graph: &Graph) -> Result<(), ArgError> {
     graph.validate().map_err(|source| ArgError::Graph { graph: graph.name.clone(), source: Box::new(source) })
 }

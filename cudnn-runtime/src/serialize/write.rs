@@ -53,7 +53,21 @@ pub(crate) fn graph_to_json(g: &Graph, dynamic_shape: bool) -> Json {
         context.push(("name", Json::str(&g.name)));
     }
 
-    let tensors = by_uid.iter().map(|&i| tensor_json(&g.tensors[i])).collect();
+    // A packed tensor names its ragged offsets (cudnn-frontend's `ragged_offset_uid`); the node
+    // that reads it so does not list the offsets among its ports.
+    let mut ragged: Vec<Option<&Tensor>> = vec![None; g.tensors.len()];
+    for n in &g.nodes {
+        for p in n.op.ragged_ports() {
+            let ids = if p.output { &n.outputs } else { &n.inputs };
+            let offsets = n.inputs.get(p.offsets).and_then(|id| g.tensors.get(id.0));
+            if let (Some(slot), Some(offsets)) = (ids.get(p.index).and_then(|id| ragged.get_mut(id.0)), offsets) {
+                // A tensor two nodes read at different offsets writes the first: the reader then
+                // gives both the same, which the fingerprint refuses.
+                slot.get_or_insert(offsets);
+            }
+        }
+    }
+    let tensors = by_uid.iter().map(|&i| tensor_json(&g.tensors[i], ragged[i])).collect();
 
     sorted(vec![
         ("context", sorted(context)),
@@ -65,7 +79,7 @@ pub(crate) fn graph_to_json(g: &Graph, dynamic_shape: bool) -> Json {
     ])
 }
 
-fn tensor_json(t: &Tensor) -> Json {
+fn tensor_json(t: &Tensor, ragged_offset: Option<&Tensor>) -> Json {
     let mut members = vec![
         ("data_type", Json::str(data_type_name(t.data_type))),
         ("dim", ints(&t.dims)),
@@ -77,6 +91,10 @@ fn tensor_json(t: &Tensor) -> Json {
         ("stride", ints(&t.strides)),
         ("uid", Json::Int(t.uid)),
     ];
+    if let Some(offsets) = ragged_offset {
+        members.push(("ragged_offset_name", Json::str(&offsets.name)));
+        members.push(("ragged_offset_uid", Json::Int(offsets.uid)));
+    }
     if let Some(v) = t.pass_by_value {
         let (variant, exact) = scalar_json(t, v);
         members.retain(|(k, _)| *k != "pass_by_value");
@@ -142,7 +160,12 @@ fn node_json(g: &Graph, n: &Node) -> Json {
     // The instance's ports (an op whose attributes add ports has more than its first few).
     let input_names: Vec<&'static str> = n.op.inputs().iter().map(|p| p.name).collect();
     let output_names = n.op.outputs();
-    let inputs = if frontend.listed_inputs { listed(g, &n.inputs) } else { ports(g, &input_names, &n.inputs) };
+    let mut inputs = if frontend.listed_inputs { listed(g, &n.inputs) } else { ports(g, &input_names, &n.inputs) };
+    // Ragged offsets are named by the tensors they pack, not by ports (cudnn-frontend's layout).
+    let offsets: Vec<&str> = n.op.ragged_ports().iter().filter_map(|p| input_names.get(p.offsets).copied()).collect();
+    if let Json::Obj(members) = &mut inputs {
+        members.retain(|(port, _)| !offsets.contains(&port.as_str()));
+    }
     let mut members =
         vec![("inputs", inputs), ("name", Json::str(&n.name)), ("outputs", ports(g, &output_names, &n.outputs))];
     if frontend.compute_data_type || n.compute_data_type != g.context.compute_data_type {

@@ -170,8 +170,8 @@ fn cudnn_frontend_1_32_forward_fields_are_written_and_read_by_what_they_mean() {
     for (field, value, feature) in [
         ("stats_use_log2", serde_json::json!(true), "softmax stats in base 2"),
         ("is_mxfp8", serde_json::json!(true), "MXFP8"),
-        ("max_total_seq_len_q", serde_json::json!(256), "ragged (packed) attention"),
-        ("max_total_seq_len_kv", serde_json::json!(256), "ragged (packed) attention"),
+        ("max_total_seq_len_q", serde_json::json!(256), "a bound on the packed tokens"),
+        ("max_total_seq_len_kv", serde_json::json!(256), "a bound on the packed tokens"),
     ] {
         let mut doc = doc.clone();
         doc["nodes"][0][field] = value;

@@ -15,9 +15,12 @@
 //! the twelve scale ports of [`super::FP8_BACKWARD_INPUTS`] and `Amax_dQ` ... `Amax_dP`. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
 //! and the packed totals `max_total_seq_len_q`/`_kv` when null. Paged caches (`paged = true`) are
 //! the `Page_table_K` and `Page_table_V` ports, with `max_seq_len_kv` (null: table width × page
-//! size). Alibi masks, ragged offsets, base-2 stats, MXFP8, right bounds other than 0, custom
-//! dropout masks and one paged cache of the two are not supported: each is an `Unsupported` error
-//! naming the field.
+//! size). Packed sequences (`ragged = true`) are cudnn-frontend's `ragged_offset_uid` and
+//! `ragged_offset_name` on the packed tensors (Q, K, V, O; the backward's dO, dQ, dK, dV too),
+//! which the document reader turns into the `Ragged_offset_*` ports (`serialize/read/ragged.rs`)
+//! and the writer back. Alibi masks, bounds on the packed tokens (`max_total_seq_len_q`/`_kv`),
+//! base-2 stats, MXFP8, right bounds other than 0, custom dropout masks and one paged cache of the
+//! two are not supported: each is an `Unsupported` error naming the field.
 
 use super::{Alignment, Implementation, Sdpa, SdpaPass};
 use crate::codec::json::{Json, Obj};
@@ -217,8 +220,16 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
     }
     for field in ["max_total_seq_len_q", "max_total_seq_len_kv"] {
         if own.contains(&field) && !null(field) {
-            return Err(unsupported(field, "ragged (packed) attention"));
+            return Err(unsupported(
+                field,
+                "a bound on the packed tokens (cudnn-graph keeps Stats and the dQ accumulator padded, B·S rows)",
+            ));
         }
+    }
+    // Packed sequences: the document reader turns the `ragged_offset_uid` of Q (and of the
+    // other packed tensors) into these ports.
+    if has_port("inputs", "Ragged_offset_Q")? {
+        out.push(("inputs", "ragged", FrontendAttr::Bool(true)));
     }
     match (has_port("inputs", "Page_table_K")?, has_port("inputs", "Page_table_V")?) {
         (true, true) => out.push(("inputs", "paged", FrontendAttr::Bool(true))),

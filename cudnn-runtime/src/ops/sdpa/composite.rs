@@ -48,6 +48,10 @@ pub(crate) struct SubTensor {
     pub(crate) dims: Vec<i64>,
     pub(crate) strides: Vec<i64>,
     pub(crate) data_type: DataType,
+    /// A packed (ragged) tensor: the node's input port holding its ragged offsets, which its
+    /// descriptor names (`CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC`). Only the node's own tensors
+    /// (an input, an output, Kᵀ) are packed.
+    pub(crate) ragged: Option<usize>,
 }
 
 /// An operation of the subgraph.
@@ -125,8 +129,15 @@ impl Builder<'_> {
         strides: Vec<i64>,
         data_type: DataType,
     ) -> T {
-        self.x.tensors.push(SubTensor { name, kind, uid, dims, strides, data_type });
+        self.x.tensors.push(SubTensor { name, kind, uid, dims, strides, data_type, ragged: None });
         self.x.tensors.len() - 1
+    }
+
+    /// Marks tensor `t`, the node's port `port`, packed where the node is ragged.
+    fn packed(&mut self, t: T, port: &str) -> T {
+        let offsets = super::ragged::packed(self.op).into_iter().find(|p| p.port == port).map(|p| p.offsets_index);
+        self.x.tensors[t].ragged = offsets;
+        t
     }
 
     fn fresh(&mut self) -> i64 {
@@ -138,13 +149,15 @@ impl Builder<'_> {
     fn input(&mut self, port: &str) -> Option<T> {
         let i = self.op.input_index(port)?;
         let t = self.cx.inputs.get(i)?;
-        Some(self.push("input", Kind::Input(i), t.uid, t.dims.clone(), t.strides.clone(), t.data_type))
+        let x = self.push("input", Kind::Input(i), t.uid, t.dims.clone(), t.strides.clone(), t.data_type);
+        Some(self.packed(x, port))
     }
 
     fn output(&mut self, port: &str) -> Option<T> {
         let i = self.op.outputs().iter().position(|p| *p == port)?;
         let t = self.cx.outputs.get(i)?;
-        Some(self.push("output", Kind::Output(i), t.uid, t.dims.clone(), t.strides.clone(), t.data_type))
+        let x = self.push("output", Kind::Output(i), t.uid, t.dims.clone(), t.strides.clone(), t.data_type);
+        Some(self.packed(x, port))
     }
 
     /// Input `port` with its last two dims swapped (Kᵀ, Vᵀ).
@@ -154,7 +167,9 @@ impl Builder<'_> {
         let perm = [0, 1, 3, 2];
         let dims = perm.iter().map(|&p| t.dims[p]).collect();
         let strides = perm.iter().map(|&p| t.strides[p]).collect();
-        Some(self.push("transposed", Kind::Alias { input: i, perm }, t.uid, dims, strides, t.data_type))
+        let x = self.push("transposed", Kind::Alias { input: i, perm }, t.uid, dims, strides, t.data_type);
+        // Kᵀ of packed K keeps K's offsets (cudnn-frontend's `reshape_k`).
+        Some(self.packed(x, port))
     }
 
     /// The paged cache load of pool `pool` through table `table` into a virtual tensor of

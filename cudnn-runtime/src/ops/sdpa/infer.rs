@@ -3,7 +3,7 @@
 //! ports, then the outputs. Every support rule that depends only on shapes, types and attributes
 //! is here too, so the `graph!` macro reports it at expansion.
 
-use super::{paged, rule, takes, Sdpa, SdpaPass};
+use super::{paged, ragged, rule, takes, Sdpa, SdpaPass};
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::ops::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use crate::ops::signature::PortSpec;
@@ -198,7 +198,7 @@ impl Sdpa {
         if self.paged {
             paged_ports(self, inputs, ports, (b, &t.k.dims[2]), cx)?;
         }
-        Ok(())
+        offsets_ports(self, inputs, ports, b, cx)
     }
 
     /// The outputs: O (and Stats in training) forward; dQ, dK, dV (and dBias) backward.
@@ -522,7 +522,8 @@ impl Sdpa {
         if self.d_bias && !self.bias {
             return fail("`d_bias = true` needs the bias it differentiates: add `bias = true` and the Bias input");
         }
-        paged::check_attributes(self)
+        paged::check_attributes(self)?;
+        ragged::check_attributes(self)
     }
 }
 
@@ -588,6 +589,51 @@ fn paged_ports<D: Dim>(
                     ),
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// The offsets inputs' shapes and types: `[B + 1, 1, 1, 1]`, `i32` or `i64`.
+fn offsets_ports<D: Dim>(
+    op: &Sdpa,
+    inputs: &[TensorMeta<D>],
+    ports: &[PortSpec],
+    b: &D,
+    cx: &mut impl DimCx<D>,
+) -> Result<(), ShapeError> {
+    if !op.ragged {
+        return Ok(());
+    }
+    let name = op.pass.name();
+    let one = D::lit(1);
+    let Some(b1) = D::sum(&[b.clone(), one.clone()]) else {
+        return Err(rule(name, Some(0), format!("the batch {b} + 1 of the ragged offsets exceeds i64::MAX")));
+    };
+    let mut first: Option<(&str, DataType)> = None;
+    for (i, p) in ports.iter().enumerate().filter(|(_, p)| ragged::OFFSET_PORTS.contains(&p.name)) {
+        let want = [(&b1, false), (&one, false), (&one, false), (&one, false)];
+        port_fits(name, p.name, i, &inputs[i], &want, "[B + 1, 1, 1, 1]", cx)?;
+        let dtype = inputs[i].dtype;
+        if !matches!(dtype, DataType::I32 | DataType::I64) {
+            return Err(rule(name, Some(i), format!("port {} is {dtype} but must be i32 or i64", p.name)));
+        }
+        // Measured: cuDNN 9.19 (deviceless, H200) finds no engine, fused or composite, for a
+        // node whose offsets mix the two types.
+        match first {
+            Some((other, t)) if t != dtype => {
+                return Err(rule(
+                    name,
+                    Some(i),
+                    format!(
+                        "port {} is {dtype} but {other} is {t}: one node's ragged offsets have one type (cuDNN 9.19 \
+                         finds no engine for i32 and i64 offsets together)",
+                        p.name
+                    ),
+                ))
+            }
+            Some(_) => {}
+            None => first = Some((p.name, dtype)),
         }
     }
     Ok(())

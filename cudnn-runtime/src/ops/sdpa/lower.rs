@@ -19,6 +19,7 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::composite::{self, Expansion, Kind, SubOp, SubTensor};
+use super::ragged::{self, Slot};
 use super::support::{self, Problem, Target};
 use super::{Implementation, Sdpa};
 use crate::cudnn::{Cudnn, CudnnError, Descriptor, Internals, NodeCx, ALIGNMENT};
@@ -121,9 +122,13 @@ pub(crate) fn lower(
     Ok(LoweredSubgraph { operations, parts, internals })
 }
 
-/// A tensor descriptor of the lowering's own.
+/// A tensor descriptor of the lowering's own; a packed one names its ragged offsets' descriptor
+/// (the node's input `t.ragged`).
 fn tensor(cx: &NodeCx<'_>, t: &SubTensor) -> Result<Descriptor, CudnnError> {
     let mut d = cx.descriptor(K::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+    if let Some(offsets) = t.ragged {
+        d.set_descriptors(A::CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, &[cx.input(offsets)?])?;
+    }
     d.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, t.data_type)?;
     d.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &t.dims)?;
     d.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &t.strides)?;
@@ -143,11 +148,41 @@ fn fused(
     scale: Option<(i64, f64)>,
 ) -> Result<(Vec<Descriptor>, Vec<Descriptor>), CudnnError> {
     let mut parts = Vec::new();
+    // Packed (ragged) ports get descriptors of their own naming their offsets.
+    let mut packed: Vec<(Slot, Descriptor)> = Vec::new();
+    for p in ragged::packed(op) {
+        let port = match p.slot {
+            Slot::Input(i) => cx.inputs.get(i),
+            Slot::Output(i) => cx.outputs.get(i),
+        };
+        let port = port.ok_or_else(|| cx.unsupported(format!("it has no tensor for packed port {}", p.port)))?;
+        let kind = match p.slot {
+            Slot::Input(i) => Kind::Input(i),
+            Slot::Output(i) => Kind::Output(i),
+        };
+        let t = SubTensor {
+            name: p.port,
+            kind,
+            uid: port.uid,
+            dims: port.dims.clone(),
+            strides: port.strides.clone(),
+            data_type: port.data_type,
+            ragged: Some(p.offsets_index),
+        };
+        packed.push((p.slot, tensor(cx, &t)?));
+    }
+    let get = |slot: Slot| -> Result<&Descriptor, CudnnError> {
+        match (packed.iter().find(|(s, _)| *s == slot), slot) {
+            (Some((_, d)), _) => Ok(d),
+            (None, Slot::Input(i)) => cx.input(i),
+            (None, Slot::Output(i)) => cx.output(i),
+        }
+    };
     let mut sdpa = cx.descriptor(K::CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR)?;
-    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, &[cx.input(0)?])?;
-    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, &[cx.input(1)?])?;
-    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, &[cx.input(2)?])?;
-    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, &[cx.output(0)?])?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, &[get(Slot::Input(0))?])?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, &[get(Slot::Input(1))?])?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, &[get(Slot::Input(2))?])?;
+    sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, &[get(Slot::Output(0))?])?;
     if op.training {
         sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, &[cx.output(1)?])?;
     }
@@ -160,6 +195,7 @@ fn fused(
                 dims: vec![1; 4],
                 strides: vec![1; 4],
                 data_type: DataType::F32,
+                ragged: None,
             };
             let d = tensor(cx, &t)?;
             sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, &[&d])?;
@@ -179,6 +215,7 @@ fn fused(
         sdpa.set_descriptors(A::CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_VDESC, &[cx.input(v)?])?;
     }
     sdpa.finalize()?;
+    parts.extend(packed.into_iter().map(|(_, d)| d));
     Ok((vec![sdpa], parts))
 }
 
@@ -186,17 +223,20 @@ fn fused(
 fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<Descriptor>), CudnnError> {
     // Own descriptors for every tensor but the node's; the node's are borrowed from `cx`.
     let mut own: Vec<Option<Descriptor>> = Vec::with_capacity(x.tensors.len());
+    // A packed input or output gets a descriptor of its own too: the graph's has no ragged
+    // offsets (cudnn-frontend sets them on the tensor itself; here the node's tensor keeps its
+    // uid and gains them in this operation graph only).
     for t in &x.tensors {
         own.push(match t.kind {
-            Kind::Input(_) | Kind::Output(_) => None,
+            Kind::Input(_) | Kind::Output(_) if t.ragged.is_none() => None,
             _ => Some(tensor(cx, t)?),
         });
     }
     let get = |i: usize| -> Result<&Descriptor, CudnnError> {
         match (x.tensors.get(i).map(|t| &t.kind), own.get(i)) {
+            (_, Some(Some(d))) => Ok(d),
             (Some(Kind::Input(port)), _) => cx.input(*port),
             (Some(Kind::Output(port)), _) => cx.output(*port),
-            (_, Some(Some(d))) => Ok(d),
             _ => Err(cx.unsupported(format!("its attention subgraph refers to a tensor #{i} it does not have"))),
         }
     };

@@ -24,9 +24,13 @@
 //! `max_seq_len_kv = n` (forward: K and V are page pools read through page tables, see
 //! [`paged`]).
 //!
+//! `ragged = true` packs the sequences (THD): each of Q, K, V, O (the backward's too) holds
+//! sequence `b` at the element offset its `Ragged_offset_*` input gives (see [`ragged`]).
+//!
 //! Optional inputs follow Q, K, V (and O, dO, Stats for the backward) in this order:
 //! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`, `Page_table_K`,
-//! `Page_table_V`; an instance takes those its attributes ask for ([`Sdpa::inputs`]).
+//! `Page_table_V`, `Ragged_offset_Q`, `Ragged_offset_K`, `Ragged_offset_V`, `Ragged_offset_O`;
+//! an instance takes those its attributes ask for ([`Sdpa::inputs`]).
 //!
 //! With `fp8 = e4m3` (or `e5m2`: cudnn-frontend's `sdpa_fp8`), Q, K and V are of that fp8 type, six `f32`
 //! `[1, 1, 1, 1]` inputs follow the others: `Descale_Q`, `Descale_K`, `Descale_V`, `Descale_S`,
@@ -76,12 +80,13 @@ pub(crate) mod codec;
 pub(crate) mod lower;
 mod infer;
 pub mod paged;
+pub mod ragged;
 mod reference;
 pub mod support;
 
 use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
-use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
+use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{FusionRule, LayoutPolicy, OpFamily};
 use super::Family;
@@ -111,6 +116,10 @@ const FORWARD_INPUTS: &[PortSpec] = &[
     port("Offset"),
     port("Page_table_K"),
     port("Page_table_V"),
+    port("Ragged_offset_Q"),
+    port("Ragged_offset_K"),
+    port("Ragged_offset_V"),
+    port("Ragged_offset_O"),
     port("Descale_Q"),
     port("Descale_K"),
     port("Descale_V"),
@@ -133,6 +142,10 @@ const BACKWARD_INPUTS: &[PortSpec] = &[
     port("SEQ_LEN_KV"),
     port("Seed"),
     port("Offset"),
+    port("Ragged_offset_Q"),
+    port("Ragged_offset_K"),
+    port("Ragged_offset_V"),
+    port("Ragged_offset_O"),
     port("Descale_Q"),
     port("Descale_K"),
     port("Descale_V"),
@@ -190,6 +203,7 @@ const FORWARD_ATTRS: &[AttrSpec] = &[
     attr("fp8", AttrKind::OneOf(FP8_MODES)),
     attr("paged", AttrKind::Bool),
     attr("max_seq_len_kv", AttrKind::Int),
+    attr("ragged", AttrKind::Bool),
 ];
 const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("scale", AttrKind::Float),
@@ -204,6 +218,7 @@ const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("deterministic", AttrKind::Bool),
     attr("implementation", AttrKind::OneOf(BACKWARD_IMPLEMENTATIONS)),
     attr("fp8", AttrKind::OneOf(FP8_MODES)),
+    attr("ragged", AttrKind::Bool),
 ];
 
 /// Forward or backward.
@@ -399,6 +414,11 @@ pub struct Sdpa {
     /// `paged_attention_max_seq_len_kv`); `None` means table width × page size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_seq_len_kv: Option<i64>,
+    /// Packed (THD) sequences: Q, K, V and O (forward; Q and O over a paged cache) and the
+    /// backward's Q, K, V, O, dO, dQ, dK, dV hold each sequence at the element offset its
+    /// `Ragged_offset_*` input gives (cuDNN's ragged offset tensors; see [`ragged`]).
+    #[serde(default)]
+    pub ragged: bool,
 }
 
 /// The cuDNN types Q, K and V may have.
@@ -430,6 +450,7 @@ impl Sdpa {
             fp8: None,
             paged: false,
             max_seq_len_kv: None,
+            ragged: false,
         }
     }
 
@@ -456,6 +477,7 @@ impl Sdpa {
         };
         s.paged = a.bool("paged").unwrap_or(false);
         s.max_seq_len_kv = a.int("max_seq_len_kv");
+        s.ragged = a.bool("ragged").unwrap_or(false);
         s.implementation = match a.name("implementation") {
             Some("fused") => Implementation::Fused,
             Some("composite") => Implementation::Composite,
@@ -479,6 +501,7 @@ impl Sdpa {
             ("d_bias", self.d_bias),
             ("deterministic", self.deterministic),
             ("paged", self.paged),
+            ("ragged", self.ragged),
         ];
         for (k, v) in flags {
             if v {
@@ -514,6 +537,9 @@ impl Sdpa {
             "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
             "Seed" | "Offset" => self.dropout.is_some(),
             "Page_table_K" | "Page_table_V" => self.paged,
+            "Ragged_offset_Q" | "Ragged_offset_O" => self.ragged,
+            // A paged cache's K and V are pools: only the dense sequence tensors are packed.
+            "Ragged_offset_K" | "Ragged_offset_V" => self.ragged && !self.paged,
             name => self.fp8.is_some() && self.pass.fp8_inputs().contains(&name),
         }
     }
@@ -633,7 +659,29 @@ impl OpFamily for Sdpa {
     }
 
     fn check_values(&self, inputs: &[&Array]) -> Result<(), ShapeError> {
-        paged::check_values(self, inputs)
+        paged::check_values(self, inputs)?;
+        ragged::check_values(self, inputs)
+    }
+
+    fn ragged_ports(&self) -> Vec<super::RaggedPort> {
+        ragged::packed(self)
+            .into_iter()
+            .map(|p| {
+                let (output, index) = match p.slot {
+                    ragged::Slot::Input(i) => (false, i),
+                    ragged::Slot::Output(i) => (true, i),
+                };
+                super::RaggedPort { port: p.port, output, index, offsets: p.offsets_index }
+            })
+            .collect()
+    }
+
+    fn frontend_ragged_offsets(_tag: &str, port: &str) -> Option<&'static str> {
+        ragged::offsets_port_of(port)
+    }
+
+    fn check_layout(&self, inputs: &[StridedMeta<'_>], outputs: &[StridedMeta<'_>]) -> Result<(), ShapeError> {
+        ragged::check_layout(self, inputs, outputs)
     }
 
     fn fusion(&self) -> FusionRule {

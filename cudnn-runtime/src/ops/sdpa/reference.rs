@@ -7,7 +7,8 @@
 //! `O = 0`, `Stats = -inf` and no gradient (cuDNN leaves such rows unspecified).
 //!
 //! A paged node (`paged = true`) is computed over the K and V its page tables gather
-//! ([`super::paged`]).
+//! ([`super::paged`]), a ragged one (`ragged = true`) over the padded batch its packed tensors
+//! unpack to, its outputs packed back ([`super::ragged`]).
 //!
 //! Dropout keeps each score with probability `1 - p` and scales kept ones by `1 / (1 - p)`. The
 //! mask here is a documented hash of (seed, offset, position) ([`dropout_keep`]); cuDNN's
@@ -194,6 +195,15 @@ impl Sdpa {
         if inputs.len() < self.inputs().len() {
             return Vec::new();
         }
+        // Packed sequences are the padded batch they unpack to.
+        if let Some(outs) = super::ragged::reference(self, inputs, |padded| self.padded(padded)) {
+            return outs;
+        }
+        self.padded(inputs)
+    }
+
+    /// The reference of a node whose sequences are padded (or unpacked already).
+    fn padded(&self, inputs: &[&Array]) -> Vec<Array> {
         if let Some((k, v)) = super::paged::dense_kv(self, inputs) {
             // A paged cache is the dense attention over the tokens its tables name.
             let mut dense = inputs.to_vec();

@@ -123,6 +123,9 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
             format!("paged K/V caches with head dims above 128 need cuDNN 9.10 or newer (head dim {d}, loaded {})", version(v)),
         );
     }
+    if op.ragged {
+        ragged_rules(op, p, target)?;
+    }
     match op.pass {
         SdpaPass::Forward => {
             if (91000..=91001).contains(&v) {
@@ -206,6 +209,60 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
             "sdpa.window_bottom_right_hopper",
             "a bottom-right sliding window with S_q == S_kv on Hopper needs cuDNN 9.10 or newer".into(),
         );
+    }
+    Ok(())
+}
+
+/// Packed (ragged) attention's rules on the GPU and the cuDNN version (cudnn-frontend's
+/// `sdpa_support_surface.h` and its backward node's validation).
+fn ragged_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> {
+    let v = target.version;
+    let major = target.sm.map(|sm| sm / 10);
+    if let Some(sm) = target.sm.filter(|&sm| sm < 90 && v < 91801) {
+        return fail(
+            "sdpa.ragged.sm90",
+            format!(
+                "packed (ragged, THD) attention needs Hopper (sm 9.0) or newer before cuDNN 9.18.1; the target is sm \
+                 {sm}, loaded {}",
+                version(v)
+            ),
+        );
+    }
+    if op.paged && v < 90700 {
+        return fail(
+            "sdpa.ragged.paged",
+            format!("packed queries over a paged cache need cuDNN 9.7 or newer; loaded {}", version(v)),
+        );
+    }
+    if op.pass == SdpaPass::Backward {
+        if v < 90600 && (p.h_q != p.h_k || p.h_q != p.h_v) {
+            return fail(
+                "sdpa.ragged.gqa_backward",
+                format!(
+                    "the packed backward with grouped heads ({} query, {} key, {} value heads) needs cuDNN 9.6 or newer; \
+                     loaded {}",
+                    p.h_q,
+                    p.h_k,
+                    p.h_v,
+                    version(v)
+                ),
+            );
+        }
+        if op.deterministic && matches!(major, Some(8 | 12)) {
+            return fail(
+                "sdpa.ragged.deterministic",
+                "the deterministic packed backward is not supported on sm 8.x and sm 12.x GPUs (cudnn-frontend's rule); \
+                 leave out `deterministic = true`"
+                    .into(),
+            );
+        }
+        if op.d_bias && major == Some(10) {
+            return fail(
+                "sdpa.ragged.d_bias_blackwell",
+                "dBias of packed attention is not supported on sm 10.x (cudnn-frontend's rule); leave out `d_bias`"
+                    .into(),
+            );
+        }
     }
     Ok(())
 }

@@ -1288,3 +1288,323 @@ fn paged_attributes_round_trip() {
     let o = Op::Sdpa(op("sdpa", &attrs));
     assert_eq!(Op::from_call("sdpa", &o.call_attrs()).unwrap(), o);
 }
+
+/// Packs each padded `[B, H, S, D]` array `a` at the offsets `offsets` (the exclusive prefix sum
+/// of `lens` times `H·D`), into a THD buffer whose storage no sequence owns holds 7.0 (never
+/// read). Returns the packed array and the offsets.
+fn packed_with(a: &Array, lens: &Array) -> (Array, Array) {
+    let [b, h, _, d] = <[i64; 4]>::try_from(a.dims.as_slice()).unwrap();
+    let mut offsets = vec![0.0];
+    for seq in 0..b as usize {
+        offsets.push(offsets[seq] + lens.data[seq] * (h * d) as f64);
+    }
+    let offsets = Array { dims: vec![b + 1, 1, 1, 1], data: offsets };
+    let dims = <[i64; 4]>::try_from(a.dims.as_slice()).unwrap();
+    let mut packed = ragged::pack(a, dims, &offsets, lens);
+    let owned = ragged::pack(&Array::from_fn(&a.dims, |_| 1.0), dims, &offsets, lens);
+    for (v, o) in packed.data.iter_mut().zip(&owned.data) {
+        if *o == 0.0 {
+            *v = 7.0;
+        }
+    }
+    (packed, offsets)
+}
+
+/// A ragged case and its padded twin: the padded case `shape` (`[b, h_q, h_kv, s_q, s_kv, d]`,
+/// padding mask, lengths `lens_q`, `lens_kv`), and the same sequences packed.
+fn ragged_case(rng: &mut Rng, attrs: &[(&str, AttrValue)], shape: [i64; 6], lens: (&[i64], &[i64])) -> (Case, Case) {
+    let [b, ..] = shape;
+    let mut dense_attrs = attrs.to_vec();
+    dense_attrs.push(("padding_mask", true.into()));
+    let mut dense = case(rng, op("sdpa", &dense_attrs), shape);
+    let to_lens = |l: &[i64]| Array { dims: vec![b, 1, 1, 1], data: l.iter().map(|&n| n as f64).collect() };
+    let (seq_q, seq_kv) = (to_lens(lens.0), to_lens(lens.1));
+    dense.inputs[dense.op.input_index("SEQ_LEN_Q").unwrap()] = seq_q.clone();
+    dense.inputs[dense.op.input_index("SEQ_LEN_KV").unwrap()] = seq_kv.clone();
+    let mut ragged_attrs = dense_attrs.clone();
+    ragged_attrs.push(("ragged", true.into()));
+    let ragged_op = op("sdpa", &ragged_attrs);
+    let (q, off_q) = packed_with(&dense.inputs[0], &seq_q);
+    let (k, off_k) = packed_with(&dense.inputs[1], &seq_kv);
+    let (v, off_v) = packed_with(&dense.inputs[2], &seq_kv);
+    let o_dims = [b, shape[1], shape[3], shape[5]];
+    let (_, off_o) = packed_with(&Array::zeros(&o_dims), &seq_q);
+    let inputs = ragged_op
+        .inputs()
+        .iter()
+        .map(|p| match p.name {
+            "Q" => q.clone(),
+            "K" => k.clone(),
+            "V" => v.clone(),
+            "Ragged_offset_Q" => off_q.clone(),
+            "Ragged_offset_K" => off_k.clone(),
+            "Ragged_offset_V" => off_v.clone(),
+            "Ragged_offset_O" => off_o.clone(),
+            other => dense.inputs[dense.op.input_index(other).unwrap()].clone(),
+        })
+        .collect();
+    (Case { op: ragged_op, inputs }, dense)
+}
+
+/// Asserts `packed` (at `offsets`) holds `padded` on the rows within `lens`, to the bit.
+fn assert_packs(what: &str, packed: &Array, offsets: &Array, lens: &Array, padded: &Array) {
+    let dims = <[i64; 4]>::try_from(padded.dims.as_slice()).unwrap();
+    let [b, h, s, d] = dims;
+    let got = ragged::unpack(packed, dims, offsets, lens);
+    let mut live = 0;
+    for seq in 0..b {
+        for row in 0..lens.data[seq as usize] as i64 {
+            for head in 0..h {
+                for x in 0..d {
+                    let i = (((seq * h + head) * s + row) * d + x) as usize;
+                    assert_eq!(got.data[i], padded.data[i], "{what}: sequence {seq}, head {head}, row {row}, dim {x}");
+                    live += 1;
+                }
+            }
+        }
+    }
+    assert!(live > 0, "{what}: nothing compared");
+}
+
+#[test]
+fn ragged_ports_and_shapes() {
+    let s = op("sdpa", &[("padding_mask", true.into()), ("ragged", true.into())]);
+    let names: Vec<&str> = s.inputs().iter().map(|p| p.name).collect();
+    assert_eq!(
+        names,
+        ["Q", "K", "V", "SEQ_LEN_Q", "SEQ_LEN_KV", "Ragged_offset_Q", "Ragged_offset_K", "Ragged_offset_V", "Ragged_offset_O"]
+    );
+    // Over a paged cache only Q and O are packed.
+    let p = op("sdpa", &[("padding_mask", true.into()), ("ragged", true.into()), ("paged", true.into())]);
+    let names: Vec<&str> = p.inputs().iter().map(|p| p.name).collect();
+    assert_eq!(
+        names,
+        ["Q", "K", "V", "SEQ_LEN_Q", "SEQ_LEN_KV", "Page_table_K", "Page_table_V", "Ragged_offset_Q", "Ragged_offset_O"]
+    );
+    let packed: Vec<&str> = ragged::packed(&p).iter().map(|t| t.port).collect();
+    assert_eq!(packed, ["Q", "O"]);
+    let bw = op("sdpa_backward", &[("padding_mask", true.into()), ("ragged", true.into())]);
+    let packed: Vec<(&str, &str)> = ragged::packed(&bw).iter().map(|t| (t.port, t.offsets)).collect();
+    assert_eq!(
+        packed,
+        [
+            ("Q", "Ragged_offset_Q"),
+            ("K", "Ragged_offset_K"),
+            ("V", "Ragged_offset_V"),
+            ("O", "Ragged_offset_O"),
+            ("dO", "Ragged_offset_O"),
+            ("dQ", "Ragged_offset_Q"),
+            ("dK", "Ragged_offset_K"),
+            ("dV", "Ragged_offset_V")
+        ]
+    );
+    let metas = |off: &[i64], dtype: DataType| {
+        let mut m = qkv(4, 8, 2, 64, 64, 64);
+        m.push(meta(&[4, 1, 1, 1], DataType::I32));
+        m.push(meta(&[4, 1, 1, 1], DataType::I32));
+        for _ in 0..4 {
+            m.push(meta(off, dtype));
+        }
+        m
+    };
+    assert!(infer(&s, &metas(&[5, 1, 1, 1], DataType::I32)).is_ok());
+    assert!(infer(&s, &metas(&[5, 1, 1, 1], DataType::I64)).is_ok());
+    let e = infer(&s, &metas(&[4, 1, 1, 1], DataType::I32)).unwrap_err().to_string();
+    assert!(e.contains("port Ragged_offset_Q must be [B + 1, 1, 1, 1] = [5, 1, 1, 1], found [4, 1, 1, 1]"), "{e}");
+    let e = infer(&s, &metas(&[5, 1, 1, 1], DataType::F32)).unwrap_err().to_string();
+    assert!(e.contains("port Ragged_offset_Q is f32 but must be i32 or i64"), "{e}");
+    let mut mixed = metas(&[5, 1, 1, 1], DataType::I32);
+    mixed[6].dtype = DataType::I64;
+    let e = infer(&s, &mixed).unwrap_err().to_string();
+    assert!(e.contains("port Ragged_offset_K is i64 but Ragged_offset_Q is i32: one node's ragged offsets have one type"), "{e}");
+    // The attribute rules, spanned on `ragged`.
+    let no_mask = op("sdpa", &[("ragged", true.into())]);
+    let e = no_mask.check_attributes().unwrap_err();
+    assert_eq!(e.attr, Some("ragged"));
+    assert!(e.to_string().contains("packed (ragged) sequences need their lengths: add `padding_mask = true`"), "{e}");
+    let fp8 = Sdpa { fp8: Some(DataType::Fp8E4M3), ..s.clone() };
+    assert!(fp8.check_attributes().unwrap_err().to_string().contains("does not lower fp8 attention over packed"));
+    // Symbolic: the offsets are [B + 1, 1, 1, 1] over a `dyn B`.
+    let mut cx = Symbolic::default();
+    let sym = |n: &str| SymDim::Param(n.into());
+    let four = |a: SymDim, b: i64, c: SymDim, d: i64| vec![a, SymDim::Lit(b), c, SymDim::Lit(d)];
+    let bf = |dims| TensorMeta { dims, dtype: DataType::BF16 };
+    let int = |dims| TensorMeta { dims, dtype: DataType::I32 };
+    let b1 = sym("B").checked_add(&SymDim::Lit(1)).unwrap();
+    let mut m = vec![
+        bf(four(sym("B"), 8, sym("S"), 64)),
+        bf(four(sym("B"), 8, sym("S"), 64)),
+        bf(four(sym("B"), 8, sym("S"), 64)),
+        int(four(sym("B"), 1, SymDim::Lit(1), 1)),
+        int(four(sym("B"), 1, SymDim::Lit(1), 1)),
+    ];
+    m.extend(std::iter::repeat_n(int(four(b1, 1, SymDim::Lit(1), 1)), 4));
+    assert!(Op::Sdpa(s.clone()).infer(&m, &mut cx).is_ok());
+    m[5] = int(four(sym("B"), 1, SymDim::Lit(1), 1));
+    let e = Op::Sdpa(s.clone()).infer(&m, &mut Symbolic::default()).unwrap_err().to_string();
+    assert!(e.contains("port Ragged_offset_Q must be [B + 1, 1, 1, 1]"), "{e}");
+}
+
+#[test]
+fn ragged_reference_is_the_padded_reference_over_the_packed_sequences() {
+    let mut rng = Rng(0x7a99_ed00);
+    let configs: Vec<Vec<(&str, AttrValue)>> = vec![
+        vec![],
+        vec![("training", true.into())],
+        vec![("causal", true.into())],
+        vec![("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![("window", 3.into()), ("causal", true.into()), ("alignment", "bottom_right".into())],
+        vec![("bias", true.into()), ("scale", 0.3.into())],
+        vec![("dropout", 0.25.into())],
+    ];
+    // Mixed lengths, an empty sequence, GQA, S_q != S_kv, D_qk != D_v is not possible here
+    // (one d): covered by the graph-level tests.
+    let shapes: [([i64; 6], &[i64], &[i64]); 3] = [
+        ([3, 4, 2, 6, 6, 8], &[6, 2, 5], &[6, 2, 5]),
+        ([4, 2, 2, 5, 7, 8], &[1, 5, 0, 3], &[7, 3, 1, 4]),
+        ([2, 6, 3, 4, 9, 16], &[4, 1], &[9, 6]),
+    ];
+    for attrs in &configs {
+        for (shape, lq, lkv) in shapes {
+            let (ragged, dense) = ragged_case(&mut rng, attrs, shape, (lq, lkv));
+            let got = Op::Sdpa(ragged.op.clone()).reference(&refs(&ragged.inputs)).unwrap();
+            let want = dense.op.reference(&refs(&dense.inputs));
+            assert_eq!(got.len(), want.len());
+            let at = |p: &str| &ragged.inputs[ragged.op.input_index(p).unwrap()];
+            let what = format!("{attrs:?} {shape:?}");
+            assert_packs(&format!("O {what}"), &got[0], at("Ragged_offset_O"), at("SEQ_LEN_Q"), &want[0]);
+            if got.len() > 1 {
+                // Stats stay padded: equal on every row of the sequences.
+                let lens = at("SEQ_LEN_Q");
+                let [b, h, s, _] = <[i64; 4]>::try_from(want[1].dims.as_slice()).unwrap();
+                for i in 0..(b * h * s) as usize {
+                    if (i as i64 % s) < lens.data[i / (h * s) as usize] as i64 {
+                        assert_eq!(got[1].data[i], want[1].data[i], "Stats {what} row {i}");
+                    }
+                }
+            }
+            // Storage no sequence owns is not written.
+            let owned = ragged::pack(&Array::from_fn(&want[0].dims, |_| 1.0), <[i64; 4]>::try_from(want[0].dims.as_slice()).unwrap(), at("Ragged_offset_O"), at("SEQ_LEN_Q"));
+            assert!(got[0].data.iter().zip(&owned.data).all(|(g, o)| *o == 1.0 || *g == 0.0), "{what}");
+        }
+    }
+}
+
+#[test]
+fn ragged_backward_is_the_padded_backward_over_the_packed_sequences() {
+    let mut rng = Rng(0xbac4_7a99);
+    for attrs in [vec![], vec![("causal", true.into())], vec![("bias", true.into())], vec![("dropout", 0.2.into())]] {
+        for (shape, lq, lkv) in [([3, 4, 2, 6, 6, 8], &[6, 2, 5][..], &[6, 2, 5][..]), ([2, 4, 4, 5, 7, 8], &[3, 5], &[7, 2])] {
+            let (ragged_fwd, dense_fwd) = ragged_case(&mut rng, &attrs, shape, (lq, lkv));
+            let [b, h_q, _, s_q, _, d] = shape;
+            let d_o = rng.array(&[b, h_q, s_q, d]);
+            let dense = backward_of(&dense_fwd, &d_o, true);
+            let want = dense.op.reference(&refs(&dense.inputs));
+            // The packed backward: Q, K, V, O, dO packed, Stats padded, the same offsets.
+            let at = |c: &Case, p: &str| c.inputs[c.op.input_index(p).unwrap()].clone();
+            let seq_q = at(&ragged_fwd, "SEQ_LEN_Q");
+            let (o, _) = packed_with(&dense.inputs[3], &seq_q);
+            let (d_o, _) = packed_with(&d_o, &seq_q);
+            let bw = Sdpa { pass: SdpaPass::Backward, d_bias: ragged_fwd.op.bias, ..ragged_fwd.op.clone() };
+            let inputs: Vec<Array> = bw
+                .inputs()
+                .iter()
+                .map(|p| match p.name {
+                    "O" => o.clone(),
+                    "dO" => d_o.clone(),
+                    "Stats" => dense.inputs[5].clone(),
+                    other => at(&ragged_fwd, other),
+                })
+                .collect();
+            let got = Op::Sdpa(bw.clone()).reference(&refs(&inputs)).unwrap();
+            let what = format!("{attrs:?} {shape:?}");
+            let input = |p: &str| &inputs[bw.input_index(p).unwrap()];
+            for (i, (grad, off, lens)) in
+                [("dQ", "Ragged_offset_Q", "SEQ_LEN_Q"), ("dK", "Ragged_offset_K", "SEQ_LEN_KV"), ("dV", "Ragged_offset_V", "SEQ_LEN_KV")]
+                    .into_iter()
+                    .enumerate()
+            {
+                assert_packs(&format!("{grad} {what}"), &got[i], input(off), input(lens), &want[i]);
+            }
+            if bw.d_bias {
+                assert_eq!(got[3].data, want[3].data, "dBias {what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ragged_offsets_are_checked_before_anything_reads_them() {
+    let mut rng = Rng(78);
+    let (mut c, _) = ragged_case(&mut rng, &[], [3, 2, 2, 4, 4, 8], (&[4, 2, 3], &[4, 2, 3]));
+    let o = Op::Sdpa(c.op.clone());
+    assert!(o.reference(&refs(&c.inputs)).is_ok());
+    let off = c.op.input_index("Ragged_offset_K").unwrap();
+    let good = c.inputs[off].clone();
+    let err = |c: &Case| o.reference(&refs(&c.inputs)).unwrap_err().to_string();
+    // Token = H·D = 16 elements; offsets 0, 64, 96, 144; capacity 3·4·16 = 192.
+    assert_eq!(good.data, [0.0, 64.0, 96.0, 144.0]);
+    c.inputs[off].data[1] = 48.0;
+    let e = err(&c);
+    assert!(
+        e.contains(
+            "sequence 0 of K runs from Ragged_offset_K[0] = 0 for SEQ_LEN_KV[0] = 4 tokens of 16 elements to 64, past \
+             Ragged_offset_K[1] = 48, where the next one starts"
+        ),
+        "{e}"
+    );
+    c.inputs[off].data[1] = 72.0;
+    let e = err(&c);
+    assert!(e.contains("Ragged_offset_K[1] = 72 is not a whole number of K tokens of H·D = 16 elements; sequence 1"), "{e}");
+    c.inputs[off].data = vec![0.0, 64.0, 96.0, 208.0];
+    let e = err(&c);
+    assert!(e.contains("Ragged_offset_K[3] = 208 is outside the packed K buffer: offsets of K are within 0..=192"), "{e}");
+    c.inputs[off].data = vec![-16.0, 64.0, 96.0, 144.0];
+    assert!(err(&c).contains("Ragged_offset_K[0] = -16 is outside"));
+    // A gap between sequences is fine; so is a sequence at the very end.
+    c.inputs[off].data = vec![0.0, 80.0, 112.0, 192.0];
+    let len = c.op.input_index("SEQ_LEN_KV").unwrap();
+    c.inputs[len].data = vec![4.0, 2.0, 4.0];
+    // Q's and O's offsets still say 3 tokens for sequence 2: only K's and V's move.
+    let off_v = c.op.input_index("Ragged_offset_V").unwrap();
+    c.inputs[off_v].data = vec![0.0, 64.0, 96.0, 160.0];
+    assert!(o.reference(&refs(&c.inputs)).is_ok(), "{:?}", o.reference(&refs(&c.inputs)).err());
+    c.inputs[len].data = vec![4.0, 2.0, 5.0];
+    let e = err(&c);
+    assert!(e.contains("SEQ_LEN_KV[2] = 5 is outside 0..=4 (S_kv, the keys); sequence 2 of a packed batch"), "{e}");
+    c.inputs[len].data = vec![4.0, 2.0, 4.0];
+    c.inputs[off].data = good.data.clone();
+    let e = err(&c);
+    assert!(e.contains("sequence 2 of K runs from Ragged_offset_K[2] = 96 for SEQ_LEN_KV[2] = 4 tokens"), "{e}");
+}
+
+#[test]
+fn ragged_attributes_round_trip() {
+    for name in ["sdpa", "sdpa_backward"] {
+        let o = Op::Sdpa(op(name, &[("padding_mask", true.into()), ("ragged", true.into())]));
+        assert_eq!(Op::from_call(name, &o.call_attrs()).unwrap(), o);
+    }
+}
+
+#[test]
+fn ragged_support_rules_name_the_target() {
+    use super::support::{check, Problem, Target};
+    let fwd = op("sdpa", &[("padding_mask", true.into()), ("ragged", true.into())]);
+    let bwd = op("sdpa_backward", &[("padding_mask", true.into()), ("ragged", true.into())]);
+    let p = Problem { b: 2, h_q: 8, h_k: 2, h_v: 2, s_q: 128, s_kv: 128, d_qk: 64, d_v: 64, compute_f32: true };
+    let rule = |op: &Sdpa, version: usize, sm: u32| check(op, &p, Target { version, sm: Some(sm) }).err().map(|f| f.rule);
+    assert_eq!(rule(&fwd, 91900, 90), None);
+    assert_eq!(rule(&fwd, 91800, 80), Some("sdpa.ragged.sm90"));
+    assert_eq!(rule(&fwd, 91900, 80), None);
+    assert_eq!(rule(&bwd, 90500, 90), Some("sdpa.ragged.gqa_backward"));
+    let deterministic = Sdpa { deterministic: true, ..bwd.clone() };
+    assert_eq!(rule(&deterministic, 91900, 86), Some("sdpa.ragged.deterministic"));
+    assert_eq!(rule(&deterministic, 91900, 90), None);
+    let d_bias = Sdpa { bias: true, d_bias: true, ..bwd.clone() };
+    assert_eq!(rule(&d_bias, 91900, 100), Some("sdpa.ragged.d_bias_blackwell"));
+    let paged = Sdpa { paged: true, ..fwd.clone() };
+    assert_eq!(rule(&paged, 90600, 90), Some("sdpa.ragged.paged"));
+    // Not ragged: none of these.
+    let plain = Sdpa { ragged: false, deterministic: true, ..bwd };
+    assert_eq!(rule(&plain, 91900, 86), None);
+}

@@ -14,6 +14,7 @@
 
 mod assemble;
 mod nodes;
+mod ragged;
 mod tensors;
 
 use super::layout::{CONTEXT_FIELDS, EXT, FORMAT, JSON_VERSIONS, TOP_FIELDS};
@@ -56,6 +57,12 @@ pub(crate) fn planned_graph_from_json(doc: &Json) -> Result<(Graph, bool)> {
     let dynamic_shape = cx.dynamic_shape;
     let mut tensors = tensors::read_tensors(&top)?;
     restore_lowered_operands(&top, &mut tensors);
+    // Packed tensors' offsets become their nodes' offsets ports.
+    let with_offsets = ragged::attach_offsets(&top, &mut tensors)?;
+    let top = match &with_offsets {
+        Some(doc) => doc.as_obj("")?,
+        None => top,
+    };
     let nodes = nodes::read_nodes(&top, &cx, &tensors)?;
     let nodes = nodes::fill_in(&cx, &mut tensors, nodes)?;
     let graph = assemble::assemble(cx, tensors, nodes, ext.tensor_order)?;

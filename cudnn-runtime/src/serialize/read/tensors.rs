@@ -29,6 +29,19 @@ pub(super) struct RawTensor {
     pub(super) pass_by_value: Option<Scalar>,
     /// `is_pass_by_value` without a value: a host scalar supplied at execute.
     pub(super) host_scalar: bool,
+    /// cudnn-frontend's `ragged_offset_uid` / `ragged_offset_name`: a packed tensor's offsets.
+    pub(super) ragged_offset: Option<RaggedRef>,
+}
+
+/// The ragged offsets a tensor names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RaggedRef {
+    /// `ragged_offset_uid`.
+    pub(super) uid: Option<i64>,
+    /// `ragged_offset_name`.
+    pub(super) name: Option<String>,
+    /// The field's path, for errors.
+    pub(super) path: String,
 }
 
 /// A by-value scalar's value as read.
@@ -121,11 +134,15 @@ fn read_tensor(key: &str, value: &Json) -> Result<RawTensor> {
             })
         }
     }
-    for field in ["ragged_offset_uid", "ragged_offset_name"] {
-        if t.get(field).is_some() {
-            return Err(SerializeError::Unsupported { path: t.field_path(field), feature: "ragged offsets".into() });
-        }
-    }
+    // Which node reads the tensor packed, and so whether it may, is the nodes' to say
+    // (`read::ragged`).
+    let ragged_uid = t.opt_i64("ragged_offset_uid")?;
+    let ragged_name = t.opt_str("ragged_offset_name")?.map(str::to_string);
+    let ragged_offset = (ragged_uid.is_some() || ragged_name.is_some()).then(|| RaggedRef {
+        uid: ragged_uid,
+        name: ragged_name,
+        path: t.field_path(if ragged_uid.is_some() { "ragged_offset_uid" } else { "ragged_offset_name" }),
+    });
     let uid_field = t.opt_i64("uid")?;
     let uid = if t.bool_or("uid_assigned", uid_field.is_some())? {
         Some(uid_field.ok_or_else(|| SerializeError::MissingField { path: t.field_path("uid") })?)
@@ -142,7 +159,18 @@ fn read_tensor(key: &str, value: &Json) -> Result<RawTensor> {
         ByValue::Value(s) => (Some(s), false),
         ByValue::AtExecute => (None, true),
     };
-    Ok(RawTensor { key: key.to_string(), name, uid, dims, strides, data_type, is_virtual, pass_by_value, host_scalar })
+    Ok(RawTensor {
+        key: key.to_string(),
+        name,
+        uid,
+        dims,
+        strides,
+        data_type,
+        is_virtual,
+        pass_by_value,
+        host_scalar,
+        ragged_offset,
+    })
 }
 
 /// A by-value scalar as cudnn-frontend's variant holds it.
