@@ -187,13 +187,14 @@ pub fn reference_outputs(graph: &Graph, inputs: &[Array]) -> Result<Vec<Array>, 
 /// Fixed-seed inputs for every input of `graph`, in [`Graph::inputs`] order, rounded to each
 /// tensor's type: floats of magnitude in `[1/16, 1)` and either sign (never zero), host scalars
 /// positive, integers and booleans 1 (indices and lengths stay in range; graphs whose integer
-/// inputs matter replay their recorded inputs).
+/// inputs matter replay their recorded inputs), except a ragged attention's offsets, which put
+/// each sequence at the start of its own full-capacity slot.
 pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Array> {
-    graph
-        .inputs()
-        .into_iter()
+    let ids = graph.inputs();
+    let mut arrays: Vec<Array> = ids
+        .iter()
         .enumerate()
-        .map(|(i, id)| {
+        .map(|(i, &id)| {
             let t = graph.tensor(id);
             let mut rng = SplitMix64::new(seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let integer = !t.data_type.is_float();
@@ -205,7 +206,21 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Array> {
             a.round_to(t.data_type);
             a
         })
-        .collect()
+        .collect();
+    // A ragged attention's offsets: each sequence at the start of its own full-capacity slot
+    // (`b · S · H · D` elements for packed `[B, H, S, D]`), which every length of 1 fits.
+    for node in &graph.nodes {
+        for ragged in node.op.ragged_ports() {
+            let port = if ragged.output { node.outputs.get(ragged.index) } else { node.inputs.get(ragged.index) };
+            let (Some(&port), Some(&offsets)) = (port, node.inputs.get(ragged.offsets)) else { continue };
+            let Some(at) = ids.iter().position(|&id| id == offsets) else { continue };
+            let dims = &graph.tensor(port).dims;
+            let slot: i64 = dims.iter().skip(1).product();
+            let t = graph.tensor(offsets);
+            arrays[at] = Array::from_fn(&t.dims, |i| (i as i64 * slot) as f64);
+        }
+    }
+    arrays
 }
 
 /// The first part of a plan whose outputs diverge from the reference ([`bisect`]).
@@ -300,6 +315,51 @@ fn reference_values(graph: &Graph, inputs: &[Array]) -> Result<impl Fn(&str) -> 
     Ok(move |name: &str| planned.id_of(name).and_then(|id| all[id.0].clone()))
 }
 
+/// For `output`, the output of a concatenation with an in-place input: its logical values with
+/// that input's elements at their place and NaN elsewhere.
+fn in_place_values(graph: &Graph, output: crate::TensorId, inputs: &[Array]) -> Option<Array> {
+    let node = graph.nodes.iter().find(|n| n.outputs.first() == Some(&output))?;
+    let crate::ops::Op::Layout(crate::ops::layout::Layout::Concatenate { axis, in_place_index: Some(k), .. }) =
+        &node.op
+    else {
+        return None;
+    };
+    let y = &graph.tensor(output).dims;
+    let axis = usize::try_from(if *axis < 0 { *axis + y.len() as i64 } else { *axis }).ok()?;
+    let k = usize::try_from(*k).ok()?;
+    let start: i64 =
+        node.inputs.get(..k)?.iter().map(|&id| graph.tensor(id).dims.get(axis).copied().unwrap_or(0)).sum();
+    let source = *node.inputs.get(k)?;
+    let at = graph.inputs().iter().position(|&id| id == source)?;
+    let x = inputs.get(at)?;
+    let extent = *x.dims.get(axis)?;
+    let strides = crate::dim::packed_strides(&x.dims);
+    Some(Array::from_fn(y, |flat| {
+        let mut index = Array::unravel(flat as i64, y);
+        if index[axis] < start || index[axis] >= start + extent {
+            return f64::NAN;
+        }
+        index[axis] -= start;
+        let offset: i64 = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
+        x.data.get(offset as usize).copied().unwrap_or(f64::NAN)
+    }))
+}
+
+/// `tensor`'s storage holding `values` where they are numbers and the poison bytes (0xff) where
+/// they are NaN.
+fn poisoned_except(tensor: &crate::Tensor, values: &Array) -> Vec<u8> {
+    let size = tensor.data_type.size_bytes();
+    let mut out = to_storage(tensor, values, 0xff);
+    for (flat, v) in values.data.iter().enumerate() {
+        if v.is_nan() {
+            let index = Array::unravel(flat as i64, &tensor.dims);
+            let at = index.iter().zip(&tensor.strides).map(|(i, s)| i * s).sum::<i64>() as usize * size;
+            out[at..at + size].fill(0xff);
+        }
+    }
+    out
+}
+
 /// Executes `plan` (online) on `cudnn`'s stream with host arrays: `inputs` in [`Graph::inputs`]
 /// order, uploaded in each tensor's type and strides (host scalars passed by value), outputs
 /// poisoned (every byte 0xff: NaN in every float type) before the execute so that an element
@@ -341,7 +401,12 @@ pub fn execute_arrays(cudnn: &Cudnn, plan: &ExecutionPlan, inputs: &[Array]) -> 
                 }
                 to_storage(t, a, 0)
             }
-            _ => vec![0xff; t.storage_len().saturating_mul(t.data_type.size_bytes())],
+            _ => match in_place_values(graph, *id, inputs) {
+                // An in-place concatenation's output holds its in-place input where the caller
+                // puts it (cuDNN writes only the rest); the rest is poisoned like any output.
+                Some(values) => poisoned_except(t, &values),
+                None => vec![0xff; t.storage_len().saturating_mul(t.data_type.size_bytes())],
+            },
         };
         let mut padded = bytes;
         padded.resize(padded.len().max(1), 0);

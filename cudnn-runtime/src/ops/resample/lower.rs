@@ -15,7 +15,35 @@ use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
 /// `CUDNN_PROPAGATE_NAN`, as cudnn-frontend sets it.
 const PROPAGATE_NAN: u32 = 1;
 
+/// Rule `resample.index_layout`: a max pooling that writes its indices has channels-last ports.
+/// On the H100 with cuDNN 9.19, a row-major (NCHW) one plans and writes Y right but never writes
+/// the index tensor (every index left as it was; `cudnn-graph repro`, 2026-12-07, at C = 4 and 16),
+/// while the same pooling channels-last writes every index as the reference does.
+fn check_index_layout(op: &Resample, cx: &NodeCx<'_>) -> Result<(), CudnnError> {
+    if !op.index {
+        return Ok(());
+    }
+    let row_major = |dims: &[i64], strides: &[i64]| dims.len() >= 3 && dims[1] > 1 && strides[1] != 1;
+    let ports = cx.inputs.iter().take(1).chain(cx.outputs.iter());
+    let offending: Vec<String> = ports
+        .filter(|p| row_major(&p.dims, &p.strides))
+        .map(|p| format!("`{}` (strides {:?})", p.name, p.strides))
+        .collect();
+    if offending.is_empty() {
+        return Ok(());
+    }
+    Err(cx.support_rule(
+        "resample.index_layout",
+        format!(
+            "a max pooling with `index = true` over row-major ports ({}) plans on cuDNN 9.19 but never writes its \
+             indices (measured on the H100); declare X, Y and the index `channels_last`",
+            offending.join(", ")
+        ),
+    ))
+}
+
 pub(crate) fn lower(op: &Resample, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+    check_index_layout(op, cx)?;
     let spatial = cx.input_rank(0).saturating_sub(2);
     let (window, w) = op.geometry(spatial).map_err(|e| cx.unsupported(e.to_string()))?;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_RESAMPLE_DESCRIPTOR)?;
