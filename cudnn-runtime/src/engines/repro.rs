@@ -208,8 +208,23 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Array> {
         })
         .collect();
     // A ragged attention's offsets: each sequence at the start of its own full-capacity slot
-    // (`b · S · H · D` elements for packed `[B, H, S, D]`), which every length of 1 fits.
+    // (`b · S · H · D` elements for packed `[B, H, S, D]`), and its lengths that capacity (a
+    // dense K and V; over a paged cache they stay 1), so that every token is one cuDNN writes.
     for node in &graph.nodes {
+        let ports = node.op.inputs();
+        let named = |name: &str| ports.iter().position(|p| p.name == name).and_then(|i| node.inputs.get(i));
+        if !node.op.ragged_ports().is_empty() {
+            let paged = named("Page_table_K").is_some();
+            for (len_port, of_port) in [("SEQ_LEN_Q", "Q"), ("SEQ_LEN_KV", "K")] {
+                if paged && of_port == "K" {
+                    continue;
+                }
+                let (Some(&len), Some(&of)) = (named(len_port), named(of_port)) else { continue };
+                let Some(at) = ids.iter().position(|&id| id == len) else { continue };
+                let capacity = graph.tensor(of).dims.get(2).copied().unwrap_or(1);
+                arrays[at] = Array::from_fn(&graph.tensor(len).dims, |_| capacity as f64);
+            }
+        }
         for ragged in node.op.ragged_ports() {
             let port = if ragged.output { node.outputs.get(ragged.index) } else { node.inputs.get(ragged.index) };
             let (Some(&port), Some(&offsets)) = (port, node.inputs.get(ragged.offsets)) else { continue };
