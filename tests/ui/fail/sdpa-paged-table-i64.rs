@@ -1,0 +1,17 @@
+use cudnn_graph::graph;
+
+graph! {
+    /// A page table holds page indices as i32 (cuDNN's and cudnn-frontend's type).
+    pub PagedDecode(
+        q: bf16[4, 8, 1, 64],
+        k_pool: bf16[64, 2, 16, 64],
+        v_pool: bf16[64, 2, 16, 64],
+        seq_q: i32[4, 1, 1, 1],
+        seq_kv: i32[4, 1, 1, 1],
+        table: i64[4, 1, 16, 1],
+    ) -> (o: bf16[4, 8, 1, 64]) {
+        o = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table, table, paged = true, padding_mask = true);
+    }
+}
+
+fn main() {}
