@@ -16,6 +16,9 @@
 #[macro_use]
 extern crate cudnn_graph_testkit;
 
+#[cfg(test)]
+mod test_support;
+
 pub mod array;
 mod codec;
 #[cfg(any(feature = "cudnn", test))]

@@ -239,29 +239,13 @@ mod measured {
     use super::*;
     use crate::array::Array;
     use crate::backend::{BuildOptions, CutReason, ExecutionPlan};
-    use crate::cudnn::CudnnError;
     use crate::ops::PointwiseMode;
     use crate::payload::plan::{read_payload, write_payload, Expect, PlanOrigin, SerializeOptions};
     use crate::rng::SplitMix64;
     use crate::DataType;
     use crate::{Graph, GraphBuilder};
 
-    const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
-
-    /// The deviceless context, or `None` where the libraries are missing and that is allowed
-    /// (`CUDNN_GRAPH_REQUIRE_CUDNN` is not `1`), as the integration tests' helper.
-    fn deviceless() -> Option<Cudnn> {
-        let json = std::fs::read_to_string(DEVPROP).unwrap();
-        match Cudnn::deviceless(&json) {
-            Ok(cudnn) => Some(cudnn),
-            Err(e @ CudnnError::LibraryMissing { .. }) => {
-                assert_ne!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref(), Ok("1"), "{e}");
-                println!("skipped: {e}");
-                None
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
+    use crate::test_support::deviceless;
 
     /// `relu((a·b)·da·db + bias)` → bf16: e4m3 A `[1, 128, 64]`, B column-major, as
     /// `examples/bench_fp8.rs` (smaller).
@@ -349,17 +333,8 @@ mod measured {
             .collect()
     }
 
-    /// `gelu(x·w + bias)`, bf16, the builder's f32 intermediates.
     fn bf16_bias_gelu() -> Graph {
-        let mut g = GraphBuilder::new("bf16_bias_gelu");
-        let x = g.input("x", DataType::BF16, &[1, 64, 128]).unwrap();
-        let w = g.input("w", DataType::BF16, &[1, 128, 96]).unwrap();
-        let bias = g.input("bias", DataType::BF16, &[1, 1, 96]).unwrap();
-        let h = g.matmul(x, w).unwrap();
-        let h = g.op("add", &[h.into(), bias.into()], &[]).unwrap()[0];
-        let y = g.op("gelu", &[h.into()], &[]).unwrap()[0];
-        g.output(y, "y", DataType::BF16).unwrap();
-        g.build().unwrap()
+        crate::test_support::bf16_bias_gelu("bf16_bias_gelu")
     }
 
     /// The input of part 1 that the graph does not take: the tensor its cut materializes.

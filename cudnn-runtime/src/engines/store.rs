@@ -915,38 +915,14 @@ mod tests {
     /// hit builds exactly the recorded partitioning and engines without timing anything.
     mod deviceless {
         use super::*;
-        use crate::backend::{BuildOptions, Cudnn, ExecutionPlan};
-        use crate::cudnn::CudnnError;
+        use crate::backend::{BuildOptions, ExecutionPlan};
         use crate::engines::autotune::tune;
         use crate::engines::Timing;
-        use crate::{DataType, GraphBuilder};
 
-        const DEVPROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/h200-devprop.json");
+        use crate::test_support::deviceless;
 
-        fn deviceless() -> Option<Cudnn> {
-            let json = std::fs::read_to_string(DEVPROP).unwrap();
-            match Cudnn::deviceless(&json) {
-                Ok(cudnn) => Some(cudnn),
-                Err(e @ CudnnError::LibraryMissing { .. }) => {
-                    assert_ne!(std::env::var("CUDNN_GRAPH_REQUIRE_CUDNN").as_deref(), Ok("1"), "{e}");
-                    println!("skipped: {e}");
-                    None
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-
-        /// `gelu(x·w + bias)`, bf16.
         fn bias_gelu() -> Graph {
-            let mut g = GraphBuilder::new("bias_gelu");
-            let x = g.input("x", DataType::BF16, &[1, 64, 128]).unwrap();
-            let w = g.input("w", DataType::BF16, &[1, 128, 96]).unwrap();
-            let bias = g.input("bias", DataType::BF16, &[1, 1, 96]).unwrap();
-            let h = g.matmul(x, w).unwrap();
-            let h = g.op("add", &[h.into(), bias.into()], &[]).unwrap()[0];
-            let y = g.op("gelu", &[h.into()], &[]).unwrap()[0];
-            g.output(y, "y", DataType::BF16).unwrap();
-            g.build().unwrap()
+            crate::test_support::bf16_bias_gelu("bias_gelu")
         }
 
         /// Injected times favouring the epilogue cut off after the matmul, and, in every part,

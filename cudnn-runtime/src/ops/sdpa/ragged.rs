@@ -299,47 +299,41 @@ fn logical_of_storage(dims: [i64; 4], f: i64) -> Option<usize> {
     usize::try_from(((b0 * h + h0) * s + s0) * d + d0).ok()
 }
 
-/// The padded batch a packed array holds: `[B, H, S, D]` with sequence `b`'s first `lens[b]`
-/// rows read at its offset, the rest 0.
-pub(super) fn unpack(packed: &Array, dims: [i64; 4], offsets: &Array, lens: &Array) -> Array {
+/// Calls `each(packed, padded)` for every element within the lengths: its flat index in the
+/// packed array's logical order and in the padded `[B, H, S, D]` batch.
+fn each_valid(dims: [i64; 4], offsets: &Array, lens: &Array, mut each: impl FnMut(usize, usize)) {
     let [b, h, s, d] = dims;
-    let mut out = Array::zeros(&dims);
     for seq in 0..b {
         let base = offsets.data.get(seq as usize).copied().unwrap_or(0.0) as i64;
         let len = (lens.data.get(seq as usize).copied().unwrap_or(0.0).max(0.0) as i64).min(s);
         for row in 0..len {
             for head in 0..h {
                 for x in 0..d {
-                    let Some(src) = logical_of_storage(dims, base + row * h * d + head * d + x) else { continue };
-                    let dst = (((seq * h + head) * s + row) * d + x) as usize;
-                    out.data[dst] = packed.data.get(src).copied().unwrap_or(0.0);
+                    let Some(packed) = logical_of_storage(dims, base + row * h * d + head * d + x) else { continue };
+                    each(packed, (((seq * h + head) * s + row) * d + x) as usize);
                 }
             }
         }
     }
+}
+
+/// The padded batch a packed array holds: `[B, H, S, D]` with sequence `b`'s first `lens[b]`
+/// rows read at its offset, the rest 0.
+pub(super) fn unpack(packed: &Array, dims: [i64; 4], offsets: &Array, lens: &Array) -> Array {
+    let mut out = Array::zeros(&dims);
+    each_valid(dims, offsets, lens, |src, dst| out.data[dst] = packed.data.get(src).copied().unwrap_or(0.0));
     out
 }
 
 /// The packed array of a padded batch: the inverse of [`unpack`] on the rows within the
 /// lengths; storage no sequence owns is 0.
 pub(super) fn pack(padded: &Array, dims: [i64; 4], offsets: &Array, lens: &Array) -> Array {
-    let [b, h, s, d] = dims;
     let mut out = Array::zeros(&dims);
-    for seq in 0..b {
-        let base = offsets.data.get(seq as usize).copied().unwrap_or(0.0) as i64;
-        let len = (lens.data.get(seq as usize).copied().unwrap_or(0.0).max(0.0) as i64).min(s);
-        for row in 0..len {
-            for head in 0..h {
-                for x in 0..d {
-                    let Some(dst) = logical_of_storage(dims, base + row * h * d + head * d + x) else { continue };
-                    let src = (((seq * h + head) * s + row) * d + x) as usize;
-                    if let (Some(o), Some(&v)) = (out.data.get_mut(dst), padded.data.get(src)) {
-                        *o = v;
-                    }
-                }
-            }
+    each_valid(dims, offsets, lens, |dst, src| {
+        if let (Some(o), Some(&v)) = (out.data.get_mut(dst), padded.data.get(src)) {
+            *o = v;
         }
-    }
+    });
     out
 }
 
