@@ -192,11 +192,17 @@ impl TunedPlan {
         }
     }
 
-    /// The key it is filed under; `None` where its fingerprint is not `0x…` hex.
+    /// The key it is filed under; `None` where its fingerprint is not written as the store writes
+    /// it, `0x` and 16 lowercase hex digits (another spelling of the same number, such as a
+    /// leading zero more, would not survive a write and a read as the same entry).
     pub fn key(&self) -> Option<PlanKey> {
         let hex = self.graph_fingerprint.strip_prefix("0x")?;
+        let graph_fingerprint = u64::from_str_radix(hex, 16).ok()?;
+        if format!("{graph_fingerprint:#018x}") != self.graph_fingerprint {
+            return None;
+        }
         Some(PlanKey {
-            graph_fingerprint: u64::from_str_radix(hex, 16).ok()?,
+            graph_fingerprint,
             binding: self.binding.clone(),
             sm: self.sm,
             cudnn_version: self.cudnn_version,
@@ -233,7 +239,9 @@ impl TunedPlan {
 
     /// Why the entry cannot be used, if it cannot: checked when a store is read.
     fn check(&self) -> Result<PlanKey, String> {
-        let key = self.key().ok_or_else(|| format!("graph fingerprint `{}` is not 0x… hex", self.graph_fingerprint))?;
+        let key = self.key().ok_or_else(|| {
+            format!("graph fingerprint `{}` is not `0x` and 16 lowercase hex digits", self.graph_fingerprint)
+        })?;
         if self.parts.is_empty() {
             return Err("it records no part".into());
         }
@@ -827,7 +835,10 @@ mod tests {
             (good[..good.len() / 2].to_string(), "not a cudnn-graph tuning store"),
             ("[]".into(), "not a cudnn-graph tuning store"),
             (good.replace("\"cudnn_graph_tuning\": 1", "\"cudnn_graph_tuning\": 2"), "format 2"),
-            (good.replace("0x0000000000000001", "0xzz"), "is not 0x… hex"),
+            (good.replace("0x0000000000000001", "0xzz"), "is not `0x` and 16 lowercase hex digits"),
+            // The fuzzer's: the same number with a leading zero more wrote back as another entry.
+            (good.replace("0x0000000000000001", "0x00000000000000001"), "`0x00000000000000001` is not `0x`"),
+            (good.replace("0x0000000000000001", "0x000000000000000A"), "is not `0x` and 16 lowercase"),
             (good.replace("10.25", "-1.0"), "candidate `eng7_k24=41` has time"),
             (good.replace("\"id\": 7", "\"id\": null"), "has no engine id"),
             (good.replace("\"partitioning\": 0,\n", "\"partitioning\": 3,\n"), "keeps partitioning 3 of 1"),
