@@ -82,6 +82,7 @@ pub(super) fn attach_offsets(top: &Obj<'_>, tensors: &mut Vec<RawTensor>) -> Res
         offsets_of[*i] = Some(o);
     }
     let mut used = vec![false; offsets_of.len()];
+    let mut stray: Vec<Option<SerializeError>> = (0..offsets_of.len()).map(|_| None).collect();
     let mut doc = Json::Obj(top.members().to_vec());
     let Json::Obj(members) = &mut doc else { return Ok(None) };
     if let Some((_, Json::Arr(nodes))) = members.iter_mut().find(|(k, _)| k == "nodes") {
@@ -102,7 +103,9 @@ pub(super) fn attach_offsets(top: &Obj<'_>, tensors: &mut Vec<RawTensor>) -> Res
                     let Some(t) = tensors.iter().position(|t| t.key == key) else { continue };
                     let (Some(Some(o)), Some(r)) = (offsets_of.get(t), &tensors[t].ragged_offset) else { continue };
                     let Some(offsets_port) = ops::frontend_ragged_offsets(&tag, port) else {
-                        return Err(SerializeError::Unsupported {
+                        // Another node may read or write a packed tensor as plain memory; the
+                        // offsets are an error only where no attention port takes them (below).
+                        stray[t].get_or_insert_with(|| SerializeError::Unsupported {
                             path: r.path.clone(),
                             feature: format!(
                                 "ragged offsets on tensor `{}`, port {port} of a {tag} node (cudnn-graph reads them \
@@ -110,6 +113,7 @@ pub(super) fn attach_offsets(top: &Obj<'_>, tensors: &mut Vec<RawTensor>) -> Res
                                 tensors[t].name
                             ),
                         });
+                        continue;
                     };
                     used[t] = true;
                     let offsets_key = tensors[*o].key.clone();
@@ -145,6 +149,9 @@ pub(super) fn attach_offsets(top: &Obj<'_>, tensors: &mut Vec<RawTensor>) -> Res
         }
     }
     if let Some((i, r)) = packed.iter().find(|(i, _)| !used[*i]) {
+        if let Some(e) = stray[*i].take() {
+            return Err(e);
+        }
         return Err(SerializeError::Unsupported {
             path: r.path.clone(),
             feature: format!(
