@@ -252,6 +252,21 @@ pub enum AdapterError {
         /// The forward graph.
         graph: String,
     },
+    /// A paged K/V cache's append or page table refused its batch
+    /// ([`PagedKvCache`](crate::PagedKvCache)): a dead or repeated sequence, too few pages, a
+    /// sequence too long for the table; nothing changed.
+    #[error("paged K/V cache: {0}")]
+    Append(#[from] cudnn_graph::serving::AppendError),
+    /// A tensor given to a paged K/V cache that is not what its pools take.
+    #[error("paged K/V cache, `{name}`: expected {expected}, found {found}")]
+    PagedInput {
+        /// Which tensor (`k`, `v`, or an operand of the append).
+        name: &'static str,
+        /// What the cache takes.
+        expected: String,
+        /// What it was given.
+        found: String,
+    },
     /// The graph failed: building its IR, planning it, executing it.
     #[error(transparent)]
     Graph(#[from] cudnn_graph::Error),

@@ -75,10 +75,12 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod error;
+mod paged;
 mod ports;
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use candle_core::op::BackpropOp;
@@ -87,6 +89,7 @@ use cudnn_graph::{Graph, GraphType};
 
 pub use autograd::Differentiable;
 pub use error::AdapterError;
+pub use paged::{PagedKvCache, StepInputs};
 use ports::{in_port_order, storage_shape, Port};
 
 /// Runs `graph!` types on candle tensors, keeping what each (graph type, runtime dims, device)
@@ -100,6 +103,8 @@ pub struct Runner {
 struct Inner {
     /// Per graph type (by `TypeId`), a `HashMap<(G, DeviceKey), Arc<Prepared>>`.
     prepared: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    /// Graph values prepared so far (`Runner::graphs_prepared`).
+    preparations: AtomicU64,
     #[cfg(feature = "cuda")]
     cuda: cuda::Devices,
 }
@@ -188,6 +193,7 @@ impl Runner {
         Runner {
             inner: Arc::new(Inner {
                 prepared: Mutex::new(HashMap::new()),
+                preparations: AtomicU64::new(0),
                 #[cfg(feature = "cuda")]
                 cuda: cuda::Devices::new(
                     cudnn_graph::engines::PlanCache::in_memory(),
@@ -209,6 +215,7 @@ impl Runner {
         Runner {
             inner: Arc::new(Inner {
                 prepared: Mutex::new(HashMap::new()),
+                preparations: AtomicU64::new(0),
                 cuda: cuda::Devices::new(cache, options, None),
             }),
         }
@@ -228,6 +235,7 @@ impl Runner {
         Runner {
             inner: Arc::new(Inner {
                 prepared: Mutex::new(HashMap::new()),
+                preparations: AtomicU64::new(0),
                 cuda: cuda::Devices::new(cache, options, Some(autotune)),
             }),
         }
@@ -285,6 +293,14 @@ impl Runner {
         Ok(Outputs { prepared, storages })
     }
 
+    /// How many (graph value, device) pairs this runner has prepared: each built its graph's IR
+    /// and, on CUDA, fetched its plan from the plan cache or built it. Constant once every shape
+    /// a loop runs has been seen: a serving loop reads it after warm-up and at the end to show
+    /// that no step prepared (planned) anything.
+    pub fn graphs_prepared(&self) -> u64 {
+        self.inner.preparations.load(Ordering::Relaxed)
+    }
+
     /// The prepared graph for `graph` on `key`, made on first use.
     pub(crate) fn prepared<G: GraphType>(
         &self,
@@ -306,6 +322,7 @@ impl Runner {
         }
         // Made without the lock held: planning takes a while, and other graphs may run meanwhile.
         let made = Arc::new(self.prepare(graph, device)?);
+        self.inner.preparations.fetch_add(1, Ordering::Relaxed);
         let mut map = self.inner.prepared.lock().unwrap_or_else(PoisonError::into_inner);
         let per_type = map.entry(TypeId::of::<G>()).or_insert_with(|| Box::new(PerType::<G>::new()));
         match per_type.downcast_mut::<PerType<G>>() {

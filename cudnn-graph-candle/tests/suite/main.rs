@@ -11,7 +11,12 @@ extern crate cudnn_graph_testkit;
 #[allow(dead_code)]
 mod layer;
 
+// The serving engines of the `llama_serve` example.
+#[path = "../../examples/llama/serve.rs"]
+mod serve;
+
 mod adapter;
 mod autograd;
 mod deviceless_llama;
 mod llama_layer;
+mod serving;

@@ -80,8 +80,12 @@ impl KvPoolDims {
     }
 
     /// Checks what the kernel needs: every extent in `1..=i32::MAX`, `heads · head_dim` too, and
-    /// the pool's length countable.
-    fn check(&self) -> Result<usize, AppendError> {
+    /// the pool's length countable; returns that length.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::Dims`] otherwise.
+    pub fn check(&self) -> Result<usize, AppendError> {
         let KvPoolDims { pages, heads, page_size, head_dim } = *self;
         let in_range = |x: usize| (1..=MAX_I32).contains(&x);
         let fits = [pages, heads, page_size, head_dim].into_iter().all(in_range)
