@@ -501,3 +501,62 @@ fn aot_classes_refuse_bad_input_naming_the_cause() {
     assert!(!dir.join("out").exists(), "nothing is written for refused input");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+cudnn_graph::graph! {
+    /// A paged decode step served in capacity classes (issue 33): the batch padded to 8, 16, 32
+    /// or 64 rows, the page table 8 or 24 pages wide (512 or 1536 tokens of pages of 64), over
+    /// one pool of 1536 pages.
+    pub ServedPagedDecode<dyn B: 8..=64 pow2, dyn W: [8, 24]>(
+        q: bf16[B, 32, 1, 128],
+        k_pool: bf16[1536, 8, 64, 128],
+        v_pool: bf16[1536, 8, 64, 128],
+        seq_q: i32[B, 1, 1, 1],
+        seq_kv: i32[B, 1, 1, 1],
+        table: i32[B, 1, W, 1],
+    ) -> (o: bf16[B, 32, 1, 128]) {
+        o = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table, table, paged = true, padding_mask = true);
+    }
+}
+
+/// A serving engine's paged decode capacities, prebuilt without a GPU: `aot --dyn` plans every
+/// (batch bucket, table width) of the type, and a service seeded from the directory finds each
+/// one without building.
+#[cfg(feature = "cudnn")]
+#[needs_cudnn]
+#[test]
+fn aot_prebuilds_every_paged_decode_capacity() {
+    use cudnn_graph::backend::{BuildOptions, Cudnn};
+    use cudnn_graph::engines::{CacheSource, PlanCache};
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-aot-paged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out_dir = dir.join("out");
+    let template = ServedPagedDecode::new(8, 8).graph().unwrap();
+    let fingerprint = format!("ServedPagedDecode={:#018x}", ServedPagedDecode::FINGERPRINT);
+    let flags = [
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--dyn",
+        "B: 8..=64 pow2 @ q[0] seq_q[0] seq_kv[0] table[0]",
+        "--dyn",
+        "W: [8, 24] @ table[2]",
+        "--type",
+        &fingerprint,
+    ];
+    let out = aot_classes(&dir, &template, &flags);
+    let Some(stdout) = aot_output(&out) else { return };
+    assert!(stdout.contains("ServedPagedDecode: 8 class plans in "), "{stdout}");
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 8, "one payload per capacity");
+
+    let devprop = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-devprop.json");
+    let cudnn = Cudnn::deviceless(&std::fs::read_to_string(devprop).unwrap()).unwrap();
+    let cache = PlanCache::with_dir(&out_dir).unwrap();
+    let values = ServedPagedDecode::class_values().unwrap();
+    assert_eq!(values.len(), 8);
+    for v in values {
+        let (plan, outcome) = v.build_cached(&cache, &cudnn, &BuildOptions::default()).unwrap();
+        assert_eq!(outcome.source, CacheSource::Disk, "B = {}, W = {}", v.B, v.W);
+        assert_eq!(plan.plan().graph(), &v.graph().unwrap(), "B = {}, W = {}", v.B, v.W);
+    }
+    assert_eq!(cache.stats().builds, 0, "a capacity was planned at run time");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
