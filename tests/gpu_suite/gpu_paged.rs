@@ -52,6 +52,19 @@ graph! {
     ) -> (o: bf16[B, 8, SQ, 64]) {
         o = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table_k, table_v, paged = true, padding_mask = true, causal = true, alignment = bottom_right);
     }
+
+    /// A sliding window over the cache with the softmax statistics (log-sum-exp) returned:
+    /// two query tokens per sequence, each seeing its last 48 keys.
+    pub PagedWindowStats<dyn B, dyn P, dyn T>(
+        q: bf16[B, 8, 2, 64],
+        k_pool: bf16[P, 2, 16, 64],
+        v_pool: bf16[P, 2, 16, 64],
+        seq_q: i32[B, 1, 1, 1],
+        seq_kv: i32[B, 1, 1, 1],
+        table: i32[B, 1, T, 1],
+    ) -> (o: bf16[B, 8, 2, 64], stats: f32[B, 8, 2, 1]) {
+        (o, stats) = sdpa(q, k_pool, v_pool, seq_q, seq_kv, table, table, paged = true, padding_mask = true, causal = true, alignment = bottom_right, window = 48, training = true);
+    }
 }
 
 const TOLERANCE: f64 = 2e-2;
@@ -187,6 +200,73 @@ fn gpu_paged_multi_token_causal_matches_the_reference() {
     let err = relative_error(&got, &want);
     println!("paged multi-token causal ({}): relative error {err:.3e}", plan.plan().selected().tag());
     assert!(err <= TOLERANCE, "relative error {err}");
+}
+
+/// The rest of the serving contract on a paged cache: a sliding window and the returned
+/// log-sum-exp (cudnn-frontend #920), against the reference, over the rows that exist.
+#[needs_gpu]
+#[test]
+fn gpu_paged_sliding_window_with_statistics_matches_the_reference() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let mut rng = SplitMix64::new(0x3d0);
+    let (b, width) = (4usize, 24usize);
+    let pages = b * width + 3;
+    let g = PagedWindowStats::new(b, pages, width);
+    let q = random::<bf16>(31, b * 8 * 2 * 64);
+    let k_pool = random::<bf16>(32, pages * 2 * 16 * 64);
+    let v_pool = random::<bf16>(33, pages * 2 * 16 * 64);
+    let table = shuffled_table(&mut rng, b, width, pages);
+    // Lengths inside, at and below the window, and a sequence with one query token.
+    let seq_q = vec![2i32, 2, 1, 2];
+    let seq_kv = vec![300i32, 48, 17, 384];
+    let inputs = PagedWindowStatsInputs {
+        q: &q,
+        k_pool: &k_pool,
+        v_pool: &v_pool,
+        seq_q: &seq_q,
+        seq_kv: &seq_kv,
+        table: &table,
+    };
+    let want = g.reference(inputs).unwrap();
+    let (mut want_o, mut want_stats) = (want.o, want.stats);
+    let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+    let up_i32 = |x: &Vec<i32>| stream.clone_htod(x).unwrap();
+    let up = |x: &Vec<bf16>| stream.clone_htod(x).unwrap();
+    let mut o_d = stream.clone_htod(&vec![bf16::NAN; want_o.len()]).unwrap();
+    let mut stats_d = stream.clone_htod(&vec![f32::NAN; want_stats.len()]).unwrap();
+    let mut ws = stream.alloc_zeros::<u8>(plan.workspace_size().max(1)).unwrap();
+    let (q_d, k_d, v_d) = (up(&q), up(&k_pool), up(&v_pool));
+    let (sq_d, skv_d, t_d) = (up_i32(&seq_q), up_i32(&seq_kv), up_i32(&table));
+    let args = PagedWindowStatsArgs {
+        q: &q_d,
+        k_pool: &k_d,
+        v_pool: &v_d,
+        seq_q: &sq_d,
+        seq_kv: &skv_d,
+        table: &t_d,
+        o: &mut o_d,
+        stats: &mut stats_d,
+    };
+    plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    let mut got_o = stream.clone_dtoh(&o_d).unwrap();
+    let mut got_stats = stream.clone_dtoh(&stats_d).unwrap();
+    live_rows_only(&mut got_o, &mut want_o, &seq_q, [8, 2, 64]);
+    // The statistics of query rows past a sequence's length are not defined either.
+    for (bi, &len) in seq_q.iter().enumerate() {
+        for head in 0..8 {
+            for i in (len as usize)..2 {
+                let at = (bi * 8 + head) * 2 + i;
+                (got_stats[at], want_stats[at]) = (0.0, 0.0);
+            }
+        }
+    }
+    let (err_o, err_stats) = (relative_error(&got_o, &want_o), relative_error(&got_stats, &want_stats));
+    println!(
+        "paged sliding window 48 with statistics ({}): O relative error {err_o:.3e}, Stats {err_stats:.3e}",
+        plan.plan().selected().tag()
+    );
+    assert!(err_o <= TOLERANCE, "O: relative error {err_o}");
+    assert!(err_stats <= TOLERANCE, "Stats: relative error {err_stats}");
 }
 
 /// A serving loop: sequences arrive, grow and finish through a `serving::PagePool`; each step's

@@ -84,6 +84,18 @@ fn paged_attention_plans() {
             true,
         ),
         ("MQA decode", Paged { h_kv: 1, ..DECODE }, vec![], true),
+        (
+            // tests/gpu_suite/gpu_paged.rs, `PagedWindowStats`.
+            "2 query tokens, sliding window, statistics",
+            Paged { b: 4, h_q: 8, h_kv: 2, s_q: 2, capacity: 384, page: 16, d: 64 },
+            vec![
+                ("causal", true.into()),
+                ("alignment", "bottom_right".into()),
+                ("window", 48.into()),
+                ("training", true.into()),
+            ],
+            true,
+        ),
     ];
     let mut refused = Vec::new();
     for (what, p, extra, shared) in cases {
