@@ -35,6 +35,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 #[cfg(feature = "cudnn")]
+#[path = "common/flags.rs"]
+#[allow(dead_code)] // each example uses part of it
+mod flags;
+
+#[cfg(feature = "cudnn")]
 #[path = "common/json_lines.rs"]
 mod json_lines;
 #[cfg(feature = "cudnn")]
@@ -57,6 +62,7 @@ mod bench {
     use half::bf16;
     use serde_json::json;
 
+    use super::flags::Flags;
     use super::json_lines::Out;
     use super::timing::{device_time, host_time, Result};
 
@@ -74,26 +80,15 @@ mod bench {
     }
 
     fn args() -> Result<Args> {
-        let argv: Vec<String> = std::env::args().skip(1).collect();
-        let value = |flag: &str| argv.iter().position(|a| a == flag).and_then(|i| argv.get(i + 1)).cloned();
-        let list = |flag: &str, default: &[i64]| -> Result<Vec<i64>> {
-            match value(flag) {
-                Some(v) => Ok(v.split(',').map(str::parse).collect::<std::result::Result<_, _>>()?),
-                None => Ok(default.to_vec()),
-            }
-        };
-        let quick = argv.iter().any(|a| a == "--quick");
+        let f = Flags::from_env();
+        let quick = f.has("--quick");
         Ok(Args {
-            json: value("--json"),
-            batches: list("--batches", if quick { &[1, 32] } else { &[1, 8, 32, 128] })?,
-            lens: list("--lens", if quick { &[4096] } else { &[1024, 4096, 16384] })?,
-            pages: list("--page-sizes", if quick { &[16] } else { &[16, 64] })?,
-            implementations: value("--implementations")
-                .unwrap_or_else(|| "auto,composite".into())
-                .split(',')
-                .map(String::from)
-                .collect(),
-            budget_s: value("--budget-s").map(|v| v.parse()).transpose()?.unwrap_or(240.0),
+            json: f.value("--json"),
+            batches: f.list("--batches", if quick { &[1, 32] } else { &[1, 8, 32, 128] })?,
+            lens: f.list("--lens", if quick { &[4096] } else { &[1024, 4096, 16384] })?,
+            pages: f.list("--page-sizes", if quick { &[16] } else { &[16, 64] })?,
+            implementations: f.list("--implementations", &["auto".to_string(), "composite".to_string()])?,
+            budget_s: f.or("--budget-s", 240.0)?,
         })
     }
 

@@ -38,6 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 #[cfg(feature = "cudnn")]
+#[path = "common/flags.rs"]
+#[allow(dead_code)] // each example uses part of it
+mod flags;
+
+#[cfg(feature = "cudnn")]
 #[path = "common/json_lines.rs"]
 mod json_lines;
 #[cfg(feature = "cudnn")]
@@ -59,6 +64,7 @@ mod bench {
     use half::bf16;
     use serde_json::json;
 
+    use super::flags::Flags;
     use super::json_lines::Out;
     use super::timing::{device_time, host_time, Result};
 
@@ -78,26 +84,19 @@ mod bench {
     }
 
     fn args() -> Result<Args> {
-        let argv: Vec<String> = std::env::args().skip(1).collect();
-        let value = |flag: &str| argv.iter().position(|a| a == flag).and_then(|i| argv.get(i + 1)).cloned();
-        let list = |flag: &str, default: &[i64]| -> Result<Vec<i64>> {
-            match value(flag) {
-                Some(v) => Ok(v.split(',').map(str::parse).collect::<std::result::Result<_, _>>()?),
-                None => Ok(default.to_vec()),
-            }
-        };
-        let quick = argv.iter().any(|a| a == "--quick");
-        let padding: f64 = value("--padding").map(|v| v.parse()).transpose()?.unwrap_or(0.45);
+        let f = Flags::from_env();
+        let quick = f.has("--quick");
+        let padding: f64 = f.or("--padding", 0.45)?;
         if !(0.0..0.5).contains(&padding) {
             return Err(format!("--padding {padding}: stratified lengths take a fraction in [0, 0.5)").into());
         }
         Ok(Args {
-            json: value("--json"),
-            batches: list("--batches", if quick { &[16] } else { &[8, 16] })?,
-            lens: list("--lens", if quick { &[4096] } else { &[2048, 4096, 8192] })?,
+            json: f.value("--json"),
+            batches: f.list("--batches", if quick { &[16] } else { &[8, 16] })?,
+            lens: f.list("--lens", if quick { &[4096] } else { &[2048, 4096, 8192] })?,
             padding,
-            guard: value("--guard").map(|v| v.parse()).transpose()?,
-            budget_s: value("--budget-s").map(|v| v.parse()).transpose()?.unwrap_or(240.0),
+            guard: f.parsed("--guard")?,
+            budget_s: f.or("--budget-s", 240.0)?,
         })
     }
 

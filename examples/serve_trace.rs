@@ -49,6 +49,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 #[cfg(feature = "cudnn")]
+#[path = "common/flags.rs"]
+#[allow(dead_code)] // each example uses part of it
+mod flags;
+
+#[cfg(feature = "cudnn")]
 #[path = "common/json_lines.rs"]
 mod json_lines;
 
@@ -69,6 +74,7 @@ mod trace {
     use half::bf16;
     use serde_json::json;
 
+    use super::flags::Flags;
     use super::json_lines::Out;
 
     type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -92,32 +98,25 @@ mod trace {
     }
 
     fn args() -> Result<Args> {
-        let argv: Vec<String> = std::env::args().skip(1).collect();
-        let value = |flag: &str| argv.iter().position(|a| a == flag).and_then(|i| argv.get(i + 1)).cloned();
-        let number = |flag: &str, default: usize| -> Result<usize> {
-            Ok(value(flag).map(|v| v.parse()).transpose()?.unwrap_or(default))
-        };
-        let mut classes: Vec<usize> = match value("--classes") {
-            Some(v) => v.split(',').map(str::parse).collect::<std::result::Result<_, _>>()?,
-            None => vec![64, 256],
-        };
+        let f = Flags::from_env();
+        let mut classes: Vec<usize> = f.list("--classes", &[64, 256])?;
         classes.sort_unstable();
         classes.dedup();
         let a = Args {
-            steps: number("--steps", 10_000)?,
-            max_batch: number("--max-batch", 128)?,
-            page: number("--page", 16)?,
+            steps: f.or("--steps", 10_000)?,
+            max_batch: f.or("--max-batch", 128)?,
+            page: f.or("--page", 16)?,
             classes,
-            prompt_max: number("--prompt-max", 2048)?,
-            output_max: number("--output-max", 1024)?,
-            arrival: value("--arrival").map(|v| v.parse()).transpose()?.unwrap_or(0.5),
-            seed: number("--seed", 7)? as u64,
-            whole_step: match value("--graph").as_deref() {
+            prompt_max: f.or("--prompt-max", 2048)?,
+            output_max: f.or("--output-max", 1024)?,
+            arrival: f.or("--arrival", 0.5)?,
+            seed: f.or("--seed", 7)?,
+            whole_step: match f.value("--graph").as_deref() {
                 None | Some("attention") => false,
                 Some("step") => true,
                 Some(other) => return Err(format!("--graph {other}: attention or step").into()),
             },
-            json: value("--json"),
+            json: f.value("--json"),
         };
         let widest = *a.classes.last().ok_or("--classes names no class")?;
         if a.classes[0] == 0 || a.max_batch == 0 || a.page == 0 || a.prompt_max == 0 || a.output_max == 0 {

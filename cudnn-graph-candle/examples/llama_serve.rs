@@ -39,6 +39,10 @@
 mod layer;
 #[path = "llama/serve.rs"]
 mod serve;
+// The workspace examples' command-line helper.
+#[path = "../../examples/common/flags.rs"]
+#[allow(dead_code)] // each example uses part of it
+mod flags;
 
 use std::time::Instant;
 
@@ -46,6 +50,7 @@ use candle_core::{DType, Device, Tensor};
 use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::serving::{PagePool, SeqId};
 use cudnn_graph_candle::Runner;
+use flags::Flags;
 use layer::{random, Config, Layer};
 use serve::{prefill_kv, CandleEngine, Classes, PagedEngine, Rope};
 
@@ -76,45 +81,32 @@ struct Args {
 }
 
 fn args() -> Result<Args> {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let gpu = argv.iter().any(|a| a == "--gpu");
-    let value = |flag: &str| argv.iter().position(|a| a == flag).and_then(|i| argv.get(i + 1)).cloned();
-    let number = |flag: &str, default: usize| -> Result<usize> {
-        Ok(value(flag).map(|v| v.parse()).transpose().map_err(|e| format!("{flag}: {e}"))?.unwrap_or(default))
-    };
+    let f = Flags::from_env();
+    let gpu = f.has("--gpu");
     // The CPU's defaults are small: its reference engine computes in f64.
-    let (steps, max_batch, page, widths, prompt_max, output_max) =
-        if gpu { (2000, 64, 64, "8,24", 1024, 512) } else { (24, 8, 4, "2,4", 7, 6) };
-    let mut widths: Vec<usize> = value("--widths")
-        .unwrap_or_else(|| widths.into())
-        .split(',')
-        .map(str::parse)
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| format!("--widths: {e}"))?;
+    let (steps, max_batch, page, widths, prompt_max, output_max): (_, _, _, &[usize], _, _) =
+        if gpu { (2000, 64, 64, &[8, 24], 1024, 512) } else { (24, 8, 4, &[2, 4], 7, 6) };
+    let mut widths = f.list("--widths", widths)?;
     widths.sort_unstable();
     widths.dedup();
     let a = Args {
         gpu,
-        engine: match value("--engine").as_deref() {
+        engine: match f.value("--engine").as_deref() {
             None | Some("paged") => Engine::Paged,
             Some("candle") => Engine::Candle,
             Some("check") => Engine::Check,
             Some(other) => return Err(format!("--engine {other}: paged, candle or check").into()),
         },
-        steps: number("--steps", steps)?,
-        max_batch: number("--max-batch", max_batch)?,
-        page: number("--page", page)?,
+        steps: f.or("--steps", steps)?,
+        max_batch: f.or("--max-batch", max_batch)?,
+        page: f.or("--page", page)?,
         widths,
-        prompt_max: number("--prompt-max", prompt_max)?,
-        output_max: number("--output-max", output_max)?,
-        arrival: value("--arrival")
-            .map(|v| v.parse())
-            .transpose()
-            .map_err(|e| format!("--arrival: {e}"))?
-            .unwrap_or(0.5),
-        seed: number("--seed", 7)? as u64,
-        json: value("--json"),
-        trace_out: value("--trace-out"),
+        prompt_max: f.or("--prompt-max", prompt_max)?,
+        output_max: f.or("--output-max", output_max)?,
+        arrival: f.or("--arrival", 0.5)?,
+        seed: f.or("--seed", 7)?,
+        json: f.value("--json"),
+        trace_out: f.value("--trace-out"),
     };
     if [a.max_batch, a.page, a.prompt_max, a.output_max].contains(&0) || a.widths.first().is_none_or(|&w| w == 0) {
         return Err("--max-batch, --page, --widths, --prompt-max and --output-max must be positive".into());

@@ -37,6 +37,21 @@ def rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def layer_weights(dev, dt, g):
+    """The layer's random weights (scaled like an initialised layer) and the rotary inverse
+    frequencies: wq, wk, wv, wo, w_gate, w_up, w_down, the two norms' scales, inv_freq."""
+
+    def w(out, inp):
+        return (torch.randn(out, inp, device=dev, generator=g) / inp**0.5).to(dt)
+
+    wq, wk, wv, wo = w(H * D, E), w(HKV * D, E), w(HKV * D, E), w(E, H * D)
+    wg, wu, wd = w(FF, E), w(FF, E), w(E, FF)
+    n1 = (1 + 0.1 * torch.randn(E, device=dev, generator=g)).to(dt)
+    n2 = (1 + 0.1 * torch.randn(E, device=dev, generator=g)).to(dt)
+    inv_freq = 1.0 / THETA ** (torch.arange(0, D, 2, device=dev).float() / D)
+    return wq, wk, wv, wo, wg, wu, wd, n1, n2, inv_freq
+
+
 def timed(fn, iters):
     """The mean time of fn() in ms: 5 warm-up calls, then iters calls between two synchronizations."""
     with torch.inference_mode():
@@ -60,15 +75,7 @@ def main():
     iters = args.iters
     dev, dt = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(1)
-
-    def w(out, inp):
-        return (torch.randn(out, inp, device=dev, generator=g) / inp**0.5).to(dt)
-
-    wq, wk, wv, wo = w(H * D, E), w(HKV * D, E), w(HKV * D, E), w(E, H * D)
-    wg, wu, wd = w(FF, E), w(FF, E), w(E, FF)
-    n1 = (1 + 0.1 * torch.randn(E, device=dev, generator=g)).to(dt)
-    n2 = (1 + 0.1 * torch.randn(E, device=dev, generator=g)).to(dt)
-    inv_freq = 1.0 / THETA ** (torch.arange(0, D, 2, device=dev).float() / D)
+    wq, wk, wv, wo, wg, wu, wd, n1, n2, inv_freq = layer_weights(dev, dt, g)
 
     for phase, b, s, past in CASES:
         x = torch.randn(b, s, E, device=dev, generator=g).to(dt)

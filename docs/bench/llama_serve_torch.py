@@ -24,8 +24,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-E, H, HKV, FF, EPS, THETA = 4096, 32, 8, 14336, 1e-5, 500000.0
-D = E // H
+# The layer's sizes and weights, as the forward anchor makes them (this script's folder is on
+# sys.path when it runs).
+from llama_layer_torch import D, E, EPS, FF, H, HKV, layer_weights
 
 
 def rope(x, cos, sin):
@@ -47,14 +48,7 @@ def main():
     dev, dt = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(1)
 
-    def w(out, inp):
-        return (torch.randn(out, inp, device=dev, generator=g) / inp**0.5).to(dt)
-
-    wq, wk, wv, wo = w(H * D, E), w(HKV * D, E), w(HKV * D, E), w(E, H * D)
-    wg, wu, wd = w(FF, E), w(FF, E), w(E, FF)
-    n1 = (1 + 0.1 * torch.randn(E, device=dev, generator=g)).to(dt)
-    n2 = (1 + 0.1 * torch.randn(E, device=dev, generator=g)).to(dt)
-    inv_freq = 1.0 / THETA ** (torch.arange(0, D, 2, device=dev).float() / D)
+    wq, wk, wv, wo, wg, wu, wd, n1, n2, inv_freq = layer_weights(dev, dt, g)
     freqs = torch.outer(torch.arange(args.capacity, device=dev).float(), inv_freq)
     cos_all, sin_all = freqs.cos().to(dt), freqs.sin().to(dt)
     kc = torch.zeros(args.max_batch, HKV, args.capacity, D, device=dev, dtype=dt)
