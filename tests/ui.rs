@@ -17,7 +17,7 @@ fn ui() {
     // Compile-fail cases alone: trybuild runs `cargo check` on them.
     {
         let t = trybuild::TestCases::new();
-        t.compile_fail("tests/ui/fail/*.rs");
+        t.compile_fail("tests/ui/fail/*/*.rs");
     }
     // With pass cases in the run, trybuild builds: the instantiation-time assertions fire.
     let t = trybuild::TestCases::new();
