@@ -5,6 +5,7 @@ residuals) at Llama 3 8B's sizes in bf16, decoding the batches of a serving trac
 the step's first launch to the device synchronized after it):
 
     python3 docs/bench/llama_serve_torch.py --trace PATH [--max-batch 64] [--capacity 1536]
+        [--sdpa-backend default|efficient|math|cudnn]
 
 The trace is one JSON line per step: the prompt lengths of the requests arriving before it (`a`)
 and the indices of the requests finished after it (`f`); the batch is the live requests in
@@ -13,7 +14,9 @@ mirrors by keeping request i's cache in row i of one preallocated cache `[max_ba
 capacity, D]` and copying the last row into a finished one's. A step is what PyTorch eager does
 for continuous batching without a paged kernel: the live rows' K/V written at each one's length,
 then `F.scaled_dot_product_attention` (`enable_gqa`) over the rows' first `max length` positions
-with a boolean mask of each row's length. Prompts' K/V are random (prefill is not timed, as in
+with a boolean mask of each row's length (`--sdpa-backend` forces one of PyTorch's attention
+kernels; by default PyTorch picks, and on the H100 with torch 2.11 its steps are bimodal: most
+near the median, some 60 times longer, as a step whose longest sequence is new to it). Prompts' K/V are random (prefill is not timed, as in
 `llama_serve`). One JSON line: tokens, tokens per second over the decode steps, step p50/p99.
 """
 
@@ -21,8 +24,11 @@ import argparse
 import json
 import time
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # The layer's sizes and weights, as the forward anchor makes them (this script's folder is on
 # sys.path when it runs).
@@ -42,6 +48,8 @@ def main():
     parser.add_argument("--trace", required=True)
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--capacity", type=int, default=1536, help="tokens a cache row holds")
+    parser.add_argument("--sdpa-backend", default="default", choices=["default", "efficient", "math", "cudnn"],
+                        help="the attention backend: PyTorch's choice, or one forced with torch.nn.attention.sdpa_kernel")
     parser.add_argument("--json")
     args = parser.parse_args()
     steps = [json.loads(line) for line in open(args.trace)]
@@ -74,9 +82,12 @@ def main():
         m = F.rms_norm(x1, (E,), n2, EPS)
         return F.linear(F.silu(F.linear(m, wg)) * F.linear(m, wu), wd) + x1
 
+    backends = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH,
+                "cudnn": SDPBackend.CUDNN_ATTENTION}
+    forced = sdpa_kernel([backends[args.sdpa_backend]]) if args.sdpa_backend in backends else nullcontext()
     live = []  # each live request's length, in row order
     times, tokens = [], 0
-    with torch.inference_mode():
+    with torch.inference_mode(), forced:
         for event in steps:
             for prompt in event["a"]:
                 row = len(live)
@@ -103,10 +114,14 @@ def main():
                     vc[i].copy_(vc[last])
                 live[i] = live[last]
                 live.pop()
+    first_100_us = sum(times[:100])
     times.sort()
-    row = {"bench": "llama_serve", "engine": "torch-eager", "steps_run": len(times), "tokens": tokens,
+    row = {"bench": "llama_serve", "engine": "torch-eager", "sdpa_backend": args.sdpa_backend,
+           "steps_run": len(times), "tokens": tokens,
            "tokens_per_s": tokens / (sum(times) / 1e6), "step_us_p50": times[len(times) // 2],
+           "step_us_p90": times[min(len(times) - 1, round((len(times) - 1) * 0.9))],
            "step_us_p99": times[min(len(times) - 1, round((len(times) - 1) * 0.99))],
+           "step_us_mean": sum(times) / max(len(times), 1), "first_100_steps_us": first_100_us,
            "mean_batch": tokens / max(len(times), 1), "torch": torch.__version__}
     print(json.dumps(row))
     if args.json:
