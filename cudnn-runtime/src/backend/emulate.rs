@@ -61,19 +61,8 @@ impl ExecutionPlan {
         let mut memory = Memory::default();
         for (i, id) in io[..outputs_from].iter().enumerate() {
             let t = graph.tensor(*id);
-            let a =
-                inputs.get(i).ok_or_else(|| ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() })?;
-            if a.dims != t.dims || a.data.len() as i64 != t.element_count() {
-                return Err(ArgError::Length {
-                    tensor: t.name.clone(),
-                    expected: usize::try_from(t.element_count()).unwrap_or(usize::MAX),
-                    found: a.data.len(),
-                    dims: t.dims.clone(),
-                    strides: crate::dim::packed_strides(&t.dims),
-                }
-                .into());
-            }
-            let mut a = a.clone();
+            reference::check_input(graph, *id, inputs.get(i))?;
+            let mut a = inputs[i].clone();
             a.round_to(t.data_type);
             memory.write(Place::Io { index: i, offset: 0 }, t, &a);
         }

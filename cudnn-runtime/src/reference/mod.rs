@@ -71,6 +71,17 @@ pub fn scatter<T: Element>(tensor: &Tensor, array: &Array) -> Vec<T> {
 /// plain struct that can be made or edited by hand, and the engine indexes tensors by the ids
 /// its nodes hold.
 pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>, ArgError> {
+    let values = named_inputs(graph, inputs)?;
+    if let Some(missing) = graph.inputs().iter().find(|id| values[id.0].is_none()) {
+        return Err(ArgError::Missing { graph: graph.name.clone(), tensor: graph.tensor(*missing).name.clone() });
+    }
+    compute(graph, values)
+}
+
+/// Validates `graph` and gathers `inputs` (graph inputs by name, each once) into one slot per
+/// tensor, the rest `None`: [`ArgError::Unexpected`] for a name that is not a graph input or is
+/// given twice, [`ArgError::Length`] for data that does not fill its tensor.
+fn named_inputs(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Option<Array>>, ArgError> {
     validated(graph)?;
     let graph_inputs = graph.inputs();
     let mut values: Vec<Option<Array>> = vec![None; graph.tensors.len()];
@@ -81,10 +92,7 @@ pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>
             .ok_or_else(|| ArgError::Unexpected { graph: graph.name.clone(), tensor: name.to_string() })?;
         values[id.0] = Some(gather(graph.tensor(id), *data)?);
     }
-    if let Some(missing) = graph_inputs.iter().find(|id| values[id.0].is_none()) {
-        return Err(ArgError::Missing { graph: graph.name.clone(), tensor: graph.tensor(*missing).name.clone() });
-    }
-    compute(graph, values)
+    Ok(values)
 }
 
 /// Checks, on host copies, the values the graph's ops read memory through, before a GPU execute
@@ -127,16 +135,8 @@ pub fn run(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<Vec<Array>
 /// assert!(e.contains("sequence 0 of Q runs from Ragged_offset_Q[0] = 0"), "{e}");
 /// ```
 pub fn check_values(graph: &Graph, inputs: &[(&str, HostSlice<'_>)]) -> Result<(), ArgError> {
-    validated(graph)?;
+    let values = named_inputs(graph, inputs)?;
     let graph_inputs = graph.inputs();
-    let mut values: Vec<Option<Array>> = vec![None; graph.tensors.len()];
-    for (name, data) in inputs {
-        let id = graph
-            .id_of(name)
-            .filter(|id| graph_inputs.contains(id) && values[id.0].is_none())
-            .ok_or_else(|| ArgError::Unexpected { graph: graph.name.clone(), tensor: name.to_string() })?;
-        values[id.0] = Some(gather(graph.tensor(id), *data)?);
-    }
     let integer = |id: &TensorId| {
         matches!(graph.tensor(*id).data_type, crate::DataType::I32 | crate::DataType::I64) && graph_inputs.contains(id)
     };
@@ -198,22 +198,29 @@ fn run_arrays_checked(graph: &Graph, values: &[Option<Array>]) -> Result<(), Arg
         return Err(ArgError::Slots { graph: graph.name.clone(), expected: graph.tensors.len(), found: values.len() });
     }
     for id in graph.inputs() {
-        let t = graph.tensor(id);
-        match &values[id.0] {
-            None => return Err(ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() }),
-            Some(a) if a.dims != t.dims || usize::try_from(t.element_count()).ok() != Some(a.data.len()) => {
-                return Err(ArgError::Length {
-                    tensor: t.name.clone(),
-                    expected: usize::try_from(t.element_count()).unwrap_or(usize::MAX),
-                    found: a.data.len(),
-                    dims: t.dims.clone(),
-                    strides: crate::dim::packed_strides(&t.dims),
-                });
-            }
-            Some(_) => {}
-        }
+        check_input(graph, id, values[id.0].as_ref())?;
     }
     Ok(())
+}
+
+/// Checks that `array`, given for graph input `id`, is a dense array of its tensor's dims:
+/// [`ArgError::Missing`] for none, [`ArgError::Length`] naming the input otherwise. The check
+/// [`run_arrays`] and plan emulation (`ExecutionPlan::emulate`) make of every input.
+pub(crate) fn check_input(graph: &Graph, id: TensorId, array: Option<&Array>) -> Result<(), ArgError> {
+    let t = graph.tensor(id);
+    match array {
+        None => Err(ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() }),
+        Some(a) if a.dims != t.dims || usize::try_from(t.element_count()).ok() != Some(a.data.len()) => {
+            Err(ArgError::Length {
+                tensor: t.name.clone(),
+                expected: usize::try_from(t.element_count()).unwrap_or(usize::MAX),
+                found: a.data.len(),
+                dims: t.dims.clone(),
+                strides: crate::dim::packed_strides(&t.dims),
+            })
+        }
+        Some(_) => Ok(()),
+    }
 }
 
 /// The engine proper, on a validated graph with every input's array in place (a validated graph
