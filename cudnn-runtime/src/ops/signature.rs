@@ -22,6 +22,22 @@ pub struct PortSpec {
 }
 
 impl PortSpec {
+    /// A tensor port: only a tensor may feed it.
+    pub const fn tensor(name: &'static str) -> PortSpec {
+        PortSpec { name, scalar_ok: false, scalar_type: None }
+    }
+
+    /// A port that also takes a number, a by-value scalar of the node's compute type (epsilon,
+    /// momentum, a pointwise operand).
+    pub const fn scalar(name: &'static str) -> PortSpec {
+        PortSpec { name, scalar_ok: true, scalar_type: None }
+    }
+
+    /// A port that also takes a number, a by-value scalar of `data_type` (a count: `I64`).
+    pub const fn scalar_of(name: &'static str, data_type: DataType) -> PortSpec {
+        PortSpec { name, scalar_ok: true, scalar_type: Some(data_type) }
+    }
+
     /// The type of the by-value scalar a number fed to this port becomes, for a node whose
     /// compute type is `compute`.
     pub fn scalar_data_type(&self, compute: DataType) -> DataType {

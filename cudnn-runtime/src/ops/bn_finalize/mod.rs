@@ -51,26 +51,17 @@ use crate::DataType;
 /// The call name.
 pub const NAME: &str = "bn_finalize";
 
-const fn tensor(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: false, scalar_type: None }
-}
-
-/// A port that also takes a number, a by-value scalar of the compute type (epsilon, momentum).
-const fn number(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: true, scalar_type: None }
-}
-
 const INPUTS: &[PortSpec] = &[
-    tensor("SUM"),
-    tensor("SQ_SUM"),
-    tensor("SCALE"),
-    tensor("BIAS"),
-    tensor("PREV_RUNNING_MEAN"),
-    tensor("PREV_RUNNING_VAR"),
-    number("EPSILON"),
-    number("MOMENTUM"),
+    PortSpec::tensor("SUM"),
+    PortSpec::tensor("SQ_SUM"),
+    PortSpec::tensor("SCALE"),
+    PortSpec::tensor("BIAS"),
+    PortSpec::tensor("PREV_RUNNING_MEAN"),
+    PortSpec::tensor("PREV_RUNNING_VAR"),
+    PortSpec::scalar("EPSILON"),
+    PortSpec::scalar("MOMENTUM"),
     // cudnn-frontend's `graph.tensor(int64_t)`: an int64 by-value scalar.
-    PortSpec { name: "ACCUM_COUNT", scalar_ok: true, scalar_type: Some(DataType::I64) },
+    PortSpec::scalar_of("ACCUM_COUNT", DataType::I64),
 ];
 
 const OUTPUTS: &[&str] = &["EQ_SCALE", "EQ_BIAS", "MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"];

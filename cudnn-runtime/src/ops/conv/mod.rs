@@ -49,9 +49,6 @@ use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
-const fn port(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: false, scalar_type: None }
-}
 const fn list(name: &'static str) -> AttrSpec {
     AttrSpec { name, kind: AttrKind::IntList, required: false }
 }
@@ -59,9 +56,9 @@ const fn list(name: &'static str) -> AttrSpec {
 /// The values of the `mode` attribute.
 pub const MODES: &[&str] = &["cross_correlation", "convolution"];
 
-const FPROP_IN: &[PortSpec] = &[port("X"), port("W")];
-const DGRAD_IN: &[PortSpec] = &[port("DY"), port("W")];
-const WGRAD_IN: &[PortSpec] = &[port("X"), port("DY")];
+const FPROP_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("W")];
+const DGRAD_IN: &[PortSpec] = &[PortSpec::tensor("DY"), PortSpec::tensor("W")];
+const WGRAD_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("DY")];
 const FPROP_OUT: &[&str] = &["Y"];
 const DGRAD_OUT: &[&str] = &["DX"];
 const WGRAD_OUT: &[&str] = &["DW"];

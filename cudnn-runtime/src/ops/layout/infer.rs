@@ -17,7 +17,7 @@ const fn concat_ports() -> [PortSpec; MAX_CONCAT_INPUTS] {
         "X[13]", "X[14]", "X[15]", "X[16]", "X[17]", "X[18]", "X[19]", "X[20]", "X[21]", "X[22]", "X[23]", "X[24]",
         "X[25]", "X[26]", "X[27]", "X[28]", "X[29]", "X[30]", "X[31]",
     ];
-    let mut ports = [PortSpec { name: "", scalar_ok: false, scalar_type: None }; MAX_CONCAT_INPUTS];
+    let mut ports = [PortSpec::tensor(""); MAX_CONCAT_INPUTS];
     let mut i = 0;
     while i < MAX_CONCAT_INPUTS {
         ports[i].name = NAMES[i];

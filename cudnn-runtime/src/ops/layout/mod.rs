@@ -49,7 +49,7 @@ mod infer;
 use infer::{concat_infer, packed, reshape_infer, reshape_view, slice_extent, slice_infer};
 pub use infer::{CONCAT_PORTS, MAX_CONCAT_INPUTS};
 
-const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false, scalar_type: None }];
+const INPUTS: &[PortSpec] = &[PortSpec::tensor("X")];
 
 const OUTPUTS: &[&str] = &["Y"];
 const RESHAPE_ATTRS: &[AttrSpec] = &[AttrSpec { name: "shape", kind: AttrKind::Dims, required: true }];

@@ -29,7 +29,7 @@ use crate::DataType;
 /// The call name.
 pub const NAME: &str = "matmul";
 
-const INPUTS: &[PortSpec] = &[PortSpec { name: "A", scalar_ok: false, scalar_type: None }, PortSpec { name: "B", scalar_ok: false, scalar_type: None }];
+const INPUTS: &[PortSpec] = &[PortSpec::tensor("A"), PortSpec::tensor("B")];
 const OUTPUTS: &[&str] = &["C"];
 const ATTRS: &[AttrSpec] = &[];
 

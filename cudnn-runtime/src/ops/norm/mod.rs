@@ -53,30 +53,21 @@ use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
-const fn port(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: false, scalar_type: None }
-}
-
-/// A port that also takes a number (epsilon, momentum).
-const fn scalar(name: &'static str) -> PortSpec {
-    PortSpec { name, scalar_ok: true, scalar_type: None }
-}
-
-const LAYER_IN: &[PortSpec] = &[port("X"), port("SCALE"), port("BIAS"), scalar("EPSILON")];
-const RMS_IN: &[PortSpec] = &[port("X"), port("SCALE"), scalar("EPSILON")];
+const LAYER_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("SCALE"), PortSpec::tensor("BIAS"), PortSpec::scalar("EPSILON")];
+const RMS_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("SCALE"), PortSpec::scalar("EPSILON")];
 const BATCH_IN: &[PortSpec] = &[
-    port("X"),
-    port("SCALE"),
-    port("BIAS"),
-    port("PREV_RUNNING_MEAN"),
-    port("PREV_RUNNING_VAR"),
-    scalar("EPSILON"),
-    scalar("MOMENTUM"),
+    PortSpec::tensor("X"),
+    PortSpec::tensor("SCALE"),
+    PortSpec::tensor("BIAS"),
+    PortSpec::tensor("PREV_RUNNING_MEAN"),
+    PortSpec::tensor("PREV_RUNNING_VAR"),
+    PortSpec::scalar("EPSILON"),
+    PortSpec::scalar("MOMENTUM"),
 ];
-const BATCH_INFERENCE_IN: &[PortSpec] = &[port("X"), port("MEAN"), port("INV_VARIANCE"), port("SCALE"), port("BIAS")];
-const GENSTATS_IN: &[PortSpec] = &[port("X")];
-const BACKWARD_IN: &[PortSpec] = &[port("DY"), port("X"), port("SCALE"), port("MEAN"), port("INV_VARIANCE")];
-const RMS_BACKWARD_IN: &[PortSpec] = &[port("DY"), port("X"), port("SCALE"), port("INV_VARIANCE")];
+const BATCH_INFERENCE_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("MEAN"), PortSpec::tensor("INV_VARIANCE"), PortSpec::tensor("SCALE"), PortSpec::tensor("BIAS")];
+const GENSTATS_IN: &[PortSpec] = &[PortSpec::tensor("X")];
+const BACKWARD_IN: &[PortSpec] = &[PortSpec::tensor("DY"), PortSpec::tensor("X"), PortSpec::tensor("SCALE"), PortSpec::tensor("MEAN"), PortSpec::tensor("INV_VARIANCE")];
+const RMS_BACKWARD_IN: &[PortSpec] = &[PortSpec::tensor("DY"), PortSpec::tensor("X"), PortSpec::tensor("SCALE"), PortSpec::tensor("INV_VARIANCE")];
 
 const STATS_OUT: &[&str] = &["Y", "MEAN", "INV_VARIANCE"];
 const RMS_OUT: &[&str] = &["Y", "INV_VARIANCE"];

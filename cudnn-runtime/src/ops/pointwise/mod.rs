@@ -26,12 +26,12 @@ use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
-const UNARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: false, scalar_type: None }];
-const BINARY: &[PortSpec] = &[PortSpec { name: "IN_0", scalar_ok: true, scalar_type: None }, PortSpec { name: "IN_1", scalar_ok: true, scalar_type: None }];
+const UNARY: &[PortSpec] = &[PortSpec::tensor("IN_0")];
+const BINARY: &[PortSpec] = &[PortSpec::scalar("IN_0"), PortSpec::scalar("IN_1")];
 const TERNARY: &[PortSpec] = &[
-    PortSpec { name: "IN_0", scalar_ok: true, scalar_type: None },
-    PortSpec { name: "IN_1", scalar_ok: true, scalar_type: None },
-    PortSpec { name: "IN_2", scalar_ok: false, scalar_type: None },
+    PortSpec::scalar("IN_0"),
+    PortSpec::scalar("IN_1"),
+    PortSpec::tensor("IN_2"),
 ];
 const OUT: &[&str] = &["OUT_0"];
 

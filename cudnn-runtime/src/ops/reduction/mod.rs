@@ -22,7 +22,7 @@ use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
-const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false, scalar_type: None }];
+const INPUTS: &[PortSpec] = &[PortSpec::tensor("X")];
 const OUTPUTS: &[&str] = &["Y"];
 const ATTRS: &[AttrSpec] = &[AttrSpec { name: "dims", kind: AttrKind::IntList, required: true }];
 

@@ -43,7 +43,7 @@ pub const NAME: &str = "resample";
 /// The values of the `mode` attribute.
 pub const MODES: &[&str] = &["maxpool", "avgpool_include_padding", "avgpool_exclude_padding"];
 
-const INPUTS: &[PortSpec] = &[PortSpec { name: "X", scalar_ok: false, scalar_type: None }];
+const INPUTS: &[PortSpec] = &[PortSpec::tensor("X")];
 const OUTPUTS: &[&str] = &["Y", "Index"];
 const ATTRS: &[AttrSpec] = &[
     AttrSpec { name: "mode", kind: AttrKind::OneOf(MODES), required: true },
