@@ -20,6 +20,7 @@
 //! The checker knows no op by name: ports, outputs, attributes and forced dtypes all come from
 //! the op's signature and shape rule.
 
+mod attrs;
 mod blame;
 mod call;
 mod decl;
