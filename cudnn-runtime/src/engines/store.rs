@@ -535,14 +535,33 @@ impl TuningStore {
     /// The entry of `key`: `Ok(Some)` a hit; `Ok(None)` where the store has nothing of this
     /// graph; a [`TuningWarning::Foreign`] where it has the graph (fingerprint and binding) only
     /// for other SMs or cuDNN versions, which are never used.
+    ///
+    /// An entry recorded without a binding (by `cudnn-graph tune` from a structural JSON, or by
+    /// any untyped build) serves a key of the same fingerprint, SM and cuDNN version whatever its
+    /// binding: the fingerprint covers every dim, stride and type, so a `graph!` type at
+    /// `S = 128` is the graph `tune --dyn` planned at 128. An entry of the key's own binding
+    /// comes first.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::{PlanKey, TuningStore};
+    /// let key = PlanKey { graph_fingerprint: 1, binding: Some("S = 128".into()), sm: Some(90), cudnn_version: 91900 };
+    /// assert_eq!(TuningStore::new().lookup(&key), Ok(None));
+    /// ```
     pub fn lookup(&self, key: &PlanKey) -> Result<Option<&TunedPlan>, TuningWarning> {
         if let Some(entry) = self.entries.get(&slot(key)) {
+            return Ok(Some(entry));
+        }
+        let unbound = PlanKey { binding: None, ..key.clone() };
+        if let Some(entry) = self.entries.get(&slot(&unbound)) {
             return Ok(Some(entry));
         }
         let found: Vec<(Option<u32>, usize)> = self
             .entries
             .keys()
-            .filter(|(fp, binding, _, _)| *fp == key.graph_fingerprint && *binding == key.binding)
+            .filter(|(fp, binding, _, _)| {
+                *fp == key.graph_fingerprint && (*binding == key.binding || binding.is_none())
+            })
             .map(|(_, _, sm, version)| (*sm, *version))
             .collect();
         if found.is_empty() {
@@ -979,9 +998,37 @@ mod tests {
             w.to_string().contains("recorded only for sm 90 with cuDNN 91400, sm 100 with cuDNN 91900: not used"),
             "{w}"
         );
-        // Another graph, or another binding of this one: nothing, no warning.
+        // Another graph: nothing, no warning. A binding of this one: the entries without a
+        // binding would serve it, so they are named too.
         assert_eq!(s.lookup(&PlanKey { graph_fingerprint: 2, ..here.clone() }), Ok(None));
-        assert_eq!(s.lookup(&PlanKey { binding: Some("M = 4".into()), ..here }), Ok(None));
+        let bound = PlanKey { binding: Some("M = 4".into()), ..here.clone() };
+        assert!(matches!(s.lookup(&bound), Err(TuningWarning::Foreign { found, .. }) if found.len() == 2));
+        // Entries of another binding only: nothing, no warning.
+        let mut other = record(1, 91400, 7, 100);
+        other.binding = Some("M = 8".into());
+        assert_eq!(store([other]).lookup(&PlanKey { cudnn_version: 91400, ..bound }), Ok(None));
+    }
+
+    /// An entry without a binding (`cudnn-graph tune` of a structural JSON) serves every binding
+    /// of its fingerprint on its target; one of the key's own binding comes first.
+    #[test]
+    fn entries_without_a_binding_serve_every_binding_of_their_graph() {
+        let here = |binding: Option<&str>| PlanKey {
+            graph_fingerprint: 1,
+            binding: binding.map(str::to_string),
+            sm: Some(90),
+            cudnn_version: 91900,
+        };
+        let mut s = store([record(1, 91900, 7, 100)]);
+        for binding in [None, Some("S = 128"), Some("no runtime dims")] {
+            assert_eq!(s.lookup(&here(binding)).unwrap().unwrap().parts[0].engine.id, Some(7), "{binding:?}");
+        }
+        let mut own = record(1, 91900, 9, 50);
+        own.binding = Some("S = 128".into());
+        s.insert(own);
+        assert_eq!(s.lookup(&here(Some("S = 128"))).unwrap().unwrap().parts[0].engine.id, Some(9));
+        assert_eq!(s.lookup(&here(Some("S = 256"))).unwrap().unwrap().parts[0].engine.id, Some(7));
+        assert_eq!(s.lookup(&PlanKey { graph_fingerprint: 2, ..here(Some("S = 128")) }), Ok(None));
     }
 
     #[test]
