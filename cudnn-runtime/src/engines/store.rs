@@ -1315,12 +1315,17 @@ mod tests {
             let mut entry = corrupted.entries().next().unwrap().clone();
             entry.parts[0].nodes = vec!["no_such_node".into()];
             corrupted.insert(entry);
-            corrupted.write(&path).unwrap();
-            let tuning = opened();
-            let mut tuned = 0;
-            let again =
-                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning)).unwrap();
-            assert_eq!((again.source, tuned), (TuneSource::Measured, 1));
+            // `store` written to the file, then a build through it: measured once.
+            let measured_again = |store: TuningStore| {
+                store.write(&path).unwrap();
+                let tuning = opened();
+                let mut tuned = 0;
+                let built =
+                    build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning));
+                assert_eq!((built.as_ref().unwrap().source, tuned), (TuneSource::Measured, 1));
+                built.unwrap()
+            };
+            let again = measured_again(corrupted);
             let [TuningWarning::Stale { reason, .. }] = again.warnings.as_slice() else {
                 panic!("{:?}", again.warnings)
             };
@@ -1338,12 +1343,7 @@ mod tests {
                 e.cudnn_version += 1;
                 foreign.insert(e);
             }
-            foreign.write(&path).unwrap();
-            let tuning = opened();
-            let mut tuned = 0;
-            let again =
-                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning)).unwrap();
-            assert_eq!((again.source, tuned), (TuneSource::Measured, 1));
+            let again = measured_again(foreign);
             assert!(matches!(again.warnings.as_slice(), [TuningWarning::Foreign { .. }]), "{:?}", again.warnings);
             assert_eq!(TuningStore::read(&path).unwrap().len(), 2);
             std::fs::remove_dir_all(&dir).unwrap();

@@ -78,7 +78,7 @@ pub struct AutotuneReport {
     /// Candidates that failed to execute, with why (part, candidate, error).
     pub failures: Vec<(usize, String)>,
     /// The candidate selected now (the fastest median, unless it did not beat the previous one
-    /// by [`AutotuneOptions::min_gain`]) of the first part.
+    /// by [`AutotuneOptions::min_gain`](super::AutotuneOptions::min_gain)) of the first part.
     pub selected: usize,
     /// The candidate that was selected before (the heuristics' pick) of the first part.
     pub previous: usize,
@@ -90,7 +90,7 @@ pub struct AutotuneReport {
     /// [alternatives](ExecutionPlan::alternatives) in build order.
     pub partitionings: Vec<PartitioningTiming>,
     /// The index in `partitionings` of the one kept (the fastest, where it beats the plan's own
-    /// by [`AutotuneOptions::min_gain`]), which the plan now runs.
+    /// by [`AutotuneOptions::min_gain`](super::AutotuneOptions::min_gain)), which the plan now runs.
     pub partitioning: usize,
     /// Wall time of the whole tune.
     pub elapsed: Duration,
