@@ -20,7 +20,7 @@
 //! |---|---|
 //! | `cache.rs` | [`PlanCache`]: storage only (memory tier, budget, pinning, lookups, stats) |
 //! | `keys.rs` | [`PlanKey`], [`StructureKey`] |
-//! | `planner.rs` | `Planner`: the plan cache's only caller of `ExecutionPlan::build` (the tuning store builds its own); kernel caches; explicit, eager, static-only or dynamic planning |
+//! | `planner.rs` | `Planner`: the plan cache's only caller of `ExecutionPlan::build` (the tuning store builds its own); kernel caches; explicit, tuned (the cache's tuning store), eager, static-only or dynamic planning |
 //! | `specializer.rs` | `Specializer`: the lazy policy's state machine, settling outcomes the cache applies |
 //! | `specialize.rs` | the policy, [`ServeReason`], the background worker |
 //! | `entry.rs`, `disk.rs`, `report.rs` | a memory entry; entry files; what the cache reports |

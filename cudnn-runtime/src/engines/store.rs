@@ -781,32 +781,12 @@ pub(super) fn build_tuned(
     let start = Instant::now();
     let key = PlanKey::new(cudnn, graph, expect);
     let mut warnings = Vec::new();
-    // A build that names its engine or candidate is its own choice; one that demands one
-    // kernel takes no partitioned entry.
-    let explicit = options.engine.is_some() || options.candidate.is_some();
-    let fits = |parts: &Vec<ChosenPart>| options.fusion != Fusion::Single || parts.len() == 1;
-    let found = match file {
-        Some(file) if !explicit => file.lock().lookup(&key).map(|e| e.and_then(TunedPlan::chosen).filter(fits)),
-        _ => Ok(None),
-    };
-    match found {
-        Ok(Some(parts)) => match ExecutionPlan::build_chosen(cudnn, graph, &parts, options) {
-            Ok(plan) => {
-                tracing::debug!(
-                    fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
-                    parts = plan.parts().len(),
-                    elapsed_us = crate::micros(start.elapsed()),
-                    "tuning store hit"
-                );
-                return Ok(TunedBuild { plan, source: TuneSource::Store, report: None, warnings });
-            }
-            Err(e) => warnings.push(TuningWarning::Stale { key: key.clone(), reason: e.to_string() }),
-        },
-        Ok(None) => {}
-        Err(foreign) => warnings.push(foreign),
-    }
-    for w in &warnings {
-        tracing::warn!("{w}");
+    if let Some(file) = file {
+        match file.recorded_plan(cudnn, graph, &key, options) {
+            Ok(Some(plan)) => return Ok(TunedBuild { plan, source: TuneSource::Store, report: None, warnings }),
+            Ok(None) => {}
+            Err(w) => warnings.push(w),
+        }
     }
     let all = BuildOptions { build_all: true, ..options.clone() };
     let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
@@ -828,6 +808,42 @@ pub(super) fn build_tuned(
 }
 
 impl TuningFile {
+    /// The plan this store recorded for `key` (`graph` on `cudnn`), built as recorded
+    /// ([`ExecutionPlan::build_chosen`]: one engine config per part, nothing timed): `Ok(None)`
+    /// where the store has no entry for it (or `options` name an engine or candidate, which is
+    /// their own choice; or demand one kernel, which a partitioned entry is not); a warning
+    /// (traced too) where it has one only for other targets, or one that does not build here.
+    pub(super) fn recorded_plan(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        key: &PlanKey,
+        options: &BuildOptions,
+    ) -> Result<Option<ExecutionPlan>, TuningWarning> {
+        let start = Instant::now();
+        if options.engine.is_some() || options.candidate.is_some() {
+            return Ok(None);
+        }
+        let fits = |parts: &Vec<ChosenPart>| options.fusion != Fusion::Single || parts.len() == 1;
+        let found = self.lock().lookup(key).map(|e| e.and_then(TunedPlan::chosen).filter(fits));
+        let built = match found {
+            Ok(None) => return Ok(None),
+            Ok(Some(parts)) => ExecutionPlan::build_chosen(cudnn, graph, &parts, options)
+                .map_err(|e| TuningWarning::Stale { key: key.clone(), reason: e.to_string() }),
+            Err(foreign) => Err(foreign),
+        };
+        match &built {
+            Ok(plan) => tracing::debug!(
+                fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
+                parts = plan.parts().len(),
+                elapsed_us = crate::micros(start.elapsed()),
+                "tuning store hit"
+            ),
+            Err(w) => tracing::warn!("{w}"),
+        }
+        built.map(Some)
+    }
+
     /// [`TuningFile::plan`] with `tune` in place of [`autotune`](super::autotune) on a miss (to
     /// time with the application's own inputs, say, or with injected times in a test).
     pub fn plan_with(
@@ -1249,6 +1265,51 @@ mod tests {
                 .unwrap();
             assert_eq!((own.source, tuned), (TuneSource::Measured, 1));
             std::fs::remove_dir_all(&dir).unwrap();
+        }
+
+        /// A plan cache with a tuning store: a miss builds the recorded plan (no heuristics'
+        /// pick, nothing timed) and says so; the next lookup is a memory hit. An entry for
+        /// another cuDNN only is not used: a warning, and the usual plan.
+        #[needs_cudnn]
+        #[test]
+        fn a_plan_cache_miss_builds_the_store_entry() {
+            use crate::engines::{CacheSource, PlanCache, ServeReason};
+            let Some(cudnn) = deviceless() else { return };
+            let graph = bias_gelu();
+            let expect = Expect::default();
+            let options = BuildOptions::default().measure_partitionings();
+            let file = TuningFile::in_memory(TuningStore::new());
+            let tuned = file
+                .plan_with(&cudnn, &graph, &expect, &options, |plan| {
+                    tune(plan, &AutotuneOptions::default(), Instant::now(), &mut times)
+                })
+                .unwrap();
+            let recorded = file.snapshot();
+            let cache = PlanCache::in_memory().with_tuning_store(file);
+            let plain = BuildOptions::default();
+            let first = cache.get_or_build(&cudnn, &graph, &expect, &plain).unwrap();
+            assert_eq!((first.source, &first.reason), (CacheSource::Built, &ServeReason::Tuned));
+            assert!(first.warnings.is_empty(), "{:?}", first.warnings);
+            assert_eq!(choice(&first.plan), choice(&tuned.plan));
+            assert!(first.plan.parts().iter().all(|p| p.built().len() == 1));
+            let again = cache.get_or_build(&cudnn, &graph, &expect, &plain).unwrap();
+            assert_eq!(again.source, CacheSource::Memory);
+            assert!(std::sync::Arc::ptr_eq(&first.plan, &again.plan));
+
+            let mut foreign = TuningStore::new();
+            for mut e in recorded.entries().cloned() {
+                e.cudnn_version += 1;
+                foreign.insert(e);
+            }
+            let cache = PlanCache::in_memory().with_tuning_store(TuningFile::in_memory(foreign));
+            let built = cache.get_or_build(&cudnn, &graph, &expect, &plain).unwrap();
+            assert_eq!(built.reason, ServeReason::Specialized);
+            assert_eq!(built.plan.parts().len(), 1, "the heuristics' plan, one kernel");
+            assert!(
+                matches!(built.warnings.as_slice(), [w] if w.reason.contains("is recorded only for")),
+                "{:?}",
+                built.warnings
+            );
         }
 
         /// [`build_autotuned`](crate::engines::build_autotuned) through the store
