@@ -222,8 +222,9 @@ impl PlanGraph<'_> {
         let plan = self.plan;
         let (handle, _) = plan.target(cudnn)?;
         plan.check_raw(io, workspace)?;
-        self.io = LaunchIo::of(plan, io);
-        match &mut self.kind {
+        // Read now (a host scalar's address is valid during this call), kept once the update held.
+        let launch_io = LaunchIo::of(plan, io);
+        let updated: Result<(), BackendError> = match &mut self.kind {
             GraphKind::Native(native) => {
                 // A graph populated by cuDNN is of a plan of one part.
                 let part = &plan.parts()[0];
@@ -244,7 +245,11 @@ impl PlanGraph<'_> {
                 // new capture's pointers are valid for every later launch, as the caller vouches.
                 Ok(unsafe { exec_update(graph.cu_graph_exec(), again.cu_graph()) }?)
             }
+        };
+        if updated.is_ok() {
+            self.io = launch_io;
         }
+        updated
     }
 
     /// Replays the execute on the stream it was recorded for. A capture in progress
