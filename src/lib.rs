@@ -122,6 +122,48 @@ pub struct CacheOutcome {
     pub elapsed: std::time::Duration,
 }
 
+/// What a `graph!` type's `build_autotuned` did: measured every candidate, or built the choice a
+/// tuning store recorded ([`engines::AutotuneOptions::tuning_store`], `CUDNN_GRAPH_TUNING_STORE`)
+/// without timing anything.
+#[cfg(feature = "cudnn")]
+#[derive(Debug, Clone)]
+pub struct AutotuneOutcome {
+    /// The tuning store's entry ([`engines::TuneSource::Store`]) or measured now.
+    pub source: engines::TuneSource,
+    /// The table, when this build measured.
+    pub report: Option<engines::AutotuneReport>,
+    /// Store entries not used (another SM or cuDNN, a choice that no longer builds), a store that
+    /// could not be opened or written.
+    pub warnings: Vec<engines::TuningWarning>,
+    /// Time from the call to the plan.
+    pub elapsed: std::time::Duration,
+}
+
+#[cfg(feature = "cudnn")]
+impl AutotuneOutcome {
+    /// How many candidates this build timed (or tried to): 0 for a store hit.
+    pub fn candidates_timed(&self) -> usize {
+        self.report.as_ref().map_or(0, engines::AutotuneReport::candidates_timed)
+    }
+}
+
+#[cfg(feature = "cudnn")]
+impl std::fmt::Display for AutotuneOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for w in &self.warnings {
+            writeln!(f, "{w}")?;
+        }
+        match &self.report {
+            Some(report) => write!(f, "{report}"),
+            None => writeln!(
+                f,
+                "built from the tuning store's entry in {:.0} ms: nothing timed",
+                self.elapsed.as_secs_f64() * 1e3
+            ),
+        }
+    }
+}
+
 /// Emits its input when this crate was built with the `cudnn` feature (for generated code).
 #[cfg(feature = "cudnn")]
 #[doc(hidden)]
@@ -205,7 +247,7 @@ pub mod __private {
         cudarc, BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar, InputBuffer, OutputBuffer,
     };
     #[cfg(feature = "cudnn")]
-    pub use cudnn_runtime::engines::{autotune, AutotuneOptions, AutotuneReport};
+    pub use cudnn_runtime::engines::{build_autotuned, AutotuneOptions};
 
     /// The options a `graph!` type declaring `declared` plans with: `options` themselves, unless
     /// the graph demands one kernel and they do not (then a copy with `fusion` set to
@@ -223,7 +265,7 @@ pub mod __private {
     pub use cudnn_runtime::engines::PlanCache;
 
     #[cfg(feature = "cudnn")]
-    pub use crate::CacheOutcome;
+    pub use crate::{AutotuneOutcome, CacheOutcome};
 
     #[cfg(feature = "cudnn")]
     pub use cudnn_runtime::payload::plan::{

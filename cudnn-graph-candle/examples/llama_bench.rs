@@ -24,12 +24,16 @@
 //! fastest kept), its first call (the tuning) reported as `first_call_ms`. `--measure` makes
 //! those builds `BuildOptions::measure_partitionings()`: autotuning then also times each graph
 //! with its epilogues cut off into kernels of their own, and keeps the faster (the lines say
-//! `"fusion":"measure"`). `--trace` prints the library's debug events (each plan built, each
-//! autotuning's choice) on stderr.
+//! `"fusion":"measure"`). `--tuning-store PATH` keeps what autotuning learned in a tuning store
+//! (`AutotuneOptions::tuning_store`; `CUDNN_GRAPH_TUNING_STORE=PATH` does the same): the first
+//! process measures and records, a later one with the filled store builds the recorded plans and
+//! times nothing, so its `first_call_ms` is a heuristics build's, not a tuning's. `--trace` prints
+//! the library's debug events (each plan built, each autotuning's choice, each store hit) on
+//! stderr.
 //!
 //! ```text
 //! cargo build --release -p cudnn-graph-candle --features cuda --example llama_bench
-//! target/release/examples/llama_bench [--iters 50] [--rounds 5] [--stages] [--autotune [--measure]] [--trace]
+//! target/release/examples/llama_bench [--iters 50] [--rounds 5] [--stages] [--autotune [--measure] [--tuning-store PATH]] [--trace]
 //! ```
 
 // Shared with llama_layer and the tests; the training half is not timed here.
@@ -41,7 +45,7 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use cudnn_graph::backend::BuildOptions;
-use cudnn_graph::engines::{AutotuneOptions, PlanCache};
+use cudnn_graph::engines::{AutotuneOptions, PlanCache, TuningFile};
 use cudnn_graph_candle::Runner;
 use layer::{random, Cache, Config, Layer};
 
@@ -225,8 +229,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let measure = flag("--measure");
     let tuned_options = if measure { BuildOptions::default().measure_partitionings() } else { BuildOptions::default() };
-    let tuned = flag("--autotune")
-        .then(|| Runner::with_autotune(PlanCache::in_memory(), tuned_options, AutotuneOptions::default()));
+    let tuning = match args.iter().position(|a| a == "--tuning-store") {
+        Some(i) => AutotuneOptions::default()
+            .tuning_store(TuningFile::open(args.get(i + 1).ok_or("--tuning-store needs a path")?)?),
+        None => AutotuneOptions::default(),
+    };
+    let tuned = flag("--autotune").then(|| Runner::with_autotune(PlanCache::in_memory(), tuned_options, tuning));
     let fusion = if measure { ",\"fusion\":\"measure\"" } else { "" };
     let device = Device::new_cuda(0)?;
     let cfg = Config::LLAMA3_8B;

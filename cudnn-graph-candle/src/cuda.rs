@@ -10,7 +10,7 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId};
 use candle_core::{CpuStorage, Device, Storage, Tensor};
 use cudnn_graph::backend::cudarc::driver::{CudaSlice, CudaView};
 use cudnn_graph::backend::{BuildOptions, Cudnn, DeviceBuffer, ExecutionPlan, Fusion, HostScalar};
-use cudnn_graph::engines::{autotune, AutotuneOptions, PlanCache};
+use cudnn_graph::engines::{build_autotuned, AutotuneOptions, PlanCache};
 use cudnn_graph::payload::plan::Expect;
 use cudnn_graph::{DataType, Graph, GraphType};
 use half::{bf16, f16};
@@ -85,10 +85,10 @@ impl Devices {
             return Ok(self.cache.get_or_build(&state.cudnn, ir, &expect, &options)?.plan);
         };
         let options = BuildOptions { build_all: true, ..options.into_owned() };
+        // Through the tuning store the options name (`CUDNN_GRAPH_TUNING_STORE` by default): a
+        // hit builds the recorded choice, timing nothing; its warnings are traced.
         let cached = self.cache.get_or_insert_with(&state.cudnn, ir, &expect, &options, || {
-            let mut plan = ExecutionPlan::build(&state.cudnn, ir, &options)?;
-            autotune(&state.cudnn, &mut plan, tuning)?;
-            Ok(plan)
+            Ok(build_autotuned(&state.cudnn, ir, &expect, &options, tuning)?.plan)
         })?;
         Ok(cached.plan)
     }

@@ -226,6 +226,10 @@ impl Runner {
     /// partitioning too) and timed on the tensors' device with `autotune`'s settings
     /// (`cudnn_graph::engines::autotune`), the fastest kept. A first call costs the timing (about
     /// a second a graph); a plan loaded from a directory cache keeps the choice it was saved with.
+    /// Through the tuning store `autotune` names (`AutotuneOptions::tuning_store`, by default the
+    /// one `CUDNN_GRAPH_TUNING_STORE` names): a graph the store holds for this GPU and cuDNN is
+    /// built as recorded, timing nothing, and one it lacks is recorded after its timing
+    /// (`cudnn_graph::engines::build_autotuned`).
     #[cfg(feature = "cuda")]
     pub fn with_autotune(
         cache: cudnn_graph::engines::PlanCache,

@@ -87,8 +87,15 @@ mod tests {
         let p = ":: cudnn_graph :: __private ::";
         assert!(out.contains(&format!("pub const FUSION : {p} Fusion = {p} Fusion :: Single ;")), "{out}");
         assert!(out.contains(&format!("{p} declared_fusion (options , Self :: FUSION)")), "{out}");
-        // `build` and `build_cached` plan with those options, never the caller's as given.
-        assert_eq!(out.matches("let options = Self :: build_options (options) ;").count(), 2, "{out}");
+        // `build`, `build_autotuned` and `build_cached` plan with those options, never the
+        // caller's as given; `build_autotuned` through the tuning store its options name.
+        assert_eq!(out.matches("let options = Self :: build_options (options) ;").count(), 3, "{out}");
+        assert!(
+            out.contains(&format!(
+                "{p} build_autotuned (cudnn , & graph , & self . expectation () , & options , tuning)"
+            )),
+            "{out}"
+        );
         assert!(out.contains(&format!("{p} ExecutionPlan :: build (cudnn , & graph , & options)")), "{out}");
         assert!(out.contains("cache . get_or_build (cudnn , & graph , & self . expectation () , & options)"), "{out}");
         let auto = expand("pub G(x: f32[4]) -> (y: f32[4]) { y = relu(x); }");

@@ -581,17 +581,20 @@ mod classes {
         Ok((name.trim().to_string(), fp))
     }
 
-    /// Plans every combination of the class bounds of `dyns` for the device `devprop` describes
-    /// and writes each payload into `out`; every input is checked before cuDNN is loaded.
-    pub fn aot(
-        devprop: &str,
+    /// One class bound: its binding (`S = 128`), each dyn dim's value, and the graph there.
+    pub(crate) type ClassBound = (String, Vec<(String, i64)>, Graph);
+
+    /// The graph of `graph_path` at every combination of the class bounds of `dyns` (`--dyn`
+    /// texts), the last dim fastest: each with its binding (`S = 128, B = 4`, as a `graph!`
+    /// type's) and its dyn dims' values. Every `--dyn` is checked against the graph, and the
+    /// graph against its ops (it must be what they give at its own values); with `padded`, each
+    /// is the padded class graph at its bound.
+    pub(crate) fn class_graphs(
         graph: &Graph,
         graph_path: &str,
         dyns: &[&str],
-        type_text: Option<&str>,
-        out: &str,
-        args: &[String],
-    ) -> Result<(), String> {
+        padded: bool,
+    ) -> Result<Vec<ClassBound>, String> {
         let dyns = dyns.iter().map(|t| parse_dyn(t, graph)).collect::<Result<Vec<_>, _>>()?;
         let mut named: HashMap<(TensorId, usize), &str> = HashMap::new();
         for d in &dyns {
@@ -616,17 +619,9 @@ mod classes {
                 counts.join(", ")
             ));
         }
-        let padded = args.iter().any(|a| a == "--padded");
-        if padded && args.iter().any(|a| a == "--dynamic-shapes") {
-            return Err(format!(
-                "--padded and --dynamic-shapes: a padded class plan is planned at its bound, choose one\n{}",
-                crate::USAGE
-            ));
-        }
         if padded {
             ClassGraph::new(graph).map_err(|e| format!("{graph_path}: --padded: {e}"))?;
         }
-        let type_of = type_text.map(graph_type).transpose()?;
         // GRAPH.json must be what its ops give at its own values, or the graphs derived at other
         // values would not be the ones a service builds.
         let own: Vec<((TensorId, usize), i64)> =
@@ -636,6 +631,50 @@ mod classes {
             let why = difference(graph, &again);
             return Err(format!("{graph_path}: cannot be derived at other values of its dyn dims: {why}"));
         }
+        let bounds: Vec<Vec<usize>> = dyns.iter().map(|d| d.class.bounds()).collect();
+        let mut index = vec![0usize; dyns.len()];
+        let mut out = Vec::new();
+        loop {
+            let values: Vec<i64> =
+                index.iter().zip(&bounds).map(|(&i, b)| i64::try_from(b[i]).unwrap_or(i64::MAX)).collect();
+            let binding =
+                dyns.iter().zip(&values).map(|(d, v)| format!("{} = {v}", d.name)).collect::<Vec<_>>().join(", ");
+            let at: Vec<((TensorId, usize), i64)> =
+                dyns.iter().zip(&values).flat_map(|(d, &v)| d.dims.iter().map(move |&k| (k, v))).collect();
+            let g = rebind(graph, &at).map_err(|e| format!("{binding}: {e}"))?;
+            let g = match padded {
+                true => ClassGraph::new(&g).map_err(|e| format!("{binding}: {e}"))?.masked().clone(),
+                false => g,
+            };
+            out.push((binding, dyns.iter().zip(&values).map(|(d, &v)| (d.name.clone(), v)).collect(), g));
+            // The next combination, the last dim fastest.
+            let Some(k) = (0..index.len()).rev().find(|&k| index[k] + 1 < bounds[k].len()) else { break };
+            index[k] += 1;
+            index[k + 1..].iter_mut().for_each(|i| *i = 0);
+        }
+        Ok(out)
+    }
+
+    /// Plans every combination of the class bounds of `dyns` for the device `devprop` describes
+    /// and writes each payload into `out`; every input is checked before cuDNN is loaded.
+    pub fn aot(
+        devprop: &str,
+        graph: &Graph,
+        graph_path: &str,
+        dyns: &[&str],
+        type_text: Option<&str>,
+        out: &str,
+        args: &[String],
+    ) -> Result<(), String> {
+        let padded = args.iter().any(|a| a == "--padded");
+        if padded && args.iter().any(|a| a == "--dynamic-shapes") {
+            return Err(format!(
+                "--padded and --dynamic-shapes: a padded class plan is planned at its bound, choose one\n{}",
+                crate::USAGE
+            ));
+        }
+        let classes = class_graphs(graph, graph_path, dyns, padded)?;
+        let type_of = type_text.map(graph_type).transpose()?;
         let dir = Path::new(out);
         if dir.is_file() {
             return Err(format!("{out}: with --dyn, --out is a directory (one payload per class), not a file"));
@@ -649,28 +688,15 @@ mod classes {
         } else {
             BuildOptions::default()
         };
-        let bounds: Vec<Vec<usize>> = dyns.iter().map(|d| d.class.bounds()).collect();
-        let mut index = vec![0usize; dyns.len()];
         let start = std::time::Instant::now();
         let mut written = 0;
-        loop {
-            let values: Vec<i64> =
-                index.iter().zip(&bounds).map(|(&i, b)| i64::try_from(b[i]).unwrap_or(i64::MAX)).collect();
-            let binding =
-                dyns.iter().zip(&values).map(|(d, v)| format!("{} = {v}", d.name)).collect::<Vec<_>>().join(", ");
-            let at: Vec<((TensorId, usize), i64)> =
-                dyns.iter().zip(&values).flat_map(|(d, &v)| d.dims.iter().map(move |&k| (k, v))).collect();
-            let g = rebind(graph, &at).map_err(|e| format!("{binding}: {e}"))?;
-            let g = match padded {
-                true => ClassGraph::new(&g).map_err(|e| format!("{binding}: {e}"))?.masked().clone(),
-                false => g,
-            };
+        for (binding, runtime_dims, g) in classes {
             let expect = match &type_of {
                 Some((name, fp)) => Expect {
                     type_fingerprint: Some(*fp),
                     type_name: Some(name.clone()),
                     binding: Some(binding.clone()),
-                    runtime_dims: dyns.iter().zip(&values).map(|(d, &v)| (d.name.clone(), v)).collect(),
+                    runtime_dims,
                 },
                 None => Expect::default(),
             };
@@ -692,10 +718,6 @@ mod classes {
             };
             println!("{binding}: {kind}, {} in {ms:.0} ms, {} B -> {}", plan.selected(), bytes.len(), path.display());
             written += 1;
-            // The next combination, the last dim fastest.
-            let Some(k) = (0..index.len()).rev().find(|&k| index[k] + 1 < bounds[k].len()) else { break };
-            index[k] += 1;
-            index[k + 1..].iter_mut().for_each(|i| *i = 0);
         }
         let name = if graph.name.is_empty() { "(unnamed graph)" } else { graph.name.as_str() };
         println!("{name}: {written} class plans in {:.0} ms -> {out}", start.elapsed().as_secs_f64() * 1e3);

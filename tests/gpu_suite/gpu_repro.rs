@@ -193,5 +193,54 @@ fn gpu_a_tuning_store_hit_builds_the_autotuned_plan_without_timing() {
     let _ = std::fs::remove_file(&path);
 }
 
+cudnn_graph::graph! {
+    /// A service's graph: sequence lengths in power-of-two classes.
+    pub Served<dyn S: 64..=512 pow2>(a: bf16[1, S, 64], b: bf16[1, 64, 128], bias: bf16[1, 1, 128]) -> (y: bf16[1, S, 128]) {
+        y = relu(add(matmul(a, b), bias));
+    }
+}
+
+/// `cudnn-graph tune --dyn` fills the store at every class bound, and a `graph!` type at each
+/// bound then builds from it through `build_autotuned` (the store named by its options, and the
+/// entries recorded without a binding serving the type's): nothing timed, every class a hit.
+#[needs_gpu]
+#[test]
+fn gpu_tune_dyn_fills_every_class_a_typed_graph_then_hits() {
+    let Some((_stream, cudnn)) = common::gpu() else { return };
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-gpu-tune-dyn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("served.json");
+    std::fs::write(&graph, cudnn_graph::serialize::structure_to_json(&Served::new(128).graph().unwrap())).unwrap();
+    let store = dir.join("tuning.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cudnn-graph"))
+        .args(["tune", "--store"])
+        .arg(&store)
+        .args(["--device", "0", "--graph"])
+        .arg(&graph)
+        .args(["--dyn", "S: 64..=512 pow2 @ a[1]"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for s in [64, 128, 256, 512] {
+        assert!(stdout.contains(&format!("[S = {s}]: tuned in ")), "{stdout}");
+    }
+    assert!(stdout.contains("4 entries"), "{stdout}");
+    let tuning = AutotuneOptions::default().tuning_store(TuningFile::open(&store).unwrap());
+    for s in [64, 128, 256, 512] {
+        let (plan, outcome) = Served::new(s).build_autotuned(&cudnn, &BuildOptions::default(), &tuning).unwrap();
+        assert_eq!((outcome.source, outcome.candidates_timed()), (TuneSource::Store, 0), "S = {s}: {outcome}");
+        assert!(outcome.warnings.is_empty(), "S = {s}: {outcome}");
+        assert!(plan.plan().parts().iter().all(|p| p.built().len() == 1), "S = {s}: one candidate built a part");
+    }
+    // A length between the bounds is another graph: measured, and recorded for the type's binding.
+    let (_, outcome) = Served::new(100).build_autotuned(&cudnn, &BuildOptions::default(), &tuning).unwrap();
+    assert_eq!(outcome.source, TuneSource::Measured, "{outcome}");
+    assert!(outcome.candidates_timed() > 0);
+    assert_eq!(cudnn_graph::engines::TuningStore::read(&store).unwrap().len(), 5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 // Fails a run that requires the GPU (CUDNN_GRAPH_REQUIRE_GPU=1) of a build that ignored the tests above.
 gpu_guard!();

@@ -195,6 +195,49 @@ fn tune_merges_stores_reporting_conflicts_and_shows_them() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// `tune --dyn` reads its classes as `aot --dyn` does, and refuses bad ones (and `--dyn` over
+/// several graphs) before any GPU is opened: nothing is written.
+#[cfg(feature = "cudnn")]
+#[test]
+fn tune_dyn_refuses_bad_classes_before_the_gpu() {
+    let root = temp("tune-dyn");
+    std::fs::create_dir_all(&root).unwrap();
+    let graph = root.join("g.json");
+    let mut g = cudnn_graph::GraphBuilder::new("mm");
+    let a = g.input("a", cudnn_graph::DataType::BF16, &[1, 128, 64]).unwrap();
+    let b = g.input("b", cudnn_graph::DataType::BF16, &[1, 64, 32]).unwrap();
+    let y = g.matmul(a, b).unwrap();
+    g.output(y, "y", cudnn_graph::DataType::BF16).unwrap();
+    std::fs::write(&graph, cudnn_graph::serialize::structure_to_json(&g.build().unwrap())).unwrap();
+    let store = root.join("store.json");
+    let tune = |extra: &[&str]| {
+        let out = cli()
+            .args(["tune", "--store"])
+            .arg(&store)
+            .args(["--device", "0", "--graph"])
+            .arg(&graph)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {:?}", text(&out));
+        text(&out).1
+    };
+    let cases: [(&[&str], &str); 4] = [
+        (&["--dyn", "S: 64..=512 pow2 @ q[1]"], "`q` is not an input of the graph (its inputs: a, b)"),
+        (&["--dyn", "S: 64..=512 pow2 @ a[7]"], "`a` has 3 dims"),
+        (&["--dyn", "S: 64..=512 pow2"], "name its dims after `@`"),
+        (&["--dyn", "S: 64..=512 pow2 @ a[1]", "--graph", "other.json"], "give one --graph, not 2"),
+    ];
+    for (extra, want) in cases {
+        let stderr = tune(extra);
+        assert!(stderr.contains(want), "{extra:?}: `{want}` not in {stderr}");
+    }
+    assert!(!store.exists(), "nothing is written for refused input");
+    let help = cli().args(["tune", "--help"]).output().unwrap();
+    assert!(text(&help).0.contains("--dyn"), "{:?}", text(&help));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// `CUDNN_GRAPH_CAPTURE=DIR` on any process that plans (here `aot`) records each graph; `repro`
 /// replays an entry with its captured engines.
 #[needs_cudnn]

@@ -54,5 +54,6 @@ mod serialization;
 mod shape_classes;
 mod symbolic_extents;
 mod testkit;
+mod tuning_store;
 mod view_outputs;
 mod views;

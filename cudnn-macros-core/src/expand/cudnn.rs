@@ -142,19 +142,24 @@ impl Gen<'_> {
                 /// [`Self::build`] with every candidate the heuristics offer built
                 /// (`BuildOptions::build_all`), each timed on `cudnn`'s GPU with scratch inputs
                 /// (`cudnn_graph::engines::autotune`) and the fastest kept; with
-                /// `BuildOptions::measure_partitionings` the partitionings are timed too. The
-                /// report lists every timing. A deviceless context is a typed error.
+                /// `BuildOptions::measure_partitionings` the partitionings are timed too. Through
+                /// the tuning store `tuning` names (`AutotuneOptions::tuning_store`; by default the
+                /// one `CUDNN_GRAPH_TUNING_STORE` names): a hit builds the recorded choice and times
+                /// nothing, a miss measures and records (`cudnn_graph::engines::build_autotuned`).
+                /// The outcome says which, with the report of a measured build and every store
+                /// entry not used. A deviceless context measures nothing: a miss is a typed error.
                 pub fn build_autotuned(
                     &self,
                     cudnn: &#p::Cudnn,
                     options: &#p::BuildOptions,
                     tuning: &#p::AutotuneOptions,
-                ) -> ::core::result::Result<(#plan_ty #generics_use, #p::AutotuneReport), #p::Error> {
+                ) -> ::core::result::Result<(#plan_ty #generics_use, #p::AutotuneOutcome), #p::Error> {
+                    let start = ::std::time::Instant::now();
                     let graph = self.graph()?;
-                    let options = #p::BuildOptions { build_all: true, ..Self::build_options(options).into_owned() };
-                    let mut plan = #p::ExecutionPlan::build(cudnn, &graph, &options)?;
-                    let report = #p::autotune(cudnn, &mut plan, tuning)?;
-                    ::core::result::Result::Ok((self.__typed(::std::sync::Arc::new(plan), #p::PlanOrigin::of(cudnn))?, report))
+                    let options = Self::build_options(options);
+                    let built = #p::build_autotuned(cudnn, &graph, &self.expectation(), &options, tuning)?;
+                    let outcome = #p::AutotuneOutcome { source: built.source, report: built.report, warnings: built.warnings, elapsed: start.elapsed() };
+                    ::core::result::Result::Ok((self.__typed(::std::sync::Arc::new(built.plan), #p::PlanOrigin::of(cudnn))?, outcome))
                 }
 
                 /// [`Self::build`] through a plan cache: a hit (in memory or on disk, for this

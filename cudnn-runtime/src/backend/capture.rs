@@ -1,7 +1,10 @@
 //! Capture: every graph this process plans or executes, recorded to a directory with the plan it
 //! runs (each part's nodes and engine config, why it was cut), the cuDNN version and SM, and
 //! optionally the inputs of its first executes, so that `cudnn-graph repro DIR/ENTRY` replays it
-//! against the CPU reference here or on another machine.
+//! against the CPU reference here or on another machine. A launch of a CUDA graph of a plan
+//! ([`super::PlanGraph::launch`]) is an execute like any other: the plan is recorded when the
+//! graph is, and each launch's inputs count among its first executes (a host scalar's value is
+//! the one the graph was recorded or last updated with).
 //!
 //! Off unless asked: set `CUDNN_GRAPH_CAPTURE=DIR` before the process plans its first graph
 //! (`CUDNN_GRAPH_CAPTURE_INPUTS=N`, the inputs of each plan's first N executes;
@@ -276,11 +279,25 @@ pub(crate) fn executed(plan: &ExecutionPlan, cudnn: &Cudnn, stream: &CudaStream,
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }
-    if !plan.capture_recorded() {
+    graph_recorded(plan, cudnn);
+    launched(plan, stream, io);
+}
+
+/// After `cudnn` recorded a CUDA graph of one execute of `plan` ([`super::PlanGraph`]): records
+/// the plan if its selection is not yet, as an execute does (the recording ran nothing: its
+/// launches are the executes, [`launched`]). Off, one relaxed load.
+pub(crate) fn graph_recorded(plan: &ExecutionPlan, cudnn: &Cudnn) {
+    if ENABLED.load(Ordering::Relaxed) && !plan.capture_recorded() {
         record_plan(plan, cudnn);
         plan.set_capture_recorded();
     }
-    if INPUTS.load(Ordering::Relaxed) == 0 {
+}
+
+/// After an execute of `plan` ran on `stream` with I/O `io`, by an execute call or a launch of a
+/// CUDA graph recorded with those pointers: saves its inputs while the plan has had fewer than
+/// [`CaptureOptions::inputs`] executes saved. Off, one relaxed load.
+pub(crate) fn launched(plan: &ExecutionPlan, stream: &CudaStream, io: &[u64]) {
+    if !ENABLED.load(Ordering::Relaxed) || INPUTS.load(Ordering::Relaxed) == 0 {
         return;
     }
     save_inputs(plan, stream, io);

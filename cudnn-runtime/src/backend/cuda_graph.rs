@@ -73,12 +73,25 @@ impl ExecutionPlan {
             // SAFETY: a live handle bound to `stream` (`target` made its context current), a
             // finalized plan and pack, and pointers valid for every launch, as this function's
             // caller vouches.
-            let graph = unsafe { NativeCudaGraph::populate(handle, plan, &pack, stream) }?;
-            return Ok(PlanGraph { kind: GraphKind::Native(graph), plan: self });
+            let graph = unsafe { NativeCudaGraph::populate(handle, plan, &pack, stream.clone()) }?;
+            return Ok(self.recorded(GraphKind::Native(graph), cudnn, stream, io));
         }
         // SAFETY: as this function's.
         let graph = unsafe { self.capture(handle, &stream, io, workspace) }?;
-        Ok(PlanGraph { kind: GraphKind::Captured(graph), plan: self })
+        Ok(self.recorded(GraphKind::Captured(graph), cudnn, stream, io))
+    }
+
+    /// The [`PlanGraph`] of `kind`, recorded on `stream` with I/O `io`; the plan recorded by a
+    /// capture in progress (`backend::capture`), as at an execute.
+    fn recorded(
+        &self,
+        kind: GraphKind,
+        cudnn: &Cudnn,
+        stream: std::sync::Arc<cudarc::driver::CudaStream>,
+        io: &[u64],
+    ) -> PlanGraph<'_> {
+        super::capture::graph_recorded(self, cudnn);
+        PlanGraph { kind, plan: self, stream, io: LaunchIo::of(self, io) }
     }
 
     /// One execute (every part) stream-captured on `stream` and instantiated.
@@ -136,6 +149,40 @@ impl ExecutionPlan {
 pub struct PlanGraph<'p> {
     kind: GraphKind,
     plan: &'p ExecutionPlan,
+    /// The stream it launches on.
+    stream: std::sync::Arc<cudarc::driver::CudaStream>,
+    /// The I/O its launches run with, for a capture to read their inputs.
+    io: LaunchIo,
+}
+
+/// The I/O pointers a graph was recorded (or last updated) with, as a capture reads a launch's
+/// inputs: a host scalar's value is copied here when the graph is recorded (the caller's
+/// address is valid only for that call, and the graph computes with that value), and its
+/// pointer is to the copy.
+struct LaunchIo {
+    pointers: Vec<u64>,
+    /// Each host scalar's bytes, in one allocation that never moves (`pointers` address it).
+    _values: Box<[[u8; 16]]>,
+}
+
+impl LaunchIo {
+    /// `io` of `plan`, each host scalar's value copied.
+    fn of(plan: &ExecutionPlan, io: &[u64]) -> Self {
+        let graph = plan.graph();
+        let ids = plan.layout().io();
+        let host: Vec<usize> = (0..ids.len().min(io.len())).filter(|&k| graph.tensor(ids[k]).host_scalar).collect();
+        let mut values = vec![[0u8; 16]; host.len()].into_boxed_slice();
+        let mut pointers = io.to_vec();
+        for (value, &k) in values.iter_mut().zip(&host) {
+            let size = graph.tensor(ids[k]).data_type.size_bytes().min(16);
+            // SAFETY: a host scalar's pointer is the address of its value, in its type, valid for
+            // the duration of the call recording or updating the graph (`execute_raw`'s
+            // contract, which `cuda_graph` and `update` take), which this runs in.
+            unsafe { std::ptr::copy_nonoverlapping(pointers[k] as *const u8, value.as_mut_ptr(), size) };
+            pointers[k] = value.as_ptr() as u64;
+        }
+        LaunchIo { pointers, _values: values }
+    }
 }
 
 enum GraphKind {
@@ -175,7 +222,9 @@ impl PlanGraph<'_> {
         let plan = self.plan;
         let (handle, _) = plan.target(cudnn)?;
         plan.check_raw(io, workspace)?;
-        match &mut self.kind {
+        // Read now (a host scalar's address is valid during this call), kept once the update held.
+        let launch_io = LaunchIo::of(plan, io);
+        let updated: Result<(), BackendError> = match &mut self.kind {
             GraphKind::Native(native) => {
                 // A graph populated by cuDNN is of a plan of one part.
                 let part = &plan.parts()[0];
@@ -196,14 +245,22 @@ impl PlanGraph<'_> {
                 // new capture's pointers are valid for every later launch, as the caller vouches.
                 Ok(unsafe { exec_update(graph.cu_graph_exec(), again.cu_graph()) }?)
             }
+        };
+        if updated.is_ok() {
+            self.io = launch_io;
         }
+        updated
     }
 
-    /// Replays the execute on the stream it was recorded for.
+    /// Replays the execute on the stream it was recorded for. A capture in progress
+    /// (`backend::capture`) counts it as an execute of the plan: the inputs of the plan's first
+    /// executes, launches included, are saved.
     pub fn launch(&self) -> Result<(), BackendError> {
         match &self.kind {
-            GraphKind::Native(native) => Ok(native.launch()?),
-            GraphKind::Captured(graph) => graph.launch().map_err(BackendError::driver("cuGraphLaunch")),
+            GraphKind::Native(native) => native.launch()?,
+            GraphKind::Captured(graph) => graph.launch().map_err(BackendError::driver("cuGraphLaunch"))?,
         }
+        super::capture::launched(self.plan, &self.stream, &self.io.pointers);
+        Ok(())
     }
 }

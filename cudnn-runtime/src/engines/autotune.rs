@@ -37,8 +37,12 @@
 use std::time::Instant;
 
 use super::measure::{online_stream, time_selected, Scratch};
-use super::tuning::{AutotuneOptions, AutotuneProgress, AutotuneReport, PartitioningTiming, Timing};
-use crate::backend::{BackendError, Cudnn, ExecutionPlan};
+use super::store::{build_tuned, TunedBuild, TuningFile, TuningWarning};
+use super::tuning::{AutotuneOptions, AutotuneProgress};
+use super::tuning_report::{AutotuneReport, PartitioningTiming, Timing};
+use crate::backend::{BackendError, BuildOptions, Cudnn, ExecutionPlan};
+use crate::payload::plan::Expect;
+use crate::Graph;
 
 /// Times every built candidate of `plan` on `cudnn`'s stream and selects the fastest (by median)
 /// where it beats the plan's own choice by [`AutotuneOptions::min_gain`]; returns the table. A
@@ -77,6 +81,121 @@ pub fn autotune(
     drop(scratch);
     synced?;
     tuned
+}
+
+/// `graph` built with every candidate (`options` with `build_all`; [`Fusion::Measure`] in
+/// `options` makes the partitionings too) and [`autotune`]d with `tuning` on `cudnn`'s GPU,
+/// through the tuning store `tuning` names ([`AutotuneOptions::tuning_store`]; by default the
+/// one at the path `CUDNN_GRAPH_TUNING_STORE` gives, if set):
+///
+/// - a **hit** (an entry for this graph, binding, SM and cuDNN version) builds the recorded plan,
+///   one engine config per part, and times nothing ([`TuneSource::Store`], no report);
+/// - a **miss** measures as [`autotune`] does and records what it kept into the store (the file
+///   written atomically, merged with what other processes wrote meanwhile);
+/// - an entry only for another SM or cuDNN is never used ([`TuningWarning::Foreign`]), one whose
+///   plan no longer builds is measured again and replaced ([`TuningWarning::Stale`]), a store
+///   that cannot be opened or written is measured without ([`TuningWarning::NotOpened`],
+///   [`TuningWarning::NotSaved`]): every warning is in [`TunedBuild::warnings`] (and traced).
+///
+/// Options that name an engine or candidate bypass the store, and [`Fusion::Single`] takes
+/// only an entry of one kernel. Without a store this is [`ExecutionPlan::build`] then
+/// [`autotune`]. A deviceless `cudnn` cannot measure: a miss is an error, a hit is not.
+///
+/// ```no_run
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::{BuildOptions, Cudnn};
+/// use cudnn_graph::engines::{build_autotuned, AutotuneOptions, TuneSource, TuningFile};
+/// use cudnn_graph::payload::plan::Expect;
+/// # fn graph() -> cudnn_graph::Graph { unimplemented!() }
+/// let cudnn = Cudnn::new(cudnn_graph::backend::cuda_context(0)?.default_stream())?;
+/// let tuning = AutotuneOptions::default().tuning_store(TuningFile::open("/var/cache/cudnn-graph/tuning.json")?);
+/// let options = BuildOptions::default().measure_partitionings();
+/// let built = build_autotuned(&cudnn, &graph(), &Expect::default(), &options, &tuning)?;
+/// for w in &built.warnings {
+///     eprintln!("{w}");
+/// }
+/// // The first process measures; every later one (here or where the file is copied) does not.
+/// assert!(built.source == TuneSource::Store || built.report.is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`Fusion::Measure`]: crate::backend::Fusion::Measure
+/// [`Fusion::Single`]: crate::backend::Fusion::Single
+/// [`TuneSource::Store`]: super::TuneSource::Store
+pub fn build_autotuned(
+    cudnn: &Cudnn,
+    graph: &Graph,
+    expect: &Expect,
+    options: &BuildOptions,
+    tuning: &AutotuneOptions,
+) -> crate::Result<TunedBuild> {
+    build_autotuned_with(cudnn, graph, expect, options, tuning, |plan| autotune(cudnn, plan, tuning))
+}
+
+/// [`build_autotuned`] with `tune` in place of [`autotune`] on a miss (tests inject times).
+pub(super) fn build_autotuned_with(
+    cudnn: &Cudnn,
+    graph: &Graph,
+    expect: &Expect,
+    options: &BuildOptions,
+    tuning: &AutotuneOptions,
+    tune: impl FnOnce(&mut ExecutionPlan) -> Result<AutotuneReport, BackendError>,
+) -> crate::Result<TunedBuild> {
+    let (store, mut warnings) = match tuning.store() {
+        Ok(store) => (store, Vec::new()),
+        Err(e) => {
+            let path = std::env::var_os(super::store::TUNING_STORE_ENV).unwrap_or_default().into();
+            let w = TuningWarning::NotOpened { path, reason: e.to_string() };
+            tracing::warn!("{w}");
+            (None, vec![w])
+        }
+    };
+    let mut built = build_tuned(store.as_deref(), cudnn, graph, expect, options, tune)?;
+    warnings.append(&mut built.warnings);
+    built.warnings = warnings;
+    Ok(built)
+}
+
+impl TuningFile {
+    /// The autotuned plan of `graph` on `cudnn`: from the store's entry of its key where there is
+    /// one (built with [`ExecutionPlan::build_chosen`], nothing timed), else built with every
+    /// candidate (`options` with `build_all`; [`Fusion::Measure`] in `options` makes the
+    /// partitionings too), autotuned with `tuning` on `cudnn`'s GPU and recorded. An entry for
+    /// another SM or cuDNN only is never used ([`TuningWarning::Foreign`]); one that no longer
+    /// builds is tuned again and replaced ([`TuningWarning::Stale`]). Options that name an engine
+    /// or candidate bypass the store, and [`Fusion::Single`] takes only an entry of one kernel.
+    /// This store is consulted whatever [`AutotuneOptions::tuning_store`] says;
+    /// [`build_autotuned`] is the same through the store the options name.
+    ///
+    /// ```no_run
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::backend::{BuildOptions, Cudnn};
+    /// use cudnn_graph::engines::{AutotuneOptions, TuneSource, TuningFile};
+    /// use cudnn_graph::payload::plan::Expect;
+    /// # fn graph() -> cudnn_graph::Graph { unimplemented!() }
+    /// let store = TuningFile::open("/var/cache/cudnn-graph/tuning.json")?;
+    /// let cudnn = Cudnn::new(cudnn_graph::backend::cuda_context(0)?.default_stream())?;
+    /// let options = BuildOptions::default().measure_partitionings();
+    /// let built = store.plan(&cudnn, &graph(), &Expect::default(), &options, &AutotuneOptions::default())?;
+    /// for w in &built.warnings {
+    ///     eprintln!("{w}");
+    /// }
+    /// println!("{:?}: {}", built.source, built.plan.selected());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// [`Fusion::Measure`]: crate::backend::Fusion::Measure
+    /// [`Fusion::Single`]: crate::backend::Fusion::Single
+    pub fn plan(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        tuning: &AutotuneOptions,
+    ) -> crate::Result<TunedBuild> {
+        self.plan_with(cudnn, graph, expect, options, |plan| autotune(cudnn, plan, tuning))
+    }
 }
 
 /// How [`tune`] times the selected candidates of a plan: part `Some(k)` alone, or (`None`) the

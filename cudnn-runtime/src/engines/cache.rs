@@ -287,6 +287,25 @@ impl PlanCache {
         PlanCache { key: Some(key), ..self }
     }
 
+    /// A cache whose misses build what `store` recorded (the plan autotuning kept, with its
+    /// partitioning: [`ExecutionPlan::build_chosen`], one engine config per part, no heuristics,
+    /// nothing timed) where it holds an entry for the key, and plan as usual where it holds none:
+    /// a store filled offline (`cudnn-graph tune`) or by an earlier process's autotuned builds
+    /// serves a service that never measures. Such a plan's [`CachedPlan::reason`] is
+    /// [`ServeReason::Tuned`]. An entry for another SM or cuDNN only, or one that no longer builds,
+    /// is not used: a [`CacheWarning`] says why, and the miss plans as usual. Options that choose
+    /// the engine themselves (`engine`, `candidate`, `build_all`, `kernel_cache`) bypass the store.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::{PlanCache, TuningFile, TuningStore};
+    /// let cache = PlanCache::in_memory().with_tuning_store(TuningFile::in_memory(TuningStore::new()));
+    /// assert!(cache.is_empty());
+    /// ```
+    pub fn with_tuning_store(self, store: impl Into<Arc<super::store::TuningFile>>) -> Self {
+        PlanCache { planner: self.planner.tuning_store(store.into()), ..self }
+    }
+
     /// Parses an entry's bytes, with the signature check if the cache has a key.
     fn parse(&self, bytes: &[u8]) -> Result<Payload, PayloadError> {
         parse_with(self.key.as_ref(), bytes)
@@ -387,7 +406,13 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        let mut got = self.get_or_make(cudnn, graph, expect, options, || self.planner.build(cudnn, graph, options))?;
+        let mut tuning = Vec::new();
+        let mut got = self.get_or_make(cudnn, graph, expect, options, || {
+            self.planner.build(cudnn, graph, expect, options, &mut tuning)
+        })?;
+        for w in tuning {
+            warn(&mut got.warnings, self.planner.tuning_path(), w.to_string());
+        }
         if got.source == CacheSource::Built && got.reason == ServeReason::LazyPending {
             // The dynamic-shape plan just built and stored: its specialization goes to the
             // background, or the entry records why it cannot.

@@ -8,7 +8,8 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
-use super::tuning::{AutotuneOptions, Fill, Timing};
+use super::tuning::{AutotuneOptions, Fill};
+use super::tuning_report::Timing;
 use crate::backend::{BackendError, ByValueScalar, Cudnn, ExecutionPlan, HostScalar, PaddedPlan};
 use crate::ir::TensorId;
 use crate::rng::SplitMix64;

@@ -20,14 +20,14 @@
 //! |---|---|
 //! | `cache.rs` | [`PlanCache`]: storage only (memory tier, budget, pinning, lookups, stats) |
 //! | `keys.rs` | [`PlanKey`], [`StructureKey`] |
-//! | `planner.rs` | `Planner`: the plan cache's only caller of `ExecutionPlan::build` (the tuning store builds its own); kernel caches; explicit, eager, static-only or dynamic planning |
+//! | `planner.rs` | `Planner`: the plan cache's only caller of `ExecutionPlan::build` (the tuning store builds its own); kernel caches; explicit, tuned (the cache's tuning store), eager, static-only or dynamic planning |
 //! | `specializer.rs` | `Specializer`: the lazy policy's state machine, settling outcomes the cache applies |
 //! | `specialize.rs` | the policy, [`ServeReason`], the background worker |
 //! | `entry.rs`, `disk.rs`, `report.rs` | a memory entry; entry files; what the cache reports |
 //! | `class_plan.rs` | [`ClassPlan`] |
-//! | `autotune.rs`, `measure.rs`, `tuning.rs` | [`autotune`](fn@autotune); timing on the GPU; its options and reports |
+//! | `autotune.rs`, `measure.rs`, `tuning.rs`, `tuning_report.rs` | [`autotune`](fn@autotune), [`build_autotuned`] (through the tuning store); timing on the GPU; its options; its reports |
 //! | `repro.rs` | [`repro`]: outputs against the reference under cudnn-frontend's tolerances, part-by-part bisection, host-array execution, saved inputs |
-//! | `store.rs` | [`TuningStore`], [`TuningFile`]: what autotuning kept, per key, versioned and mergeable |
+//! | `store.rs` | [`TuningStore`], [`TuningFile`]: what autotuning kept, per key, versioned and mergeable, behind a locked file |
 //! | `engine.rs`, `lru.rs` | [`Engine`], [`Router`]; the LRU both budgets use |
 //!
 //! These sat in `backend` before; they moved here because they use the backend *and* the
@@ -49,8 +49,9 @@ pub mod specialize;
 mod specializer;
 pub mod store;
 mod tuning;
+mod tuning_report;
 
-pub use autotune::autotune;
+pub use autotune::{autotune, build_autotuned};
 pub use cache::{
     CacheSource, CacheStats, CacheWarning, CachedPlan, PlanCache, PlanKey, SeedReport, StructureKey,
     DEFAULT_BUDGET_BYTES, SHARED_PLANS,
@@ -64,6 +65,7 @@ pub use specialize::{
 };
 pub use store::{
     CandidateTime, MergeConflict, MergeReport, PartitioningTime, TuneSource, TunedBuild, TunedPart, TunedPlan,
-    TuningFile, TuningStore, TuningStoreError, TuningWarning, MAX_TUNING_STORE_BYTES, TUNING_FORMAT,
+    TuningFile, TuningStore, TuningStoreError, TuningWarning, MAX_TUNING_STORE_BYTES, TUNING_FORMAT, TUNING_STORE_ENV,
 };
-pub use tuning::{AutotuneOptions, AutotuneProgress, AutotuneReport, Fill, PartitioningTiming, ProgressFn, Timing};
+pub use tuning::{AutotuneOptions, AutotuneProgress, Fill, ProgressFn, TuningStoreSetting};
+pub use tuning_report::{AutotuneReport, PartitioningTiming, Timing};

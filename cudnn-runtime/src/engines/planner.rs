@@ -4,13 +4,15 @@
 //! planning that the cache's [`Specialization`] policy makes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::keys::StructureKey;
+use super::keys::{PlanKey, StructureKey};
 use super::lru::{Evicted, Lru, Weigh};
 use super::specialize::{ServeReason, Specialization};
+use super::store::{TuningFile, TuningWarning};
 use crate::backend::{BackendError, BuildOptions, Cudnn, EngineConfig, ExecutionPlan, KernelCache};
+use crate::payload::plan::Expect;
 use crate::Graph;
 
 /// The kernel cache of one structure, and the engine its first dynamic-shape plan selected.
@@ -89,12 +91,26 @@ pub(super) struct Planner {
     restarts: AtomicU64,
     /// Kernel caches evicted to keep within their budget.
     evictions: AtomicU64,
+    /// The tuning store whose recorded choices a miss builds first
+    /// ([`PlanCache::with_tuning_store`](crate::engines::PlanCache::with_tuning_store)).
+    tuning: Option<Arc<TuningFile>>,
 }
 
 impl Planner {
     /// A planner without dynamic shapes, eager.
     pub(super) fn new() -> Self {
-        Planner { kernels: None, policy: None, restarts: AtomicU64::new(0), evictions: AtomicU64::new(0) }
+        Planner { kernels: None, policy: None, restarts: AtomicU64::new(0), evictions: AtomicU64::new(0), tuning: None }
+    }
+
+    /// A miss builds what `store` recorded for its key, where it holds an entry
+    /// ([`PlanCache::with_tuning_store`](crate::engines::PlanCache::with_tuning_store)).
+    pub(super) fn tuning_store(self, store: Arc<TuningFile>) -> Self {
+        Planner { tuning: Some(store), ..self }
+    }
+
+    /// The tuning store's file, if it has one.
+    pub(super) fn tuning_path(&self) -> Option<&std::path::Path> {
+        self.tuning.as_deref().and_then(TuningFile::path)
     }
 
     /// Dynamic shapes on, kernel caches kept within `kernel_budget` bytes
@@ -208,14 +224,18 @@ impl Planner {
     }
 
     /// Builds `graph` for [`PlanCache::get_or_build`](crate::engines::PlanCache::get_or_build) as the policy says: as the options ask
-    /// where they choose the engine themselves, specialized to its shape (eager), as an ordinary
+    /// where they choose the engine themselves, the tuning store's recorded choice where it has
+    /// one for the key (`expect`'s binding), specialized to its shape (eager), as an ordinary
     /// graph where the structure plans only statically, or with the structure's kernel cache and
-    /// engine under [`PlanCache::dynamic_shapes`](crate::engines::PlanCache::dynamic_shapes); with why.
+    /// engine under [`PlanCache::dynamic_shapes`](crate::engines::PlanCache::dynamic_shapes); with why. A store entry not used
+    /// (another target's, one that does not build) is pushed to `warnings`.
     pub(super) fn build(
         &self,
         cudnn: &Cudnn,
         graph: &Graph,
+        expect: &Expect,
         options: &BuildOptions,
+        warnings: &mut Vec<TuningWarning>,
     ) -> crate::Result<(ExecutionPlan, ServeReason)> {
         let chooses = options.engine.is_some()
             || options.candidate.is_some()
@@ -223,6 +243,13 @@ impl Planner {
             || options.kernel_cache.is_some();
         if chooses {
             return Ok((Self::as_asked(cudnn, graph, options)?, ServeReason::OptionsChoose));
+        }
+        if let Some(store) = &self.tuning {
+            match store.recorded_plan(cudnn, graph, &PlanKey::new(cudnn, graph, expect), options) {
+                Ok(Some(plan)) => return Ok((plan, ServeReason::Tuned)),
+                Ok(None) => {}
+                Err(w) => warnings.push(w),
+            }
         }
         let policy = self.policy();
         let key = StructureKey::new(cudnn, graph);

@@ -131,6 +131,9 @@ pub enum ServeReason {
     Caller,
     /// Loaded from a payload: the cache directory, or [`PlanCache::seed_from_dir`](super::PlanCache::seed_from_dir).
     Loaded,
+    /// Built as the cache's tuning store recorded it (what autotuning kept, here or on another
+    /// machine: [`PlanCache::with_tuning_store`](super::PlanCache::with_tuning_store)), nothing timed.
+    Tuned,
 }
 
 impl fmt::Display for ServeReason {
@@ -155,6 +158,7 @@ impl fmt::Display for ServeReason {
             ServeReason::OptionsChoose => f.write_str("built as the options ask"),
             ServeReason::Caller => f.write_str("made by the caller"),
             ServeReason::Loaded => f.write_str("loaded from a payload"),
+            ServeReason::Tuned => f.write_str("built as the tuning store recorded it"),
         }
     }
 }

@@ -35,18 +35,24 @@
 //! **Serving.** [`TuningFile`] is the store behind a file, shared by threads:
 //! [`TuningFile::plan`] builds a graph from its entry or, on a miss, builds every candidate,
 //! autotunes and records what it kept (writing the file atomically, merged with what other
-//! processes wrote meanwhile). `cudnn-graph tune` fills a store offline and merges stores.
+//! processes wrote meanwhile, under a lock on a `.lock` file beside it so that two writers never
+//! lose each other's records). [`build_autotuned`](super::build_autotuned), every `graph!` type's
+//! `build_autotuned` and the candle adapter's autotuning consult the store their
+//! [`AutotuneOptions`](super::AutotuneOptions) name
+//! ([`AutotuneOptions::tuning_store`](super::AutotuneOptions::tuning_store)), by default the one
+//! at the path [`TUNING_STORE_ENV`] (`CUDNN_GRAPH_TUNING_STORE`) gives. `cudnn-graph tune`
+//! fills a store offline and merges stores.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use super::keys::PlanKey;
-use super::tuning::{AutotuneOptions, AutotuneReport};
+use super::tuning_report::AutotuneReport;
 use crate::backend::Cudnn;
 use crate::backend::Fusion;
 use crate::backend::{BackendError, BuildOptions, ChosenPart, CutReason, ExecutionPlan};
@@ -55,6 +61,10 @@ use crate::Graph;
 
 /// The store format this build writes and reads.
 pub const TUNING_FORMAT: u32 = 1;
+
+/// The variable naming the tuning store that autotuning consults unless its options name
+/// another ([`TuningFile::from_env`], [`AutotuneOptions::tuning_store`](super::AutotuneOptions::tuning_store)).
+pub const TUNING_STORE_ENV: &str = "CUDNN_GRAPH_TUNING_STORE";
 
 /// The largest store [`TuningStore::from_bytes`] accepts: 16 MiB (thousands of graphs; an
 /// entry is about 1 KB plus 150 bytes per candidate timed).
@@ -336,6 +346,15 @@ pub enum TuningWarning {
         /// Why.
         reason: String,
     },
+    /// The store the options name could not be opened ([`TUNING_STORE_ENV`] naming a file that is
+    /// not a store, or that cannot be read): autotuning measured without it, and recorded nothing
+    /// into it (the file is left as it is).
+    NotOpened {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl fmt::Display for TuningWarning {
@@ -352,6 +371,9 @@ impl fmt::Display for TuningWarning {
                 write!(f, "tuning store: the entry for {key} does not build here ({reason}): tuned again")
             }
             TuningWarning::NotSaved { reason } => write!(f, "tuning store: not saved: {reason}"),
+            TuningWarning::NotOpened { path, reason } => {
+                write!(f, "tuning store {}: not used: {reason}", path.display())
+            }
         }
     }
 }
@@ -513,14 +535,33 @@ impl TuningStore {
     /// The entry of `key`: `Ok(Some)` a hit; `Ok(None)` where the store has nothing of this
     /// graph; a [`TuningWarning::Foreign`] where it has the graph (fingerprint and binding) only
     /// for other SMs or cuDNN versions, which are never used.
+    ///
+    /// An entry recorded without a binding (by `cudnn-graph tune` from a structural JSON, or by
+    /// any untyped build) serves a key of the same fingerprint, SM and cuDNN version whatever its
+    /// binding: the fingerprint covers every dim, stride and type, so a `graph!` type at
+    /// `S = 128` is the graph `tune --dyn` planned at 128. An entry of the key's own binding
+    /// comes first.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::{PlanKey, TuningStore};
+    /// let key = PlanKey { graph_fingerprint: 1, binding: Some("S = 128".into()), sm: Some(90), cudnn_version: 91900 };
+    /// assert_eq!(TuningStore::new().lookup(&key), Ok(None));
+    /// ```
     pub fn lookup(&self, key: &PlanKey) -> Result<Option<&TunedPlan>, TuningWarning> {
         if let Some(entry) = self.entries.get(&slot(key)) {
+            return Ok(Some(entry));
+        }
+        let unbound = PlanKey { binding: None, ..key.clone() };
+        if let Some(entry) = self.entries.get(&slot(&unbound)) {
             return Ok(Some(entry));
         }
         let found: Vec<(Option<u32>, usize)> = self
             .entries
             .keys()
-            .filter(|(fp, binding, _, _)| *fp == key.graph_fingerprint && *binding == key.binding)
+            .filter(|(fp, binding, _, _)| {
+                *fp == key.graph_fingerprint && (*binding == key.binding || binding.is_none())
+            })
             .map(|(_, _, sm, version)| (*sm, *version))
             .collect();
         if found.is_empty() {
@@ -627,6 +668,9 @@ pub struct TuningFile {
     path: Option<PathBuf>,
 }
 
+/// The stores [`TuningFile::from_env`] opened, by path: one per file and process, shared.
+static FROM_ENV: Mutex<Vec<(PathBuf, Arc<TuningFile>)>> = Mutex::new(Vec::new());
+
 impl TuningFile {
     /// The store at `path` (an empty one if the file does not exist yet; its directory is
     /// created when first written).
@@ -639,6 +683,28 @@ impl TuningFile {
     /// A store in memory only, starting from `store`.
     pub fn in_memory(store: TuningStore) -> Self {
         TuningFile { store: Mutex::new(store), path: None }
+    }
+
+    /// The store at the path [`TUNING_STORE_ENV`] (`CUDNN_GRAPH_TUNING_STORE`) names, opened the
+    /// first time it is asked for and shared after (every caller of one process gets the same
+    /// `Arc`, so records go through one lock); `None` where the variable is unset or empty. A file
+    /// that is not a store is an error each time it is asked for (and is opened again once
+    /// mended); a missing file is an empty store, written at the first record.
+    pub fn from_env() -> Result<Option<Arc<TuningFile>>, TuningStoreError> {
+        Self::shared(std::env::var_os(TUNING_STORE_ENV).filter(|p| !p.is_empty()).map(PathBuf::from))
+    }
+
+    /// [`TuningFile::from_env`] of the variable's value `path`.
+    fn shared(path: Option<PathBuf>) -> Result<Option<Arc<TuningFile>>, TuningStoreError> {
+        let Some(path) = path else { return Ok(None) };
+        let mut opened = FROM_ENV.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, file)) = opened.iter().find(|(p, _)| *p == path) {
+            return Ok(Some(file.clone()));
+        }
+        let file = Arc::new(TuningFile::open(&path)?);
+        tracing::debug!(path = %path.display(), entries = file.snapshot().len(), "tuning store opened");
+        opened.push((path, file.clone()));
+        Ok(Some(file))
     }
 
     /// The file, if any.
@@ -656,36 +722,126 @@ impl TuningFile {
     }
 
     /// Records `entry` and writes the file: the file as it is now (other processes may have
-    /// written it) merged with this store, so that no one's records are lost.
+    /// written it) merged with this store, so that no one's records are lost. Writers of one file
+    /// take turns: each holds an exclusive lock on `PATH.lock` (beside the store; created, and
+    /// left for the next writer) from its read of the file to its atomic rename, so a record
+    /// another process wrote between this one's read and its write cannot be overwritten. A file
+    /// that is no longer a store is replaced by this one's records.
     pub fn record(&self, entry: TunedPlan) -> Result<(), TuningStoreError> {
         let mut store = self.lock();
         store.insert(entry);
         let Some(path) = &self.path else { return Ok(()) };
-        if let Ok(on_disk) = TuningStore::read(path) {
-            store.merge(&on_disk);
-        }
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| TuningStoreError::Io { path, source }
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| TuningStoreError::Io { path: dir.to_path_buf(), source })?;
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
         }
+        let lock_path = lock_path(path);
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        lock.lock().map_err(io(&lock_path))?;
+        match TuningStore::read(path) {
+            Ok(on_disk) => {
+                store.merge(&on_disk);
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "tuning store: the file is not a store: replaced")
+            }
+        }
+        // The lock is released when `lock` is closed, after the rename.
         store.write(path)
     }
+}
 
-    /// The autotuned plan of `graph` on `cudnn`: from the store's entry of its key where there is
-    /// one (built with [`ExecutionPlan::build_chosen`], nothing timed), else built with every
-    /// candidate (`options` with `build_all`; [`Fusion::Measure`] in `options` makes the
-    /// partitionings too), autotuned with `tuning` on `cudnn`'s GPU and recorded. An entry for
-    /// another SM or cuDNN only is never used ([`TuningWarning::Foreign`]); one that no longer
-    /// builds is tuned again and replaced ([`TuningWarning::Stale`]). Options that name an engine
-    /// or candidate bypass the store, and [`Fusion::Single`] takes only an entry of one kernel.
-    pub fn plan(
+/// The lock file of the store at `path`: `tuning.json` → `tuning.json.lock`.
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".lock");
+    path.with_file_name(name)
+}
+
+/// The autotuned plan of `graph`: from `file`'s entry of its key where there is one (built with
+/// [`ExecutionPlan::build_chosen`], nothing timed), else built with every candidate and tuned by
+/// `tune`, then recorded into `file` (without a file, only built and tuned). See
+/// [`TuningFile::plan`].
+pub(super) fn build_tuned(
+    file: Option<&TuningFile>,
+    cudnn: &Cudnn,
+    graph: &Graph,
+    expect: &Expect,
+    options: &BuildOptions,
+    tune: impl FnOnce(&mut ExecutionPlan) -> Result<AutotuneReport, BackendError>,
+) -> crate::Result<TunedBuild> {
+    let start = Instant::now();
+    let key = PlanKey::new(cudnn, graph, expect);
+    let mut warnings = Vec::new();
+    if let Some(file) = file {
+        match file.recorded_plan(cudnn, graph, &key, options) {
+            Ok(Some(plan)) => return Ok(TunedBuild { plan, source: TuneSource::Store, report: None, warnings }),
+            Ok(None) => {}
+            Err(w) => warnings.push(w),
+        }
+    }
+    let all = BuildOptions { build_all: true, ..options.clone() };
+    let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
+    let report = tune(&mut plan)?;
+    if let Some(file) = file {
+        let recorded_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if let Err(e) = file.record(TunedPlan::of(&key, &plan, &report, recorded_at)) {
+            let w = TuningWarning::NotSaved { reason: e.to_string() };
+            tracing::warn!("{w}");
+            warnings.push(w);
+        }
+        tracing::debug!(
+            fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
+            elapsed_us = crate::micros(start.elapsed()),
+            "tuning store miss: autotuned and recorded"
+        );
+    }
+    Ok(TunedBuild { plan, source: TuneSource::Measured, report: Some(report), warnings })
+}
+
+impl TuningFile {
+    /// The plan this store recorded for `key` (`graph` on `cudnn`), built as recorded
+    /// ([`ExecutionPlan::build_chosen`]: one engine config per part, nothing timed): `Ok(None)`
+    /// where the store has no entry for it (or `options` name an engine or candidate, which is
+    /// their own choice; or demand one kernel, which a partitioned entry is not); a warning
+    /// (traced too) where it has one only for other targets, or one that does not build here.
+    pub(super) fn recorded_plan(
         &self,
         cudnn: &Cudnn,
         graph: &Graph,
-        expect: &Expect,
+        key: &PlanKey,
         options: &BuildOptions,
-        tuning: &AutotuneOptions,
-    ) -> crate::Result<TunedBuild> {
-        self.plan_with(cudnn, graph, expect, options, |plan| super::autotune(cudnn, plan, tuning))
+    ) -> Result<Option<ExecutionPlan>, TuningWarning> {
+        let start = Instant::now();
+        if options.engine.is_some() || options.candidate.is_some() {
+            return Ok(None);
+        }
+        let fits = |parts: &Vec<ChosenPart>| options.fusion != Fusion::Single || parts.len() == 1;
+        let found = self.lock().lookup(key).map(|e| e.and_then(TunedPlan::chosen).filter(fits));
+        let built = match found {
+            Ok(None) => return Ok(None),
+            Ok(Some(parts)) => ExecutionPlan::build_chosen(cudnn, graph, &parts, options)
+                .map_err(|e| TuningWarning::Stale { key: key.clone(), reason: e.to_string() }),
+            Err(foreign) => Err(foreign),
+        };
+        match &built {
+            Ok(plan) => tracing::debug!(
+                fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
+                parts = plan.parts().len(),
+                elapsed_us = crate::micros(start.elapsed()),
+                "tuning store hit"
+            ),
+            Err(w) => tracing::warn!("{w}"),
+        }
+        built.map(Some)
     }
 
     /// [`TuningFile::plan`] with `tune` in place of [`autotune`](super::autotune) on a miss (to
@@ -698,51 +854,7 @@ impl TuningFile {
         options: &BuildOptions,
         tune: impl FnOnce(&mut ExecutionPlan) -> Result<AutotuneReport, BackendError>,
     ) -> crate::Result<TunedBuild> {
-        let start = Instant::now();
-        let key = PlanKey::new(cudnn, graph, expect);
-        let mut warnings = Vec::new();
-        // A build that names its engine or candidate is its own choice; one that demands one
-        // kernel takes no partitioned entry.
-        let explicit = options.engine.is_some() || options.candidate.is_some();
-        let fits = |parts: &Vec<ChosenPart>| options.fusion != Fusion::Single || parts.len() == 1;
-        let found = match explicit {
-            true => Ok(None),
-            false => self.lock().lookup(&key).map(|e| e.and_then(TunedPlan::chosen).filter(fits)),
-        };
-        match found {
-            Ok(Some(parts)) => match ExecutionPlan::build_chosen(cudnn, graph, &parts, options) {
-                Ok(plan) => {
-                    tracing::debug!(
-                        fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
-                        parts = plan.parts().len(),
-                        elapsed_us = crate::micros(start.elapsed()),
-                        "tuning store hit"
-                    );
-                    return Ok(TunedBuild { plan, source: TuneSource::Store, report: None, warnings });
-                }
-                Err(e) => warnings.push(TuningWarning::Stale { key: key.clone(), reason: e.to_string() }),
-            },
-            Ok(None) => {}
-            Err(foreign) => warnings.push(foreign),
-        }
-        for w in &warnings {
-            tracing::warn!("{w}");
-        }
-        let all = BuildOptions { build_all: true, ..options.clone() };
-        let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
-        let report = tune(&mut plan)?;
-        let recorded_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if let Err(e) = self.record(TunedPlan::of(&key, &plan, &report, recorded_at)) {
-            let w = TuningWarning::NotSaved { reason: e.to_string() };
-            tracing::warn!("{w}");
-            warnings.push(w);
-        }
-        tracing::debug!(
-            fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
-            elapsed_us = crate::micros(start.elapsed()),
-            "tuning store miss: autotuned and recorded"
-        );
-        Ok(TunedBuild { plan, source: TuneSource::Measured, report: Some(report), warnings })
+        build_tuned(Some(self), cudnn, graph, expect, options, tune)
     }
 }
 
@@ -902,9 +1014,37 @@ mod tests {
             w.to_string().contains("recorded only for sm 90 with cuDNN 91400, sm 100 with cuDNN 91900: not used"),
             "{w}"
         );
-        // Another graph, or another binding of this one: nothing, no warning.
+        // Another graph: nothing, no warning. A binding of this one: the entries without a
+        // binding would serve it, so they are named too.
         assert_eq!(s.lookup(&PlanKey { graph_fingerprint: 2, ..here.clone() }), Ok(None));
-        assert_eq!(s.lookup(&PlanKey { binding: Some("M = 4".into()), ..here }), Ok(None));
+        let bound = PlanKey { binding: Some("M = 4".into()), ..here.clone() };
+        assert!(matches!(s.lookup(&bound), Err(TuningWarning::Foreign { found, .. }) if found.len() == 2));
+        // Entries of another binding only: nothing, no warning.
+        let mut other = record(1, 91400, 7, 100);
+        other.binding = Some("M = 8".into());
+        assert_eq!(store([other]).lookup(&PlanKey { cudnn_version: 91400, ..bound }), Ok(None));
+    }
+
+    /// An entry without a binding (`cudnn-graph tune` of a structural JSON) serves every binding
+    /// of its fingerprint on its target; one of the key's own binding comes first.
+    #[test]
+    fn entries_without_a_binding_serve_every_binding_of_their_graph() {
+        let here = |binding: Option<&str>| PlanKey {
+            graph_fingerprint: 1,
+            binding: binding.map(str::to_string),
+            sm: Some(90),
+            cudnn_version: 91900,
+        };
+        let mut s = store([record(1, 91900, 7, 100)]);
+        for binding in [None, Some("S = 128"), Some("no runtime dims")] {
+            assert_eq!(s.lookup(&here(binding)).unwrap().unwrap().parts[0].engine.id, Some(7), "{binding:?}");
+        }
+        let mut own = record(1, 91900, 9, 50);
+        own.binding = Some("S = 128".into());
+        s.insert(own);
+        assert_eq!(s.lookup(&here(Some("S = 128"))).unwrap().unwrap().parts[0].engine.id, Some(9));
+        assert_eq!(s.lookup(&here(Some("S = 256"))).unwrap().unwrap().parts[0].engine.id, Some(7));
+        assert_eq!(s.lookup(&PlanKey { graph_fingerprint: 2, ..here(Some("S = 128")) }), Ok(None));
     }
 
     #[test]
@@ -922,12 +1062,62 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Writers of one file take turns (the `.lock` beside it): threads with a file each, as
+    /// processes would be, each writing records of its own at once, lose none of them (without
+    /// the lock, a writer's read-merge-write overwrote records written between its read and its
+    /// rename).
+    #[test]
+    fn concurrent_writers_lose_no_record() {
+        let dir = std::env::temp_dir().join(format!("cudnn-graph-store-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("tuning.json");
+        let (writers, each) = (4u64, 12u64);
+        std::thread::scope(|s| {
+            for w in 0..writers {
+                let path = &path;
+                s.spawn(move || {
+                    let file = TuningFile::open(path).unwrap();
+                    for k in 0..each {
+                        file.record(record(1 + w * 100 + k, 91900, 7, k)).unwrap();
+                    }
+                });
+            }
+        });
+        let read = TuningStore::read(&path).unwrap();
+        assert_eq!(read.len() as u64, writers * each, "records lost");
+        assert!(lock_path(&path).ends_with("tuning.json.lock"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `CUDNN_GRAPH_TUNING_STORE`'s store: opened once per path and shared (one lock for every
+    /// caller); unset, none; a file that is not a store, a typed error each time (not cached,
+    /// so a mended file is opened).
+    #[test]
+    fn the_environment_store_is_opened_once_and_shared() {
+        let dir = std::env::temp_dir().join(format!("cudnn-graph-store-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tuning.json");
+        store([record(1, 91900, 7, 100)]).write(&path).unwrap();
+        let a = TuningFile::shared(Some(path.clone())).unwrap().unwrap();
+        let b = TuningFile::shared(Some(path.clone())).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!((a.path(), a.snapshot().len()), (Some(path.as_path()), 1));
+        assert!(TuningFile::shared(None).unwrap().is_none());
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, b"{\"cudnn_graph_tuning\": 1").unwrap();
+        assert!(matches!(TuningFile::shared(Some(bad.clone())), Err(TuningStoreError::Malformed(_))));
+        std::fs::write(&bad, b"{\"cudnn_graph_tuning\": 1, \"entries\": []}").unwrap();
+        assert!(TuningFile::shared(Some(bad)).unwrap().unwrap().snapshot().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// The deviceless cases: a miss autotunes (injected times) and records; a later process's
     /// hit builds exactly the recorded partitioning and engines without timing anything.
     mod deviceless {
         use super::*;
         use crate::backend::{BuildOptions, ExecutionPlan};
         use crate::engines::autotune::tune;
+        use crate::engines::AutotuneOptions;
         use crate::engines::Timing;
 
         use crate::test_support::deviceless;
@@ -1074,6 +1264,149 @@ mod tests {
                 })
                 .unwrap();
             assert_eq!((own.source, tuned), (TuneSource::Measured, 1));
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+
+        /// A plan cache with a tuning store: a miss builds the recorded plan (no heuristics'
+        /// pick, nothing timed) and says so; the next lookup is a memory hit. An entry for
+        /// another cuDNN only is not used: a warning, and the usual plan.
+        #[needs_cudnn]
+        #[test]
+        fn a_plan_cache_miss_builds_the_store_entry() {
+            use crate::engines::{CacheSource, PlanCache, ServeReason};
+            let Some(cudnn) = deviceless() else { return };
+            let graph = bias_gelu();
+            let expect = Expect::default();
+            let options = BuildOptions::default().measure_partitionings();
+            let file = TuningFile::in_memory(TuningStore::new());
+            let tuned = file
+                .plan_with(&cudnn, &graph, &expect, &options, |plan| {
+                    tune(plan, &AutotuneOptions::default(), Instant::now(), &mut times)
+                })
+                .unwrap();
+            let recorded = file.snapshot();
+            let cache = PlanCache::in_memory().with_tuning_store(file);
+            let plain = BuildOptions::default();
+            let first = cache.get_or_build(&cudnn, &graph, &expect, &plain).unwrap();
+            assert_eq!((first.source, &first.reason), (CacheSource::Built, &ServeReason::Tuned));
+            assert!(first.warnings.is_empty(), "{:?}", first.warnings);
+            assert_eq!(choice(&first.plan), choice(&tuned.plan));
+            assert!(first.plan.parts().iter().all(|p| p.built().len() == 1));
+            let again = cache.get_or_build(&cudnn, &graph, &expect, &plain).unwrap();
+            assert_eq!(again.source, CacheSource::Memory);
+            assert!(std::sync::Arc::ptr_eq(&first.plan, &again.plan));
+
+            let mut foreign = TuningStore::new();
+            for mut e in recorded.entries().cloned() {
+                e.cudnn_version += 1;
+                foreign.insert(e);
+            }
+            let cache = PlanCache::in_memory().with_tuning_store(TuningFile::in_memory(foreign));
+            let built = cache.get_or_build(&cudnn, &graph, &expect, &plain).unwrap();
+            assert_eq!(built.reason, ServeReason::Specialized);
+            assert_eq!(built.plan.parts().len(), 1, "the heuristics' plan, one kernel");
+            assert!(
+                matches!(built.warnings.as_slice(), [w] if w.reason.contains("is recorded only for")),
+                "{:?}",
+                built.warnings
+            );
+        }
+
+        /// [`build_autotuned`](crate::engines::build_autotuned) through the store
+        /// [`AutotuneOptions::tuning_store`] names: a miss measures once and records into the
+        /// file; a later process's options find it and time nothing (the public function,
+        /// which measures on the GPU, succeeds on a deviceless context only because it measures
+        /// nothing); options without a store measure; a recorded choice that no longer covers
+        /// the graph, or one for another cuDNN only, is measured again with a warning.
+        #[needs_cudnn]
+        #[test]
+        fn autotune_options_consult_the_store_they_name() {
+            use crate::engines::autotune::build_autotuned_with;
+            use crate::engines::build_autotuned;
+            let Some(cudnn) = deviceless() else { return };
+            let dir = std::env::temp_dir().join(format!("cudnn-graph-store-options-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let path = dir.join("tuning.json");
+            let graph = bias_gelu();
+            let options = BuildOptions::default().measure_partitionings();
+            let expect = Expect::default();
+            fn counted<'a>(
+                count: &'a mut usize,
+                tuning: &AutotuneOptions,
+            ) -> impl FnOnce(&mut ExecutionPlan) -> Result<AutotuneReport, BackendError> + 'a {
+                let tuning = tuning.clone();
+                move |plan| {
+                    *count += 1;
+                    tune(plan, &tuning, Instant::now(), &mut times)
+                }
+            }
+            let opened = || AutotuneOptions::default().tuning_store(TuningFile::open(&path).unwrap());
+
+            // A miss: measured once, recorded into the file.
+            let tuning = opened();
+            let mut tuned = 0;
+            let miss =
+                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning)).unwrap();
+            assert_eq!((miss.source, tuned), (TuneSource::Measured, 1));
+            assert!(miss.report.as_ref().unwrap().candidates_timed() > 1);
+            assert!(miss.warnings.is_empty(), "{:?}", miss.warnings);
+            assert_eq!(TuningStore::read(&path).unwrap().len(), 1);
+
+            // Another process: its options open the file; nothing timed, the recorded plan built.
+            let tuning = opened();
+            let mut tuned = 0;
+            let hit =
+                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning)).unwrap();
+            assert_eq!((hit.source, tuned), (TuneSource::Store, 0));
+            assert!(hit.report.is_none() && hit.warnings.is_empty());
+            assert_eq!(choice(&hit.plan), choice(&miss.plan));
+            let public = build_autotuned(&cudnn, &graph, &expect, &options, &opened()).unwrap();
+            assert_eq!((public.source, choice(&public.plan)), (TuneSource::Store, choice(&miss.plan)));
+            // Without the store, the public function measures, which a deviceless context refuses.
+            let off = AutotuneOptions::default().without_tuning_store();
+            let e = build_autotuned(&cudnn, &graph, &expect, &options, &off).unwrap_err();
+            assert!(e.to_string().contains("deviceless"), "{e}");
+            let mut tuned = 0;
+            let measured = build_autotuned_with(&cudnn, &graph, &expect, &options, &off, counted(&mut tuned, &off));
+            assert_eq!((measured.unwrap().source, tuned), (TuneSource::Measured, 1));
+
+            // A recorded choice whose parts no longer cover the graph: measured again, with a
+            // warning naming why, and the file's entry replaced by one that builds.
+            let mut corrupted = TuningStore::read(&path).unwrap();
+            let mut entry = corrupted.entries().next().unwrap().clone();
+            entry.parts[0].nodes = vec!["no_such_node".into()];
+            corrupted.insert(entry);
+            // `store` written to the file, then a build through it: measured once.
+            let measured_again = |store: TuningStore| {
+                store.write(&path).unwrap();
+                let tuning = opened();
+                let mut tuned = 0;
+                let built =
+                    build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning));
+                assert_eq!((built.as_ref().unwrap().source, tuned), (TuneSource::Measured, 1));
+                built.unwrap()
+            };
+            let again = measured_again(corrupted);
+            let [TuningWarning::Stale { reason, .. }] = again.warnings.as_slice() else {
+                panic!("{:?}", again.warnings)
+            };
+            assert!(reason.contains("no_such_node"), "{reason}");
+            let mended = TuningStore::read(&path).unwrap();
+            assert_eq!(mended.entries().next().unwrap().parts[0].nodes, miss.plan.parts()[0].nodes());
+            assert_eq!(
+                build_autotuned(&cudnn, &graph, &expect, &options, &opened()).unwrap().source,
+                TuneSource::Store
+            );
+
+            // The same file, recorded for another cuDNN only: never used, measured, both kept.
+            let mut foreign = TuningStore::new();
+            for mut e in mended.entries().cloned() {
+                e.cudnn_version += 1;
+                foreign.insert(e);
+            }
+            let again = measured_again(foreign);
+            assert!(matches!(again.warnings.as_slice(), [TuningWarning::Foreign { .. }]), "{:?}", again.warnings);
+            assert_eq!(TuningStore::read(&path).unwrap().len(), 2);
             std::fs::remove_dir_all(&dir).unwrap();
         }
     }

@@ -1,13 +1,14 @@
-//! What autotuning is asked ([`AutotuneOptions`], [`Fill`], progress callbacks) and what it
-//! reports ([`Timing`], [`PartitioningTiming`], [`AutotuneReport`]); [`autotune`](super::autotune)
-//! and [`measure`](super::measure) use them.
+//! What autotuning is asked ([`AutotuneOptions`], [`Fill`], progress callbacks, the tuning store
+//! it consults: [`TuningStoreSetting`]); [`autotune`](super::autotune),
+//! [`build_autotuned`](super::build_autotuned) and [`measure`](super::measure) use them. What it
+//! reports is in `tuning_report.rs`.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(doc)]
-use crate::backend::ExecutionPlan;
+use super::store::{TuningFile, TuningStoreError};
+use super::tuning_report::Timing;
 
 /// What the scratch input buffers hold.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,11 +71,44 @@ pub struct AutotuneOptions {
     pub fill: Fill,
     /// Called after each candidate.
     pub progress: Option<Arc<ProgressFn>>,
+    /// The tuning store [`build_autotuned`](super::build_autotuned) (and every `graph!` type's
+    /// `build_autotuned`) consults before measuring and records into after: by default the one
+    /// [`TUNING_STORE_ENV`](super::store::TUNING_STORE_ENV) names, if any.
+    /// ([`autotune`](fn@super::autotune) itself times the plan it is given, always.)
+    pub tuning_store: TuningStoreSetting,
+}
+
+/// Which tuning store [`AutotuneOptions`] consult ([`AutotuneOptions::tuning_store`]).
+#[derive(Clone, Default)]
+pub enum TuningStoreSetting {
+    /// The store at the path [`TUNING_STORE_ENV`](super::store::TUNING_STORE_ENV)
+    /// (`CUDNN_GRAPH_TUNING_STORE`) names, opened once per process and shared
+    /// ([`TuningFile::from_env`]); none where the variable is unset or empty.
+    #[default]
+    FromEnv,
+    /// This store.
+    File(Arc<TuningFile>),
+    /// None, whatever the environment says: every build measures.
+    Off,
+}
+
+impl fmt::Debug for TuningStoreSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TuningStoreSetting::FromEnv => f.write_str("FromEnv"),
+            TuningStoreSetting::File(file) => match file.path() {
+                Some(path) => write!(f, "File({})", path.display()),
+                None => f.write_str("File(in memory)"),
+            },
+            TuningStoreSetting::Off => f.write_str("Off"),
+        }
+    }
 }
 
 impl Default for AutotuneOptions {
     /// 3 warm-up runs, 5 to 50 samples of about 500 µs, 2 % tolerance, 2 s per candidate, a
-    /// candidate replaces the plan's choice when at least 2 % faster, random data.
+    /// candidate replaces the plan's choice when at least 2 % faster, random data, the tuning
+    /// store of the environment (if any).
     fn default() -> Self {
         AutotuneOptions {
             warmup: 3,
@@ -86,6 +120,7 @@ impl Default for AutotuneOptions {
             min_gain: 0.02,
             fill: Fill::default(),
             progress: None,
+            tuning_store: TuningStoreSetting::FromEnv,
         }
     }
 }
@@ -102,6 +137,7 @@ impl fmt::Debug for AutotuneOptions {
             .field("min_gain", &self.min_gain)
             .field("fill", &self.fill)
             .field("progress", &self.progress.as_ref().map(|_| "Fn"))
+            .field("tuning_store", &self.tuning_store)
             .finish()
     }
 }
@@ -117,199 +153,39 @@ impl AutotuneOptions {
         self.progress = Some(Arc::new(f));
         self
     }
-}
 
-/// One candidate's device time.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timing {
-    /// The part of the plan it belongs to (0 for a plan of one kernel; see
-    /// [`ExecutionPlan::parts`]); its time is that part's alone.
-    pub part: usize,
-    /// The candidate's index ([`crate::backend::Candidate::index`]).
-    pub candidate: usize,
-    /// Its tag ([`crate::backend::Candidate::tag`]).
-    pub tag: String,
-    /// Median device time per execute, µs.
-    pub median_us: f64,
-    /// Fastest sample, µs per execute.
-    pub min_us: f64,
-    /// Executes timed (samples × executes per sample).
-    pub runs: usize,
-    /// Samples taken.
-    pub samples: usize,
-    /// Executes per sample.
-    pub batch: usize,
-}
-
-impl fmt::Display for Timing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "#{} {}: median {:.2} µs, min {:.2} µs ({} runs in {} samples)",
-            self.candidate, self.tag, self.median_us, self.min_us, self.runs, self.samples
-        )
+    /// Consults `store` before measuring and records into it after
+    /// ([`build_autotuned`](super::build_autotuned)): a hit builds the recorded choice without
+    /// timing anything; a miss measures and records. Takes a [`TuningFile`] or an
+    /// `Arc<TuningFile>` (to share one store between options, threads and graph types).
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::engines::{AutotuneOptions, TuningFile, TuningStore};
+    /// let tuning = AutotuneOptions::default().tuning_store(TuningFile::in_memory(TuningStore::new()));
+    /// assert!(tuning.store()?.is_some());
+    /// assert!(AutotuneOptions::default().without_tuning_store().store()?.is_none());
+    /// # Ok::<(), cudnn_graph::engines::TuningStoreError>(())
+    /// ```
+    pub fn tuning_store(mut self, store: impl Into<Arc<TuningFile>>) -> Self {
+        self.tuning_store = TuningStoreSetting::File(store.into());
+        self
     }
-}
 
-/// One partitioning of a plan as [`autotune`](fn@super::autotune) timed it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PartitioningTiming {
-    /// Each part's nodes ([`crate::backend::PlanPart::nodes`]), in execution order.
-    pub parts: Vec<Vec<String>>,
-    /// The sum of its parts' selected medians, µs; `None` where a part had no candidate that
-    /// executed.
-    pub median_us: Option<f64>,
-    /// Every candidate of its parts that executed ([`Timing::part`]: its parts).
-    pub timings: Vec<Timing>,
-}
+    /// Consults no tuning store, not even the environment's: every build measures.
+    pub fn without_tuning_store(mut self) -> Self {
+        self.tuning_store = TuningStoreSetting::Off;
+        self
+    }
 
-impl fmt::Display for PartitioningTiming {
-    /// `2 kernels [matmul_0, mul_1 | add_2, relu_3]: 812.40 µs`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self.parts.iter().map(|p| p.join(", ")).collect();
-        let n = self.parts.len();
-        write!(f, "{n} kernel{} [{}]: ", if n == 1 { "" } else { "s" }, parts.join(" | "))?;
-        match self.median_us {
-            Some(us) => write!(f, "{us:.2} µs"),
-            None => write!(f, "did not execute"),
+    /// The store these options consult: the one set, or the environment's
+    /// ([`TuningFile::from_env`]); an error where the environment names a file that is not a
+    /// store.
+    pub fn store(&self) -> Result<Option<Arc<TuningFile>>, TuningStoreError> {
+        match &self.tuning_store {
+            TuningStoreSetting::FromEnv => TuningFile::from_env(),
+            TuningStoreSetting::File(file) => Ok(Some(file.clone())),
+            TuningStoreSetting::Off => Ok(None),
         }
-    }
-}
-
-/// What [`autotune`](fn@super::autotune) found. A partitioned plan's parts are tuned one by one, each timed alone:
-/// `timings` holds every part's candidates (see [`Timing::part`]), `selected_parts` and
-/// `previous_parts` each part's choice, and `selected`/`previous` the first part's. For a plan
-/// with [alternatives](ExecutionPlan::alternatives), those are of the partitioning kept, and
-/// `partitionings` has every partitioning's figures.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AutotuneReport {
-    /// Every candidate that executed, part by part, in build order (of the partitioning kept).
-    pub timings: Vec<Timing>,
-    /// Candidates that failed to execute, with why (part, candidate, error).
-    pub failures: Vec<(usize, String)>,
-    /// The candidate selected now (the fastest median, unless it did not beat the previous one
-    /// by [`AutotuneOptions::min_gain`]) of the first part.
-    pub selected: usize,
-    /// The candidate that was selected before (the heuristics' pick) of the first part.
-    pub previous: usize,
-    /// Each part's selected candidate.
-    pub selected_parts: Vec<usize>,
-    /// Each part's candidate selected before.
-    pub previous_parts: Vec<usize>,
-    /// Every partitioning timed: the plan's own first (as it was built), then its
-    /// [alternatives](ExecutionPlan::alternatives) in build order.
-    pub partitionings: Vec<PartitioningTiming>,
-    /// The index in `partitionings` of the one kept (the fastest, where it beats the plan's own
-    /// by [`AutotuneOptions::min_gain`]), which the plan now runs.
-    pub partitioning: usize,
-    /// Wall time of the whole tune.
-    pub elapsed: Duration,
-}
-
-impl AutotuneReport {
-    /// The timing of candidate `index` of the first part.
-    pub fn timing(&self, index: usize) -> Option<&Timing> {
-        self.part_timing(0, index)
-    }
-
-    /// The timing of candidate `index` of part `part`.
-    pub fn part_timing(&self, part: usize, index: usize) -> Option<&Timing> {
-        self.timings.iter().find(|t| t.part == part && t.candidate == index)
-    }
-
-    /// How many times faster the selected candidates are than the previous ones (≥ 1): the sum
-    /// of the parts' previous medians over the sum of their selected ones.
-    pub fn speedup(&self) -> Option<f64> {
-        let sum = |choice: &[usize]| -> Option<f64> {
-            choice.iter().enumerate().map(|(part, &c)| Some(self.part_timing(part, c)?.median_us)).sum()
-        };
-        Some(sum(&self.previous_parts)? / sum(&self.selected_parts)?)
-    }
-
-    /// How many times faster the partitioning kept is than the plan's own (≥ 1; 1 when that
-    /// was kept): the plan's partitioning as built over the one kept, each the sum of its
-    /// parts' selected medians. `None` where the plan's own did not execute.
-    pub fn partitioning_speedup(&self) -> Option<f64> {
-        Some(self.partitionings.first()?.median_us? / self.partitionings.get(self.partitioning)?.median_us?)
-    }
-}
-
-impl fmt::Display for AutotuneReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "autotuned {} candidates in {:.0} ms:", self.timings.len(), self.elapsed.as_secs_f64() * 1e3)?;
-        let parts = self.selected_parts.len();
-        for part in 0..parts {
-            if parts > 1 {
-                writeln!(f, " part {part}:")?;
-            }
-            let mut sorted: Vec<&Timing> = self.timings.iter().filter(|t| t.part == part).collect();
-            sorted.sort_by(|a, b| a.median_us.total_cmp(&b.median_us));
-            for t in sorted {
-                let chosen = |list: &[usize]| list.get(part) == Some(&t.candidate);
-                let mark = match (chosen(&self.selected_parts), chosen(&self.previous_parts)) {
-                    (true, true) => " (selected, heuristics' pick)",
-                    (true, false) => " (selected)",
-                    (false, true) => " (heuristics' pick)",
-                    (false, false) => "",
-                };
-                writeln!(f, "  {t}{mark}")?;
-            }
-        }
-        for (i, e) in &self.failures {
-            writeln!(f, "  #{i}: failed: {e}")?;
-        }
-        if self.partitionings.len() > 1 {
-            writeln!(f, " partitionings, each the sum of its parts' fastest:")?;
-            for (i, p) in self.partitionings.iter().enumerate() {
-                let mark = match (i == self.partitioning, i == 0) {
-                    (true, true) => " (kept, as built)".to_string(),
-                    (true, false) => match self.partitioning_speedup() {
-                        Some(x) => format!(" (kept, {x:.2}× faster than as built)"),
-                        None => " (kept)".to_string(),
-                    },
-                    (false, true) => " (as built)".to_string(),
-                    (false, false) => String::new(),
-                };
-                writeln!(f, "  #{i} {p}{mark}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reports_print_fastest_first_and_compute_speedup() {
-        let t = |candidate, median_us| Timing {
-            part: 0,
-            candidate,
-            tag: format!("eng{candidate}"),
-            median_us,
-            min_us: median_us * 0.9,
-            runs: 10,
-            samples: 5,
-            batch: 2,
-        };
-        let r = AutotuneReport {
-            timings: vec![t(0, 20.0), t(3, 10.0)],
-            failures: vec![(5, "boom".into())],
-            selected: 3,
-            previous: 0,
-            selected_parts: vec![3],
-            previous_parts: vec![0],
-            partitionings: Vec::new(),
-            partitioning: 0,
-            elapsed: Duration::from_millis(12),
-        };
-        assert_eq!(r.speedup(), Some(2.0));
-        let text = r.to_string();
-        let (fast, slow) = (text.find("#3 eng3").unwrap(), text.find("#0 eng0").unwrap());
-        assert!(fast < slow, "{text}");
-        assert!(
-            text.contains("(selected)") && text.contains("(heuristics' pick)") && text.contains("#5: failed: boom")
-        );
     }
 }

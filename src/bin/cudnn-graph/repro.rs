@@ -45,6 +45,7 @@ pub const TUNE_HELP: &str = "cudnn-graph tune: fill, merge and show a tuning sto
 
 usage:
   cudnn-graph tune --store STORE.json --device N --graph GRAPH.json [--graph ...] [--measure-partitionings]
+  cudnn-graph tune --store STORE.json --device N --graph GRAPH.json --dyn 'S: 64..=8192 pow2 @ q[2] k[2]' [--dyn ...]
   cudnn-graph tune --store STORE.json --merge OTHER.json [--merge ...]
   cudnn-graph tune --store STORE.json --show
 
@@ -52,6 +53,11 @@ usage:
   --device N          autotune each GRAPH.json (a structural JSON at the shape to tune) on GPU N:
                       every candidate built and timed, the fastest kept and recorded; a graph the
                       store already holds for this GPU and cuDNN is not timed again
+  --dyn               a dyn dim, as `aot --dyn` takes it: its name, its classes as `graph!` declares
+                      them after `dyn S:`, then `@` and the input dims that are it; GRAPH.json is
+                      the graph at one value of each, and each class bound (every combination) is
+                      tuned and recorded. Entries are recorded without a binding, so they serve
+                      a `graph!` type at each bound (`S = 128`) and an untyped build alike
   --measure-partitionings  also time each graph with its epilogues cut into kernels of their own
   --merge             merge other stores into STORE (the newer record of a key wins; records that
                       chose differently are reported)
@@ -426,6 +432,22 @@ pub fn tune(args: &[String]) -> Result<(), String> {
     if graphs.is_empty() {
         return Err(format!("--device tunes the graphs given with --graph\n{TUNE_HELP}"));
     }
+    let dyns = values(args, "--dyn")?;
+    if !dyns.is_empty() && graphs.len() != 1 {
+        return Err(format!("--dyn names dims of one graph: give one --graph, not {}\n{TUNE_HELP}", graphs.len()));
+    }
+    // Every graph read (and, with --dyn, derived at every class bound) before the GPU is opened.
+    let mut tunes: Vec<(String, Graph)> = Vec::new();
+    for path in graphs {
+        let graph = structure_from_json(&read_text(Path::new(path))?).map_err(|e| format!("{path}: {e}"))?;
+        if dyns.is_empty() {
+            tunes.push((path.to_string(), graph));
+            continue;
+        }
+        for (binding, _, g) in crate::classes::class_graphs(&graph, path, &dyns, false)? {
+            tunes.push((format!("{path} [{binding}]"), g));
+        }
+    }
     let file = TuningFile::open(store_path).map_err(|e| e.to_string())?;
     let context = cudnn_graph::backend::cuda_context(ordinal).map_err(|e| format!("GPU {ordinal}: {e}"))?;
     let cudnn = Cudnn::new(context.default_stream()).map_err(|e| format!("GPU {ordinal}: {e}"))?;
@@ -434,8 +456,7 @@ pub fn tune(args: &[String]) -> Result<(), String> {
     } else {
         BuildOptions::default()
     };
-    for path in graphs {
-        let graph = structure_from_json(&read_text(Path::new(path))?).map_err(|e| format!("{path}: {e}"))?;
+    for (path, graph) in tunes {
         let start = std::time::Instant::now();
         let built = file
             .plan(&cudnn, &graph, &Expect::default(), &options, &AutotuneOptions::default())
