@@ -169,6 +169,21 @@ pub fn cuda_string(version: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::{has, Capability};
+
+    /// Re-measures the capabilities table's measured operation row on the loaded cuDNN: the
+    /// `SDPA_FWD` descriptor can be created exactly where the table says the version has the fused
+    /// operation (absent from 9.10.2, present from 9.14.0; run deviceless against 9.10.2, 9.14.0,
+    /// 9.19.0, 9.27.0 and 9.28.1 on 2026-12-07).
+    #[needs_cudnn]
+    #[test]
+    fn the_fused_attention_operation_exists_exactly_where_the_table_says() {
+        let version = super::super::library::require_cudnn().unwrap();
+        let kind = cudarc::cudnn::sys::cudnnBackendDescriptorType_t::CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR;
+        let made = super::super::descriptor::Descriptor::new(kind).is_ok();
+        println!("cuDNN {}: SDPA_FWD {}", version_string(version), if made { "made" } else { "refused" });
+        assert_eq!(made, has(version, Capability::FusedSdpaForward), "cuDNN {}", version_string(version));
+    }
 
     #[test]
     fn the_range_holds_the_measured_versions_and_no_other() {
