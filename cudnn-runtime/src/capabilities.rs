@@ -27,8 +27,10 @@
 
 use std::fmt;
 
-/// A capability of cuDNN that lowering uses only where the loaded version has it.
+/// A capability of cuDNN that lowering uses only where the loaded version has it. The table grows
+/// with the lowering, so the enum is `non_exhaustive`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Capability {
     /// fp8 attention (forward and backward).
     Fp8Attention,
@@ -88,7 +90,7 @@ const FRONTEND: &str = "cudnn-frontend's sdpa_support_surface.h";
 
 impl Capability {
     /// Every capability, in the order of [`CAPABILITIES`].
-    pub const ALL: [Capability; 19] = [
+    pub const ALL: &'static [Capability] = &[
         Capability::Fp8Attention,
         Capability::PagedCacheLoad,
         Capability::RaggedGqaBackward,
@@ -165,8 +167,10 @@ pub const fn row(capability: Capability) -> CapabilityRow {
 /// The table: every capability with the version that brought it ([`row`] for each of
 /// [`Capability::ALL`]). Rows below 9.10.2 (the oldest version the backend's support range admits)
 /// are kept for the support rules' own users (`ops::sdpa::support::check` takes any target).
-pub const CAPABILITIES: [CapabilityRow; 19] = {
-    let mut rows = [row(Capability::Fp8Attention); 19];
+pub const CAPABILITIES: &[CapabilityRow] = &ROWS;
+
+const ROWS: [CapabilityRow; Capability::ALL.len()] = {
+    let mut rows = [row(Capability::Fp8Attention); Capability::ALL.len()];
     let mut i = 0;
     while i < rows.len() {
         rows[i] = row(Capability::ALL[i]);
@@ -229,8 +233,33 @@ mod tests {
             assert_eq!(CAPABILITIES.iter().filter(|o| o.capability == r.capability).count(), 1, "{:?}", r.capability);
             assert_eq!(r.capability, Capability::ALL[i]);
         }
-        // Every variant is in `ALL`: `row` matches them all, and a variant missing from `ALL`
-        // would leave a duplicate in its place (the count above).
+        // Every variant is in `ALL`, in order: this match names them all (a new variant does not
+        // compile here until it gets the next position, and then `ALL` must hold it there).
+        let position = |c: Capability| match c {
+            Capability::Fp8Attention => 0,
+            Capability::PagedCacheLoad => 1,
+            Capability::RaggedGqaBackward => 2,
+            Capability::RaggedPagedAttention => 3,
+            Capability::PagedHeadDimAbove128 => 4,
+            Capability::DecodeCausal => 5,
+            Capability::DecodeHeadDimAbove128Blackwell => 6,
+            Capability::HeadDimAbove128Ampere => 7,
+            Capability::HeadDimAbove256Hopper => 8,
+            Capability::HeadDimAbove128Blackwell => 9,
+            Capability::BottomRightWindowSquareHopper => 10,
+            Capability::NegativeInfinityMasks => 11,
+            Capability::GeneralSlidingWindow => 12,
+            Capability::FusedSdpaForward => 13,
+            Capability::FusedSdpaSequenceLengths => 14,
+            Capability::BackwardAnySeqLenKv => 15,
+            Capability::DeterministicBackwardBlackwell => 16,
+            Capability::RaggedBelowHopper => 17,
+            Capability::Fp8HeadDim192Blackwell => 18,
+        };
+        assert_eq!(Capability::ALL.len(), 19);
+        for (i, &c) in Capability::ALL.iter().enumerate() {
+            assert_eq!(position(c), i, "{c:?}");
+        }
     }
 
     #[test]

@@ -424,7 +424,7 @@ mod tests {
     /// brings it; from the row's version on that rule lets it through.
     #[test]
     fn each_capability_is_refused_by_name_before_its_version_and_used_from_it() {
-        for capability in C::ALL {
+        for &capability in C::ALL {
             let Some(case) = case(capability) else { continue };
             let since = crate::capabilities::row(capability).since;
             let node = op(case.name, &case.attrs);
