@@ -20,6 +20,7 @@ extern crate cudnn_graph_testkit;
 mod test_support;
 
 pub mod array;
+pub mod capabilities;
 mod codec;
 #[cfg(any(feature = "cudnn", test))]
 mod cudnn;

@@ -213,6 +213,7 @@ impl From<CudnnError> for BackendError {
             CudnnError::UnsupportedVersion { found, oldest, newest } => {
                 BackendError::UnsupportedVersion { found, oldest, newest }
             }
+            CudnnError::DriverTooOld { found, needs, by } => BackendError::DriverTooOld { found, needs, by },
             CudnnError::KnownBad { version, what, reason } => BackendError::KnownBad { version, what, reason },
             CudnnError::Cudnn { call, status, descriptor, attribute, node, tensor, message } => {
                 BackendError::Cudnn { call, status, descriptor, attribute, node, tensor, message }

@@ -17,8 +17,9 @@ use super::descriptor::{status_error, Descriptor};
 use super::{devprop, library, CudnnError};
 
 /// The CUDA context of GPU `ordinal`, as `cudarc::driver::CudaContext::new`, but a missing
-/// libcuda is [`CudnnError::LibraryMissing`] (cudarc panics) and a driver failure (no such
-/// GPU, no GPU at all) [`CudnnError::Driver`].
+/// libcuda is [`CudnnError::LibraryMissing`] (cudarc panics), a driver older than CUDA 12.0 or
+/// than the CUDA major version the loaded cuDNN was built for [`CudnnError::DriverTooOld`], and a
+/// driver failure (no such GPU, no GPU at all) [`CudnnError::Driver`].
 ///
 /// ```no_run
 /// # use cudnn_runtime as cudnn_graph;
@@ -27,7 +28,7 @@ use super::{devprop, library, CudnnError};
 /// # Ok::<(), cudnn_graph::backend::CudnnError>(())
 /// ```
 pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, CudnnError> {
-    library::require_driver()?;
+    library::require_online_driver()?;
     CudaContext::new(ordinal)
         .map_err(|e| CudnnError::Driver { call: "create the CUDA context", message: e.to_string() })
 }
@@ -136,9 +137,12 @@ pub struct Cudnn {
 }
 
 impl Cudnn {
-    /// An online context: a cuDNN handle whose work goes to `stream`.
+    /// An online context: a cuDNN handle whose work goes to `stream`. A driver too old for the
+    /// loaded cuDNN (a cu13 cuDNN on a CUDA 12 driver) is [`CudnnError::DriverTooOld`], where
+    /// `cudnnCreate` would only say `CUDNN_STATUS_NOT_INITIALIZED`.
     pub fn new(stream: Arc<CudaStream>) -> Result<Self, CudnnError> {
         let version = library::require_cudnn()?;
+        library::require_online_driver()?;
         stream
             .context()
             .bind_to_thread()

@@ -108,10 +108,7 @@ pub enum DevicePropertiesError {
     },
 }
 
-/// `cudnnGetVersion()`'s encoding (`92801`) as `9.28.1`.
-pub fn version_string(version: usize) -> String {
-    format!("{}.{}.{}", version / 10000, version / 100 % 100, version % 100)
-}
+pub use crate::capabilities::version_string;
 
 /// The document cuDNN `version` reads, made from `json`: every key of [`VERSIONED_KEYS`] that
 /// version reads and `json` lacks is filled, every one it does not read is dropped, and every

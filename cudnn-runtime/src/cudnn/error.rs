@@ -69,6 +69,22 @@ macro_rules! with_call_failures {
                 /// The newest supported (measured) version, same encoding.
                 newest: usize,
             },
+            /// The loaded CUDA driver is older than what this crate's driver bindings or the loaded
+            /// cuDNN need ([`crate::backend::support::check_driver`]).
+            #[error(
+                "the CUDA driver is version {} (cuDriverGetVersion {found}); {by} needs {} or newer: \
+                 update the NVIDIA driver",
+                $crate::cudnn::support::cuda_string(*.found),
+                $crate::cudnn::support::cuda_string(*.needs)
+            )]
+            DriverTooOld {
+                /// `cuDriverGetVersion()` of the loaded libcuda (`12040` is CUDA 12.4).
+                found: i32,
+                /// The oldest driver that would do, same encoding.
+                needs: i32,
+                /// What needs it.
+                by: String,
+            },
             /// The loaded cuDNN is known to crash or compute wrongly for this graph
             /// ([`crate::backend::support::KNOWN_BAD`]): refused by name instead.
             #[error("{what}: {reason}")]

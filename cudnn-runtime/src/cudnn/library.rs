@@ -84,6 +84,33 @@ pub(crate) fn require_driver() -> Result<(), CudnnError> {
     }
 }
 
+/// `cuDriverGetVersion()` of the loaded libcuda (`12040` is CUDA 12.4), or `None` when no libcuda
+/// opens or it lacks the call or does not answer. Looked up on each call (a cheap call; the
+/// library is already loaded), through our own symbol lookup: cudarc would panic on a libcuda
+/// lacking the symbol.
+pub(super) fn driver_version() -> Option<i32> {
+    let lib = open_driver()?;
+    // SAFETY: `cuDriverGetVersion(int *)` has this signature in every CUDA version.
+    let call = unsafe { lib.get::<unsafe extern "C" fn(*mut i32) -> i32>(b"cuDriverGetVersion") }.ok()?;
+    let mut version = 0;
+    // SAFETY: a valid out-pointer; the library stays loaded while `lib` lives.
+    (unsafe { call(&mut version) } == 0).then_some(version)
+}
+
+/// Checks that libcuda can be opened and that its driver is new enough for this crate's driver
+/// bindings and for the CUDA the loaded cuDNN was built for ([`support::check_driver`]): what
+/// online work (a CUDA context, a cuDNN handle) needs. Deviceless planning needs only
+/// [`require_driver`]: cuDNN's deviceless path does not care which driver version the library
+/// reports (measured on 9.19 with the stand-in posing as CUDA 12.4 and 11.8).
+pub(crate) fn require_online_driver() -> Result<(), CudnnError> {
+    require_driver()?;
+    // A libcuda that does not answer is left to fail on its own first real call.
+    let Some(driver) = driver_version() else { return Ok(()) };
+    // SAFETY: cuDNN opens (checked by `cudnn_version`); `cudnnGetCudartVersion` takes no arguments.
+    let cudnn_cuda = cudnn_version().map(|_| unsafe { sys::cudnnGetCudartVersion() });
+    support::check_driver(driver, cudnn_cuda)
+}
+
 /// Whether libcudnn (a supported version) and libcuda can both be loaded: what every GPU entry point
 /// needs. Never panics; the constructors of [`crate::backend::Cudnn`] say which one is missing.
 pub fn libraries_present() -> bool {

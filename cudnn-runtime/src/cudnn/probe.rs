@@ -104,9 +104,7 @@ fn probe_driver() -> DriverProbe {
         return DriverProbe::StandIn { lacks };
     }
     // From here on every call's symbol exists (checked above).
-    let mut version = 0;
-    // SAFETY: a valid out-pointer.
-    let cuda_version = succeeded(unsafe { cu::cuDriverGetVersion(&mut version) }).then_some(version);
+    let cuda_version = library::driver_version();
     // SAFETY: `cuInit` takes flags, which must be 0.
     let initialized = succeeded(unsafe { cu::cuInit(0) });
     let gpus = if initialized { probe_gpus() } else { Vec::new() };

@@ -116,9 +116,74 @@ pub fn reason(version: usize, entry: &KnownBad) -> String {
     )
 }
 
+/// The oldest CUDA driver this crate starts on, as `cuDriverGetVersion()` reports it (`12000` is
+/// CUDA 12.0). cudarc's driver bindings are built for CUDA 12.0 (its `cuda-12000` feature), so
+/// every driver entry point they call (`cuEventElapsedTime`, not CUDA 12.8's `_v2`) is one that
+/// every 12.x and 13.x driver exports.
+pub const MIN_DRIVER_VERSION: i32 = 12000;
+
+/// Whether a CUDA driver reporting `driver` (`cuDriverGetVersion()`, `12040` is CUDA 12.4) can
+/// run this crate's work with a cuDNN built for `cudnn_cuda` (`cudnnGetCudartVersion()`, `13010`
+/// for the cu13 wheels; `None` when no cuDNN is loaded). A driver runs what was built for its
+/// own CUDA major version or an older one (CUDA's minor-version compatibility), so only majors
+/// are compared with cuDNN's.
+///
+/// ```
+/// # use cudnn_runtime as cudnn_graph;
+/// use cudnn_graph::backend::{support::check_driver, CudnnError};
+/// assert!(check_driver(13000, Some(13010)).is_ok());
+/// // A cu13 cuDNN on a CUDA 12.4 driver: cudnnCreate would fail with CUDNN_STATUS_NOT_INITIALIZED.
+/// let e = check_driver(12040, Some(13010)).unwrap_err();
+/// assert!(matches!(e, CudnnError::DriverTooOld { found: 12040, needs: 13000, .. }));
+/// assert!(check_driver(12040, Some(12090)).is_ok());
+/// ```
+pub fn check_driver(driver: i32, cudnn_cuda: Option<usize>) -> Result<(), CudnnError> {
+    if driver < MIN_DRIVER_VERSION {
+        return Err(CudnnError::DriverTooOld {
+            found: driver,
+            needs: MIN_DRIVER_VERSION,
+            by: "cudnn-graph (its CUDA driver bindings are CUDA 12.0's)".into(),
+        });
+    }
+    let Some(cuda) = cudnn_cuda.and_then(|v| i32::try_from(v).ok()) else { return Ok(()) };
+    if driver / 1000 < cuda / 1000 {
+        return Err(CudnnError::DriverTooOld {
+            found: driver,
+            needs: cuda / 1000 * 1000,
+            by: format!(
+                "the loaded cuDNN (built for CUDA {}; a cuDNN built for CUDA {} is `nvidia-cudnn-cu{}`)",
+                cuda_string(cuda),
+                driver / 1000,
+                driver / 1000
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A CUDA version as the driver and cuDNN encode it (`12040`), written `12.4`.
+pub fn cuda_string(version: i32) -> String {
+    format!("{}.{}", version / 1000, version % 1000 / 10)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::{has, Capability};
+
+    /// Re-measures the capabilities table's measured operation row on the loaded cuDNN: the
+    /// `SDPA_FWD` descriptor can be created exactly where the table says the version has the fused
+    /// operation (absent from 9.10.2, present from 9.14.0; run deviceless against 9.10.2, 9.14.0,
+    /// 9.19.0, 9.27.0 and 9.28.1 on 2026-12-07).
+    #[needs_cudnn]
+    #[test]
+    fn the_fused_attention_operation_exists_exactly_where_the_table_says() {
+        let version = super::super::library::require_cudnn().unwrap();
+        let kind = cudarc::cudnn::sys::cudnnBackendDescriptorType_t::CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR;
+        let made = super::super::descriptor::Descriptor::new(kind).is_ok();
+        println!("cuDNN {}: SDPA_FWD {}", version_string(version), if made { "made" } else { "refused" });
+        assert_eq!(made, has(version, Capability::FusedSdpaForward), "cuDNN {}", version_string(version));
+    }
 
     #[test]
     fn the_range_holds_the_measured_versions_and_no_other() {
@@ -129,6 +194,37 @@ mod tests {
         assert_eq!(check_range(91001), Err((91002, 92801)));
         assert_eq!(check_range(92900), Err((91002, 92801)));
         assert_eq!(check_range(100000), Err((91002, 92801)));
+    }
+
+    #[test]
+    fn drivers_older_than_cuda_12_are_refused_whatever_cudnn() {
+        for cudnn in [None, Some(12090), Some(13010)] {
+            let e = check_driver(11080, cudnn).unwrap_err();
+            assert!(matches!(e, CudnnError::DriverTooOld { found: 11080, needs: 12000, .. }), "{e}");
+            assert!(e.to_string().contains("11.8"), "{e}");
+        }
+        assert!(check_driver(12000, None).is_ok());
+    }
+
+    #[test]
+    fn a_driver_older_than_cudnns_cuda_major_is_refused_naming_both() {
+        let e = check_driver(12040, Some(13010)).unwrap_err();
+        let CudnnError::DriverTooOld { found: 12040, needs: 13000, by } = &e else { panic!("{e:?}") };
+        assert!(by.contains("CUDA 13.1") && by.contains("nvidia-cudnn-cu12"), "{by}");
+        let text = e.to_string();
+        assert!(text.contains("12.4") && text.contains("13.0"), "{text}");
+        // Minor-version compatibility: a 13.0 driver runs a cuDNN built with CUDA 13.1, a 13.x
+        // driver one built for 12.x.
+        assert!(check_driver(13000, Some(13010)).is_ok());
+        assert!(check_driver(13000, Some(12090)).is_ok());
+        assert!(check_driver(12000, Some(12090)).is_ok());
+    }
+
+    #[test]
+    fn cuda_versions_are_written_major_dot_minor() {
+        assert_eq!(cuda_string(12040), "12.4");
+        assert_eq!(cuda_string(13010), "13.1");
+        assert_eq!(cuda_string(12000), "12.0");
     }
 
     #[test]

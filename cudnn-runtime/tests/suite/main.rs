@@ -27,6 +27,7 @@ mod deviceless_ragged;
 mod deviceless_reductions;
 mod deviceless_sdpa;
 mod deviceless_specialization;
+mod driver_version;
 mod fuzz_corpus;
 mod fuzz_regressions;
 mod huge_values;

@@ -9,6 +9,7 @@
 //! takes its by-value scalars and workspace tensors from it, and the tests run it on the CPU to
 //! check that the subgraph computes what the reference does.
 
+use crate::capabilities::{has, Capability};
 use crate::cudnn::Port;
 use crate::dim::packed_strides;
 use crate::ops::{PointwiseMode, ReductionMode};
@@ -105,10 +106,10 @@ pub(crate) struct Context<'a> {
 
 /// The value cuDNN's masks write: `-inf` (the lowest finite `f32` before cuDNN 9.10).
 pub(crate) fn masked_value(version: usize) -> f64 {
-    if version < 91000 {
-        f64::from(f32::MIN)
-    } else {
+    if has(version, Capability::NegativeInfinityMasks) {
         f64::NEG_INFINITY
+    } else {
+        f64::from(f32::MIN)
     }
 }
 
@@ -627,8 +628,8 @@ fn backward(bld: &mut Builder<'_>) -> Option<()> {
     }
     s = bld.arith("sub_s_m", M::Sub, &[s, stats], s);
     if let Some((a, c)) = seq {
-        if (90000..91000).contains(&bld.cx.version) {
-            // cuDNN 9.0 to 9.9 need the padding value again after the statistics.
+        if !has(bld.cx.version, Capability::NegativeInfinityMasks) {
+            // Before cuDNN 9.10 the padding value is needed again after the statistics.
             s = bld.padding_mask(s, a, c);
         }
     }

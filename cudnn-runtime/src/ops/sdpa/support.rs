@@ -20,6 +20,7 @@
 use std::fmt;
 
 use super::{Implementation, Sdpa, SdpaPass};
+use crate::capabilities::{has, require, version_string as version, Capability as C};
 
 /// What a plan is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,8 +93,13 @@ fn fail(rule: &'static str, message: String) -> Result<(), RuleFailure> {
     Err(RuleFailure { rule, message })
 }
 
-fn version(v: usize) -> String {
-    format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+/// Fails with `rule` unless cuDNN `v` has `capability` ([`crate::capabilities`]): the message
+/// names the capability, the version that brings it and the loaded one, then `detail` if any.
+fn need(rule: &'static str, capability: C, v: usize, detail: &str) -> Result<(), RuleFailure> {
+    require(v, capability).map_err(|missing| RuleFailure {
+        rule,
+        message: if detail.is_empty() { missing.to_string() } else { format!("{missing} ({detail})") },
+    })
 }
 
 /// The rules every lowering of `op` must meet on `target`.
@@ -114,14 +120,11 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
     if op.fp8.is_some() {
         fp8_rules(op, p, target)?;
     }
-    if op.paged && v < 90500 {
-        return fail("sdpa.paged.version", format!("paged K/V caches need cuDNN 9.5 or newer; loaded {}", version(v)));
+    if op.paged {
+        need("sdpa.paged.version", C::PagedCacheLoad, v, "")?;
     }
-    if op.paged && v <= 90900 && d > 128 {
-        return fail(
-            "sdpa.paged.head_dim",
-            format!("paged K/V caches with head dims above 128 need cuDNN 9.10 or newer (head dim {d}, loaded {})", version(v)),
-        );
+    if op.paged && d > 128 {
+        need("sdpa.paged.head_dim", C::PagedHeadDimAbove128, v, &format!("head dim {d}"))?;
     }
     if op.ragged {
         ragged_rules(op, p, target)?;
@@ -140,30 +143,16 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
                     format!("cuDNN 9.14.0 computes non-causal sliding windows over S_kv > 1024 wrongly (S_kv = {}); use 9.14.1 or newer", p.s_kv),
                 );
             }
-            if p.s_q == 1 && v <= 90900 && major == Some(10) && d > 128 {
-                return fail(
-                    "sdpa.decode_head_dim",
-                    format!("decoding (S_q = 1) with head dim {d} > 128 on Blackwell needs cuDNN 9.10 or newer"),
-                );
+            if p.s_q == 1 && major == Some(10) && d > 128 {
+                need("sdpa.decode_head_dim", C::DecodeHeadDimAbove128Blackwell, v, &format!("head dim {d}"))?;
             }
-            if p.s_q == 1 && v <= 90900 && op.causal {
-                return fail(
-                    "sdpa.decode_causal",
-                    "decoding (S_q = 1) with causal masking needs cuDNN 9.10 or newer".into(),
-                );
+            if p.s_q == 1 && op.causal {
+                need("sdpa.decode_causal", C::DecodeCausal, v, "")?;
             }
         }
         SdpaPass::Backward => {
             if op.deterministic && major == Some(10) {
-                if v < 91800 {
-                    return fail(
-                        "sdpa.deterministic_blackwell",
-                        format!(
-                            "the deterministic backward on Blackwell needs cuDNN 9.18 or newer; loaded {}",
-                            version(v)
-                        ),
-                    );
-                }
+                need("sdpa.deterministic_blackwell", C::DeterministicBackwardBlackwell, v, "")?;
                 if op.d_bias || op.dropout.is_some() {
                     return fail(
                         "sdpa.deterministic_blackwell",
@@ -171,44 +160,32 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
                     );
                 }
             }
-            if p.s_kv % 128 != 0 && !op.padding_mask && v <= 91500 {
-                return fail(
+            if p.s_kv % 128 != 0 && !op.padding_mask {
+                need(
                     "sdpa.backward_s_kv_128",
-                    format!(
-                        "before cuDNN 9.15.1 the backward needs S_kv % 128 == 0 or a padding mask (cudnn-frontend adds \
-                         a hidden one); S_kv = {}, loaded {}",
-                        p.s_kv,
-                        version(v)
-                    ),
-                );
+                    C::BackwardAnySeqLenKv,
+                    v,
+                    &format!("S_kv = {}; before, cudnn-frontend adds a hidden padding mask", p.s_kv),
+                )?;
             }
         }
     }
     let head_limit = match major {
-        Some(8) if v <= 90900 => Some(128),
-        Some(9) if v <= 90900 => Some(256),
-        Some(10) if v < 90900 => Some(128),
+        Some(8) => Some((128, C::HeadDimAbove128Ampere)),
+        Some(9) => Some((256, C::HeadDimAbove256Hopper)),
+        Some(10) => Some((128, C::HeadDimAbove128Blackwell)),
         _ => None,
     };
-    if let Some(limit) = head_limit {
+    if let Some((limit, capability)) = head_limit {
         if d > limit {
-            return fail(
-                "sdpa.head_dim",
-                format!("head dims above {limit} need a newer cuDNN on this GPU (head dim {d}, cuDNN {})", version(v)),
-            );
+            need("sdpa.head_dim", capability, v, &format!("head dim {d}"))?;
         }
     }
-    if v < 91002 && op.window.is_some() && (!op.causal || op.dropout.is_some() || op.bias) {
-        return fail(
-            "sdpa.window_before_9_10_2",
-            "before cuDNN 9.10.2 a sliding window needs causal masking and neither dropout nor bias".into(),
-        );
+    if op.window.is_some() && (!op.causal || op.dropout.is_some() || op.bias) {
+        need("sdpa.window_before_9_10_2", C::GeneralSlidingWindow, v, "")?;
     }
-    if op.window.is_some() && op.bottom_right() && v <= 90900 && major == Some(9) && p.s_q == p.s_kv {
-        return fail(
-            "sdpa.window_bottom_right_hopper",
-            "a bottom-right sliding window with S_q == S_kv on Hopper needs cuDNN 9.10 or newer".into(),
-        );
+    if op.window.is_some() && op.bottom_right() && major == Some(9) && p.s_q == p.s_kv {
+        need("sdpa.window_bottom_right_hopper", C::BottomRightWindowSquareHopper, v, "")?;
     }
     Ok(())
 }
@@ -218,35 +195,16 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
 fn ragged_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> {
     let v = target.version;
     let major = target.sm.map(|sm| sm / 10);
-    if let Some(sm) = target.sm.filter(|&sm| sm < 90 && v < 91801) {
-        return fail(
-            "sdpa.ragged.sm90",
-            format!(
-                "packed (ragged, THD) attention needs Hopper (sm 9.0) or newer before cuDNN 9.18.1; the target is sm \
-                 {sm}, loaded {}",
-                version(v)
-            ),
-        );
+    if let Some(sm) = target.sm.filter(|&sm| sm < 90) {
+        need("sdpa.ragged.sm90", C::RaggedBelowHopper, v, &format!("the target is sm {sm}"))?;
     }
-    if op.paged && v < 90700 {
-        return fail(
-            "sdpa.ragged.paged",
-            format!("packed queries over a paged cache need cuDNN 9.7 or newer; loaded {}", version(v)),
-        );
+    if op.paged {
+        need("sdpa.ragged.paged", C::RaggedPagedAttention, v, "")?;
     }
     if op.pass == SdpaPass::Backward {
-        if v < 90600 && (p.h_q != p.h_k || p.h_q != p.h_v) {
-            return fail(
-                "sdpa.ragged.gqa_backward",
-                format!(
-                    "the packed backward with grouped heads ({} query, {} key, {} value heads) needs cuDNN 9.6 or newer; \
-                     loaded {}",
-                    p.h_q,
-                    p.h_k,
-                    p.h_v,
-                    version(v)
-                ),
-            );
+        if p.h_q != p.h_k || p.h_q != p.h_v {
+            let heads = format!("{} query, {} key, {} value heads", p.h_q, p.h_k, p.h_v);
+            need("sdpa.ragged.gqa_backward", C::RaggedGqaBackward, v, &heads)?;
         }
         if op.deterministic && matches!(major, Some(8 | 12)) {
             return fail(
@@ -271,11 +229,9 @@ fn ragged_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailur
 fn fp8_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> {
     let v = target.version;
     let major = target.sm.map(|sm| sm / 10);
-    if v < 90100 || v == 91000 {
-        return fail(
-            "sdpa.fp8.version",
-            format!("fp8 attention needs cuDNN 9.1 or newer, and not 9.10.0; loaded {}", version(v)),
-        );
+    need("sdpa.fp8.version", C::Fp8Attention, v, "")?;
+    if v == 91000 {
+        return fail("sdpa.fp8.version", "cuDNN 9.10.0's fp8 attention is broken (cudnn-frontend refuses it)".into());
     }
     if let Some(sm) = target.sm.filter(|&sm| sm < 90) {
         return fail(
@@ -301,14 +257,16 @@ fn fp8_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
             ),
         );
     }
-    if major.is_some_and(|m| m >= 10) && (p.d_qk > 128 || p.d_v > 128) && !(v >= 91900 && p.d_qk == 192 && p.d_v == 128)
-    {
+    let d_192 = p.d_qk == 192 && p.d_v == 128 && has(v, C::Fp8HeadDim192Blackwell);
+    if major.is_some_and(|m| m >= 10) && (p.d_qk > 128 || p.d_v > 128) && !d_192 {
         return fail(
             "sdpa.fp8.head_dim_blackwell",
             format!(
-                "fp8 attention on Blackwell needs head dims of at most 128 (or d_qk = 192, d_v = 128 from cuDNN 9.19); \
+                "fp8 attention on Blackwell needs head dims of at most 128 (or d_qk = 192, d_v = 128 from cuDNN {}); \
                  d_qk = {}, d_v = {}",
-                p.d_qk, p.d_v
+                version(crate::capabilities::row(C::Fp8HeadDim192Blackwell).since),
+                p.d_qk,
+                p.d_v
             ),
         );
     }
@@ -327,12 +285,7 @@ pub fn fused_supported(op: &Sdpa, p: &Problem, target: Target) -> Result<(), Rul
             "the backward has no fused lowering (cudnn-frontend builds it composite too); use `implementation = composite` or `auto`".into(),
         );
     }
-    if v < 91301 {
-        return fail(
-            "sdpa.fused.version",
-            format!("the fused SDPA_FWD operation needs cuDNN 9.13.1 or newer; loaded {}", version(v)),
-        );
-    }
+    need("sdpa.fused.version", C::FusedSdpaForward, v, "")?;
     if op.fp8.is_some() {
         return fail(
             "sdpa.fused.fp8",
@@ -361,11 +314,8 @@ pub fn fused_supported(op: &Sdpa, p: &Problem, target: Target) -> Result<(), Rul
             ),
         );
     }
-    if op.padding_mask && v < 91500 {
-        return fail(
-            "sdpa.fused.padding",
-            format!("the fused SDPA_FWD operation takes sequence lengths from cuDNN 9.15; loaded {}", version(v)),
-        );
+    if op.padding_mask {
+        need("sdpa.fused.padding", C::FusedSdpaSequenceLengths, v, "")?;
     }
     if !p.compute_f32 {
         return fail(
@@ -407,6 +357,94 @@ mod tests {
     const P: Problem =
         Problem { b: 2, h_q: 8, h_k: 8, h_v: 8, s_q: 256, s_kv: 256, d_qk: 64, d_v: 64, compute_f32: true };
     const H200_919: Target = Target { version: 91900, sm: Some(90) };
+
+    /// A node and target that need `capability` and the rule that refuses them without it.
+    struct Case {
+        name: &'static str,
+        attrs: Vec<(&'static str, crate::ops::AttrValue)>,
+        problem: Problem,
+        sm: u32,
+        rule: &'static str,
+    }
+
+    fn case(capability: C) -> Option<Case> {
+        let c = |name, attrs: &[(&'static str, crate::ops::AttrValue)], problem, sm, rule| {
+            Some(Case { name, attrs: attrs.to_vec(), problem, sm, rule })
+        };
+        let d = |d_qk, d_v| Problem { d_qk, d_v, ..P };
+        let gqa = Problem { h_k: 2, h_v: 2, ..P };
+        let decode = |d_qk| Problem { s_q: 1, d_qk, d_v: d_qk, ..P };
+        match capability {
+            C::Fp8Attention => c("sdpa", &[("fp8", "e4m3".into()), ("causal", true.into())], d(128, 128), 90, "sdpa.fp8.version"),
+            C::PagedCacheLoad => c("sdpa", &[("paged", true.into())], P, 90, "sdpa.paged.version"),
+            C::RaggedGqaBackward => c("sdpa_backward", &[("ragged", true.into())], gqa, 90, "sdpa.ragged.gqa_backward"),
+            C::RaggedPagedAttention => {
+                c("sdpa", &[("ragged", true.into()), ("paged", true.into())], P, 90, "sdpa.ragged.paged")
+            }
+            C::PagedHeadDimAbove128 => c("sdpa", &[("paged", true.into())], d(256, 256), 90, "sdpa.paged.head_dim"),
+            C::DecodeCausal => c("sdpa", &[("causal", true.into())], decode(64), 90, "sdpa.decode_causal"),
+            C::DecodeHeadDimAbove128Blackwell => c("sdpa", &[], decode(256), 100, "sdpa.decode_head_dim"),
+            C::HeadDimAbove128Ampere => c("sdpa", &[], d(256, 256), 80, "sdpa.head_dim"),
+            C::HeadDimAbove256Hopper => c("sdpa", &[], d(512, 512), 90, "sdpa.head_dim"),
+            C::HeadDimAbove128Blackwell => c("sdpa", &[], d(256, 256), 100, "sdpa.head_dim"),
+            C::BottomRightWindowSquareHopper => c(
+                "sdpa",
+                &[("window", 128.into()), ("causal", true.into()), ("alignment", "bottom_right".into())],
+                P,
+                90,
+                "sdpa.window_bottom_right_hopper",
+            ),
+            // A lowering path, not a rule: `masked_value` (see the test below).
+            C::NegativeInfinityMasks => None,
+            // The backward: the forward of 9.10.0 and 9.10.1 is refused whole (`sdpa.cudnn_9_10`).
+            C::GeneralSlidingWindow => c("sdpa_backward", &[("window", 128.into())], P, 90, "sdpa.window_before_9_10_2"),
+            C::FusedSdpaForward => c("sdpa", &[("implementation", "fused".into())], P, 90, "sdpa.fused.version"),
+            C::FusedSdpaSequenceLengths => c(
+                "sdpa",
+                &[("implementation", "fused".into()), ("padding_mask", true.into())],
+                P,
+                90,
+                "sdpa.fused.padding",
+            ),
+            C::BackwardAnySeqLenKv => {
+                c("sdpa_backward", &[], Problem { s_kv: 200, ..P }, 90, "sdpa.backward_s_kv_128")
+            }
+            C::DeterministicBackwardBlackwell => {
+                c("sdpa_backward", &[("deterministic", true.into())], P, 100, "sdpa.deterministic_blackwell")
+            }
+            C::RaggedBelowHopper => c("sdpa", &[("ragged", true.into())], P, 80, "sdpa.ragged.sm90"),
+            C::Fp8HeadDim192Blackwell => {
+                c("sdpa", &[("fp8", "e4m3".into())], d(192, 128), 100, "sdpa.fp8.head_dim_blackwell")
+            }
+        }
+    }
+
+    /// Every row of the capabilities table that a support rule consults: the node that needs it is
+    /// refused by the rule's name one version before the row's, the message saying which version
+    /// brings it; from the row's version on that rule lets it through.
+    #[test]
+    fn each_capability_is_refused_by_name_before_its_version_and_used_from_it() {
+        for &capability in C::ALL {
+            let Some(case) = case(capability) else { continue };
+            let since = crate::capabilities::row(capability).since;
+            let node = op(case.name, &case.attrs);
+            let before = Target { version: since - 1, sm: Some(case.sm) };
+            let e = choose(&node, &case.problem, before).unwrap_err();
+            assert_eq!(e.rule, case.rule, "{capability:?}: {e}");
+            assert!(e.message.contains(&version(since)), "{capability:?}: {e}");
+            let from = Target { version: since, sm: Some(case.sm) };
+            if let Err(e) = choose(&node, &case.problem, from) {
+                assert_ne!(e.rule, case.rule, "{capability:?} at {}: {e}", version(since));
+            }
+        }
+    }
+
+    #[test]
+    fn masks_write_negative_infinity_from_the_tables_version() {
+        let since = crate::capabilities::row(C::NegativeInfinityMasks).since;
+        assert_eq!(super::super::composite::masked_value(since - 1), f64::from(f32::MIN));
+        assert_eq!(super::super::composite::masked_value(since), f64::NEG_INFINITY);
+    }
 
     #[test]
     fn auto_picks_fused_where_it_can() {
