@@ -39,10 +39,6 @@
 mod layer;
 #[path = "llama/serve.rs"]
 mod serve;
-// The workspace examples' command-line helper.
-#[path = "../../examples/common/flags.rs"]
-#[allow(dead_code)] // each example uses part of it
-mod flags;
 
 use std::time::Instant;
 
@@ -50,7 +46,6 @@ use candle_core::{DType, Device, Tensor};
 use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::serving::{PagePool, SeqId};
 use cudnn_graph_candle::Runner;
-use flags::Flags;
 use layer::{random, Config, Layer};
 use serve::{prefill_kv, CandleEngine, Classes, PagedEngine, Rope};
 
@@ -80,9 +75,37 @@ struct Args {
     trace_out: Option<String>,
 }
 
+/// The command line's flags. This crate is published on its own, so its examples parse their
+/// flags themselves (the workspace's `examples/common/flags.rs` is the facade's).
+struct Flags(Vec<String>);
+
+impl Flags {
+    fn value(&self, flag: &str) -> Option<String> {
+        self.0.iter().position(|a| a == flag).and_then(|i| self.0.get(i + 1)).cloned()
+    }
+
+    /// The value after `flag` parsed (its error naming the flag), or `default`.
+    fn or<T: std::str::FromStr>(&self, flag: &str, default: T) -> Result<T>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.value(flag) {
+            Some(v) => v.parse().map_err(|e| format!("{flag} {v}: {e}").into()),
+            None => Ok(default),
+        }
+    }
+
+    fn list(&self, flag: &str, default: &[usize]) -> Result<Vec<usize>> {
+        match self.value(flag) {
+            Some(v) => v.split(',').map(|x| x.parse().map_err(|e| format!("{flag} {v}: {e}").into())).collect(),
+            None => Ok(default.to_vec()),
+        }
+    }
+}
+
 fn args() -> Result<Args> {
-    let f = Flags::from_env();
-    let gpu = f.has("--gpu");
+    let f = Flags(std::env::args().skip(1).collect());
+    let gpu = f.0.iter().any(|a| a == "--gpu");
     // The CPU's defaults are small: its reference engine computes in f64.
     let (steps, max_batch, page, widths, prompt_max, output_max): (_, _, _, &[usize], _, _) =
         if gpu { (2000, 64, 64, &[8, 24], 1024, 512) } else { (24, 8, 4, &[2, 4], 7, 6) };
