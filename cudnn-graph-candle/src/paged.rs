@@ -1,49 +1,4 @@
-//! Paged K/V caches on candle tensors: the pools a paged `sdpa` reads (`paged = true`), the
-//! host allocator that hands their pages to sequences, and the per-step inputs (lengths and page
-//! table), for serving a decoder with continuous batching.
-//!
-//! A [`PagedKvCache`] holds one layer's K and V pools as candle tensors (`[pages, heads,
-//! page_size, head_dim]`) on one device, and a [`PagePool`] that gives their pages to sequences
-//! by construction in range and unshared (`cudnn_graph::serving`). Each step:
-//!
-//! 1. [`PagedKvCache::append`] makes room for each sequence's new tokens and writes their K and V
-//!    rows (`[N, heads, head_dim]`, in batch order) into their pages: on CUDA with cudnn-graph's
-//!    append kernel on candle's stream, on the CPU with its reference;
-//! 2. [`PagedKvCache::step`] fills a [`PageTable`] of the plan's capacity (`max_batch` rows of
-//!    `width` pages) and uploads `SEQ_LEN_Q`, `SEQ_LEN_KV` and the table in one copy;
-//! 3. the paged attention graph runs through [`Runner`](crate::Runner) on
-//!    `(q, cache.k_pool(), cache.v_pool(), step.seq_len_q, step.seq_len_kv, step.table,
-//!    step.table)`: one plan per capacity serves every batch that fits it.
-//!
-//! ```
-//! use candle_core::{DType, Device, Tensor};
-//! use cudnn_graph::serving::{PagePool, PageTable};
-//! use cudnn_graph_candle::PagedKvCache;
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let device = Device::Cpu;
-//! // 8 pages of 4 tokens, 2 KV heads of dim 3.
-//! let mut cache = PagedKvCache::new(PagePool::new(8, 4)?, 2, 3, DType::F32, &device)?;
-//! let (a, b) = (cache.add()?, cache.add()?);
-//! // A prompt of 5 tokens for `a`, 1 for `b`: their K and V rows, [6, 2, 3].
-//! let k = Tensor::randn(0f32, 1.0, (6, 2, 3), &device)?;
-//! let v = Tensor::randn(0f32, 1.0, (6, 2, 3), &device)?;
-//! cache.append(&[(a, 5), (b, 1)], &k, &v)?;
-//! let mut table = PageTable::new(4, 2)?; // a plan for 4 sequences of up to 2 pages
-//! let step = cache.step(&mut table, &[a, b])?;
-//! assert_eq!(step.seq_len_kv.flatten_all()?.to_vec1::<i32>()?, [5, 1, 0, 0]);
-//! assert_eq!(step.table.dims(), [4, 1, 2, 1]);
-//! // Token 4 of `a` (its second page, slot 0) holds k's row 4.
-//! let page = step.table.flatten_all()?.to_vec1::<i32>()?[1] as usize;
-//! let row = cache.k_pool().get(page)?.narrow(1, 0, 1)?.squeeze(1)?;
-//! assert_eq!(row.to_vec2::<f32>()?, k.get(4)?.to_vec2::<f32>()?);
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! Nothing out of bounds reaches a kernel: the pool names only its own pages, a table is checked
-//! against its capacity when it is filled, and the append checks every tensor's shape, element
-//! type, device and layout first. A failed append changes nothing.
+//! Paged K/V caches on candle tensors ([`PagedKvCache`]).
 
 #[cfg(feature = "cuda")]
 use std::sync::Mutex;
@@ -54,8 +9,52 @@ use cudnn_graph::serving::{append_slots_into, AppendError, KvPoolDims, PageError
 
 use crate::error::AdapterError;
 
-/// One layer's paged K/V cache on a candle device: the K and V pools and the pages' owner. See
-/// the [module docs](self).
+/// One layer's paged K/V cache on candle tensors: the pools a paged `sdpa` reads (`paged = true`), the
+/// host allocator that hands their pages to sequences, and the per-step inputs (lengths and page
+/// table), for serving a decoder with continuous batching.
+///
+/// It holds one layer's K and V pools as candle tensors (`[pages, heads,
+/// page_size, head_dim]`) on one device, and a [`PagePool`] that gives their pages to sequences
+/// by construction in range and unshared (`cudnn_graph::serving`). Each step:
+///
+/// 1. [`PagedKvCache::append`] makes room for each sequence's new tokens and writes their K and V
+///    rows (`[N, heads, head_dim]`, in batch order) into their pages: on CUDA with cudnn-graph's
+///    append kernel on candle's stream, on the CPU with its reference;
+/// 2. [`PagedKvCache::step`] fills a [`PageTable`] of the plan's capacity (`max_batch` rows of
+///    `width` pages) and uploads `SEQ_LEN_Q`, `SEQ_LEN_KV` and the table in one copy;
+/// 3. the paged attention graph runs through [`Runner`](crate::Runner) on
+///    `(q, cache.k_pool(), cache.v_pool(), step.seq_len_q, step.seq_len_kv, step.table,
+///    step.table)`: one plan per capacity serves every batch that fits it.
+///
+/// ```
+/// use candle_core::{DType, Device, Tensor};
+/// use cudnn_graph::serving::{PagePool, PageTable};
+/// use cudnn_graph_candle::PagedKvCache;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let device = Device::Cpu;
+/// // 8 pages of 4 tokens, 2 KV heads of dim 3.
+/// let mut cache = PagedKvCache::new(PagePool::new(8, 4)?, 2, 3, DType::F32, &device)?;
+/// let (a, b) = (cache.add()?, cache.add()?);
+/// // A prompt of 5 tokens for `a`, 1 for `b`: their K and V rows, [6, 2, 3].
+/// let k = Tensor::randn(0f32, 1.0, (6, 2, 3), &device)?;
+/// let v = Tensor::randn(0f32, 1.0, (6, 2, 3), &device)?;
+/// cache.append(&[(a, 5), (b, 1)], &k, &v)?;
+/// let mut table = PageTable::new(4, 2)?; // a plan for 4 sequences of up to 2 pages
+/// let step = cache.step(&mut table, &[a, b])?;
+/// assert_eq!(step.seq_len_kv.flatten_all()?.to_vec1::<i32>()?, [5, 1, 0, 0]);
+/// assert_eq!(step.table.dims(), [4, 1, 2, 1]);
+/// // Token 4 of `a` (its second page, slot 0) holds k's row 4.
+/// let page = step.table.flatten_all()?.to_vec1::<i32>()?[1] as usize;
+/// let row = cache.k_pool().get(page)?.narrow(1, 0, 1)?.squeeze(1)?;
+/// assert_eq!(row.to_vec2::<f32>()?, k.get(4)?.to_vec2::<f32>()?);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Nothing out of bounds reaches a kernel: the pool names only its own pages, a table is checked
+/// against its capacity when it is filled, and the append checks every tensor's shape, element
+/// type, device and layout first. A failed append changes nothing.
 #[derive(Debug)]
 pub struct PagedKvCache {
     k: Tensor,
