@@ -25,9 +25,9 @@ pub enum Condition {
     /// Deviceless heuristics (mode A) for a matmul with one row (M = 1, the decode GEMMs of a
     /// transformer layer at T = 1).
     DevicelessSingleRowMatmul,
-    /// On a GPU: a matmul reading a sliced view (an operand at a non-zero pointer offset), f16,
-    /// on engine 0.
-    SlicedMatmulF16Engine0,
+    /// On a GPU: an f16 matmul on engine 0 (cuDNN 9.14 computed one reading a sliced view with
+    /// infinities, and left the second batch of one with a broadcast `B` unwritten).
+    F16MatmulEngine0,
 }
 
 /// How a known-bad entry is routed.
@@ -72,10 +72,12 @@ pub const KNOWN_BAD: &[KnownBad] = &[
     },
     KnownBad {
         versions: 91400..=91499,
-        condition: Condition::SlicedMatmulF16Engine0,
-        what: "`slice [1:3, 8:40, :]` then an f16 matmul on engine 0 computes infinities on the H100 \
-               (gpu_slices_by_pointer_offset; the same test passes on 9.19)",
-        route: Route::WorkAround("deselect engine 0 for f16 matmuls of sliced operands"),
+        condition: Condition::F16MatmulEngine0,
+        what: "f16 matmuls on engine 0 compute wrongly on the H100: `slice [1:3, 8:40, :]` then a \
+               matmul gives infinities (gpu_slices_by_pointer_offset), and `[2, 64, 64] x [1, 64, 64]` \
+               (B broadcast over the batch) leaves the second batch unwritten (gpu_view_outputs_are_packed_copies, \
+               bisected by `cudnn-graph repro --all-candidates`: engines 4 and 7 are right); both pass on 9.19",
+        route: Route::WorkAround("deselect engine 0 for every f16 matmul"),
         good_from: 91900,
     },
 ];
@@ -240,9 +242,9 @@ mod tests {
 
     #[test]
     fn the_wrong_sliced_matmul_is_worked_around_on_9_14_only() {
-        assert!(matches!(known_bad(91400, Condition::SlicedMatmulF16Engine0).unwrap().route, Route::WorkAround(_)));
-        assert_eq!(known_bad(91002, Condition::SlicedMatmulF16Engine0), None);
-        assert_eq!(known_bad(91900, Condition::SlicedMatmulF16Engine0), None);
+        assert!(matches!(known_bad(91400, Condition::F16MatmulEngine0).unwrap().route, Route::WorkAround(_)));
+        assert_eq!(known_bad(91002, Condition::F16MatmulEngine0), None);
+        assert_eq!(known_bad(91900, Condition::F16MatmulEngine0), None);
     }
 
     #[test]
@@ -265,7 +267,7 @@ mod tests {
         }
         assert!(refuse_known_bad(91900, Condition::DevicelessSingleRowMatmul, what).is_ok());
         // Worked around, not refused.
-        assert!(refuse_known_bad(91400, Condition::SlicedMatmulF16Engine0, what).is_ok());
+        assert!(refuse_known_bad(91400, Condition::F16MatmulEngine0, what).is_ok());
     }
 
     #[test]

@@ -552,21 +552,14 @@ fn refuse_known_bad_heuristics(cudnn: &Cudnn, graph: &Graph) -> Result<(), Backe
 }
 
 /// The engine a known-bad version ([`crate::cudnn::support::KNOWN_BAD`]) computes `graph` wrongly
-/// with, and why, for the candidates' loop to pass over: cuDNN 9.14 computes a slice read by an f16
-/// matmul with infinities on engine 0 (H100, `gpu_slices_by_pointer_offset`).
+/// with, and why, for the candidates' loop to pass over: cuDNN 9.14 computes f16 matmuls wrongly on
+/// engine 0 (H100: a sliced operand gave infinities, a broadcast `B` left a batch unwritten).
 fn known_bad_engine(cudnn: &Cudnn, graph: &Graph) -> Option<(i64, String)> {
     use crate::cudnn::support::{known_bad, reason, Condition};
-    use crate::ops::{Layout, Op};
-    let entry = known_bad(cudnn.version(), Condition::SlicedMatmulF16Engine0)?;
-    let sliced_f16_matmul = graph.nodes.iter().any(|m| {
-        matches!(m.op, Op::Matmul(_))
-            && m.inputs.iter().any(|t| {
-                graph.tensor(*t).data_type == crate::DataType::F16
-                    && graph
-                        .nodes
-                        .iter()
-                        .any(|s| s.outputs.contains(t) && matches!(s.op, Op::Layout(Layout::Slice { .. })))
-            })
+    use crate::ops::Op;
+    let entry = known_bad(cudnn.version(), Condition::F16MatmulEngine0)?;
+    let f16_matmul = graph.nodes.iter().any(|m| {
+        matches!(m.op, Op::Matmul(_)) && m.inputs.iter().any(|t| graph.tensor(*t).data_type == crate::DataType::F16)
     });
-    sliced_f16_matmul.then(|| (0, reason(cudnn.version(), entry)))
+    f16_matmul.then(|| (0, reason(cudnn.version(), entry)))
 }
