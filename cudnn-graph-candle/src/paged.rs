@@ -246,18 +246,19 @@ impl PagedKvCache {
     /// Checks that `t` is `[tokens, heads, head_dim]` rows of the pools' type, on their device,
     /// contiguous.
     fn check_rows(&self, name: &'static str, t: &Tensor, tokens: usize) -> Result<(), AdapterError> {
-        let expected = format!(
-            "{:?}[{tokens}, {}, {}] on {:?}",
-            self.k.dtype(),
-            self.dims.heads,
-            self.dims.head_dim,
-            self.k.device().location()
-        );
-        let found = format!("{:?}{:?} on {:?}", t.dtype(), t.dims(), t.device().location());
         let fits = t.dims() == [tokens, self.dims.heads, self.dims.head_dim]
             && t.dtype() == self.k.dtype()
             && t.device().same_device(self.k.device());
         if !fits {
+            // Formatted only here: `append` runs every decode step.
+            let expected = format!(
+                "{:?}[{tokens}, {}, {}] on {:?}",
+                self.k.dtype(),
+                self.dims.heads,
+                self.dims.head_dim,
+                self.k.device().location()
+            );
+            let found = format!("{:?}{:?} on {:?}", t.dtype(), t.dims(), t.device().location());
             return Err(AdapterError::PagedInput { name, expected, found });
         }
         if !t.is_contiguous() {
