@@ -18,15 +18,7 @@ mod layer;
 
 use candle_core::{DType, Device, Tensor, Var};
 use cudnn_graph_candle::Runner;
-use layer::{random, Config, Layer};
-
-/// Largest `|a - b|` over the largest `|b|`, in f32.
-fn relative_difference(a: &Tensor, b: &Tensor) -> candle_core::Result<f32> {
-    let (a, b) = (a.to_dtype(candle_core::DType::F32)?, b.to_dtype(candle_core::DType::F32)?);
-    let diff = (a - &b)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-    let scale = b.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-    Ok(diff / scale)
-}
+use layer::{random, relative_difference, Config, Layer};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = std::env::args().any(|a| a == "--gpu");

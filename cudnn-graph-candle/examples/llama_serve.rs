@@ -42,11 +42,11 @@ mod serve;
 
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::Device;
 use cudnn_graph::rng::SplitMix64;
 use cudnn_graph::serving::{PagePool, SeqId};
 use cudnn_graph_candle::Runner;
-use layer::{random, Config, Layer};
+use layer::{random, relative_difference, Config, Layer};
 use serve::{prefill_kv, CandleEngine, Classes, PagedEngine, Rope};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -156,14 +156,6 @@ fn buckets(max_batch: usize) -> Vec<usize> {
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted.get(((sorted.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN)
-}
-
-/// Largest `|a - b|` over the largest `|b|`, in f32.
-fn relative_difference(a: &Tensor, b: &Tensor) -> candle_core::Result<f32> {
-    let (a, b) = (a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?);
-    let diff = (a - &b)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-    let scale = b.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-    Ok(diff / scale)
 }
 
 /// A live request: its sequence in the engine, its reservation in the admission pool, and the

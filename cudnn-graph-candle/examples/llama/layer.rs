@@ -647,6 +647,15 @@ pub fn random(dims: &[usize], std: f32, seed: u64, device: &Device) -> Result<Te
     Tensor::from_vec(values, dims, device)?.to_dtype(DType::BF16)
 }
 
+/// Largest `|a - b|` over the largest `|b|`, in f32: how the examples and tests compare the
+/// graphs' layer with candle's.
+pub fn relative_difference(a: &Tensor, b: &Tensor) -> Result<f32> {
+    let (a, b) = (a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?);
+    let diff = (a - &b)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+    let scale = b.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+    Ok(diff / scale)
+}
+
 /// A graph's outputs as an array (the graphs above declare how many).
 fn outputs<const N: usize>(tensors: Vec<Tensor>) -> Result<[Tensor; N]> {
     let found = tensors.len();

@@ -13,12 +13,13 @@ use layer::{random, Config, Layer};
 
 const SMALL: Config = Config { hidden: 64, heads: 4, kv_heads: 2, intermediate: 96, eps: 1e-5, rope_theta: 10000.0 };
 
-fn relative_difference(a: &Tensor, b: &Tensor) -> f32 {
-    let (a, b) = (a.to_dtype(DType::F32).unwrap(), b.to_dtype(DType::F32).unwrap());
-    let diff = (a - &b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+/// [`layer::relative_difference`], asserting that candle's output is not nearly zero (a
+/// comparison with zeros would prove nothing).
+pub(crate) fn relative_difference(a: &Tensor, b: &Tensor) -> f32 {
+    let scale = b.to_dtype(DType::F32).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+    let scale = scale.to_scalar::<f32>().unwrap();
     assert!(scale > 0.1, "candle's output is nearly zero ({scale}): the comparison would prove nothing");
-    diff / scale
+    layer::relative_difference(a, b).unwrap()
 }
 
 #[test]
