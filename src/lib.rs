@@ -37,8 +37,8 @@
 pub use cudnn_macros::graph;
 pub use cudnn_runtime::serving;
 pub use cudnn_runtime::{
-    dim, fp8, ir, ops, reference, rng, serialize, shape_class, ArgError, Bits, Context, DataType, Element, Error,
-    Fp8E4M3, Fp8E5M2, Graph, GraphBuilder, GraphError, Operand, Tensor, TensorId,
+    capabilities, dim, fp8, ir, ops, reference, rng, serialize, shape_class, ArgError, Bits, Context, DataType,
+    Element, Error, Fp8E4M3, Fp8E5M2, Graph, GraphBuilder, GraphError, Operand, Tensor, TensorId,
 };
 
 #[cfg(feature = "cudnn")]
