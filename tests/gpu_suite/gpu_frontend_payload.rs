@@ -509,7 +509,7 @@ fn gpu_our_payloads_for_cudnn_frontend() {
         // The corpus's attention backward has S_kv % 128 != 0 and no padding mask: below
         // cuDNN 9.15.1 (the machines' system 9.14) the capabilities table refuses it by name.
         if graph.name == "sdpa_backward" && !capabilities::has(cudnn.version(), Capability::BackwardAnySeqLenKv) {
-            let e = built.err().expect("sdpa_backward planned on a cuDNN without the capability");
+            let e = built.expect_err("sdpa_backward planned on a cuDNN without the capability");
             let text = e.to_string();
             assert!(text.contains("S_kv % 128 != 0") && text.contains("9.15.1"), "{text}");
             println!("sdpa_backward: refused on cuDNN {}: {text}", cudnn.version());

@@ -15,7 +15,7 @@ use crate::common;
 
 use cudnn_graph::backend::{BackendError, BuildOptions, ChosenPart, Cudnn, ExecutionPlan};
 use cudnn_graph::engines::repro::{
-    bisect, compare_outputs, execute_arrays, random_inputs, reference_outputs, Tolerance,
+    bisect, compare_outputs, execute_arrays, random_inputs, reference_outputs, Piece, Tolerance, Within,
 };
 use cudnn_graph::engines::{measure, AutotuneOptions, TuneSource, TuningFile};
 use cudnn_graph::payload::plan::Expect;
@@ -35,15 +35,21 @@ fn corpus() -> Vec<(String, Graph)> {
         .collect()
 }
 
-/// A part of `plan` alone on the GPU, on its own engine, with host arrays.
+/// A part of `plan` alone on the GPU, on its own engine, or one node of a part alone (cuDNN's
+/// choice), with host arrays.
 fn run_part_on_gpu<'a>(
     cudnn: &'a Cudnn,
     plan: &'a ExecutionPlan,
-) -> impl FnMut(usize, &Graph, &[Array]) -> Result<Vec<Array>, cudnn_graph::Error> + 'a {
-    move |k, sub, given| {
-        let chosen = ChosenPart::of(&plan.parts()[k]).expect("an engine id");
-        let chosen = [ChosenPart { refused: None, measured: None, ..chosen }];
-        let part = ExecutionPlan::build_chosen(cudnn, sub, &chosen, &BuildOptions::default())?;
+) -> impl FnMut(Piece, &Graph, &[Array]) -> Result<Vec<Array>, cudnn_graph::Error> + 'a {
+    move |piece, sub, given| {
+        let part = match piece {
+            Piece::Part(k) => {
+                let chosen = ChosenPart::of(&plan.parts()[k]).expect("an engine id");
+                let chosen = [ChosenPart { refused: None, measured: None, ..chosen }];
+                ExecutionPlan::build_chosen(cudnn, sub, &chosen, &BuildOptions::default())?
+            }
+            Piece::Node { .. } => ExecutionPlan::build(cudnn, sub, &BuildOptions::default())?,
+        };
         Ok(execute_arrays(cudnn, &part, given)?)
     }
 }
@@ -120,17 +126,37 @@ fn gpu_bisection_replays_each_part_and_names_a_corrupted_one() {
         assert!(v.passed(), "{v}");
     }
     assert_eq!(bisect(&plan, &inputs, Tolerance::of, run_part_on_gpu(&cudnn, &plan)).unwrap(), None);
-    let mut on_gpu = run_part_on_gpu(&cudnn, &plan);
-    let corrupted = |k: usize, sub: &Graph, given: &[Array]| -> Result<Vec<Array>, cudnn_graph::Error> {
-        let mut out = on_gpu(k, sub, given)?;
-        if k == 2 {
-            out[0].data[7] += 4.0;
+    // `corrupt` says which pieces get one element off by 4 (outside f16's tolerance).
+    let corrupted = |corrupt: fn(Piece) -> bool| {
+        let mut on_gpu = run_part_on_gpu(&cudnn, &plan);
+        move |piece: Piece, sub: &Graph, given: &[Array]| -> Result<Vec<Array>, cudnn_graph::Error> {
+            let mut out = on_gpu(piece, sub, given)?;
+            if corrupt(piece) {
+                out[0].data[7] += 4.0;
+            }
+            Ok(out)
         }
-        Ok(out)
     };
-    let found = bisect(&plan, &inputs, Tolerance::of, corrupted).unwrap().expect("part 2 diverges");
+    let found = bisect(&plan, &inputs, Tolerance::of, corrupted(|p| p == Piece::Part(2))).unwrap().expect("part 2");
     println!("{found}");
     assert_eq!((found.part, found.verdict.first_outside.map(|f| f.0)), (2, Some(7)));
+    // Part 0 is `matmul → relu`: each node then runs alone on the GPU (the matmul's virtual
+    // output materialized). The part alone corrupted: every node agrees, only the fusion differs;
+    // its matmul corrupted alone too: the matmul is named.
+    assert_eq!(plan.parts()[0].nodes().len(), 2, "{:?}", plan.parts()[0].nodes());
+    let found = bisect(&plan, &inputs, Tolerance::of, corrupted(|p| p == Piece::Part(0))).unwrap().expect("part 0");
+    println!("{found}");
+    assert_eq!((found.part, found.within.clone()), (0, Some(Within::Fused)), "{found}");
+    let matmul_too = |p: Piece| matches!(p, Piece::Part(0) | Piece::Node { part: 0, node: 0 });
+    let found = bisect(&plan, &inputs, Tolerance::of, corrupted(matmul_too)).unwrap().expect("part 0");
+    println!("{found}");
+    match found.within {
+        Some(Within::Node { ref node, op, ref verdict }) => {
+            assert_eq!((node.as_str(), op), (plan.parts()[0].nodes()[0].as_str(), "matmul"), "{found}");
+            assert_eq!(verdict.first_outside.map(|f| f.0), Some(7), "{found}");
+        }
+        ref other => panic!("expected the matmul, got {other:?}"),
+    }
 }
 
 /// `gelu(x·w + bias)` at a size where autotuning has choices to make.

@@ -32,7 +32,7 @@ use cudarc::driver::{CudaSlice, DevicePtr};
 
 use crate::array::Array;
 use crate::backend::{BackendError, Cudnn, ExecutionPlan, HostScalar};
-use crate::ir::{for_cudnn, Graph, Rewritten, Tensor};
+use crate::ir::{for_cudnn, Graph, Node, Rewritten, Tensor, TensorId};
 use crate::reference::{self, ArgError};
 use crate::rng::SplitMix64;
 use crate::serialize::inputs::{from_storage, to_storage};
@@ -238,6 +238,21 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Array> {
     arrays
 }
 
+/// What [`bisect`] asks its runner to execute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    /// Part `k` of the plan ([`ExecutionPlan::parts`]), as the plan chose to run it.
+    Part(usize),
+    /// Node `node` of part `part`'s graph ([`Graph::nodes`]), alone: its inputs the reference's
+    /// values, its outputs (virtual in the part) materialized in the part's type for them.
+    Node {
+        /// The part.
+        part: usize,
+        /// The node's index in the part's graph.
+        node: usize,
+    },
+}
+
 /// The first part of a plan whose outputs diverge from the reference ([`bisect`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Divergence {
@@ -251,6 +266,34 @@ pub struct Divergence {
     pub op: &'static str,
     /// That output's comparison.
     pub verdict: Verdict,
+    /// What replaying the part's nodes one at a time found; `None` for a part of one node.
+    pub within: Option<Within>,
+}
+
+/// Inside a diverging part of more than one node, each node run alone on the reference's
+/// values of its inputs ([`Piece::Node`]), in the part's order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Within {
+    /// The first node that diverges alone.
+    Node {
+        /// Its name.
+        node: String,
+        /// Its op.
+        op: &'static str,
+        /// Its first output outside the tolerance.
+        verdict: Verdict,
+    },
+    /// Every node agrees alone: the part diverges only fused.
+    Fused,
+    /// A node that could not run alone (nodes before it agreed; those after were not tried).
+    NotRun {
+        /// Its name.
+        node: String,
+        /// Its op.
+        op: &'static str,
+        /// Why.
+        error: String,
+    },
 }
 
 impl fmt::Display for Divergence {
@@ -263,52 +306,121 @@ impl fmt::Display for Divergence {
             self.node,
             self.op,
             self.verdict
-        )
+        )?;
+        match &self.within {
+            None => Ok(()),
+            Some(Within::Node { node, op, verdict }) => {
+                write!(f, "; run one node at a time, `{node}` ({op}) is the first to diverge alone: {verdict}")
+            }
+            Some(Within::Fused) => {
+                write!(f, "; run one node at a time, every node agrees: the part diverges only fused")
+            }
+            Some(Within::NotRun { node, op, error }) => write!(
+                f,
+                "; run one node at a time, the nodes before `{node}` ({op}) agree, and it could not run alone: {error}"
+            ),
+        }
     }
 }
 
 /// Replays `plan` part by part: each part is given the reference's values of its inputs (the
 /// graph as the plan planned it, run on the CPU reference with `inputs`, in
-/// [`Graph::inputs`] order), run by `run_part(k, part's graph, its inputs in its
-/// [`Graph::inputs`] order)`, and its outputs compared with the reference's under `tolerance`
-/// of each output's type. Each part starting from the reference's values, a part is blamed only
+/// [`Graph::inputs`] order), run by `run(Piece::Part(k), part's graph, its inputs in its
+/// [`Graph::inputs`] order)`, and its outputs compared, under `tolerance` of each output's type,
+/// with what the reference computes for the part from the same inputs. Each part starting from the reference's values, a part is blamed only
 /// for what it computes itself: the first one outside is returned with the node that writes its
-/// first diverging output; `None` when every part agrees.
-pub fn bisect<E: From<ArgError>>(
+/// first diverging output; `None` when every part agrees. In a diverging part of several nodes,
+/// each node is then run alone ([`Piece::Node`], [`Divergence::within`]) to name the first that
+/// diverges by itself, or to say that only the fusion does; a node that cannot run alone ends
+/// that search without failing the bisection.
+pub fn bisect<E: From<ArgError> + fmt::Display>(
     plan: &ExecutionPlan,
     inputs: &[Array],
     tolerance: impl Fn(DataType) -> Tolerance,
-    mut run_part: impl FnMut(usize, &Graph, &[Array]) -> Result<Vec<Array>, E>,
+    mut run: impl FnMut(Piece, &Graph, &[Array]) -> Result<Vec<Array>, E>,
 ) -> Result<Option<Divergence>, E> {
     let values = reference_values(plan.graph(), inputs)?;
-    for (k, part) in plan.parts().iter().enumerate() {
-        let sub = part.graph();
-        let mut given = Vec::new();
-        for id in sub.inputs() {
-            let t = sub.tensor(id);
-            let mut a = values(&t.name).ok_or_else(|| missing(plan.graph(), &t.name))?;
-            a.round_to(t.data_type);
-            given.push(a);
+    // The first output of `sub` outside the tolerance, when `sub` is run as `piece`.
+    let mut first_outside = |piece: Piece, sub: &Graph| -> Result<Option<(TensorId, Verdict)>, E> {
+        let given = sub
+            .inputs()
+            .into_iter()
+            .map(|id| value_as_stored(&values, plan.graph(), sub.tensor(id)))
+            .collect::<Result<Vec<_>, _>>()?;
+        // What the piece should compute from exactly these inputs (rounded to their stored
+        // types, as the piece reads them).
+        let mut known = vec![None; sub.tensors.len()];
+        for (id, a) in sub.inputs().into_iter().zip(&given) {
+            known[id.0] = Some(a.clone());
         }
-        let outputs = run_part(k, sub, &given)?;
-        for (id, got) in sub.outputs().into_iter().zip(&outputs) {
+        let want = reference::run_arrays(sub, known)?;
+        let outputs = run(piece, sub, &given)?;
+        for ((id, got), want) in sub.outputs().into_iter().zip(&outputs).zip(want) {
             let t = sub.tensor(id);
-            let mut want = values(&t.name).ok_or_else(|| missing(plan.graph(), &t.name))?;
-            want.round_to(t.data_type);
             let verdict = Verdict::compare(t, got, &want, tolerance(t.data_type));
             if !verdict.passed() {
-                let node = sub.nodes.iter().find(|n| n.outputs.contains(&id));
-                return Ok(Some(Divergence {
-                    part: k,
-                    nodes: part.nodes().to_vec(),
-                    node: node.map_or_else(String::new, |n| n.name.clone()),
-                    op: node.map_or("", |n| n.op.call_name()),
-                    verdict,
-                }));
+                return Ok(Some((id, verdict)));
             }
         }
+        Ok(None)
+    };
+    for (k, part) in plan.parts().iter().enumerate() {
+        let sub = part.graph();
+        let Some((id, verdict)) = first_outside(Piece::Part(k), sub)? else { continue };
+        let node = sub.nodes.iter().find(|n| n.outputs.contains(&id));
+        let within = if sub.nodes.len() > 1 {
+            let mut within = Within::Fused;
+            for (i, n) in sub.nodes.iter().enumerate() {
+                match first_outside(Piece::Node { part: k, node: i }, &lone_node(sub, i)) {
+                    Ok(None) => {}
+                    Ok(Some((_, verdict))) => {
+                        within = Within::Node { node: n.name.clone(), op: n.op.call_name(), verdict };
+                        break;
+                    }
+                    Err(e) => {
+                        within = Within::NotRun { node: n.name.clone(), op: n.op.call_name(), error: e.to_string() };
+                        break;
+                    }
+                }
+            }
+            Some(within)
+        } else {
+            None
+        };
+        return Ok(Some(Divergence {
+            part: k,
+            nodes: part.nodes().to_vec(),
+            node: node.map_or_else(String::new, |n| n.name.clone()),
+            op: node.map_or("", |n| n.op.call_name()),
+            verdict,
+            within,
+        }));
     }
     Ok(None)
+}
+
+/// The reference's value of `t` (by name) rounded to the type it is stored in.
+fn value_as_stored(values: &impl Fn(&str) -> Option<Array>, graph: &Graph, t: &Tensor) -> Result<Array, ArgError> {
+    let mut a = values(&t.name).ok_or_else(|| missing(graph, &t.name))?;
+    a.round_to(t.data_type);
+    Ok(a)
+}
+
+/// Node `n` of `graph` alone: its tensors (in the graph's order), none virtual, so that what it
+/// reads and writes inside a fused part is memory here.
+fn lone_node(graph: &Graph, n: usize) -> Graph {
+    let node = &graph.nodes[n];
+    let mut used: Vec<TensorId> = node.inputs.iter().chain(&node.outputs).copied().collect();
+    used.sort_by_key(|t| t.0);
+    used.dedup();
+    let local = |t: &TensorId| TensorId(used.binary_search_by_key(&t.0, |u| u.0).unwrap_or_default());
+    let tensors = used.iter().map(|&t| Tensor { is_virtual: false, ..graph.tensor(t).clone() }).collect();
+    let node = Node {
+        inputs: node.inputs.iter().map(local).collect(),
+        outputs: node.outputs.iter().map(local).collect(),
+        ..node.clone()
+    };
+    Graph { name: format!("{}.{}", graph.name, node.name), context: graph.context, tensors, nodes: vec![node] }
 }
 
 fn missing(graph: &Graph, tensor: &str) -> ArgError {

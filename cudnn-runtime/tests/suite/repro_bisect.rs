@@ -1,5 +1,6 @@
 //! `cudnn-graph repro`'s pieces, deviceless (issue 34): a partitioned plan replayed part by part
-//! names the first part (and node) that a deliberately corrupted run gets wrong; outputs compare
+//! names the first part (and node) that a deliberately corrupted run gets wrong, then the first
+//! node of that part that is wrong alone (or the fusion); outputs compare
 //! under cudnn-frontend's tolerances; inputs written to a directory read back bit for bit.
 #![cfg(feature = "cudnn")]
 
@@ -7,7 +8,9 @@ use crate::common;
 
 use common::deviceless;
 use cudnn_runtime::backend::{BuildOptions, ExecutionPlan};
-use cudnn_runtime::engines::repro::{bisect, random_inputs, read_inputs, write_inputs, Tolerance, Verdict};
+use cudnn_runtime::engines::repro::{
+    bisect, random_inputs, read_inputs, write_inputs, Piece, Tolerance, Verdict, Within,
+};
 use cudnn_runtime::reference::{self, ArgError, Array};
 use cudnn_runtime::{DataType, Graph, GraphBuilder};
 
@@ -27,17 +30,17 @@ fn three_matmuls() -> Graph {
     g.build().unwrap()
 }
 
-/// A part run on the CPU reference, with `corrupt(part, outputs)` applied to what it computed.
+/// A piece run on the CPU reference, with `corrupt(piece, outputs)` applied to what it computed.
 fn run_part(
-    corrupt: impl Fn(usize, &mut [Array]),
-) -> impl FnMut(usize, &Graph, &[Array]) -> Result<Vec<Array>, ArgError> {
-    move |k, sub, inputs| {
+    corrupt: impl Fn(Piece, &mut [Array]),
+) -> impl FnMut(Piece, &Graph, &[Array]) -> Result<Vec<Array>, ArgError> {
+    move |piece, sub, inputs| {
         let mut values = vec![None; sub.tensors.len()];
         for (id, a) in sub.inputs().into_iter().zip(inputs) {
             values[id.0] = Some(a.clone());
         }
         let mut out = reference::run_arrays(sub, values)?;
-        corrupt(k, &mut out);
+        corrupt(piece, &mut out);
         Ok(out)
     }
 }
@@ -58,8 +61,8 @@ fn bisection_names_the_part_and_node_a_corrupted_run_gets_wrong() {
             &plan,
             &inputs,
             Tolerance::of,
-            run_part(|k, out: &mut [Array]| {
-                if k == bad {
+            run_part(|piece, out: &mut [Array]| {
+                if piece == Piece::Part(bad) {
                     out[0].data[10] += 1.0;
                 }
             }),
@@ -73,14 +76,63 @@ fn bisection_names_the_part_and_node_a_corrupted_run_gets_wrong() {
         assert_eq!((found.node.as_str(), found.op), (writer.name.as_str(), writer.op.call_name()));
         assert_eq!((found.verdict.outside, found.verdict.first_outside.map(|f| f.0)), (1, Some(10)));
         assert!(found.to_string().contains(&format!("part {bad} [")), "{found}");
+        // Parts 0 and 1 are `matmul → relu`: replayed one node at a time (each alone right), only
+        // the fusion is wrong. Part 2 is one matmul: nothing to look into.
+        let expected = if bad < 2 { Some(Within::Fused) } else { None };
+        assert_eq!(found.within, expected, "{found}");
+    }
+    // The part and, alone, its second node (the relu) corrupted: the relu is named, and the
+    // matmul before it (its output virtual in the part, materialized alone) agreed.
+    let found = bisect(
+        &plan,
+        &inputs,
+        Tolerance::of,
+        run_part(|piece, out: &mut [Array]| {
+            if matches!(piece, Piece::Part(1) | Piece::Node { part: 1, node: 1 }) {
+                out[0].data[10] += 1.0;
+            }
+        }),
+    )
+    .unwrap()
+    .expect("part 1 diverges");
+    println!("{found}");
+    match &found.within {
+        Some(Within::Node { node, op, verdict }) => {
+            assert_eq!((node.as_str(), *op), (plan.parts()[1].nodes()[1].as_str(), "relu"));
+            assert_eq!(verdict.first_outside.map(|f| f.0), Some(10));
+        }
+        other => panic!("expected the relu, got {other:?}"),
+    }
+    assert!(found.to_string().contains("is the first to diverge alone"), "{found}");
+    // A node that cannot run alone ends the search with its error, and the bisection still
+    // names the part.
+    let mut refusing = run_part(|piece, out: &mut [Array]| {
+        if piece == Piece::Part(0) {
+            out[0].data[10] += 1.0;
+        }
+    });
+    let found = bisect(&plan, &inputs, Tolerance::of, |piece: Piece, sub: &Graph, given: &[Array]| {
+        if piece == (Piece::Node { part: 0, node: 1 }) {
+            return Err(ArgError::Missing { graph: sub.name.clone(), tensor: "(refused alone)".into() });
+        }
+        refusing(piece, sub, given)
+    })
+    .unwrap()
+    .expect("part 0 diverges");
+    match &found.within {
+        Some(Within::NotRun { node, op: "relu", error }) => {
+            assert_eq!(node, &plan.parts()[0].nodes()[1]);
+            assert!(error.contains("(refused alone)"), "{error}");
+        }
+        other => panic!("expected the relu not run, got {other:?}"),
     }
     // A corruption inside the tolerance (f16: 1e-2 + 1e-2·|want|) is not one.
     let small = bisect(
         &plan,
         &inputs,
         Tolerance::of,
-        run_part(|k, out: &mut [Array]| {
-            if k == 1 {
+        run_part(|piece, out: &mut [Array]| {
+            if piece == Piece::Part(1) {
                 out[0].data[10] += 1e-3;
             }
         }),

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use cudnn_graph::backend::capture::{read_captured, CapturedPlan};
 use cudnn_graph::backend::{BuildOptions, ChosenPart, Cudnn, ExecutionPlan};
 use cudnn_graph::engines::repro::{
-    bisect, compare_outputs, execute_arrays, random_inputs, read_inputs, reference_outputs, write_inputs, Tolerance,
+    bisect, compare_outputs, execute_arrays, random_inputs, read_inputs, reference_outputs, write_inputs, Piece,
+    Tolerance,
 };
 use cudnn_graph::engines::{AutotuneOptions, TuningFile, TuningStore};
 use cudnn_graph::payload::plan::{
@@ -29,6 +30,8 @@ usage:
   --device N          build (or load the payload's plan) and execute on GPU N; every output compared
                       with the reference; a partitioned plan that differs is replayed part by part,
                       each part fed the reference's inputs, naming the first part and node that diverge
+                      (a part of several nodes then one node at a time: the first that diverges
+                      alone, or the fusion)
   --device-properties plan deviceless for the device the properties describe and run the plan's
                       parts on the CPU reference through its memory plan (checks the partition and
                       the memory plan; cuDNN's arithmetic needs --device)
@@ -299,10 +302,14 @@ fn replay(
         let wrong = verdicts(graph, &got, want, "cuDNN (the plan's selection) against the reference", report);
         failed += wrong;
         if wrong > 0 && plan.is_partitioned() {
-            let run_part = |k: usize, sub: &Graph, given: &[Array]| -> Result<Vec<Array>, cudnn_graph::Error> {
-                // The part alone, on its own engine: its graph is already the rewritten one, and
-                // its I/O are the tensors the parts exchange.
-                let plan = match ChosenPart::of(&plan.parts()[k]) {
+            let run_part = |piece: Piece, sub: &Graph, given: &[Array]| -> Result<Vec<Array>, cudnn_graph::Error> {
+                // A part alone, on its own engine: its graph is already the rewritten one, and
+                // its I/O are the tensors the parts exchange. A node alone: cuDNN's choice.
+                let chosen = match piece {
+                    Piece::Part(k) => ChosenPart::of(&plan.parts()[k]),
+                    Piece::Node { .. } => None,
+                };
+                let plan = match chosen {
                     Some(chosen) => {
                         let chosen = [ChosenPart { refused: None, measured: None, ..chosen }];
                         ExecutionPlan::build_chosen(&cudnn, sub, &chosen, &BuildOptions::default())?
