@@ -15,6 +15,7 @@ use common::{check, poisoned, random, upload};
 use cudnn_graph::backend::{BuildOptions, DeviceBuffer, PaddedPlan};
 use cudnn_graph::engines::{
     specialized_is_faster, CacheSource, ClassPlan, LengthServing, PlanCache, PlanKey, ServeReason, Specialization,
+    TuningFile,
 };
 use cudnn_graph::payload::plan::Expect;
 use half::bf16;
@@ -345,6 +346,52 @@ fn gpu_class_plans_swap_in_exact_plans_by_policy() {
     class_call(&stream, &cudnn, &mut plan, 300, "none S = 300");
     assert_eq!((plan.stats().exact_calls, plan.stats().padded_calls), (0, 1));
     assert_eq!(none.stats().specializations_queued, 0);
+}
+
+/// `cudnn-graph tune --dyn … --padded` tunes each class's padded plan (the masked graph at its
+/// bound); a plan cache with that store then builds each class plan as recorded (one candidate,
+/// nothing timed), and the class plan serves a shorter call right.
+#[needs_gpu]
+#[test]
+fn gpu_tune_padded_fills_the_class_plans_a_cache_then_builds() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let dir = std::env::temp_dir().join(format!("cudnn-graph-gpu-tune-padded-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("causal.json");
+    std::fs::write(&graph, cudnn_graph::serialize::structure_to_json(&Causal::<64>::new(256).graph().unwrap()))
+        .unwrap();
+    let store = dir.join("tuning.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cudnn-graph"))
+        .args(["tune", "--store"])
+        .arg(&store)
+        .args(["--device", "0", "--graph"])
+        .arg(&graph)
+        .args(["--dyn", "S: 256..=512 pow2 @ q[2] k[2] v[2]", "--padded"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for s in [256, 512] {
+        assert!(stdout.contains(&format!("[S = {s}]: tuned in ")), "{stdout}");
+    }
+    assert!(stdout.contains("2 entries"), "{stdout}");
+    let file = TuningFile::open(&store).unwrap();
+    let cache = Arc::new(PlanCache::in_memory().specialization(Specialization::None).with_tuning_store(file));
+    let options = BuildOptions::default();
+    for s in [256usize, 512] {
+        let class = Causal::<64>::new(s).graph().unwrap();
+        let (_, cached) = cache.padded_plan(&cudnn, &class, &Expect::default(), &options).unwrap();
+        assert_eq!(cached.reason, ServeReason::Tuned, "S = {s}: {:?}", cached.warnings);
+        assert!(cached.warnings.is_empty(), "S = {s}: {:?}", cached.warnings);
+        assert!(cached.plan.parts().iter().all(|p| p.built().len() == 1), "S = {s}: one candidate built");
+    }
+    let mut plan =
+        cache.class_plan(&cudnn, &Causal::<64>::new(512).graph().unwrap(), &Expect::default(), &options).unwrap();
+    class_call(&stream, &cudnn, &mut plan, 300, "S = 300 on the tuned S = 512 class plan");
+    assert_eq!(plan.stats().padded_calls, 1);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 // Fails a run that requires the GPU (CUDNN_GRAPH_REQUIRE_GPU=1) of a build that ignored the tests above.

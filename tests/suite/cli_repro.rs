@@ -196,7 +196,8 @@ fn tune_merges_stores_reporting_conflicts_and_shows_them() {
 }
 
 /// `tune --dyn` reads its classes as `aot --dyn` does, and refuses bad ones (and `--dyn` over
-/// several graphs) before any GPU is opened: nothing is written.
+/// several graphs, `--padded` without `--dyn` or of a graph with no class plan) before any GPU is
+/// opened: nothing is written.
 #[cfg(feature = "cudnn")]
 #[test]
 fn tune_dyn_refuses_bad_classes_before_the_gpu() {
@@ -222,11 +223,14 @@ fn tune_dyn_refuses_bad_classes_before_the_gpu() {
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {:?}", text(&out));
         text(&out).1
     };
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--dyn", "S: 64..=512 pow2 @ q[1]"], "`q` is not an input of the graph (its inputs: a, b)"),
         (&["--dyn", "S: 64..=512 pow2 @ a[7]"], "`a` has 3 dims"),
         (&["--dyn", "S: 64..=512 pow2"], "name its dims after `@`"),
         (&["--dyn", "S: 64..=512 pow2 @ a[1]", "--graph", "other.json"], "give one --graph, not 2"),
+        (&["--padded"], "--padded tunes the padded plans of the classes --dyn declares: give --dyn"),
+        // A matmul's rows are not padded: it has no class plan to tune.
+        (&["--dyn", "S: 64..=512 pow2 @ a[1]", "--padded"], "g.json: --padded: "),
     ];
     for (extra, want) in cases {
         let stderr = tune(extra);

@@ -453,9 +453,10 @@ impl PlanCache {
     }
 
     /// The plan of `graph`'s masked graph, looked up or built specialized to the class bound
-    /// whatever the policy: a class plan serves every length of its class for as long as it
-    /// lives, so a dynamic-shape plan (and a lazy swap of it that would not reach the padded
-    /// plan holding it) buys nothing.
+    /// whatever the policy (the tuning store's recorded choice first, where the cache has a
+    /// store: `cudnn-graph tune --dyn … --padded` records them): a class plan serves every length
+    /// of its class for as long as it lives, so a dynamic-shape plan (and a lazy swap of it that
+    /// would not reach the padded plan holding it) buys nothing.
     pub(super) fn class_plan_of(
         &self,
         cudnn: &Cudnn,
@@ -464,9 +465,14 @@ impl PlanCache {
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
         let masked = graph.masked();
-        self.get_or_make(cudnn, masked, expect, options, || {
-            Ok((Planner::as_asked(cudnn, masked, options)?, ServeReason::Specialized))
-        })
+        let mut tuning = Vec::new();
+        let mut got = self.get_or_make(cudnn, masked, expect, options, || {
+            self.planner.build_static(cudnn, masked, expect, options, &mut tuning)
+        })?;
+        for w in tuning {
+            warn(&mut got.warnings, self.planner.tuning_path(), w.to_string());
+        }
+        Ok(got)
     }
 
     /// [`PlanCache::get_or_build`] with the plan made by `make` on a miss (built with

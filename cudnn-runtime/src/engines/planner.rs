@@ -237,19 +237,8 @@ impl Planner {
         options: &BuildOptions,
         warnings: &mut Vec<TuningWarning>,
     ) -> crate::Result<(ExecutionPlan, ServeReason)> {
-        let chooses = options.engine.is_some()
-            || options.candidate.is_some()
-            || options.build_all
-            || options.kernel_cache.is_some();
-        if chooses {
-            return Ok((Self::as_asked(cudnn, graph, options)?, ServeReason::OptionsChoose));
-        }
-        if let Some(store) = &self.tuning {
-            match store.recorded_plan(cudnn, graph, &PlanKey::new(cudnn, graph, expect), options) {
-                Ok(Some(plan)) => return Ok((plan, ServeReason::Tuned)),
-                Ok(None) => {}
-                Err(w) => warnings.push(w),
-            }
+        if let Some(chosen) = self.chosen(cudnn, graph, expect, options, warnings) {
+            return chosen;
         }
         let policy = self.policy();
         let key = StructureKey::new(cudnn, graph);
@@ -281,6 +270,55 @@ impl Planner {
             (true, _) => ServeReason::DynamicByPolicy,
         };
         Ok((built, reason))
+    }
+
+    /// Builds `graph` at its own shape, never dynamic-shape: as the options ask where they choose
+    /// the engine, else the tuning store's recorded choice, else heuristics'. What a padded class
+    /// plan is built with ([`PlanCache::class_plan`](crate::engines::PlanCache::class_plan)): it
+    /// serves every length of its class, so a dynamic-shape plan would buy nothing.
+    pub(super) fn build_static(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        warnings: &mut Vec<TuningWarning>,
+    ) -> crate::Result<(ExecutionPlan, ServeReason)> {
+        match self.chosen(cudnn, graph, expect, options, warnings) {
+            Some(chosen) => chosen,
+            None => Ok((Self::as_asked(cudnn, graph, options)?, ServeReason::Specialized)),
+        }
+    }
+
+    /// The plan chosen before any policy applies: the options' own choice of engine, or the
+    /// tuning store's recorded one (a store entry not used goes to `warnings`); `None` when
+    /// neither chooses.
+    fn chosen(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        warnings: &mut Vec<TuningWarning>,
+    ) -> Option<crate::Result<(ExecutionPlan, ServeReason)>> {
+        let chooses = options.engine.is_some()
+            || options.candidate.is_some()
+            || options.build_all
+            || options.kernel_cache.is_some();
+        if chooses {
+            return Some(
+                Self::as_asked(cudnn, graph, options).map(|p| (p, ServeReason::OptionsChoose)).map_err(Into::into),
+            );
+        }
+        let store = self.tuning.as_ref()?;
+        match store.recorded_plan(cudnn, graph, &PlanKey::new(cudnn, graph, expect), options) {
+            Ok(Some(plan)) => Some(Ok((plan, ServeReason::Tuned))),
+            Ok(None) => None,
+            Err(w) => {
+                warnings.push(w);
+                None
+            }
+        }
     }
 
     /// Forgets every kernel cache (a plan still held elsewhere keeps its own).

@@ -1312,6 +1312,41 @@ mod tests {
             );
         }
 
+        /// A padded class plan consults the store too: its masked graph at the class bound (what
+        /// `cudnn-graph tune --dyn … --padded` tunes) is built as recorded, nothing timed; without
+        /// the store, heuristics' pick.
+        #[needs_cudnn]
+        #[test]
+        fn a_class_plan_builds_the_store_entry_of_its_masked_graph() {
+            use crate::engines::{CacheSource, PlanCache, ServeReason};
+            use crate::ir::ClassGraph;
+            use crate::{DataType, GraphBuilder};
+            let Some(cudnn) = deviceless() else { return };
+            let mut g = GraphBuilder::new("attention");
+            let qkv: Vec<_> =
+                ["q", "k", "v"].iter().map(|n| g.input(n, DataType::BF16, &[2, 4, 512, 64]).unwrap().into()).collect();
+            let o = g.op("sdpa", &qkv, &[("causal".into(), true.into())]).unwrap()[0];
+            g.output(o, "o", DataType::BF16).unwrap();
+            let class = ClassGraph::new(&g.build().unwrap()).unwrap();
+            let (expect, plain) = (Expect::default(), BuildOptions::default());
+            let file = TuningFile::in_memory(TuningStore::new());
+            let tuned = file
+                .plan_with(&cudnn, class.masked(), &expect, &plain, |plan| {
+                    tune(plan, &AutotuneOptions::default(), Instant::now(), &mut times)
+                })
+                .unwrap();
+            assert_eq!(tuned.source, TuneSource::Measured);
+            let heuristics = PlanCache::in_memory().class_plan_of(&cudnn, &class, &expect, &plain).unwrap();
+            assert_eq!(heuristics.reason, ServeReason::Specialized);
+            assert_ne!(choice(&heuristics.plan), choice(&tuned.plan), "the injected times pick another engine");
+            let cache = PlanCache::in_memory().with_tuning_store(file);
+            let got = cache.class_plan_of(&cudnn, &class, &expect, &plain).unwrap();
+            assert_eq!((got.source, &got.reason), (CacheSource::Built, &ServeReason::Tuned));
+            assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+            assert_eq!(choice(&got.plan), choice(&tuned.plan));
+            assert!(got.plan.parts().iter().all(|p| p.built().len() == 1), "one candidate built");
+        }
+
         /// [`build_autotuned`](crate::engines::build_autotuned) through the store
         /// [`AutotuneOptions::tuning_store`] names: a miss measures once and records into the
         /// file; a later process's options find it and time nothing (the public function,

@@ -49,6 +49,7 @@ pub const TUNE_HELP: &str = "cudnn-graph tune: fill, merge and show a tuning sto
 usage:
   cudnn-graph tune --store STORE.json --device N --graph GRAPH.json [--graph ...] [--measure-partitionings]
   cudnn-graph tune --store STORE.json --device N --graph GRAPH.json --dyn 'S: 64..=8192 pow2 @ q[2] k[2]' [--dyn ...]
+      [--padded]
   cudnn-graph tune --store STORE.json --merge OTHER.json [--merge ...]
   cudnn-graph tune --store STORE.json --show
 
@@ -61,6 +62,8 @@ usage:
                       the graph at one value of each, and each class bound (every combination) is
                       tuned and recorded. Entries are recorded without a binding, so they serve
                       a `graph!` type at each bound (`S = 128`) and an untyped build alike
+  --padded            with --dyn: tune each class's padded plan (its masked graph at the bound, as
+                      `aot --padded` plans it), which `PlanCache::class_plan` then builds
   --measure-partitionings  also time each graph with its epilogues cut into kernels of their own
   --merge             merge other stores into STORE (the newer record of a key wins; records that
                       chose differently are reported)
@@ -440,6 +443,10 @@ pub fn tune(args: &[String]) -> Result<(), String> {
         return Err(format!("--device tunes the graphs given with --graph\n{TUNE_HELP}"));
     }
     let dyns = values(args, "--dyn")?;
+    let padded = args.iter().any(|a| a == "--padded");
+    if padded && dyns.is_empty() {
+        return Err(format!("--padded tunes the padded plans of the classes --dyn declares: give --dyn\n{TUNE_HELP}"));
+    }
     if !dyns.is_empty() && graphs.len() != 1 {
         return Err(format!("--dyn names dims of one graph: give one --graph, not {}\n{TUNE_HELP}", graphs.len()));
     }
@@ -451,7 +458,7 @@ pub fn tune(args: &[String]) -> Result<(), String> {
             tunes.push((path.to_string(), graph));
             continue;
         }
-        for (binding, _, g) in crate::classes::class_graphs(&graph, path, &dyns, false)? {
+        for (binding, _, g) in crate::classes::class_graphs(&graph, path, &dyns, padded)? {
             tunes.push((format!("{path} [{binding}]"), g));
         }
     }
