@@ -101,6 +101,24 @@ graph! {
     }
 }
 
+graph! {
+    /// Packed causal GQA prefill whose buffers hold 768 tokens, half the padded 4 · 384
+    /// (`max_total_seq_len_q`, `max_total_seq_len_kv`).
+    pub CompactPrefill(
+        q: bf16[4, 16, 384, 128] order [0, 2, 1, 3],
+        k: bf16[4, 4, 384, 128] order [0, 2, 1, 3],
+        v: bf16[4, 4, 384, 128] order [0, 2, 1, 3],
+        seq_q: i32[4, 1, 1, 1],
+        seq_kv: i32[4, 1, 1, 1],
+        offsets_q: i32[5, 1, 1, 1],
+        offsets_kv: i32[5, 1, 1, 1],
+    ) -> (o: bf16[4, 16, 384, 128] order [0, 2, 1, 3]) {
+        o = sdpa(q, k, v, seq_q, seq_kv, offsets_q, offsets_kv, offsets_kv, offsets_q,
+                 ragged = true, padding_mask = true, causal = true,
+                 max_total_seq_len_q = 768, max_total_seq_len_kv = 768);
+    }
+}
+
 /// cudnn-frontend's bf16 tolerance, as the other attention GPU tests use it.
 const TOLERANCE: f64 = 2e-2;
 
@@ -385,3 +403,73 @@ fn gpu_mixed_prefill_and_decode_step_matches_the_reference() {
 
 // Fails a run that requires the GPU (CUDNN_GRAPH_REQUIRE_GPU=1) of a build that ignored the tests above.
 gpu_guard!();
+
+/// With its tokens bounded (`max_total_seq_len_q`/`_kv = 768`), each packed buffer is a view of
+/// the first 768 tokens of an allocation whose next 64 tokens are NaN: the packed tokens of O
+/// match the reference (over the padded batch) with none NaN, so nothing past the bound was read
+/// into them, and O's tail is still NaN, so nothing was written there. A view one token short is
+/// refused before anything runs, naming the tensor.
+#[needs_gpu]
+#[test]
+fn gpu_ragged_buffers_hold_only_the_bounded_tokens() {
+    let Some((stream, cudnn)) = common::gpu() else { return };
+    let (b, s, t, guard) = (4usize, 384usize, 768usize, 64usize);
+    let lens: Vec<i32> = vec![384, 100, 250, 17];
+    let (off_q, off_kv) = (thd_offsets(&lens, 16, 128).unwrap(), thd_offsets(&lens, 4, 128).unwrap());
+    assert!(off_q[b] as usize <= t * 16 * 128, "the lengths fit the bound");
+    let (oq, okv) = (i32s(&off_q), i32s(&off_kv));
+    let q = random::<bf16>(600, b * 16 * s * 128);
+    let k = random::<bf16>(601, b * 4 * s * 128);
+    let v = random::<bf16>(602, b * 4 * s * 128);
+    let graph = CompactPrefill::new();
+    let inputs =
+        CompactPrefillInputs { q: &q, k: &k, v: &v, seq_q: &lens, seq_kv: &lens, offsets_q: &oq, offsets_kv: &okv };
+    let want = graph.reference(inputs).unwrap().o;
+    // The first `t` tokens of each host array (all the packed ones), then `guard` tokens of NaN.
+    let bounded = |x: &[bf16], heads: usize| {
+        let mut host = x[..t * heads * 128].to_vec();
+        host.extend(std::iter::repeat_n(bf16::NAN, guard * heads * 128));
+        stream.clone_htod(&host).unwrap()
+    };
+    let (q_d, k_d, v_d) = (bounded(&q, 16), bounded(&k, 4), bounded(&v, 4));
+    let (len_d, oq_d, okv_d) = (stream.clone_htod(&lens).unwrap(), stream.clone_htod(&oq).unwrap(), stream.clone_htod(&okv).unwrap());
+    let mut o_d = poisoned(&stream, (t + guard) * 16 * 128);
+    let plan = graph.build(&cudnn, &BuildOptions::default()).unwrap();
+    let mut ws = workspace(&stream, plan.workspace_size());
+    let (n_q, n_kv) = (t * 16 * 128, t * 4 * 128);
+    {
+        let (qv, kv, vv) = (q_d.slice(..n_q), k_d.slice(..n_kv), v_d.slice(..n_kv));
+        let mut ov = o_d.slice_mut(..n_q);
+        let args = CompactPrefillArgs {
+            q: &qv,
+            k: &kv,
+            v: &vv,
+            seq_q: &len_d,
+            seq_kv: &len_d,
+            offsets_q: &oq_d,
+            offsets_kv: &okv_d,
+            o: &mut ov,
+        };
+        plan.execute(&cudnn, args, Some(&mut ws)).unwrap();
+    }
+    let got = stream.clone_dtoh(&o_d).unwrap();
+    let tag = plan.plan().selected().tag();
+    check_packed(&format!("bounded buffers of {t} of {} tokens ({tag})", b * s), &got, &want, off_q[b] as usize);
+    assert!(got[n_q..].iter().all(|x| x.is_nan()), "O was written past its bound of {t} tokens");
+    // One token short: refused, naming Q.
+    let short = q_d.slice(..n_q - 16 * 128);
+    let (kv, vv) = (k_d.slice(..n_kv), v_d.slice(..n_kv));
+    let mut ov = o_d.slice_mut(..n_q);
+    let args = CompactPrefillArgs {
+        q: &short,
+        k: &kv,
+        v: &vv,
+        seq_q: &len_d,
+        seq_kv: &len_d,
+        offsets_q: &oq_d,
+        offsets_kv: &okv_d,
+        o: &mut ov,
+    };
+    let e = plan.execute(&cudnn, args, Some(&mut ws)).unwrap_err().to_string();
+    assert!(e.contains("`q`") && e.contains(&n_q.to_string()), "{e}");
+}

@@ -71,10 +71,12 @@ impl<T> Slots<T> {
 }
 
 /// The checks a buffer gets against its tensor before anything is enqueued: host scalar or
-/// device memory as the tensor is, element type, packed bits for `bool`, at least the tensor's
-/// storage span, writable if an output, and of the stream's CUDA context.
+/// device memory as the tensor is, element type, packed bits for `bool`, at least `need`
+/// elements (the tensor's storage span, or a packed tensor's bounded tokens:
+/// [`crate::Graph::storage_needs`]), writable if an output, and of the stream's CUDA context.
 pub(super) fn check_buffer(
     t: &Tensor,
+    need: usize,
     buffer: &DeviceBuffer<'_>,
     output: bool,
     stream: &CudaStream,
@@ -88,7 +90,6 @@ pub(super) fn check_buffer(
     if t.data_type == DataType::Bool && !buffer.packed {
         return Err(ArgError::UnpackedBool { tensor: t.name.clone() }.into());
     }
-    let need = t.storage_len();
     if buffer.len < need {
         return Err(ArgError::Length {
             tensor: t.name.clone(),
@@ -180,9 +181,11 @@ impl ExecutionPlan {
     /// cudarc's stream-ordering events are recorded for every buffer.
     ///
     /// Lengths: a device buffer (or view) must hold at least its tensor's storage span
-    /// ([`crate::Tensor::storage_len`] elements); a longer one is accepted and only its first
-    /// span elements are read or written, because framework arenas and caching allocators hand
-    /// out blocks rounded up. Host buffers, which are made for one shape, must match exactly
+    /// ([`crate::Tensor::storage_len`] elements), or for a packed attention tensor whose tokens
+    /// the node bounds (`max_total_seq_len_q`/`_kv`) that many tokens
+    /// ([`crate::Graph::storage_needs`]); a longer one is accepted and only its first span
+    /// elements are read or written, because framework arenas and caching allocators hand out
+    /// blocks rounded up. Host buffers, which are made for one shape, must match exactly
     /// ([`crate::reference::gather`]).
     pub fn execute(
         &self,
@@ -238,7 +241,7 @@ impl ExecutionPlan {
             let Some(buffer) = io.slot(i).as_deref() else {
                 return Err(ArgError::Missing { graph: graph.name.clone(), tensor: t.name.clone() }.into());
             };
-            check_buffer(t, buffer, layout.is_output(i), stream)?;
+            check_buffer(t, layout.need(i), buffer, layout.is_output(i), stream)?;
         }
         let required = self.workspace_size();
         let given = workspace.as_ref().map_or(0, |w| w.len());

@@ -213,7 +213,9 @@ impl PaddedPlan {
         let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
         let inputs = call.inputs().len();
         for (i, (buffer, &id)) in io.iter().zip(&call_io).enumerate() {
-            check_buffer(call.tensor(id), buffer, i >= inputs, &stream)?;
+            // A class graph has no packed attention (`ClassGraph::new` refuses an attention with
+            // a padding mask of its own, which packing needs): every buffer holds its span.
+            check_buffer(call.tensor(id), call.tensor(id).storage_len(), buffer, i >= inputs, &stream)?;
         }
         // The call's addresses, with cudarc's stream-ordering guards held until all is enqueued.
         let mut user = Vec::with_capacity(io.len());

@@ -97,6 +97,8 @@ pub struct VariantLayout {
     workspace_tensors: Vec<(usize, usize)>,
     /// Bytes of workspace those take, before cuDNN's own.
     workspace_bytes: usize,
+    /// The elements each I/O tensor's buffer must hold ([`Graph::storage_needs`]).
+    needs: Vec<usize>,
 }
 
 impl VariantLayout {
@@ -144,8 +146,10 @@ impl VariantLayout {
                 Slot::Workspace(offset) => workspace_tensors.push((position, offset)),
             }
         }
+        let needs = graph.storage_needs();
         VariantLayout {
             uids: slots.iter().map(|(uid, _)| *uid).collect(),
+            needs: io.iter().map(|id| needs[id.0]).collect(),
             io,
             outputs_from,
             io_positions,
@@ -188,6 +192,12 @@ impl VariantLayout {
     /// [`VariantLayout::uids`], the index of the I/O tensor it views and the byte offset.
     pub fn views(&self) -> &[(usize, usize, u64)] {
         &self.views
+    }
+
+    /// The elements the `i`-th I/O tensor's buffer must hold: its storage span, or fewer for a
+    /// packed tensor whose tokens the graph bounds ([`Graph::storage_needs`]).
+    pub fn need(&self, i: usize) -> usize {
+        self.needs[i]
     }
 
     /// Whether the `i`-th I/O tensor is an output.

@@ -240,6 +240,69 @@ impl Graph {
         io
     }
 
+    /// The elements each tensor's buffer must hold, by [`TensorId`]: its storage span
+    /// ([`Tensor::storage_len`]), except a packed (ragged) tensor that every node touching it
+    /// reads or writes within a bound on its tokens (an attention's `max_total_seq_len_q`/`_kv`):
+    /// that many tokens of its `H·D` elements.
+    ///
+    /// ```
+    /// # use cudnn_runtime as cudnn_graph;
+    /// use cudnn_graph::{DataType, GraphBuilder};
+    /// let mut g = GraphBuilder::new("packed");
+    /// // [B = 4, H = 2, S = 64, D = 16], laid out THD (token-major).
+    /// let thd = |g: &mut GraphBuilder, name: &str| {
+    ///     let t = g.input(name, DataType::BF16, &[4, 2, 64, 16]).unwrap();
+    ///     g.set_dim_order(t, &[0, 2, 1, 3]).unwrap();
+    ///     t
+    /// };
+    /// let (q, k, v) = (thd(&mut g, "q"), thd(&mut g, "k"), thd(&mut g, "v"));
+    /// let lens = g.input("lens", DataType::I32, &[4, 1, 1, 1]).unwrap();
+    /// let offsets = g.input("offsets", DataType::I32, &[5, 1, 1, 1]).unwrap();
+    /// let args = [q, k, v, lens, lens, offsets, offsets, offsets, offsets].map(Into::into);
+    /// let attrs = [
+    ///     ("ragged".into(), true.into()),
+    ///     ("padding_mask".into(), true.into()),
+    ///     ("max_total_seq_len_q".into(), 100.into()),
+    /// ];
+    /// let o = g.op("sdpa", &args, &attrs).unwrap()[0];
+    /// let o = g.output(o, "o", DataType::BF16).unwrap();
+    /// g.set_dim_order(o, &[0, 2, 1, 3]).unwrap();
+    /// let graph = g.build().unwrap();
+    /// let needs = graph.storage_needs();
+    /// let need = |name: &str| needs[graph.id_of(name).unwrap().0];
+    /// // Q and O: 100 tokens of 2 · 16 elements; K and V: the padded 4 · 64 tokens.
+    /// assert_eq!((need("q"), need("o"), need("k")), (100 * 32, 100 * 32, 4 * 64 * 32));
+    /// ```
+    pub fn storage_needs(&self) -> Vec<usize> {
+        // The largest packed bound over a tensor's uses, and whether a use is unbounded.
+        let mut bounded: Vec<Option<usize>> = vec![None; self.tensors.len()];
+        let mut whole = vec![false; self.tensors.len()];
+        for node in &self.nodes {
+            let ragged = node.op.ragged_ports();
+            let ports = node.inputs.iter().enumerate().map(|(i, t)| (false, i, t));
+            for (output, i, t) in ports.chain(node.outputs.iter().enumerate().map(|(i, t)| (true, i, t))) {
+                let tokens = ragged.iter().find(|p| p.output == output && p.index == i).and_then(|p| p.tokens);
+                let tensor = &self.tensors[t.0];
+                let need = match (tokens, tensor.dims.as_slice()) {
+                    (Some(n), &[_, h, _, d]) => n.checked_mul(h).and_then(|x| x.checked_mul(d)),
+                    _ => None,
+                };
+                match need.and_then(|n| usize::try_from(n).ok()) {
+                    Some(n) => bounded[t.0] = Some(bounded[t.0].map_or(n, |m| m.max(n))),
+                    None => whole[t.0] = true,
+                }
+            }
+        }
+        self.tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match bounded[i] {
+                Some(n) if !whole[i] => n.min(t.storage_len()),
+                _ => t.storage_len(),
+            })
+            .collect()
+    }
+
     /// Whether `node` is a fill: a pointwise `identity` of one by-value constant, whose output
     /// may have any dims of the constant's rank (the constant broadcast over them; every other
     /// node's outputs have the dims its op infers). `graph!` and the builder never make one;

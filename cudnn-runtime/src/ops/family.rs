@@ -176,6 +176,9 @@ pub struct RaggedPort {
     pub index: usize,
     /// The index of the input holding its offsets.
     pub offsets: usize,
+    /// The packed tokens its buffer holds, where the op bounds them (`max_total_seq_len_q`);
+    /// `None`: the tensor's whole storage span.
+    pub tokens: Option<i64>,
 }
 
 /// How the builder lays out the virtual tensors around an op whose strides are unset (graph

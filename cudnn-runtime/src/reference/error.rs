@@ -9,7 +9,8 @@ use crate::DataType;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ArgError {
     /// A buffer whose length does not fit the tensor's storage: a host buffer of another length
-    /// than the storage span, or a device buffer shorter than it (a longer device buffer is
+    /// than the storage span, or a device buffer shorter than it, or than a packed attention
+    /// tensor's bounded tokens ([`crate::Graph::storage_needs`]) (a longer device buffer is
     /// accepted: framework arenas hand out larger blocks; only the span is read or written).
     #[error(
         "tensor `{tensor}` needs {expected} elements ({dims:?} {}) but its buffer has {found}",

@@ -66,6 +66,10 @@ fn cases() -> Vec<Case> {
         (false, true, DataType::I32, vec![("causal", true.into()), ("alignment", "bottom_right".into())]),
         (true, false, DataType::I32, vec![("causal", true.into())]),
         (true, false, DataType::I64, vec![("bias", true.into()), ("d_bias", true.into())]),
+        // Bounds on the packed tokens (LENS holds 11): the buffers' capacity.
+        (false, false, DataType::I32, vec![("max_total_seq_len_q", 11.into()), ("max_total_seq_len_kv", 12.into())]),
+        (false, true, DataType::I32, vec![("max_total_seq_len_q", 11.into())]),
+        (true, false, DataType::I32, vec![("causal", true.into()), ("max_total_seq_len_q", 11.into())]),
     ]
 }
 
@@ -91,6 +95,15 @@ fn ragged_attention_round_trips_exactly_with_cudnn_frontend_fields() {
             assert_eq!(tensor("out_dq")["ragged_offset_name"], "ragged_offset_q");
         } else {
             assert_eq!(tensor("out_o")["ragged_offset_name"], "ragged_offset_o");
+        }
+        // The bounds are cudnn-frontend's fields (null without one).
+        for field in ["max_total_seq_len_q", "max_total_seq_len_kv"] {
+            let given = list.iter().find(|(k, _)| *k == field).map(|(_, v)| v.clone());
+            let written = &doc["nodes"][0][field];
+            match given {
+                Some(AttrValue::Int(n)) => assert_eq!(written, &serde_json::json!(n), "{field}: {text}"),
+                _ => assert!(written.is_null(), "{field}: {text}"),
+            }
         }
         // Over a paged cache K and V are pools: not packed.
         let k = tensor("k");
@@ -219,12 +232,13 @@ fn ragged_offsets_anywhere_else_are_refused_by_name() {
     doc["tensors"][q]["ragged_offset_name"] = serde_json::json!("ragged_offset_k");
     let (_, feature) = unsupported(&doc);
     assert!(feature.contains("the uid and the name disagree"), "{feature}");
-    // A bound on the packed tokens.
-    let mut doc = base.clone();
-    doc["nodes"][0]["max_total_seq_len_q"] = serde_json::json!(11);
-    let (path, feature) = unsupported(&doc);
-    assert_eq!(path, "nodes[0].max_total_seq_len_q");
-    assert!(feature.contains("a bound on the packed tokens"), "{feature}");
+    // A bound on the packed tokens past the padded batch's B·S, or below 1: the rule's error.
+    for (bound, want) in [(19, "`max_total_seq_len_q = 19` is more than B·S_q = 3·6 = 18"), (0, "at least 1, found 0")] {
+        let mut doc = as_frontend_writes(&text);
+        doc["nodes"][0]["max_total_seq_len_q"] = serde_json::json!(bound);
+        let e = structure_from_json(&doc.to_string()).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
     // Offsets on a matmul's operand.
     let mut m = GraphBuilder::new("mm");
     let a = m.input("a", DataType::BF16, &[1, 4, 8]).unwrap();

@@ -170,8 +170,6 @@ fn cudnn_frontend_1_32_forward_fields_are_written_and_read_by_what_they_mean() {
     for (field, value, feature) in [
         ("stats_use_log2", serde_json::json!(true), "softmax stats in base 2"),
         ("is_mxfp8", serde_json::json!(true), "MXFP8"),
-        ("max_total_seq_len_q", serde_json::json!(256), "a bound on the packed tokens"),
-        ("max_total_seq_len_kv", serde_json::json!(256), "a bound on the packed tokens"),
     ] {
         let mut doc = doc.clone();
         doc["nodes"][0][field] = value;
@@ -180,6 +178,13 @@ fn cudnn_frontend_1_32_forward_fields_are_written_and_read_by_what_they_mean() {
             matches!(&e, SerializeError::Unsupported { path, feature: f } if path == &format!("nodes[0].{field}") && f.contains(feature)),
             "{field}: {e:?}"
         );
+    }
+    // A bound on the packed tokens of an attention that packs nothing: the rule's error.
+    for field in ["max_total_seq_len_q", "max_total_seq_len_kv"] {
+        let mut doc = doc.clone();
+        doc["nodes"][0][field] = serde_json::json!(256);
+        let e = structure_from_json(&doc.to_string()).unwrap_err().to_string();
+        assert!(e.contains(&format!("`{field} = 256` bounds the tokens of packed sequences; add `ragged = true`")), "{e}");
     }
     let mut doc = doc.clone();
     doc["nodes"][0]["stats_use_log2"] = serde_json::json!("no");

@@ -13,13 +13,14 @@
 //! backward is tagged `SDPA_FP8_BWD` (`SDPA_fp8_backward_attributes`: no `alibi_mask` and no MMA
 //! mode, so the fp8 type is read back from Q's; `compute_data_type` and `is_mxfp8` written) with
 //! the twelve scale ports of [`super::FP8_BACKWARD_INPUTS`] and `Amax_dQ` ... `Amax_dP`. `stats_use_log2`, `is_mxfp8` and `unfuse_fma` are read when false,
-//! and the packed totals `max_total_seq_len_q`/`_kv` when null. Paged caches (`paged = true`) are
+//! and the packed totals `max_total_seq_len_q`/`_kv` are ours of the same names (null: none; the
+//! buffers' capacity in tokens, while Stats and the backward's dQ accumulator stay padded, where
+//! cudnn-frontend may pack its own). Paged caches (`paged = true`) are
 //! the `Page_table_K` and `Page_table_V` ports, with `max_seq_len_kv` (null: table width × page
 //! size). Packed sequences (`ragged = true`) are cudnn-frontend's `ragged_offset_uid` and
 //! `ragged_offset_name` on the packed tensors (Q, K, V, O; the backward's dO, dQ, dK, dV too),
 //! which the document reader turns into the `Ragged_offset_*` ports (`serialize/read/ragged.rs`)
-//! and the writer back. Alibi masks, bounds on the packed tokens (`max_total_seq_len_q`/`_kv`),
-//! base-2 stats, MXFP8, right bounds other than 0, custom dropout masks and one paged cache of the
+//! and the writer back. Alibi masks, base-2 stats, MXFP8, right bounds other than 0, custom dropout masks and one paged cache of the
 //! two are not supported: each is an `Unsupported` error naming the field.
 
 use super::{Alignment, Implementation, Sdpa, SdpaPass};
@@ -142,8 +143,8 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
             ("implementation", Json::str(written_implementation(a.implementation).cudnn_name())),
             ("is_mxfp8", Json::Bool(false)),
             ("max_seq_len_kv", a.max_seq_len_kv.map_or(Json::Null, Json::Int)),
-            ("max_total_seq_len_kv", Json::Null),
-            ("max_total_seq_len_q", Json::Null),
+            ("max_total_seq_len_kv", a.max_total_seq_len_kv.map_or(Json::Null, Json::Int)),
+            ("max_total_seq_len_q", a.max_total_seq_len_q.map_or(Json::Null, Json::Int)),
             ("mma_core_mode", Json::str(mma_core_mode(a.fp8))),
             ("stats_use_log2", Json::Bool(false)),
             ("tag", Json::str(if a.fp8.is_some() { TAG_FP8_FORWARD } else { TAG_FORWARD })),
@@ -152,8 +153,8 @@ pub(crate) fn write(a: &Sdpa, cx: &WriteCx<'_>) -> FrontendFields {
         SdpaPass::Backward => {
             members.extend([
                 ("is_deterministic_algorithm", Json::Bool(a.deterministic)),
-                ("max_total_seq_len_kv", Json::Null),
-                ("max_total_seq_len_q", Json::Null),
+                ("max_total_seq_len_kv", a.max_total_seq_len_kv.map_or(Json::Null, Json::Int)),
+                ("max_total_seq_len_q", a.max_total_seq_len_q.map_or(Json::Null, Json::Int)),
                 ("tag", Json::str(if fp8_backward { TAG_FP8_BACKWARD } else { TAG_BACKWARD })),
             ]);
             if fp8_backward {
@@ -212,18 +213,18 @@ fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError>
     deny_unknown_node_fields(n, own)?;
     let unsupported =
         |field: &str, feature: &str| CodecError::Unsupported { path: n.field_path(field), feature: feature.into() };
-    let null = |field: &str| matches!(n.get(field), None | Some(Json::Null));
     let has_port = |field: &str, port: &str| has_port(n, field, port);
     let mut out: Fields = Vec::new();
     if n.bool_or("alibi_mask", false)? {
         return Err(unsupported("alibi_mask", "alibi masks"));
     }
+    // The bounds on the packed tokens: the buffers' capacity (cudnn-graph keeps Stats and the
+    // backward's dQ accumulator padded, B·S rows, whatever the bound).
     for field in ["max_total_seq_len_q", "max_total_seq_len_kv"] {
-        if own.contains(&field) && !null(field) {
-            return Err(unsupported(
-                field,
-                "a bound on the packed tokens (cudnn-graph keeps Stats and the dQ accumulator padded, B·S rows)",
-            ));
+        if own.contains(&field) {
+            if let Some(v) = n.opt_i64(field)? {
+                out.push((field, field, FrontendAttr::Int(v)));
+            }
         }
     }
     // Packed sequences: the document reader turns the `ragged_offset_uid` of Q (and of the

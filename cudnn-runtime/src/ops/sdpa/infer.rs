@@ -85,6 +85,7 @@ impl Sdpa {
         self.head_dim_rule(op, &t)?;
         self.aligned_lengths(op, &t)?;
         self.backward_lengths(op, &t)?;
+        ragged::check_totals(self, t.b().as_lit(), t.s_q().as_lit(), t.s_kv().as_lit())?;
         self.optional_ports(op, inputs, &ports, &t, cx)?;
         Ok(self.outputs_meta(inputs, &ports, &t))
     }

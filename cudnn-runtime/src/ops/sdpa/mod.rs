@@ -25,7 +25,9 @@
 //! [`paged`]).
 //!
 //! `ragged = true` packs the sequences (THD): each of Q, K, V, O (the backward's too) holds
-//! sequence `b` at the element offset its `Ragged_offset_*` input gives (see [`ragged`]).
+//! sequence `b` at the element offset its `Ragged_offset_*` input gives (see [`ragged`]);
+//! `max_total_seq_len_q = n`, `max_total_seq_len_kv = n` bound the packed tokens, so that the
+//! buffers hold only that many.
 //!
 //! Optional inputs follow Q, K, V (and O, dO, Stats for the backward) in this order:
 //! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`, `Page_table_K`,
@@ -200,6 +202,8 @@ const FORWARD_ATTRS: &[AttrSpec] = &[
     attr("paged", AttrKind::Bool),
     attr("max_seq_len_kv", AttrKind::Int),
     attr("ragged", AttrKind::Bool),
+    attr("max_total_seq_len_q", AttrKind::Int),
+    attr("max_total_seq_len_kv", AttrKind::Int),
 ];
 const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("scale", AttrKind::Float),
@@ -215,6 +219,8 @@ const BACKWARD_ATTRS: &[AttrSpec] = &[
     attr("implementation", AttrKind::OneOf(BACKWARD_IMPLEMENTATIONS)),
     attr("fp8", AttrKind::OneOf(FP8_MODES)),
     attr("ragged", AttrKind::Bool),
+    attr("max_total_seq_len_q", AttrKind::Int),
+    attr("max_total_seq_len_kv", AttrKind::Int),
 ];
 
 /// Forward or backward.
@@ -415,6 +421,15 @@ pub struct Sdpa {
     /// `Ragged_offset_*` input gives (cuDNN's ragged offset tensors; see [`ragged`]).
     #[serde(default)]
     pub ragged: bool,
+    /// With `ragged`: the most query tokens the packed batch holds (cudnn-frontend's
+    /// `max_total_seq_len_q`), so that the buffers of Q, O (and dO, dQ) need only that many
+    /// tokens of `H·D` elements; `None`: `B·S_q`, the padded capacity (see [`ragged`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_seq_len_q: Option<i64>,
+    /// With `ragged`: the most key tokens the packed batch holds (`max_total_seq_len_kv`), for
+    /// the buffers of K, V (and dK, dV); `None`: `B·S_kv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_seq_len_kv: Option<i64>,
 }
 
 /// The cuDNN types Q, K and V may have.
@@ -447,6 +462,8 @@ impl Sdpa {
             paged: false,
             max_seq_len_kv: None,
             ragged: false,
+            max_total_seq_len_q: None,
+            max_total_seq_len_kv: None,
         }
     }
 
@@ -474,6 +491,8 @@ impl Sdpa {
         s.paged = a.bool("paged").unwrap_or(false);
         s.max_seq_len_kv = a.int("max_seq_len_kv");
         s.ragged = a.bool("ragged").unwrap_or(false);
+        s.max_total_seq_len_q = a.int("max_total_seq_len_q");
+        s.max_total_seq_len_kv = a.int("max_total_seq_len_kv");
         s.implementation = match a.name("implementation") {
             Some("fused") => Implementation::Fused,
             Some("composite") => Implementation::Composite,
@@ -510,8 +529,15 @@ impl Sdpa {
         if let Some(w) = self.window {
             push("window", AttrValue::Int(w));
         }
-        if let Some(n) = self.max_seq_len_kv {
-            push("max_seq_len_kv", AttrValue::Int(n));
+        let bounds = [
+            ("max_seq_len_kv", self.max_seq_len_kv),
+            ("max_total_seq_len_q", self.max_total_seq_len_q),
+            ("max_total_seq_len_kv", self.max_total_seq_len_kv),
+        ];
+        for (k, v) in bounds {
+            if let Some(n) = v {
+                push(k, AttrValue::Int(n));
+            }
         }
         if let Some(mode) = self.fp8_mode() {
             push("fp8", AttrValue::Name(mode.into()));
@@ -667,7 +693,8 @@ impl OpFamily for Sdpa {
                     ragged::Slot::Input(i) => (false, i),
                     ragged::Slot::Output(i) => (true, i),
                 };
-                super::RaggedPort { port: p.port, output, index, offsets: p.offsets_index }
+                let tokens = ragged::total_tokens(self, &p);
+                super::RaggedPort { port: p.port, output, index, offsets: p.offsets_index, tokens }
             })
             .collect()
     }

@@ -11,10 +11,14 @@
 //! Element `(b, h, s, d)` of a packed tensor is at `Ragged_offset[b] + s·H·D + h·D + d` instead
 //! of `b·S·H·D + s·H·D + h·D + d`: with offsets `0, L_0·H·D, (L_0 + L_1)·H·D, ..` the sequences
 //! sit back to back (the exclusive prefix sum of the lengths, times `H·D`). `S_q` and `S_kv` are
-//! the longest sequences the graph takes, and the buffers hold `B·S·H·D` elements, the capacity;
-//! the packed tokens fill its front. Only rows within the sequence lengths are read or written:
-//! cuDNN writes no padding rows of a packed O (or dQ, dK, dV), which would be the next
-//! sequence's.
+//! the longest sequences the graph takes. The buffers hold `B·S·H·D` elements, the padded
+//! capacity, unless the node bounds its packed tokens: with `max_total_seq_len_q = T_q` (Q, O,
+//! dO, dQ) and `max_total_seq_len_kv = T_kv` (K, V, dK, dV), cudnn-frontend's names, a buffer
+//! needs only `T·H·D` elements (a serving step of 64 sequences of up to 4096 tokens, 8192 tokens
+//! in all: 1/32 of the padded size). The packed tokens fill the buffer's front. Only rows within
+//! the sequence lengths are read or written: cuDNN writes no padding rows of a packed O (or dQ,
+//! dK, dV), which would be the next sequence's. (The CPU reference's arrays are logical
+//! `[B, H, S, D]`: its host buffers keep the padded capacity.)
 //!
 //! Packed are Q, K, V and O (forward), or Q, K, V, O, dO, dQ, dK and dV (backward), each through
 //! its own offsets input, in this order: `Ragged_offset_Q`, `Ragged_offset_K`,
@@ -26,11 +30,13 @@
 //!
 //! Rules: `padding_mask = true` (cuDNN's: ragged offsets need the sequence lengths), no `fp8`;
 //! the offsets `[B + 1, 1, 1, 1]`, all `i32` or all `i64` (shape rule, so `graph!` reports them at
-//! compile time); packed ports laid out THD ([`crate::ops::Op::check_layout`], when the graph is validated); and
-//! before a node runs, on the values ([`crate::ops::Op::check_values`]): every offset a whole number of tokens,
-//! each sequence within the buffer and before the next (`Ragged_offset[b] + L_b·H·D <=
-//! Ragged_offset[b + 1] <= B·S·H·D`), each length within `0..=S`. cuDNN checks none of it and
-//! reads or writes out of bounds otherwise.
+//! compile time); `max_total_seq_len_q`/`_kv` only with `ragged`, within `1..=B·S` (and no
+//! `max_total_seq_len_kv` over a paged cache, whose keys are pages, not packed); packed ports
+//! laid out THD ([`crate::ops::Op::check_layout`], when the graph is validated); and before a
+//! node runs, on the values ([`crate::ops::Op::check_values`]): every offset a whole number of
+//! tokens, each sequence within the buffer and before the next (`Ragged_offset[b] + L_b·H·D <=
+//! Ragged_offset[b + 1] <= T·H·D`, `T` the bound or `B·S`), each length within `0..=S`. cuDNN
+//! checks none of it and reads or writes out of bounds otherwise.
 //!
 //! The CPU reference unpacks the packed inputs into the padded batch, runs the padded attention
 //! (padding mask, and the paged cache's gather), and packs the outputs back, writing only the
@@ -147,12 +153,45 @@ pub fn offsets_port_of(port: &str) -> Option<&'static str> {
     })
 }
 
+/// The packed tokens port `p`'s buffer holds when the node bounds them (`max_total_seq_len_q`
+/// for the ports whose rows are the queries', `max_total_seq_len_kv` for the keys'); `None`:
+/// `B·S`, the padded capacity.
+pub fn total_tokens(op: &Sdpa, p: &Packed) -> Option<i64> {
+    if p.query_rows {
+        op.max_total_seq_len_q
+    } else {
+        op.max_total_seq_len_kv
+    }
+}
+
+/// The bounds on the packed tokens and their attribute names.
+fn totals(op: &Sdpa) -> [(&'static str, Option<i64>); 2] {
+    [("max_total_seq_len_q", op.max_total_seq_len_q), ("max_total_seq_len_kv", op.max_total_seq_len_kv)]
+}
+
 /// The rules on `ragged` and the other attributes.
 pub(super) fn check_attributes(op: &Sdpa) -> Result<(), ShapeError> {
+    let name = op.pass.name();
+    for (attr, total) in totals(op) {
+        let Some(n) = total else { continue };
+        let fail = |r: String| Err(ShapeError { attr: Some(attr), ..rule(name, None, r) });
+        if !op.ragged {
+            return fail(format!(
+                "`{attr} = {n}` bounds the tokens of packed sequences; add `ragged = true` or leave it out"
+            ));
+        }
+        if n < 1 {
+            return fail(format!("`{attr}` must be at least 1, found {n}"));
+        }
+        if op.paged && attr == "max_total_seq_len_kv" {
+            return fail(format!(
+                "`{attr} = {n}`: over a paged cache the keys are in page pools, not packed; leave it out"
+            ));
+        }
+    }
     if !op.ragged {
         return Ok(());
     }
-    let name = op.pass.name();
     let fail = |r: &str| Err(ShapeError { attr: Some("ragged"), ..rule(name, None, r.to_string()) });
     if !op.padding_mask {
         return fail(
@@ -162,6 +201,28 @@ pub(super) fn check_attributes(op: &Sdpa) -> Result<(), ShapeError> {
     }
     if op.fp8.is_some() {
         return fail("cudnn-graph does not lower fp8 attention over packed (ragged) sequences; leave out `fp8` or `ragged`");
+    }
+    Ok(())
+}
+
+/// The bounds on the packed tokens against the padded capacity, where the dims are known: at
+/// most `B·S_q` query and `B·S_kv` key tokens (a larger bound would let the offsets run past
+/// the tensor cuDNN is described).
+pub(super) fn check_totals(op: &Sdpa, b: Option<i64>, s_q: Option<i64>, s_kv: Option<i64>) -> Result<(), ShapeError> {
+    for ((attr, total), s) in totals(op).into_iter().zip([s_q, s_kv]) {
+        let (Some(n), Some(b), Some(s)) = (total, b, s) else { continue };
+        let most = b.saturating_mul(s);
+        if n > most {
+            let which = if attr.ends_with("_q") { "S_q" } else { "S_kv" };
+            return Err(ShapeError {
+                attr: Some(attr),
+                ..rule(
+                    op.pass.name(),
+                    None,
+                    format!("`{attr} = {n}` is more than B·{which} = {b}·{s} = {most}, the padded batch's tokens"),
+                )
+            });
+        }
     }
     Ok(())
 }
@@ -247,7 +308,12 @@ pub(crate) fn check_values(op: &Sdpa, inputs: &[&Array]) -> Result<(), ShapeErro
         let Some(offsets) = inputs.get(p.offsets_index) else { continue };
         let lens = if p.query_rows { seq_q } else { seq_kv };
         let token = h.saturating_mul(d).max(1);
-        let capacity = (b as i64).saturating_mul(s).saturating_mul(token);
+        let (tokens, what) = match total_tokens(op, &p) {
+            Some(n) if p.query_rows => (n, "max_total_seq_len_q·H·D"),
+            Some(n) => (n, "max_total_seq_len_kv·H·D"),
+            None => ((b as i64).saturating_mul(s), "B·S·H·D"),
+        };
+        let capacity = tokens.saturating_mul(token);
         let fail = |msg: String| Err(rule(name, Some(p.offsets_index), msg));
         let off = |i: usize| offsets.data.get(i).copied().unwrap_or(0.0);
         for seq in 0..=b {
@@ -255,7 +321,7 @@ pub(crate) fn check_values(op: &Sdpa, inputs: &[&Array]) -> Result<(), ShapeErro
             if !(o >= 0.0 && o.fract() == 0.0 && o <= capacity as f64) {
                 return fail(format!(
                     "{}[{seq}] = {o} is outside the packed {} buffer: offsets of {} are within 0..={capacity} \
-                     (B·S·H·D elements); sequence {seq}",
+                     ({what} elements); sequence {seq}",
                     p.offsets, p.port, p.port
                 ));
             }

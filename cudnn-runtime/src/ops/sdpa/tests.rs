@@ -1578,6 +1578,64 @@ fn ragged_offsets_are_checked_before_anything_reads_them() {
     assert!(e.contains("sequence 2 of K runs from Ragged_offset_K[2] = 96 for SEQ_LEN_KV[2] = 4 tokens"), "{e}");
 }
 
+/// `max_total_seq_len_q`/`_kv` bound the packed tokens: only with `ragged`, at least 1, at most
+/// `B·S`, never the keys of a paged cache; the offsets then stay within `T·H·D`; each port's
+/// bound is the one of its rows (queries or keys).
+#[test]
+fn bounds_on_the_packed_tokens_are_checked_and_bound_the_offsets() {
+    let mut rng = Rng(79);
+    // [B = 3, S = 4]: 9 query and 9 key tokens, bounded at 9 and 10 (the padded 12).
+    let (mut c, _) = ragged_case(&mut rng, &[], [3, 2, 2, 4, 4, 8], (&[4, 2, 3], &[4, 2, 3]));
+    c.op.max_total_seq_len_q = Some(9);
+    c.op.max_total_seq_len_kv = Some(10);
+    let o = Op::Sdpa(c.op.clone());
+    assert!(o.reference(&refs(&c.inputs)).is_ok());
+    let ports: Vec<(&str, Option<i64>)> = o.ragged_ports().iter().map(|p| (p.port, p.tokens)).collect();
+    assert_eq!(ports, [("Q", Some(9)), ("K", Some(10)), ("V", Some(10)), ("O", Some(9))]);
+    // Token = H·D = 16 elements: K's offsets within 0..=10·16 = 160 (the padded 192 no longer).
+    let off = c.op.input_index("Ragged_offset_K").unwrap();
+    c.inputs[off].data = vec![0.0, 64.0, 96.0, 176.0];
+    let e = o.reference(&refs(&c.inputs)).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "Ragged_offset_K[3] = 176 is outside the packed K buffer: offsets of K are within 0..=160 \
+             (max_total_seq_len_kv·H·D elements)"
+        ),
+        "{e}"
+    );
+    // The rules, spanned on the attribute.
+    let ragged = [("padding_mask", AttrValue::from(true)), ("ragged", true.into())];
+    let with = |name: &str, extra: &[(&str, AttrValue)]| {
+        let attrs: Vec<(&str, AttrValue)> = ragged.iter().cloned().chain(extra.iter().cloned()).collect();
+        op(name, &attrs)
+    };
+    let e = op("sdpa", &[("max_total_seq_len_q", 8.into())]).check_attributes().unwrap_err();
+    assert_eq!(e.attr, Some("max_total_seq_len_q"));
+    assert!(e.to_string().contains("`max_total_seq_len_q = 8` bounds the tokens of packed sequences; add `ragged = true`"));
+    let e = with("sdpa_backward", &[("max_total_seq_len_kv", 0.into())]).check_attributes().unwrap_err();
+    assert!(e.to_string().contains("`max_total_seq_len_kv` must be at least 1, found 0"), "{e}");
+    let e = with("sdpa", &[("paged", true.into()), ("max_total_seq_len_kv", 64.into())]).check_attributes().unwrap_err();
+    assert!(e.to_string().contains("over a paged cache the keys are in page pools, not packed"), "{e}");
+    assert!(with("sdpa", &[("paged", true.into()), ("max_total_seq_len_q", 64.into())]).check_attributes().is_ok());
+    // At most B·S: [B = 4, S = 64] holds 256 query tokens.
+    let metas = |s: &Sdpa| {
+        let mut m = qkv(4, 8, 2, 64, 64, 64);
+        m.push(meta(&[4, 1, 1, 1], DataType::I32));
+        m.push(meta(&[4, 1, 1, 1], DataType::I32));
+        m.extend((0..s.inputs().len() - 5).map(|_| meta(&[5, 1, 1, 1], DataType::I32)));
+        m
+    };
+    let fits = with("sdpa", &[("max_total_seq_len_q", 256.into())]);
+    assert!(infer(&fits, &metas(&fits)).is_ok());
+    let past = with("sdpa", &[("max_total_seq_len_q", 257.into())]);
+    let e = infer(&past, &metas(&past)).unwrap_err();
+    assert_eq!(e.attr, Some("max_total_seq_len_q"));
+    assert!(e.to_string().contains("`max_total_seq_len_q = 257` is more than B·S_q = 4·64 = 256"), "{e}");
+    // And they round-trip through the call attributes.
+    let o = Op::Sdpa(with("sdpa_backward", &[("max_total_seq_len_q", 100.into()), ("max_total_seq_len_kv", 7.into())]));
+    assert_eq!(Op::from_call("sdpa_backward", &o.call_attrs()).unwrap(), o);
+}
+
 #[test]
 fn ragged_attributes_round_trip() {
     for name in ["sdpa", "sdpa_backward"] {
