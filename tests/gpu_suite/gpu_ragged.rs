@@ -432,7 +432,8 @@ fn gpu_ragged_buffers_hold_only_the_bounded_tokens() {
         stream.clone_htod(&host).unwrap()
     };
     let (q_d, k_d, v_d) = (bounded(&q, 16), bounded(&k, 4), bounded(&v, 4));
-    let (len_d, oq_d, okv_d) = (stream.clone_htod(&lens).unwrap(), stream.clone_htod(&oq).unwrap(), stream.clone_htod(&okv).unwrap());
+    let (len_d, oq_d, okv_d) =
+        (stream.clone_htod(&lens).unwrap(), stream.clone_htod(&oq).unwrap(), stream.clone_htod(&okv).unwrap());
     let mut o_d = poisoned(&stream, (t + guard) * 16 * 128);
     let plan = graph.build(&cudnn, &BuildOptions::default()).unwrap();
     let mut ws = workspace(&stream, plan.workspace_size());

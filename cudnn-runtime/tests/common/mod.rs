@@ -66,6 +66,22 @@ pub fn deviceless() -> Option<Cudnn> {
 }
 
 #[cfg(feature = "cudnn")]
+/// Whether `e` is a support rule refusing what the capabilities table says the loaded cuDNN lacks
+/// (`cudnn_runtime::capabilities::Missing`: "... needs cuDNN 9.15.1 or newer; loaded 9.14.0"):
+/// a refusal the tests of a form that 9.19 plans accept on an older cuDNN, and only there.
+pub fn lacks_capability(cudnn: &Cudnn, e: &cudnn_runtime::backend::BackendError) -> bool {
+    use cudnn_runtime::backend::BackendError;
+    use cudnn_runtime::capabilities::{version_string, CAPABILITIES};
+    let loaded = cudnn.version();
+    let text = e.to_string();
+    matches!(e, BackendError::SupportRule { .. })
+        && text.contains(&format!("or newer; loaded {}", version_string(loaded)))
+        && CAPABILITIES.iter().any(|row| {
+            row.since > loaded && text.contains(&format!("needs cuDNN {} or newer", version_string(row.since)))
+        })
+}
+
+#[cfg(feature = "cudnn")]
 /// Plans `graph`, or `None` where the loaded cuDNN is one the known-bad table refuses one-row
 /// matmuls on (9.10.2–9.14 deviceless: `BackendError::KnownBad`, since those versions kill the
 /// process). Any other error, and `KnownBad` on a version the table does not name, fails.

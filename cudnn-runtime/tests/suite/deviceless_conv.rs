@@ -161,10 +161,10 @@ fn nchw_dgrad_drelu_has_no_plan_and_says_to_declare_channels_last() {
             );
             assert!(message.ends_with("declare them `channels_last` (`GraphBuilder::set_channels_last`)"), "{message}");
         }
-        // cuDNN 9.28 plans the convolution alone (its output channels-last), so the partition
-        // reaches the elementwise op reading it into the row-major `dx`, which the axis-order
-        // rule refuses with the same advice and the same ports.
-        Err(e @ BackendError::SupportRule { .. }) if cudnn.version() > 91900 => {
+        // cuDNN 9.14 and 9.28 plan the convolution alone (its output channels-last), so the
+        // partition reaches the elementwise op reading it into the row-major `dx`, which the
+        // axis-order rule refuses with the same advice and the same ports.
+        Err(e @ BackendError::SupportRule { .. }) => {
             let message = e.to_string();
             assert!(message.contains("breaks cuDNN support rule `pointwise.axis_order`"), "{message}");
             assert!(

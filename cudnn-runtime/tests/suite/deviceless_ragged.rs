@@ -115,6 +115,9 @@ fn plan_all(cases: Vec<(&str, Ragged, bool, Attrs)>) -> Vec<String> {
                 let loaded = ExecutionPlan::from_json(&cudnn, graph.clone(), &plan.json().unwrap()).unwrap();
                 assert_eq!(loaded.layout(), plan.layout(), "{what}");
             }
+            // What the loaded cuDNN lacks (the fused operation before 9.13.1, its sequence
+            // lengths before 9.15), refused by name: the form plans from that version on.
+            Err(e) if common::lacks_capability(&cudnn, &e) => println!("{what}: refused on this cuDNN: {e}"),
             Err(e) => refused.push(format!("{what}: {e}")),
         }
     }

@@ -153,11 +153,25 @@ mod deviceless {
         plan.parts().iter().map(|p| format!("{:?} {}", p.nodes(), p.selected().tag())).collect()
     }
 
-    /// Plans `graph` with default options, prints its parts, and checks its plan run through its
-    /// memory on the CPU against the reference of the whole graph.
+    /// Plans `graph` with default options and checks the plan ([`computes`]).
     fn plans_and_computes(graph: &Graph, bound: f64) -> ExecutionPlan {
         let plan = ExecutionPlan::build(&cudnn(), graph, &BuildOptions::default())
             .unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+        computes(plan, graph, bound)
+    }
+
+    /// [`plans_and_computes`] of a graph whose sum over rows is a one-row matmul: on cuDNN
+    /// 9.10.2-9.14 deviceless, refused by the known-bad table (its heuristics would kill the
+    /// process), and nothing to check.
+    fn plans_and_computes_unless_known_bad(graph: &Graph, bound: f64) {
+        if let Some(plan) = common::plan_unless_known_bad(&cudnn(), graph) {
+            computes(plan, graph, bound);
+        }
+    }
+
+    /// Prints `plan`'s parts and checks it run through its memory on the CPU against the
+    /// reference of the whole graph.
+    fn computes(plan: ExecutionPlan, graph: &Graph, bound: f64) -> ExecutionPlan {
         let err = emulated_error(&plan, 21);
         println!("{}: {} parts {:?}, emulated error {err:.2e}", graph.name, plan.parts().len(), parts(&plan));
         assert!(err <= bound, "{}: {err}", graph.name);
@@ -282,8 +296,8 @@ mod deviceless {
             return;
         }
         for io in [F32, BF16] {
-            plans_and_computes(&lone("reduce_sum", io, &[512, 256], &[0], F32), 0.0);
-            plans_and_computes(&lone("reduce_sum", io, &[4, 128, 96], &[1], F32), 0.0);
+            plans_and_computes_unless_known_bad(&lone("reduce_sum", io, &[512, 256], &[0], F32), 0.0);
+            plans_and_computes_unless_known_bad(&lone("reduce_sum", io, &[4, 128, 96], &[1], F32), 0.0);
         }
         let mut g = GraphBuilder::new("relu_bwd_bias_grad_2d");
         let d_y = g.input("d_y", BF16, &[256, 128]).unwrap();
@@ -291,7 +305,7 @@ mod deviceless {
         let dh = g.op_named("dh", "relu_bwd", &[d_y.into(), h.into()], &[]).unwrap()[0];
         let db = g.op_named("db", "reduce_sum", &[dh.into()], &dims(&[0])).unwrap()[0];
         g.output(db, "d_b", F32).unwrap();
-        plans_and_computes(&g.build().unwrap(), 0.0);
+        plans_and_computes_unless_known_bad(&g.build().unwrap(), 0.0);
     }
 
     /// Every reduction cuDNN reduces over the innermost axes in memory plans in every type,
@@ -406,8 +420,11 @@ mod deviceless {
         assert!(nodes.iter().any(|(n, _)| n == "col_max"), "{nodes:?}");
         assert!(text.contains("`col_max` (reduce_max)"), "{text}");
         assert!(text.contains("heuristics proposed no engine configuration"), "{text}");
-        // What cuDNN's checks said: its reduction engine wants the channel layout.
-        assert!(text.contains("engine 1: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT (!is_NHWC)"), "{text}");
+        // What cuDNN's checks said: its reduction engine wants the channel layout (9.14 and newer
+        // say so; 9.10.2's heuristics propose no engine to check).
+        if cudnn.version() >= 91400 {
+            assert!(text.contains("engine 1: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT (!is_NHWC)"), "{text}");
+        }
         assert!(!text.contains("ColumnMax.part"), "{text}");
         for graph in [
             lone("reduce_max", F32, &[256, 512], &[0], F32),

@@ -8,6 +8,7 @@
 #![cfg(feature = "cudnn")]
 
 use cudnn_runtime::backend::{BackendError, BuildOptions, CandidateState, Cudnn, ExecutionPlan};
+use cudnn_runtime::capabilities::{self, Capability};
 use cudnn_runtime::ops::AttrValue;
 use cudnn_runtime::{DataType, Graph, GraphBuilder, TensorId};
 
@@ -171,6 +172,14 @@ fn backward_graphs_plan() {
     ];
     for (what, sh, list) in cases {
         let graph = backward(sh, &list);
+        // Odd key lengths without a padding mask need cuDNN 9.15.1: refused by name before it.
+        match ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()) {
+            Err(e) if common::lacks_capability(&cudnn, &e) => {
+                println!("{what}: refused on this cuDNN: {e}");
+                continue;
+            }
+            _ => {}
+        }
         let p = plan(&cudnn, what, &graph);
         assert!(p.layout().workspace_prefix() > 0, "{what}: the softmax sums live in the workspace");
     }
@@ -182,9 +191,11 @@ fn support_rules_fail_with_their_names() {
     let Some(cudnn) = deviceless() else { return };
     let graph = forward(SMALL, &[("causal", true.into()), ("implementation", "fused".into())], false);
     let e = ExecutionPlan::build(&cudnn, &graph, &BuildOptions::default()).unwrap_err();
+    // Before cuDNN 9.13.1 there is no fused operation at all: that rule comes first.
+    let fused = capabilities::has(cudnn.version(), Capability::FusedSdpaForward);
     match &e {
         BackendError::SupportRule { rule, node, .. } => {
-            assert_eq!(*rule, "sdpa.fused.causal");
+            assert_eq!(*rule, if fused { "sdpa.fused.causal" } else { "sdpa.fused.version" });
             assert_eq!(node, "sdpa_0");
         }
         other => panic!("{other}"),

@@ -233,7 +233,8 @@ fn ragged_offsets_anywhere_else_are_refused_by_name() {
     let (_, feature) = unsupported(&doc);
     assert!(feature.contains("the uid and the name disagree"), "{feature}");
     // A bound on the packed tokens past the padded batch's B·S, or below 1: the rule's error.
-    for (bound, want) in [(19, "`max_total_seq_len_q = 19` is more than B·S_q = 3·6 = 18"), (0, "at least 1, found 0")] {
+    for (bound, want) in [(19, "`max_total_seq_len_q = 19` is more than B·S_q = 3·6 = 18"), (0, "at least 1, found 0")]
+    {
         let mut doc = as_frontend_writes(&text);
         doc["nodes"][0]["max_total_seq_len_q"] = serde_json::json!(bound);
         let e = structure_from_json(&doc.to_string()).unwrap_err().to_string();

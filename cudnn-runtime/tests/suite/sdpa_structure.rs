@@ -184,7 +184,10 @@ fn cudnn_frontend_1_32_forward_fields_are_written_and_read_by_what_they_mean() {
         let mut doc = doc.clone();
         doc["nodes"][0][field] = serde_json::json!(256);
         let e = structure_from_json(&doc.to_string()).unwrap_err().to_string();
-        assert!(e.contains(&format!("`{field} = 256` bounds the tokens of packed sequences; add `ragged = true`")), "{e}");
+        assert!(
+            e.contains(&format!("`{field} = 256` bounds the tokens of packed sequences; add `ragged = true`")),
+            "{e}"
+        );
     }
     let mut doc = doc.clone();
     doc["nodes"][0]["stats_use_log2"] = serde_json::json!("no");
