@@ -104,6 +104,23 @@ pub fn check<T: Element>(case: &str, output: &str, got: &[T], want: &[T]) {
 }
 
 /// A device copy of `data`.
+/// Whether `e` is a support rule refusing what the capabilities table says the loaded cuDNN lacks
+/// (`capabilities::Missing`: "... needs cuDNN 9.15.1 or newer; loaded 9.14.0"): a refusal the
+/// tests of a form that 9.19 plans accept on an older cuDNN (the GPU machines' system 9.14), and
+/// only there.
+#[cfg(feature = "cudnn")]
+pub fn lacks_capability(cudnn: &cudnn_graph::backend::Cudnn, e: &cudnn_graph::Error) -> bool {
+    use cudnn_graph::backend::BackendError;
+    use cudnn_graph::capabilities::{version_string, CAPABILITIES};
+    let loaded = cudnn.version();
+    let text = e.to_string();
+    matches!(e, cudnn_graph::Error::Backend(BackendError::SupportRule { .. }))
+        && text.contains(&format!("or newer; loaded {}", version_string(loaded)))
+        && CAPABILITIES.iter().any(|row| {
+            row.since > loaded && text.contains(&format!("needs cuDNN {} or newer", version_string(row.since)))
+        })
+}
+
 #[cfg(feature = "cudnn")]
 pub fn upload<T: Element + cudnn_graph::backend::cudarc::driver::DeviceRepr>(
     stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,

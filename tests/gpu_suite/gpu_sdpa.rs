@@ -292,7 +292,15 @@ fn gpu_sdpa_backward_causal_gqa() {
         let g = CausalGqaBackward::new(b, hq, hkv, s, d);
         let want =
             g.reference(CausalGqaBackwardInputs { q: &q, k: &k, v: &v, o: &f.o, d_o: &d_o, stats: &f.stats }).unwrap();
-        let plan = g.build(&cudnn, &BuildOptions::default()).unwrap();
+        // S = 96 without a padding mask needs cuDNN 9.15.1: refused by name before it.
+        let plan = match g.build(&cudnn, &BuildOptions::default()) {
+            Ok(plan) => plan,
+            Err(e) if common::lacks_capability(&cudnn, &e) => {
+                println!("backward causal GQA S = {s}: refused on this cuDNN: {e}");
+                continue;
+            }
+            Err(e) => panic!("backward causal GQA S = {s}: {e}"),
+        };
         let up = |x: &Vec<bf16>| stream.clone_htod(x).unwrap();
         let (q_d, k_d, v_d, o_d, do_d) = (up(&q), up(&k), up(&v), up(&f.o), up(&d_o));
         let stats_d = stream.clone_htod(&f.stats).unwrap();
@@ -477,6 +485,8 @@ fn sdpa_test_graphs_plan_deviceless() {
     for (what, r) in plans {
         match r {
             Ok(tag) => println!("{what}: {tag}"),
+            // What the loaded cuDNN lacks (odd key lengths in the backward before 9.15.1).
+            Err(e) if common::lacks_capability(&cudnn, &e) => println!("{what}: refused on this cuDNN: {e}"),
             Err(e) => failed.push(format!("{what}: {e}")),
         }
     }
