@@ -42,8 +42,11 @@ pub(crate) trait OpFamily: Sized {
     /// with `inputs` positional arguments.
     fn from_attrs(kind: Self::Kind, attrs: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError>;
 
-    /// The attributes that rebuild this op, defaults omitted.
-    fn call_attrs(&self) -> Vec<(String, AttrValue)>;
+    /// The attributes that rebuild this op, defaults omitted: none for a family without
+    /// attributes.
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Vec::new()
+    }
 
     /// The inputs this instance takes, in order: its signature's, unless its attributes decide
     /// them (attention's optional ports, a concatenation's count).
@@ -53,8 +56,8 @@ pub(crate) trait OpFamily: Sized {
 
     /// The outputs this instance produces, in order: its signature's, unless its attributes
     /// decide them (a norm's training statistics, pooling's index).
-    fn outputs(&self) -> Vec<&'static str> {
-        Self::signature_of(self.kind()).outputs.to_vec()
+    fn outputs(&self) -> &'static [&'static str] {
+        Self::signature_of(self.kind()).outputs
     }
 
     /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists. An attribute

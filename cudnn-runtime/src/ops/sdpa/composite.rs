@@ -12,6 +12,7 @@
 use crate::capabilities::{has, Capability};
 use crate::cudnn::Port;
 use crate::dim::packed_strides;
+use crate::ops::family::OpFamily;
 use crate::ops::{PointwiseMode, ReductionMode};
 use crate::DataType;
 
@@ -92,9 +93,9 @@ pub(crate) const WORKSPACE_ALIGNMENT: usize = 256;
 
 /// What [`expand`] needs to know about the node and the target.
 pub(crate) struct Context<'a> {
-    /// The node's input tensors, in [`Sdpa::inputs`] order.
+    /// The node's input tensors, in [`Op::inputs`](crate::ops::Op::inputs) order.
     pub(crate) inputs: &'a [Port<'a>],
-    /// The node's output tensors, in [`Sdpa::outputs`] order.
+    /// The node's output tensors, in [`Op::outputs`](crate::ops::Op::outputs) order.
     pub(crate) outputs: &'a [Port<'a>],
     /// The graph's intermediate (virtual tensor) type.
     pub(crate) intermediate: DataType,
@@ -346,7 +347,7 @@ impl Builder<'_> {
     }
 }
 
-/// Dims of the node with these input tensors (in [`Sdpa::inputs`] order): `(b, h_q, s_q, d_qk,
+/// Dims of the node with these input tensors (in [`Op::inputs`](crate::ops::Op::inputs) order): `(b, h_q, s_q, d_qk,
 /// h_k, s_kv, h_v, d_v)`; `s_kv` is a paged cache's capacity. `None` unless Q, K and V are 4-d.
 pub(crate) fn dims(op: &Sdpa, inputs: &[Port<'_>]) -> Option<[i64; 8]> {
     let (q, k, v) = (inputs.first()?, inputs.get(1)?, inputs.get(2)?);

@@ -277,7 +277,7 @@ fn symbolic_dims_defer_or_decide() {
     assert!(e.to_string().contains("8 % 3 != 0"), "{e}");
 }
 
-/// Reference arrays for a problem: inputs in [`Sdpa::inputs`] order.
+/// Reference arrays for a problem: inputs in [`Op::inputs`](crate::ops::Op::inputs) order.
 struct Case {
     op: Sdpa,
     inputs: Vec<Array>,
