@@ -317,6 +317,8 @@ impl Pointwise {
     }
 
     /// The elementwise function, in f64.
+    // Long because it is the table of formulas, one match arm per mode, which reads best as one
+    // table beside the parameters it reads.
     pub fn apply(&self, x: &[f64]) -> f64 {
         use PointwiseMode as M;
         let a = x[0];

@@ -203,6 +203,8 @@ fn implementation_of(name: &str) -> Option<Implementation> {
 
 /// What cudnn-frontend's fields of an attention node say, as DSL attributes with the field each
 /// comes from: `(field, attribute, value)`. Ports decide the flags that add ports.
+// Long because it reads every field of cudnn-frontend's attention node in one pass, each refusal
+// of a feature we lack beside the field that asks for it, as payload/frontend.rs reads its keys.
 fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError> {
     let pass = if [TAG_BACKWARD, TAG_FP8_BACKWARD].contains(&tag) { SdpaPass::Backward } else { SdpaPass::Forward };
     let own: &[&'static str] = match tag {

@@ -221,6 +221,8 @@ fn fused(
 }
 
 /// Descriptors for an expansion's tensors and operations.
+// Long because it is one arm per kind of sub-operation, each the descriptors cuDNN wants for it;
+// the arms share the lookup of the expansion's tensors.
 fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<Descriptor>), CudnnError> {
     // Own descriptors for every tensor but the node's; the node's are borrowed from `cx`.
     let mut own: Vec<Option<Descriptor>> = Vec::with_capacity(x.tensors.len());
