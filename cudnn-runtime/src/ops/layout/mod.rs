@@ -147,7 +147,7 @@ impl LayoutKind {
     }
 
     /// The call signature. A concatenation's lists two inputs, the smallest useful call; an
-    /// instance has as many as its call passed ([`Layout::inputs`]).
+    /// instance has as many as its call passed ([`Op::inputs`](super::Op::inputs)).
     pub fn signature(self) -> OpSignature {
         let (inputs, attrs): (&'static [PortSpec], _) = match self {
             LayoutKind::Reshape => (INPUTS, RESHAPE_ATTRS),
