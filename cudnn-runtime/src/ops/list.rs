@@ -188,7 +188,7 @@ macro_rules! families {
             ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
                 self.check_arity(inputs.len())?;
                 match self {
-                    $( Op::$name(op) => OpFamily::infer(op, inputs, extents, cx), )*
+                    $( Op::$name(op) => OpFamily::infer_with(op, inputs, extents, cx), )*
                 }
             }
 

@@ -39,9 +39,9 @@ mod reference;
 
 use super::attrs::{AttrError, Attrs};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OpFamily, OutputLayout};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::signature::{AttrSpec, Extents, OpSignature, PortSpec};
+use super::signature::{AttrSpec, OpSignature, PortSpec};
 use super::Family;
 use crate::array::Array;
 use crate::codec::json::Obj;
@@ -112,29 +112,16 @@ fn per_channel<D: Dim>(dims: &[D]) -> Vec<D> {
 }
 
 impl OpFamily for BnFinalize {
-    type Kind = ();
-
-    const KINDS: &'static [()] = &[()];
+    super::family::one_op!(signature());
 
     const TAGS: &'static [&'static str] = &[codec::TAG];
-
-    fn signature_of(_kind: ()) -> OpSignature {
-        signature()
-    }
-
-    fn kind(&self) {}
 
     fn from_attrs(_kind: (), _attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
         Ok(BnFinalize {})
     }
 
     /// The shape and dtype rule (see the module docs): six outputs of SUM's dims, all `f32`.
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
         let port_error = |i: usize, expected: String, found: String| {
             ShapeError::at(i, ShapeErrorKind::PortShape { op: NAME, port: INPUTS[i].name, expected, found })
         };

@@ -35,14 +35,14 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::window::{spatial_list, WindowAttrs};
 /// (Also at `ops::Window`.)
 pub use super::window::Window;
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -542,12 +542,7 @@ impl OpFamily for Conv {
         out
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
         let (a, b) = (&inputs[0], &inputs[1]);
         let w = self.check_operands(a, b, cx)?;
         let dims = match self.kind {
@@ -566,7 +561,7 @@ impl OpFamily for Conv {
             TensorMeta { dims: b.dims.clone(), dtype: DataType::F32 },
         ];
         let (Ok(out), Ok(w)) =
-            (self.infer(&metas, &Extents::own(), &mut Concrete), self.window(a.dims.len().saturating_sub(2)))
+            (self.infer(&metas, &mut Concrete), self.window(a.dims.len().saturating_sub(2)))
         else {
             // Validated graphs never get here.
             return vec![Array::zeros(&[0])];

@@ -39,7 +39,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, Port
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -381,12 +381,11 @@ impl OpFamily for Layout {
         }
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
+        self.infer_with(inputs, &Extents::own(), cx)
+    }
+
+    fn infer_with<D: Dim>(&self, inputs: &[TensorMeta<D>], extents: &Extents<'_, D>, cx: &mut impl DimCx<D>) -> Inferred<D> {
         let op = self.kind().name();
         if let Layout::Concatenate { axis, in_place_index, .. } = self {
             return concat_infer(op, *axis, *in_place_index, inputs, cx).map(|y| vec![y]);

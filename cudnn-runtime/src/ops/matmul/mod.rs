@@ -15,11 +15,11 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrSpec, Extents, OpSignature, PortSpec};
+use super::signature::{AttrSpec, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{FusionRule, LayoutPolicy, OpFamily};
+use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -84,28 +84,15 @@ fn check_types(a: DataType, b: DataType) -> Result<(), ShapeError> {
 }
 
 impl OpFamily for Matmul {
-    type Kind = ();
-
-    const KINDS: &'static [()] = &[()];
+    super::family::one_op!(signature());
 
     const TAGS: &'static [&'static str] = &[codec::TAG];
-
-    fn signature_of(_kind: ()) -> OpSignature {
-        signature()
-    }
-
-    fn kind(&self) {}
 
     fn from_attrs(_kind: (), _attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
         Ok(Matmul {})
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
         let (a, b) = (&inputs[0], &inputs[1]);
         check_types(a.dtype, b.dtype)?;
         if a.dims.len() < 2 {

@@ -15,11 +15,11 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -478,12 +478,7 @@ impl OpFamily for Pointwise {
         out
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
         let op = self.mode.name();
         let class = self.mode.class();
         for (i, t) in inputs.iter().enumerate() {
@@ -641,24 +636,24 @@ mod tests {
         let m = |dims: Vec<i64>, dtype| TensorMeta { dims, dtype };
         let add = pw(PointwiseMode::Add);
         let out =
-            add.infer(&[m(vec![4, 1, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &Extents::own(), &mut Concrete).unwrap();
+            add.infer(&[m(vec![4, 1, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap();
         assert_eq!(out[0].dims, vec![4, 3, 8]);
         let e =
-            add.infer(&[m(vec![4, 2, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &Extents::own(), &mut Concrete).unwrap_err();
+            add.infer(&[m(vec![4, 2, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap_err();
         assert_eq!(
             e.to_string(),
             "`add` cannot broadcast [4, 2, 8] with [1, 3, 8]: dim 1 is 2 vs 3 (each must be equal or 1)"
         );
-        let e = add.infer(&[m(vec![4, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &Extents::own(), &mut Concrete).unwrap_err();
+        let e = add.infer(&[m(vec![4, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap_err();
         assert_eq!(e.arg, Some(1));
-        let e = add.infer(&[m(vec![4], DataType::Bool), m(vec![4], DataType::F16)], &Extents::own(), &mut Concrete).unwrap_err();
+        let e = add.infer(&[m(vec![4], DataType::Bool), m(vec![4], DataType::F16)], &mut Concrete).unwrap_err();
         assert!(e.to_string().contains("does not take bool"), "{e}");
         let out = pw(PointwiseMode::CmpLt)
-            .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::F32)], &Extents::own(), &mut Concrete)
+            .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::F32)], &mut Concrete)
             .unwrap();
         assert_eq!(out[0].dtype, Some(DataType::Bool));
         let e = pw(PointwiseMode::LogicalAnd)
-            .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::Bool)], &Extents::own(), &mut Concrete)
+            .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::Bool)], &mut Concrete)
             .unwrap_err();
         assert_eq!(e.arg, Some(0));
     }

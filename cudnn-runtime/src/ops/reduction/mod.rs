@@ -11,11 +11,11 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{FusionRule, LayoutPolicy, OpFamily};
+use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
 use crate::codec::json::Obj;
@@ -142,12 +142,7 @@ impl OpFamily for Reduction {
         vec![("dims".into(), AttrValue::IntList(self.dims.clone()))]
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        _cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Inferred<D> {
         let x = &inputs[0];
         if x.dtype == DataType::Bool {
             return Err(ShapeError::at(
@@ -247,7 +242,7 @@ mod tests {
     fn shapes() {
         let x = TensorMeta { dims: vec![2i64, 3, 4], dtype: DataType::F32 };
         let dims = |r: Reduction| {
-            r.infer(std::slice::from_ref(&x), &Extents::own(), &mut crate::dim::Concrete).map(|mut o| o.remove(0).dims)
+            r.infer(std::slice::from_ref(&x), &mut crate::dim::Concrete).map(|mut o| o.remove(0).dims)
         };
         assert_eq!(dims(red(ReductionMode::Sum, vec![-1])).unwrap(), vec![2, 3, 1]);
         assert_eq!(dims(red(ReductionMode::Sum, vec![0, 2])).unwrap(), vec![1, 3, 1]);

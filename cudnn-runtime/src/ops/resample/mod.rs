@@ -26,11 +26,11 @@ pub(crate) mod lower;
 
 use super::conv::{ConvMode, Taps};
 use super::window::{spatial_list, Window, WindowAttrs};
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -174,17 +174,9 @@ impl Resample {
     }
 }
 impl OpFamily for Resample {
-    type Kind = ();
-
-    const KINDS: &'static [()] = &[()];
+    super::family::one_op!(signature());
 
     const TAGS: &'static [&'static str] = &[codec::TAG];
-
-    fn signature_of(_kind: ()) -> OpSignature {
-        signature()
-    }
-
-    fn kind(&self) {}
 
     fn from_attrs(_kind: (), a: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
         let mode = a.name("mode").and_then(ResampleMode::from_name).unwrap_or(ResampleMode::MaxPool);
@@ -227,12 +219,7 @@ impl OpFamily for Resample {
         }
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        _cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Inferred<D> {
         let x = &inputs[0];
         if !matches!(
             x.dtype,
@@ -307,7 +294,7 @@ impl OpFamily for Resample {
         let x = inputs[0];
         let r = x.dims.len();
         let metas = [TensorMeta { dims: x.dims.clone(), dtype: DataType::F32 }];
-        let (Ok(outs), Ok((window, w))) = (self.infer(&metas, &Extents::own(), &mut crate::dim::Concrete), self.geometry(r.saturating_sub(2))) else {
+        let (Ok(outs), Ok((window, w))) = (self.infer(&metas, &mut crate::dim::Concrete), self.geometry(r.saturating_sub(2))) else {
             // Validated graphs never get here.
             return self.outputs().iter().map(|_| Array::zeros(&[0])).collect();
         };

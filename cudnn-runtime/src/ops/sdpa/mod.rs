@@ -84,11 +84,11 @@ pub mod ragged;
 mod reference;
 pub mod support;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
-use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
+use super::shape::{ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{FusionRule, LayoutPolicy, OpFamily};
+use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
 use crate::codec::json::Obj;
@@ -617,12 +617,7 @@ impl OpFamily for Sdpa {
         }
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
         infer::infer(self, inputs, cx)
     }
 

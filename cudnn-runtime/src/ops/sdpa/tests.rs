@@ -6,7 +6,7 @@ use super::*;
 use crate::array::Array;
 use crate::cudnn::Port;
 use crate::dim::{Concrete, SymDim, Symbolic};
-use crate::ops::{Op, Pointwise, PointwiseMode, ReductionMode};
+use crate::ops::{Op, OutputMeta, Pointwise, PointwiseMode, ReductionMode};
 
 fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Sdpa {
     let attrs: Vec<(String, AttrValue)> = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
