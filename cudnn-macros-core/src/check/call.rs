@@ -275,6 +275,25 @@ impl Checker<'_> {
         false
     }
 
+    /// What the shape rule sees of each operand: a value's dims and type; for a number, a by-value
+    /// scalar of its port's type (the compute type unless the port says otherwise) of every dim 1
+    /// at the rank of the first value, as the builder makes it.
+    fn operand_metas(&self, op: &Op, operands: &[CheckedOperand]) -> Vec<TensorMeta<SymDim>> {
+        let rank = operands.iter().find_map(|(_, v)| v.as_ref().map(|v| v.dims.len())).unwrap_or(1);
+        let ports = op.inputs();
+        operands
+            .iter()
+            .enumerate()
+            .map(|(i, (_, v))| match v {
+                Some(v) => TensorMeta { dims: v.dims.clone(), dtype: v.dtype },
+                None => TensorMeta {
+                    dims: vec![SymDim::Lit(1); rank],
+                    dtype: ports.get(i).map_or(self.compute, |p| p.scalar_data_type(self.compute)),
+                },
+            })
+            .collect()
+    }
+
     /// Runs the op's shape rule and adds its node: one value per output, carrying the dtype the op
     /// forces on it. `None` after a shape error (reported on the operand or attribute at fault).
     fn infer(
@@ -287,21 +306,7 @@ impl Checker<'_> {
     ) -> Option<Vec<Option<Value>>> {
         let Call { func, args, attrs, extents } = *call;
         let name = func.to_string();
-        let rank = operands.iter().find_map(|(_, v)| v.as_ref().map(|v| v.dims.len())).unwrap_or(1);
-        let ports = op.inputs();
-        let metas: Vec<TensorMeta<SymDim>> = operands
-            .iter()
-            .enumerate()
-            .map(|(i, (_, v))| match v {
-                Some(v) => TensorMeta { dims: v.dims.clone(), dtype: v.dtype },
-                // A number: a by-value scalar of its port's type (the compute type unless the
-                // port says otherwise), as the builder makes it.
-                None => TensorMeta {
-                    dims: vec![SymDim::Lit(1); rank],
-                    dtype: ports.get(i).map_or(self.compute, |p| p.scalar_data_type(self.compute)),
-                },
-            })
-            .collect();
+        let metas = self.operand_metas(op, &operands);
         let mut sym = Symbolic::default();
         let mut blaming = Blaming { cx: Unknowns(&mut sym), failed: Vec::new(), unequal: Vec::new() };
         let inferred = op.infer_with(&metas, &Extents::given(extents), &mut blaming);

@@ -121,6 +121,8 @@ impl Gen<'_> {
 
     /// The graph type's plan methods: `FUSION`, `build_options`, `build`, `build_autotuned`, `build_cached`,
     /// `expectation`, `deserialize`, `deserialize_signed`.
+    // Long because it is one `quote!` template of the generated impl: its methods' docs and
+    // bodies are the user's API as rustdoc shows it, in that order.
     fn plan_builders(&self) -> TokenStream {
         let Gen { p, name, name_str, plan_ty, generics_decl, generics_use, runtime, runtime_strs, .. } = self;
         let port_strs: Vec<String> = self.port_idents().iter().map(ToString::to_string).collect();

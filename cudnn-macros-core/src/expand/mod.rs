@@ -223,6 +223,8 @@ impl<'a> Gen<'a> {
 
     /// The inherent impl: `FINGERPRINT`, `NAME`, the const checks, `new`, `binding`, `graph()`
     /// and `reference`.
+    // Long because it is one `quote!` template of the generated impl: its items' docs and bodies
+    // are the user's API as rustdoc shows it, in that order.
     fn inherent_impl(&self) -> TokenStream {
         let Gen { p, name, name_str, inputs_ty, outputs_ty, generics_decl, generics_use, runtime, .. } = self;
         let fingerprint = self.ck.fingerprint;

@@ -99,7 +99,8 @@ pub fn autotune(
 ///
 /// Options that name an engine or candidate bypass the store, and [`Fusion::Single`] takes
 /// only an entry of one kernel. Without a store this is [`ExecutionPlan::build`] then
-/// [`autotune`]. A deviceless `cudnn` cannot measure: a miss is an error, a hit is not.
+/// [`autotune`]. A deviceless `cudnn` cannot measure: a miss is an error (before any candidate is
+/// compiled), a hit is not.
 ///
 /// ```no_run
 /// # use cudnn_runtime as cudnn_graph;
@@ -129,16 +130,18 @@ pub fn build_autotuned(
     options: &BuildOptions,
     tuning: &AutotuneOptions,
 ) -> crate::Result<TunedBuild> {
-    build_autotuned_with(cudnn, graph, expect, options, tuning, |plan| autotune(cudnn, plan, tuning))
+    build_autotuned_with(cudnn, graph, expect, options, tuning, true, |plan| autotune(cudnn, plan, tuning))
 }
 
-/// [`build_autotuned`] with `tune` in place of [`autotune`] on a miss (tests inject times).
+/// [`build_autotuned`] with `tune` in place of [`autotune`] on a miss (tests inject times), which
+/// times on `cudnn`'s GPU where `on_gpu` says so.
 pub(super) fn build_autotuned_with(
     cudnn: &Cudnn,
     graph: &Graph,
     expect: &Expect,
     options: &BuildOptions,
     tuning: &AutotuneOptions,
+    on_gpu: bool,
     tune: impl FnOnce(&mut ExecutionPlan) -> Result<AutotuneReport, BackendError>,
 ) -> crate::Result<TunedBuild> {
     let (store, mut warnings) = match tuning.store() {
@@ -150,7 +153,7 @@ pub(super) fn build_autotuned_with(
             (None, vec![w])
         }
     };
-    let mut built = build_tuned(store.as_deref(), cudnn, graph, expect, options, tune)?;
+    let mut built = build_tuned(store.as_deref(), cudnn, graph, expect, options, on_gpu, tune)?;
     warnings.append(&mut built.warnings);
     built.warnings = warnings;
     Ok(built)
@@ -194,7 +197,7 @@ impl TuningFile {
         options: &BuildOptions,
         tuning: &AutotuneOptions,
     ) -> crate::Result<TunedBuild> {
-        self.plan_with(cudnn, graph, expect, options, |plan| autotune(cudnn, plan, tuning))
+        build_tuned(Some(self), cudnn, graph, expect, options, true, |plan| autotune(cudnn, plan, tuning))
     }
 }
 

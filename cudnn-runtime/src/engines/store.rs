@@ -769,13 +769,15 @@ fn lock_path(path: &Path) -> PathBuf {
 /// The autotuned plan of `graph`: from `file`'s entry of its key where there is one (built with
 /// [`ExecutionPlan::build_chosen`], nothing timed), else built with every candidate and tuned by
 /// `tune`, then recorded into `file` (without a file, only built and tuned). See
-/// [`TuningFile::plan`].
+/// [`TuningFile::plan`]. Where `tune` times on `cudnn`'s GPU (`on_gpu`), a deviceless `cudnn`
+/// refuses a miss before building: every candidate would be compiled for nothing.
 pub(super) fn build_tuned(
     file: Option<&TuningFile>,
     cudnn: &Cudnn,
     graph: &Graph,
     expect: &Expect,
     options: &BuildOptions,
+    on_gpu: bool,
     tune: impl FnOnce(&mut ExecutionPlan) -> Result<AutotuneReport, BackendError>,
 ) -> crate::Result<TunedBuild> {
     let start = Instant::now();
@@ -787,6 +789,10 @@ pub(super) fn build_tuned(
             Ok(None) => {}
             Err(w) => warnings.push(w),
         }
+    }
+    if on_gpu && !cudnn.is_online() {
+        // What autotuning the deviceless plan would say, before compiling every candidate.
+        return Err(BackendError::DevicelessPlan { graph: graph.name.clone() }.into());
     }
     let all = BuildOptions { build_all: true, ..options.clone() };
     let mut plan = ExecutionPlan::build(cudnn, graph, &all)?;
@@ -854,7 +860,7 @@ impl TuningFile {
         options: &BuildOptions,
         tune: impl FnOnce(&mut ExecutionPlan) -> Result<AutotuneReport, BackendError>,
     ) -> crate::Result<TunedBuild> {
-        build_tuned(Some(self), cudnn, graph, expect, options, tune)
+        build_tuned(Some(self), cudnn, graph, expect, options, false, tune)
     }
 }
 
@@ -1381,7 +1387,8 @@ mod tests {
             let tuning = opened();
             let mut tuned = 0;
             let miss =
-                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning)).unwrap();
+                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, false, counted(&mut tuned, &tuning))
+                    .unwrap();
             assert_eq!((miss.source, tuned), (TuneSource::Measured, 1));
             assert!(miss.report.as_ref().unwrap().candidates_timed() > 1);
             assert!(miss.warnings.is_empty(), "{:?}", miss.warnings);
@@ -1391,7 +1398,8 @@ mod tests {
             let tuning = opened();
             let mut tuned = 0;
             let hit =
-                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning)).unwrap();
+                build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, false, counted(&mut tuned, &tuning))
+                    .unwrap();
             assert_eq!((hit.source, tuned), (TuneSource::Store, 0));
             assert!(hit.report.is_none() && hit.warnings.is_empty());
             assert_eq!(choice(&hit.plan), choice(&miss.plan));
@@ -1402,7 +1410,8 @@ mod tests {
             let e = build_autotuned(&cudnn, &graph, &expect, &options, &off).unwrap_err();
             assert!(e.to_string().contains("deviceless"), "{e}");
             let mut tuned = 0;
-            let measured = build_autotuned_with(&cudnn, &graph, &expect, &options, &off, counted(&mut tuned, &off));
+            let measured =
+                build_autotuned_with(&cudnn, &graph, &expect, &options, &off, false, counted(&mut tuned, &off));
             assert_eq!((measured.unwrap().source, tuned), (TuneSource::Measured, 1));
 
             // A recorded choice whose parts no longer cover the graph: measured again, with a
@@ -1416,8 +1425,15 @@ mod tests {
                 store.write(&path).unwrap();
                 let tuning = opened();
                 let mut tuned = 0;
-                let built =
-                    build_autotuned_with(&cudnn, &graph, &expect, &options, &tuning, counted(&mut tuned, &tuning));
+                let built = build_autotuned_with(
+                    &cudnn,
+                    &graph,
+                    &expect,
+                    &options,
+                    &tuning,
+                    false,
+                    counted(&mut tuned, &tuning),
+                );
                 assert_eq!((built.as_ref().unwrap().source, tuned), (TuneSource::Measured, 1));
                 built.unwrap()
             };

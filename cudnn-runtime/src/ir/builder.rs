@@ -274,44 +274,7 @@ impl GraphBuilder {
         }
         let sig = op.signature();
         let ports = op.inputs();
-        let rank = inputs
-            .iter()
-            .find_map(|o| match o {
-                Operand::Tensor(t) => self.tensors.get(t.0).map(|t| t.dims.len()),
-                Operand::Scalar(_) => None,
-            })
-            .unwrap_or(1);
-        let mut ids = Vec::with_capacity(inputs.len());
-        for (i, operand) in inputs.iter().enumerate() {
-            match *operand {
-                Operand::Tensor(t) => {
-                    self.tensors.get(t.0).ok_or(GraphError::UnknownTensor { node: node.to_string(), index: t.0 })?;
-                    ids.push(t);
-                }
-                Operand::Scalar(v) => {
-                    let Some(port) = ports.get(i).filter(|p| p.scalar_ok) else {
-                        return Err(GraphError::ScalarNotAllowed {
-                            node: node.to_string(),
-                            op: sig.name,
-                            port: ports.get(i).map_or("?", |p| p.name),
-                        });
-                    };
-                    let dt = port.scalar_data_type(self.context.compute_data_type);
-                    let name = self.fresh_name(&format!("{node}_scalar{i}"));
-                    ids.push(self.push(Pending {
-                        name,
-                        uid: None,
-                        dims: vec![1; rank],
-                        strides: None,
-                        data_type: Some(dt),
-                        is_virtual: false,
-                        pass_by_value: Some(dt.round(v)),
-                        host_scalar: false,
-                        produced: false,
-                    }));
-                }
-            }
-        }
+        let ids = self.operand_ids(node, &op, inputs)?;
         let metas: Vec<TensorMeta<i64>> = ids
             .iter()
             .map(|i| {
@@ -359,6 +322,52 @@ impl GraphBuilder {
             compute_data_type: self.context.compute_data_type,
         });
         Ok(out_ids)
+    }
+
+    /// The tensors of a call's operands, in order: a tensor as given (once it is known to exist), a
+    /// scalar as a new by-value tensor of the port's type, of every dim 1 at the rank of the
+    /// call's first tensor operand.
+    fn operand_ids(&mut self, node: &str, op: &Op, inputs: &[Operand]) -> Result<Vec<TensorId>, GraphError> {
+        let ports = op.inputs();
+        let rank = inputs
+            .iter()
+            .find_map(|o| match o {
+                Operand::Tensor(t) => self.tensors.get(t.0).map(|t| t.dims.len()),
+                Operand::Scalar(_) => None,
+            })
+            .unwrap_or(1);
+        let mut ids = Vec::with_capacity(inputs.len());
+        for (i, operand) in inputs.iter().enumerate() {
+            match *operand {
+                Operand::Tensor(t) => {
+                    self.tensors.get(t.0).ok_or(GraphError::UnknownTensor { node: node.to_string(), index: t.0 })?;
+                    ids.push(t);
+                }
+                Operand::Scalar(v) => {
+                    let Some(port) = ports.get(i).filter(|p| p.scalar_ok) else {
+                        return Err(GraphError::ScalarNotAllowed {
+                            node: node.to_string(),
+                            op: op.call_name(),
+                            port: ports.get(i).map_or("?", |p| p.name),
+                        });
+                    };
+                    let dt = port.scalar_data_type(self.context.compute_data_type);
+                    let name = self.fresh_name(&format!("{node}_scalar{i}"));
+                    ids.push(self.push(Pending {
+                        name,
+                        uid: None,
+                        dims: vec![1; rank],
+                        strides: None,
+                        data_type: Some(dt),
+                        is_virtual: false,
+                        pass_by_value: Some(dt.round(v)),
+                        host_scalar: false,
+                        produced: false,
+                    }));
+                }
+            }
+        }
+        Ok(ids)
     }
 
     fn fresh_name(&self, base: &str) -> String {

@@ -62,9 +62,9 @@
 //! ```
 
 use super::rewrite::Names;
-use super::{Graph, GraphError, Tensor, TensorId};
+use super::{Graph, GraphError, Node, Tensor, TensorId};
 use crate::dim::strides_in_order_of;
-use crate::ops::{Alignment, NormKind, Op};
+use crate::ops::{Alignment, NormKind, Op, Sdpa};
 use crate::DataType;
 
 /// The axis of `[B, H, S, D]` that padding extends.
@@ -245,6 +245,48 @@ impl PadCopy {
     }
 }
 
+/// Why attention `op` cannot be padded through its padding mask, if it cannot.
+fn unpaddable(op: &Sdpa) -> Option<&'static str> {
+    if op.padding_mask {
+        return Some("a padding mask of its own (SEQ_LEN_Q, SEQ_LEN_KV): it already runs shorter sequences");
+    }
+    if op.bias || op.d_bias {
+        return Some("a bias, which would be padded along both sequence axes");
+    }
+    if op.dropout.is_some() {
+        return Some("dropout, whose random mask follows the padded extents");
+    }
+    if op.fp8.is_some() {
+        return Some("fp8 attention, whose amax outputs would see the padding");
+    }
+    if op.window.is_some() {
+        return Some("a sliding window");
+    }
+    if op.causal && op.alignment != Alignment::TopLeft {
+        return Some("bottom-right alignment, whose diagonal moves with the padded extents");
+    }
+    None
+}
+
+/// Attention `op` of `node` with a padding mask, and its inputs: the node's, with the sequence
+/// lengths `seq_q` and `seq_kv` among them where the masked op's ports put them (`None` if the
+/// mask moved a port away).
+fn with_padding_mask(op: &Sdpa, node: &Node, seq_q: TensorId, seq_kv: TensorId) -> Option<(Op, Vec<TensorId>)> {
+    let old: Vec<(&str, TensorId)> = node.op.inputs().iter().map(|p| p.name).zip(node.inputs.iter().copied()).collect();
+    let mut with_mask = op.clone();
+    with_mask.padding_mask = true;
+    let with_mask = Op::Sdpa(with_mask);
+    let mut inputs = Vec::with_capacity(old.len() + 2);
+    for port in with_mask.inputs() {
+        inputs.push(match port.name {
+            "SEQ_LEN_Q" => seq_q,
+            "SEQ_LEN_KV" => seq_kv,
+            name => old.iter().find(|(n, _)| *n == name)?.1,
+        });
+    }
+    Some((with_mask, inputs))
+}
+
 impl ClassGraph {
     /// Checks that `class` (a graph at its class bound) may be padded, and masks it.
     ///
@@ -339,29 +381,14 @@ impl ClassGraph {
         for (index, node) in class.nodes.iter().enumerate() {
             let Op::Sdpa(op) = &node.op else { continue };
             let refuse = |what| Err(PadError::Unsupported { graph: graph.clone(), node: node.name.clone(), what });
-            if op.padding_mask {
-                return refuse("a padding mask of its own (SEQ_LEN_Q, SEQ_LEN_KV): it already runs shorter sequences");
+            if let Some(what) = unpaddable(op) {
+                return refuse(what);
             }
-            if op.bias || op.d_bias {
-                return refuse("a bias, which would be padded along both sequence axes");
-            }
-            if op.dropout.is_some() {
-                return refuse("dropout, whose random mask follows the padded extents");
-            }
-            if op.fp8.is_some() {
-                return refuse("fp8 attention, whose amax outputs would see the padding");
-            }
-            if op.window.is_some() {
-                return refuse("a sliding window");
-            }
-            if op.causal && op.alignment != Alignment::TopLeft {
-                return refuse("bottom-right alignment, whose diagonal moves with the padded extents");
-            }
-            let ports = op.inputs();
+            let ports = node.op.inputs();
             let mut q = None;
             let mut k = None;
             let named = ports.iter().map(|p| p.name).zip(node.inputs.iter().copied());
-            let outputs = op.outputs().into_iter().zip(node.outputs.iter().copied());
+            let outputs = node.op.outputs().into_iter().zip(node.outputs.iter().copied());
             for (port, tensor) in named.chain(outputs) {
                 // S_q of Q, O, dO, Stats, dQ; S_kv of K, V, dK, dV; Attn_scale has none.
                 let padded = matches!(port, "Q" | "O" | "dO" | "Stats" | "dQ" | "K" | "V" | "dK" | "dV");
@@ -399,23 +426,11 @@ impl ClassGraph {
             };
             let seq_q = length("SEQ_LEN_Q");
             let seq_kv = length("SEQ_LEN_KV");
-            let mut with_mask = op.clone();
-            with_mask.padding_mask = true;
-            let old: Vec<(&str, TensorId)> = ports.iter().map(|p| p.name).zip(node.inputs.iter().copied()).collect();
-            // The masked op's ports are the old ones with the two lengths among them.
-            let mut inputs = Vec::with_capacity(old.len() + 2);
-            for port in with_mask.inputs() {
-                inputs.push(match port.name {
-                    "SEQ_LEN_Q" => seq_q,
-                    "SEQ_LEN_KV" => seq_kv,
-                    name => match old.iter().find(|(n, _)| *n == name) {
-                        Some(&(_, t)) => t,
-                        None => return refuse("a port the padding mask moves"),
-                    },
-                });
-            }
+            let Some((with_mask, inputs)) = with_padding_mask(op, node, seq_q, seq_kv) else {
+                return refuse("a port the padding mask moves");
+            };
             masked.nodes[index].inputs = inputs;
-            masked.nodes[index].op = Op::Sdpa(with_mask);
+            masked.nodes[index].op = with_mask;
             nodes.push(Lengths { q, k, seq_q, seq_kv });
         }
         masked.validate()?;
@@ -444,12 +459,9 @@ impl ClassGraph {
         self.nodes.iter().map(|n| (n.seq_q, n.seq_kv)).collect()
     }
 
-    /// Checks `call` (the same graph at sequence lengths up to the class's) against the class
-    /// graph, and gives its copies and sequence lengths.
-    pub fn bind(&self, call: &Graph) -> Result<Binding, PadError> {
-        // A graph built through `GraphBuilder` or `graph!` is valid; one assembled by hand
-        // must be too, or its outputs' extents could disagree with the lengths that run.
-        call.validate()?;
+    /// That `call` is the class graph but for extents: the same nodes, and tensors of the same
+    /// names, types, ranks and kinds.
+    fn check_structure(&self, call: &Graph) -> Result<(), PadError> {
         let class = &self.class;
         let structure = |what: String| PadError::Structure { graph: class.name.clone(), what };
         if call.tensors.len() != class.tensors.len() || call.nodes.len() != class.nodes.len() {
@@ -485,6 +497,17 @@ impl ClassGraph {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Checks `call` (the same graph at sequence lengths up to the class's) against the class
+    /// graph, and gives its copies and sequence lengths.
+    pub fn bind(&self, call: &Graph) -> Result<Binding, PadError> {
+        // A graph built through `GraphBuilder` or `graph!` is valid; one assembled by hand
+        // must be too, or its outputs' extents could disagree with the lengths that run.
+        call.validate()?;
+        self.check_structure(call)?;
+        let class = &self.class;
         let io = class.io();
         let mut copies = Vec::with_capacity(io.len());
         for (&id, axis) in io.iter().zip(&self.axes) {

@@ -327,6 +327,29 @@ impl Graph {
     }
 
     fn validate_inner(&self) -> Result<(), GraphError> {
+        self.check_tensors()?;
+        let mut defined = self.check_producers()?;
+        let mut node_names = std::collections::HashSet::new();
+        for node in &self.nodes {
+            if !node_names.insert(node.name.as_str()) {
+                return Err(GraphError::DuplicateName { name: node.name.clone() });
+            }
+            self.check_node(node, &mut defined)?;
+        }
+        if self.outputs().is_empty() {
+            return Err(GraphError::NoOutputs { graph: self.name.clone() });
+        }
+        let used: std::collections::HashSet<usize> =
+            self.nodes.iter().flat_map(|n| n.inputs.iter().map(|i| i.0)).collect();
+        if let Some(t) = self.tensors.iter().enumerate().find(|(i, t)| t.is_virtual && !used.contains(i)) {
+            return Err(GraphError::Unused { tensor: t.1.name.clone() });
+        }
+        Ok(())
+    }
+
+    /// Each tensor's own rules: a unique name and uid, positive dims within the rank limit and
+    /// strides of their count, sizes that fit `i64`, and scalars passed by value of every dim 1.
+    fn check_tensors(&self) -> Result<(), GraphError> {
         let mut seen_names = std::collections::HashSet::new();
         let mut seen_uids = std::collections::HashMap::new();
         for t in &self.tensors {
@@ -367,6 +390,13 @@ impl Graph {
                 return Err(GraphError::HostScalarWithValue { tensor: t.name.clone() });
             }
         }
+        Ok(())
+    }
+
+    /// The graph's sources and producers: no host scalar produced, every virtual tensor produced,
+    /// none produced twice. Returns which tensors are defined before any node runs (those no node
+    /// produces).
+    fn check_producers(&self) -> Result<Vec<bool>, GraphError> {
         let mut defined: Vec<bool> = vec![false; self.tensors.len()];
         let producer = self.producer();
         for (i, d) in defined.iter_mut().enumerate() {
@@ -391,87 +421,80 @@ impl Graph {
                 }
             }
         }
-        let mut node_names = std::collections::HashSet::new();
-        for node in &self.nodes {
-            if !node_names.insert(node.name.as_str()) {
-                return Err(GraphError::DuplicateName { name: node.name.clone() });
-            }
-            let check = |id: &TensorId| {
-                self.tensors
-                    .get(id.0)
-                    .map(|_| ())
-                    .ok_or_else(|| GraphError::UnknownTensor { node: node.name.clone(), index: id.0 })
-            };
-            node.inputs.iter().try_for_each(check)?;
-            node.outputs.iter().try_for_each(check)?;
-            for i in &node.inputs {
-                if !defined[i.0] {
-                    return Err(GraphError::UsedBeforeProduced {
-                        tensor: self.tensor(*i).name.clone(),
-                        node: node.name.clone(),
-                    });
-                }
-            }
-            let metas: Vec<TensorMeta<i64>> = node
-                .inputs
-                .iter()
-                .map(|i| TensorMeta { dims: self.tensor(*i).dims.clone(), dtype: self.tensor(*i).data_type })
-                .collect();
-            let shape_error = |source: crate::ops::ShapeError| GraphError::Shape {
-                node: node.name.clone(),
-                op: node.op.call_name(),
-                port: source.arg.and_then(|a| node.op.inputs().get(a).map(|p| p.name)),
-                source,
-            };
-            let inferred = node.op.infer(&metas, &mut Concrete).map_err(shape_error)?;
-            let dtypes: Vec<DataType> = metas.iter().map(|m| m.dtype).collect();
-            node.op.check_compute(&dtypes, self.context.compute_data_type).map_err(shape_error)?;
-            if inferred.len() != node.outputs.len() {
-                return Err(GraphError::OutputCount {
+        Ok(defined)
+    }
+
+    /// One node, in graph order: its tensors exist and its inputs are defined by now, its shape,
+    /// compute-type and layout rules hold, and its outputs are declared as the shape rule infers
+    /// them (then they are defined).
+    fn check_node(&self, node: &Node, defined: &mut [bool]) -> Result<(), GraphError> {
+        let check = |id: &TensorId| {
+            self.tensors
+                .get(id.0)
+                .map(|_| ())
+                .ok_or_else(|| GraphError::UnknownTensor { node: node.name.clone(), index: id.0 })
+        };
+        node.inputs.iter().try_for_each(check)?;
+        node.outputs.iter().try_for_each(check)?;
+        for i in &node.inputs {
+            if !defined[i.0] {
+                return Err(GraphError::UsedBeforeProduced {
+                    tensor: self.tensor(*i).name.clone(),
                     node: node.name.clone(),
-                    expected: inferred.len(),
-                    found: node.outputs.len(),
                 });
             }
-            let strided = |ids: &[TensorId]| -> Vec<crate::ops::StridedMeta<'_>> {
-                ids.iter()
-                    .map(|i| crate::ops::StridedMeta { dims: &self.tensor(*i).dims, strides: &self.tensor(*i).strides })
-                    .collect()
-            };
-            node.op.check_layout(&strided(&node.inputs), &strided(&node.outputs)).map_err(shape_error)?;
-            let ports = node.op.outputs();
-            for ((o, meta), port) in node.outputs.iter().zip(&inferred).zip(ports) {
-                let t = self.tensor(*o);
-                if t.dims != meta.dims && !(self.is_fill(node) && t.dims.len() == meta.dims.len()) {
-                    return Err(GraphError::DeclaredDims {
+        }
+        let metas: Vec<TensorMeta<i64>> = node
+            .inputs
+            .iter()
+            .map(|i| TensorMeta { dims: self.tensor(*i).dims.clone(), dtype: self.tensor(*i).data_type })
+            .collect();
+        let shape_error = |source: crate::ops::ShapeError| GraphError::Shape {
+            node: node.name.clone(),
+            op: node.op.call_name(),
+            port: source.arg.and_then(|a| node.op.inputs().get(a).map(|p| p.name)),
+            source,
+        };
+        let inferred = node.op.infer(&metas, &mut Concrete).map_err(shape_error)?;
+        let dtypes: Vec<DataType> = metas.iter().map(|m| m.dtype).collect();
+        node.op.check_compute(&dtypes, self.context.compute_data_type).map_err(shape_error)?;
+        if inferred.len() != node.outputs.len() {
+            return Err(GraphError::OutputCount {
+                node: node.name.clone(),
+                expected: inferred.len(),
+                found: node.outputs.len(),
+            });
+        }
+        let strided = |ids: &[TensorId]| -> Vec<crate::ops::StridedMeta<'_>> {
+            ids.iter()
+                .map(|i| crate::ops::StridedMeta { dims: &self.tensor(*i).dims, strides: &self.tensor(*i).strides })
+                .collect()
+        };
+        node.op.check_layout(&strided(&node.inputs), &strided(&node.outputs)).map_err(shape_error)?;
+        let ports = node.op.outputs();
+        for ((o, meta), port) in node.outputs.iter().zip(&inferred).zip(ports) {
+            let t = self.tensor(*o);
+            if t.dims != meta.dims && !(self.is_fill(node) && t.dims.len() == meta.dims.len()) {
+                return Err(GraphError::DeclaredDims {
+                    tensor: t.name.clone(),
+                    node: node.name.clone(),
+                    declared: shape_string(&t.dims),
+                    inferred: shape_string(&meta.dims),
+                });
+            }
+            if let Some(dt) = meta.dtype {
+                if !crate::ops::output_type_ok(dt, t.data_type, node.op.stores_bool_as_float()) {
+                    return Err(GraphError::DeclaredType {
                         tensor: t.name.clone(),
                         node: node.name.clone(),
-                        declared: shape_string(&t.dims),
-                        inferred: shape_string(&meta.dims),
+                        port,
+                        declared: t.data_type,
+                        required: dt,
+                        reason: meta.reason,
                     });
                 }
-                if let Some(dt) = meta.dtype {
-                    if !crate::ops::output_type_ok(dt, t.data_type, node.op.stores_bool_as_float()) {
-                        return Err(GraphError::DeclaredType {
-                            tensor: t.name.clone(),
-                            node: node.name.clone(),
-                            port,
-                            declared: t.data_type,
-                            required: dt,
-                            reason: meta.reason,
-                        });
-                    }
-                }
-                defined[o.0] = true;
             }
-        }
-        if self.outputs().is_empty() {
-            return Err(GraphError::NoOutputs { graph: self.name.clone() });
-        }
-        let used: std::collections::HashSet<usize> =
-            self.nodes.iter().flat_map(|n| n.inputs.iter().map(|i| i.0)).collect();
-        if let Some(t) = self.tensors.iter().enumerate().find(|(i, t)| t.is_virtual && !used.contains(i)) {
-            return Err(GraphError::Unused { tensor: t.1.name.clone() });
+            defined[o.0] = true;
         }
         Ok(())
     }

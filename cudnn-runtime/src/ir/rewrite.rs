@@ -21,7 +21,9 @@ use std::fmt;
 
 use super::{Graph, GraphError, Node, Tensor, TensorId};
 use crate::dim::{strides_in_order_of, Concrete};
-use crate::ops::{ConvKind, Layout, Matmul, NormKind, Op, Pointwise, PointwiseMode, ReductionMode, TensorMeta};
+use crate::ops::{
+    ConvKind, Layout, Matmul, NormKind, Op, Pointwise, PointwiseMode, Reduction, ReductionMode, TensorMeta,
+};
 use crate::DataType;
 
 /// A graph after rewrites, with what was rewritten.
@@ -361,94 +363,11 @@ pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
             }
             _ => None,
         };
-        let (Some(r), &[x], &[y]) = (reduction, node.inputs.as_slice(), node.outputs.as_slice()) else {
+        let (Some(r), &[_], &[_]) = (reduction, node.inputs.as_slice(), node.outputs.as_slice()) else {
             out.nodes.push(node.clone());
             continue;
         };
-        let x_tensor = graph.tensor(x).clone();
-        let y_tensor = graph.tensor(y).clone();
-        let mut replaced_by = Vec::with_capacity(3);
-        let virtual_tensor = |out: &mut Graph, names: &mut Names, base: &str, like: &Tensor| {
-            out.tensors.push(Tensor {
-                name: names.tensor(base),
-                uid: names.uid(),
-                dims: like.dims.clone(),
-                strides: like.strides.clone(),
-                data_type: node.compute_data_type,
-                is_virtual: true,
-                pass_by_value: None,
-                host_scalar: false,
-            });
-            TensorId(out.tensors.len() - 1)
-        };
-        // Before the sum: x·(1/n), |x| or x·x.
-        let (suffix, mode, inputs) = match r.mode {
-            ReductionMode::Mean => {
-                let axes = r.axes(x_tensor.dims.len()).map_err(|kind| GraphError::Shape {
-                    node: node.name.clone(),
-                    op: r.mode.name(),
-                    port: Some("X"),
-                    source: crate::ops::ShapeError::general(kind),
-                })?;
-                let count: i64 = axes.iter().map(|&a| x_tensor.dims[a]).product();
-                out.tensors.push(Tensor {
-                    name: names.tensor(&format!("{}_inv_count", node.name)),
-                    uid: names.uid(),
-                    dims: vec![1; x_tensor.dims.len()],
-                    strides: vec![1; x_tensor.dims.len()],
-                    data_type: DataType::F32,
-                    is_virtual: false,
-                    pass_by_value: Some(1.0 / count as f64),
-                    host_scalar: false,
-                });
-                ("scaled", PointwiseMode::Mul, vec![x, TensorId(out.tensors.len() - 1)])
-            }
-            ReductionMode::Norm1 => ("abs", PointwiseMode::Abs, vec![x]),
-            _ => ("square", PointwiseMode::Mul, vec![x, x]),
-        };
-        let base = format!("{}_{suffix}", node.name);
-        let name = names.node(&base);
-        let summed = virtual_tensor(&mut out, &mut names, &base, &x_tensor);
-        out.nodes.push(Node {
-            name: name.clone(),
-            op: Op::Pointwise(Pointwise::new(mode)),
-            inputs,
-            outputs: vec![summed],
-            compute_data_type: node.compute_data_type,
-        });
-        replaced_by.push(name);
-        let sum_op = Op::Reduction(crate::ops::Reduction { mode: ReductionMode::Sum, dims: r.dims.clone() });
-        if r.mode == ReductionMode::Norm2 {
-            let base = format!("{}_sum", node.name);
-            let sum_name = names.node(&base);
-            let packed = Tensor { strides: crate::dim::packed_strides(&y_tensor.dims), ..y_tensor.clone() };
-            let sum = virtual_tensor(&mut out, &mut names, &base, &packed);
-            out.nodes.push(Node {
-                name: sum_name.clone(),
-                op: sum_op,
-                inputs: vec![summed],
-                outputs: vec![sum],
-                compute_data_type: node.compute_data_type,
-            });
-            replaced_by.push(sum_name);
-            out.nodes.push(Node {
-                name: node.name.clone(),
-                op: Op::Pointwise(Pointwise::new(PointwiseMode::Sqrt)),
-                inputs: vec![sum],
-                outputs: vec![y],
-                compute_data_type: node.compute_data_type,
-            });
-        } else {
-            // The sum of x·(1/n) or of |x| is the result: it writes y.
-            out.nodes.push(Node {
-                name: node.name.clone(),
-                op: sum_op,
-                inputs: vec![summed],
-                outputs: vec![y],
-                compute_data_type: node.compute_data_type,
-            });
-        }
-        replaced_by.push(node.name.clone());
+        let replaced_by = sum_nodes(graph, &mut out, &mut names, node, r)?;
         let kind = if r.mode == ReductionMode::Mean { RewriteKind::MeanAsSum } else { RewriteKind::NormAsSum };
         let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind };
         tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
@@ -456,6 +375,114 @@ pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
     }
     out.validate()?;
     Ok(Rewritten { graph: out, rewrites })
+}
+
+/// The nodes that compute reduction `r` of `node` (of one input and one output) as a sum, added to
+/// `out`: the pointwise op before the sum, the sum, and for a 2-norm the square root. Returns their
+/// names.
+fn sum_nodes(
+    graph: &Graph,
+    out: &mut Graph,
+    names: &mut Names,
+    node: &Node,
+    r: &Reduction,
+) -> Result<Vec<String>, GraphError> {
+    let (x, y) = (node.inputs[0], node.outputs[0]);
+    let x_tensor = graph.tensor(x).clone();
+    let y_tensor = graph.tensor(y).clone();
+    let mut replaced_by = Vec::with_capacity(3);
+    let virtual_tensor = |out: &mut Graph, names: &mut Names, base: &str, like: &Tensor| {
+        out.tensors.push(Tensor {
+            name: names.tensor(base),
+            uid: names.uid(),
+            dims: like.dims.clone(),
+            strides: like.strides.clone(),
+            data_type: node.compute_data_type,
+            is_virtual: true,
+            pass_by_value: None,
+            host_scalar: false,
+        });
+        TensorId(out.tensors.len() - 1)
+    };
+    // Before the sum: x·(1/n), |x| or x·x.
+    let (suffix, mode, inputs) = match r.mode {
+        ReductionMode::Mean => ("scaled", PointwiseMode::Mul, vec![x, inv_count(out, names, node, r, &x_tensor)?]),
+        ReductionMode::Norm1 => ("abs", PointwiseMode::Abs, vec![x]),
+        _ => ("square", PointwiseMode::Mul, vec![x, x]),
+    };
+    let base = format!("{}_{suffix}", node.name);
+    let name = names.node(&base);
+    let summed = virtual_tensor(out, names, &base, &x_tensor);
+    out.nodes.push(Node {
+        name: name.clone(),
+        op: Op::Pointwise(Pointwise::new(mode)),
+        inputs,
+        outputs: vec![summed],
+        compute_data_type: node.compute_data_type,
+    });
+    replaced_by.push(name);
+    let sum_op = Op::Reduction(Reduction { mode: ReductionMode::Sum, dims: r.dims.clone() });
+    if r.mode == ReductionMode::Norm2 {
+        let base = format!("{}_sum", node.name);
+        let sum_name = names.node(&base);
+        let packed = Tensor { strides: crate::dim::packed_strides(&y_tensor.dims), ..y_tensor.clone() };
+        let sum = virtual_tensor(out, names, &base, &packed);
+        out.nodes.push(Node {
+            name: sum_name.clone(),
+            op: sum_op,
+            inputs: vec![summed],
+            outputs: vec![sum],
+            compute_data_type: node.compute_data_type,
+        });
+        replaced_by.push(sum_name);
+        out.nodes.push(Node {
+            name: node.name.clone(),
+            op: Op::Pointwise(Pointwise::new(PointwiseMode::Sqrt)),
+            inputs: vec![sum],
+            outputs: vec![y],
+            compute_data_type: node.compute_data_type,
+        });
+    } else {
+        // The sum of x·(1/n) or of |x| is the result: it writes y.
+        out.nodes.push(Node {
+            name: node.name.clone(),
+            op: sum_op,
+            inputs: vec![summed],
+            outputs: vec![y],
+            compute_data_type: node.compute_data_type,
+        });
+    }
+    replaced_by.push(node.name.clone());
+    Ok(replaced_by)
+}
+
+/// A by-value scalar `1/n` (`{node}_inv_count`) added to `out`, `n` the count of the elements of
+/// `x` that mean `r` of `node` averages.
+fn inv_count(
+    out: &mut Graph,
+    names: &mut Names,
+    node: &Node,
+    r: &Reduction,
+    x: &Tensor,
+) -> Result<TensorId, GraphError> {
+    let axes = r.axes(x.dims.len()).map_err(|kind| GraphError::Shape {
+        node: node.name.clone(),
+        op: r.mode.name(),
+        port: Some("X"),
+        source: crate::ops::ShapeError::general(kind),
+    })?;
+    let count: i64 = axes.iter().map(|&a| x.dims[a]).product();
+    out.tensors.push(Tensor {
+        name: names.tensor(&format!("{}_inv_count", node.name)),
+        uid: names.uid(),
+        dims: vec![1; x.dims.len()],
+        strides: vec![1; x.dims.len()],
+        data_type: DataType::F32,
+        is_virtual: false,
+        pass_by_value: Some(1.0 / count as f64),
+        host_scalar: false,
+    });
+    Ok(TensorId(out.tensors.len() - 1))
 }
 
 /// Replaces each sum over the rows of a row-major `[B, T, N]` tensor, `y = reduce_sum(x, dims =
@@ -531,86 +558,107 @@ pub fn column_sum_as_matmul(graph: &Graph) -> Result<Rewritten, GraphError> {
             out.nodes.push(node.clone());
             continue;
         };
-        let mut replaced_by = Vec::with_capacity(3);
-        // A sum over batches and rows of [B, T, N]: over the rows of its view [1, B·T, N].
-        let x = if merge {
-            let t = graph.tensor(x);
-            let dims = vec![1, t.dims[0] * t.dims[1], t.dims[2]];
-            let reshape = Layout::Reshape { shape: dims.clone() };
-            let base = format!("{}_rows", node.name);
-            out.tensors.push(Tensor {
-                name: names.tensor(&base),
-                uid: names.uid(),
-                strides: reshape.output_strides(&t.dims, &t.strides, &dims),
-                dims,
-                data_type: t.data_type,
-                is_virtual: true,
-                pass_by_value: None,
-                host_scalar: false,
-            });
-            let rows = TensorId(out.tensors.len() - 1);
-            let name = names.node(&base);
-            out.nodes.push(Node {
-                name: name.clone(),
-                op: Op::Layout(reshape),
-                inputs: vec![x],
-                outputs: vec![rows],
-                compute_data_type: node.compute_data_type,
-            });
-            replaced_by.push(name);
-            rows
-        } else {
-            x
-        };
-        let x_dims = out.tensor(x).dims.clone();
-        let base = format!("{}_ones", node.name);
-        let fill = names.node(&base);
-        let rank = x_dims.len();
-        out.tensors.push(Tensor {
-            name: names.tensor(&format!("{}_one", node.name)),
-            uid: names.uid(),
-            dims: vec![1; rank],
-            strides: vec![1; rank],
-            data_type: DataType::F32,
-            is_virtual: false,
-            pass_by_value: Some(1.0),
-            host_scalar: false,
-        });
-        let one = TensorId(out.tensors.len() - 1);
-        // [B, 1, T] for [B, T, N]; [1, T] for [T, N].
-        let ones_dims = if rank == 2 { vec![1, x_dims[0]] } else { vec![x_dims[0], 1, x_dims[1]] };
-        out.tensors.push(Tensor {
-            name: names.tensor(&base),
-            uid: names.uid(),
-            strides: crate::dim::packed_strides(&ones_dims),
-            dims: ones_dims,
-            data_type: ones_type(&out, x),
-            is_virtual: true,
-            pass_by_value: None,
-            host_scalar: false,
-        });
-        let ones = TensorId(out.tensors.len() - 1);
-        out.nodes.push(Node {
-            name: fill.clone(),
-            op: Op::Pointwise(Pointwise::new(PointwiseMode::Identity)),
-            inputs: vec![one],
-            outputs: vec![ones],
-            compute_data_type: DataType::F32,
-        });
-        out.nodes.push(Node {
-            name: node.name.clone(),
-            op: Op::Matmul(Matmul {}),
-            inputs: vec![ones, x],
-            outputs: vec![y],
-            compute_data_type: node.compute_data_type,
-        });
-        replaced_by.extend([fill, node.name.clone()]);
+        let replaced_by = matmul_nodes(graph, &mut out, &mut names, node, (x, y, merge));
         let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind: RewriteKind::ColumnSumAsMatmul };
         tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
         rewrites.push(rewrite);
     }
     out.validate()?;
     Ok(Rewritten { graph: out, rewrites })
+}
+
+/// The nodes that compute the column sum `(x, y, merge)` of `node` (what [`column_sum`] found)
+/// as a matmul, added to `out`: the view merging batches and rows where `merge`, the fill of ones
+/// and the matmul. Returns their names.
+fn matmul_nodes(
+    graph: &Graph,
+    out: &mut Graph,
+    names: &mut Names,
+    node: &Node,
+    (x, y, merge): (TensorId, TensorId, bool),
+) -> Vec<String> {
+    let mut replaced_by = Vec::with_capacity(3);
+    // A sum over batches and rows of [B, T, N]: over the rows of its view [1, B·T, N].
+    let x = if merge {
+        let (rows, view) = rows_view(graph, out, names, node, x);
+        replaced_by.push(view);
+        rows
+    } else {
+        x
+    };
+    let x_dims = out.tensor(x).dims.clone();
+    let base = format!("{}_ones", node.name);
+    let fill = names.node(&base);
+    let rank = x_dims.len();
+    out.tensors.push(Tensor {
+        name: names.tensor(&format!("{}_one", node.name)),
+        uid: names.uid(),
+        dims: vec![1; rank],
+        strides: vec![1; rank],
+        data_type: DataType::F32,
+        is_virtual: false,
+        pass_by_value: Some(1.0),
+        host_scalar: false,
+    });
+    let one = TensorId(out.tensors.len() - 1);
+    // [B, 1, T] for [B, T, N]; [1, T] for [T, N].
+    let ones_dims = if rank == 2 { vec![1, x_dims[0]] } else { vec![x_dims[0], 1, x_dims[1]] };
+    out.tensors.push(Tensor {
+        name: names.tensor(&base),
+        uid: names.uid(),
+        strides: crate::dim::packed_strides(&ones_dims),
+        dims: ones_dims,
+        data_type: ones_type(out, x),
+        is_virtual: true,
+        pass_by_value: None,
+        host_scalar: false,
+    });
+    let ones = TensorId(out.tensors.len() - 1);
+    out.nodes.push(Node {
+        name: fill.clone(),
+        op: Op::Pointwise(Pointwise::new(PointwiseMode::Identity)),
+        inputs: vec![one],
+        outputs: vec![ones],
+        compute_data_type: DataType::F32,
+    });
+    out.nodes.push(Node {
+        name: node.name.clone(),
+        op: Op::Matmul(Matmul {}),
+        inputs: vec![ones, x],
+        outputs: vec![y],
+        compute_data_type: node.compute_data_type,
+    });
+    replaced_by.extend([fill, node.name.clone()]);
+    replaced_by
+}
+
+/// The view `reshape(x, [1, B·T, N])` of `x` (`[B, T, N]`, its batches' rows one run of memory)
+/// added to `out` as node and tensor `{node}_rows`: the tensor and the node's name.
+fn rows_view(graph: &Graph, out: &mut Graph, names: &mut Names, node: &Node, x: TensorId) -> (TensorId, String) {
+    let t = graph.tensor(x);
+    let dims = vec![1, t.dims[0] * t.dims[1], t.dims[2]];
+    let reshape = Layout::Reshape { shape: dims.clone() };
+    let base = format!("{}_rows", node.name);
+    out.tensors.push(Tensor {
+        name: names.tensor(&base),
+        uid: names.uid(),
+        strides: reshape.output_strides(&t.dims, &t.strides, &dims),
+        dims,
+        data_type: t.data_type,
+        is_virtual: true,
+        pass_by_value: None,
+        host_scalar: false,
+    });
+    let rows = TensorId(out.tensors.len() - 1);
+    let name = names.node(&base);
+    out.nodes.push(Node {
+        name: name.clone(),
+        op: Op::Layout(reshape),
+        inputs: vec![x],
+        outputs: vec![rows],
+        compute_data_type: node.compute_data_type,
+    });
+    (rows, name)
 }
 
 /// The type of the ones multiplying `x`: `x`'s, or for an intermediate, the narrowest floating

@@ -42,8 +42,11 @@ pub(crate) trait OpFamily: Sized {
     /// with `inputs` positional arguments.
     fn from_attrs(kind: Self::Kind, attrs: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError>;
 
-    /// The attributes that rebuild this op, defaults omitted.
-    fn call_attrs(&self) -> Vec<(String, AttrValue)>;
+    /// The attributes that rebuild this op, defaults omitted: none for a family without
+    /// attributes.
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        Vec::new()
+    }
 
     /// The inputs this instance takes, in order: its signature's, unless its attributes decide
     /// them (attention's optional ports, a concatenation's count).
@@ -53,20 +56,25 @@ pub(crate) trait OpFamily: Sized {
 
     /// The outputs this instance produces, in order: its signature's, unless its attributes
     /// decide them (a norm's training statistics, pooling's index).
-    fn outputs(&self) -> Vec<&'static str> {
-        Self::signature_of(self.kind()).outputs.to_vec()
+    fn outputs(&self) -> &'static [&'static str] {
+        Self::signature_of(self.kind()).outputs
     }
 
-    /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists. An attribute
-    /// of kind [`AttrKind::Dims`](super::AttrKind::Dims) is read through `extents`
-    /// ([`Extents::read`]), never from the op's own field: the checker of `graph!` gives its
-    /// symbolic extents there.
-    fn infer<D: Dim>(
+    /// The shape and dtype rule, on as many inputs as [`OpFamily::inputs`] lists.
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D>;
+
+    /// [`OpFamily::infer`] with the extents of the op's attributes of kind
+    /// [`AttrKind::Dims`](super::AttrKind::Dims) given: a family that has such attributes
+    /// overrides it and reads them through `extents` ([`Extents::read`]), never from the op's own
+    /// field (the checker of `graph!` gives its symbolic extents there). The others have none.
+    fn infer_with<D: Dim>(
         &self,
         inputs: &[TensorMeta<D>],
-        extents: &Extents<'_, D>,
+        _extents: &Extents<'_, D>,
         cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError>;
+    ) -> Inferred<D> {
+        self.infer(inputs, cx)
+    }
 
     /// The rule this op puts on the graph's compute type, given its inputs' types (an fp8
     /// matmul computes in f32). Checked with the shape rule wherever it runs: `graph!`'s checker,
@@ -134,6 +142,26 @@ pub(crate) trait OpFamily: Sized {
     #[cfg(feature = "cudnn")]
     fn lower(&self, cx: &mut lowering::LowerCx<'_, '_>) -> LowerResult;
 }
+
+/// The [`OpFamily`] items of a family of one op (matmul, bn_finalize, resample): its kind is
+/// `()`, and `$signature` gives its signature.
+macro_rules! one_op {
+    ($signature:expr) => {
+        type Kind = ();
+
+        const KINDS: &'static [()] = &[()];
+
+        fn signature_of(_kind: ()) -> $crate::ops::OpSignature {
+            $signature
+        }
+
+        fn kind(&self) {}
+    };
+}
+pub(crate) use one_op;
+
+/// What a shape rule gives: one [`OutputMeta`] per output, or the error naming the port at fault.
+pub(crate) type Inferred<D> = Result<Vec<OutputMeta<D>>, ShapeError>;
 
 /// How an op shares one cuDNN kernel with the ops around it: the table of known patterns that
 /// the backend's partitioner starts from (`backend/partition.rs`), for cuDNN 9.19. cuDNN's

@@ -133,7 +133,7 @@ macro_rules! families {
             /// attributes decide its outputs (a norm's training phase adds statistics) narrows them.
             pub fn outputs(&self) -> Vec<&'static str> {
                 match self {
-                    $( Op::$name(op) => OpFamily::outputs(op), )*
+                    $( Op::$name(op) => OpFamily::outputs(op).to_vec(), )*
                 }
             }
 
@@ -188,7 +188,7 @@ macro_rules! families {
             ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
                 self.check_arity(inputs.len())?;
                 match self {
-                    $( Op::$name(op) => OpFamily::infer(op, inputs, extents, cx), )*
+                    $( Op::$name(op) => OpFamily::infer_with(op, inputs, extents, cx), )*
                 }
             }
 

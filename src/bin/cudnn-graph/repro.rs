@@ -263,6 +263,36 @@ pub fn repro(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `--all-candidates`: executes every built candidate of every part in turn (the other parts on
+/// their selection) and compares each with the reference. Returns how many comparisons failed;
+/// the plan keeps its selection.
+fn every_candidate(
+    cudnn: &Cudnn,
+    plan: &mut ExecutionPlan,
+    graph: &Graph,
+    inputs: &[Array],
+    want: &[Array],
+    report: &mut String,
+) -> Result<usize, String> {
+    let mut failed = 0;
+    for part in 0..plan.parts().len() {
+        let chosen = plan.parts()[part].selected().index;
+        for c in plan.parts()[part].built() {
+            plan.select_in(part, c).map_err(|e| e.to_string())?;
+            let tag = plan.parts()[part].selected().tag();
+            match execute_arrays(cudnn, plan, inputs) {
+                Ok(got) => failed += verdicts(graph, &got, want, &format!("part {part} candidate {c} ({tag})"), report),
+                Err(e) => {
+                    failed += 1;
+                    let _ = writeln!(report, "part {part} candidate {c} ({tag}): did not execute: {e}");
+                }
+            }
+        }
+        plan.select_in(part, chosen).map_err(|e| e.to_string())?;
+    }
+    Ok(failed)
+}
+
 /// The cuDNN half: nothing without a target; with one, the plan and its comparisons. Returns how
 /// many comparisons failed and the plan.
 fn replay(
@@ -281,26 +311,7 @@ fn replay(
         let _ = writeln!(report, "target: {}", cudnn_graph::engines::repro::describe_target(&cudnn));
         let mut plan = plan_for(&cudnn, loaded, all, report)?;
         describe_plan(&plan, report);
-        let mut failed = 0;
-        if all {
-            for part in 0..plan.parts().len() {
-                let chosen = plan.parts()[part].selected().index;
-                for c in plan.parts()[part].built() {
-                    plan.select_in(part, c).map_err(|e| e.to_string())?;
-                    let tag = plan.parts()[part].selected().tag();
-                    match execute_arrays(&cudnn, &plan, inputs) {
-                        Ok(got) => {
-                            failed += verdicts(graph, &got, want, &format!("part {part} candidate {c} ({tag})"), report)
-                        }
-                        Err(e) => {
-                            failed += 1;
-                            let _ = writeln!(report, "part {part} candidate {c} ({tag}): did not execute: {e}");
-                        }
-                    }
-                }
-                plan.select_in(part, chosen).map_err(|e| e.to_string())?;
-            }
-        }
+        let mut failed = if all { every_candidate(&cudnn, &mut plan, graph, inputs, want, report)? } else { 0 };
         let got = execute_arrays(&cudnn, &plan, inputs).map_err(|e| e.to_string())?;
         let wrong = verdicts(graph, &got, want, "cuDNN (the plan's selection) against the reference", report);
         failed += wrong;
@@ -401,39 +412,49 @@ fn bundle(
     std::fs::write(&readme_path, readme).map_err(io(&readme_path))
 }
 
+/// `tune --merge`: the records of each other store merged into the store at `store_path`.
+fn merge_stores(store_path: &str, merges: &[&str]) -> Result<(), String> {
+    let mut store = TuningStore::read(Path::new(store_path)).map_err(|e| e.to_string())?;
+    for other in merges {
+        let theirs = TuningStore::read(Path::new(other)).map_err(|e| e.to_string())?;
+        let r = store.merge(&theirs);
+        println!("{other}: {} added, {} replaced by newer records, {} kept", r.added, r.replaced, r.kept);
+        for c in &r.conflicts {
+            println!("  conflict: {c}");
+        }
+    }
+    store.write(Path::new(store_path)).map_err(|e| e.to_string())?;
+    println!("{store_path}: {} entries", store.len());
+    Ok(())
+}
+
+/// `tune --show`: each entry of the store at `store_path`, with its best time.
+fn show_store(store_path: &str) -> Result<(), String> {
+    let store = TuningStore::read(Path::new(store_path)).map_err(|e| e.to_string())?;
+    println!("{store_path}: {} entries", store.len());
+    for e in store.entries() {
+        let best = e.partitionings.get(e.partitioning).and_then(|p| p.median_us);
+        let key = e.key().map(|k| k.to_string()).unwrap_or_default();
+        let best = best.map_or_else(|| "?".to_string(), |us| format!("{us:.2} µs"));
+        println!(
+            "  {} ({key}): {} [{best}, {} candidates timed, recorded at {}]",
+            e.graph_name,
+            e.describe(),
+            e.candidates.len(),
+            e.recorded_at
+        );
+    }
+    Ok(())
+}
+
 pub fn tune(args: &[String]) -> Result<(), String> {
     let store_path = optional(args, "--store")?.ok_or_else(|| format!("missing --store\n{TUNE_HELP}"))?;
     let merges = values(args, "--merge")?;
     if !merges.is_empty() {
-        let mut store = TuningStore::read(Path::new(store_path)).map_err(|e| e.to_string())?;
-        for other in merges {
-            let theirs = TuningStore::read(Path::new(other)).map_err(|e| e.to_string())?;
-            let r = store.merge(&theirs);
-            println!("{other}: {} added, {} replaced by newer records, {} kept", r.added, r.replaced, r.kept);
-            for c in &r.conflicts {
-                println!("  conflict: {c}");
-            }
-        }
-        store.write(Path::new(store_path)).map_err(|e| e.to_string())?;
-        println!("{store_path}: {} entries", store.len());
-        return Ok(());
+        return merge_stores(store_path, &merges);
     }
     if args.iter().any(|a| a == "--show") {
-        let store = TuningStore::read(Path::new(store_path)).map_err(|e| e.to_string())?;
-        println!("{store_path}: {} entries", store.len());
-        for e in store.entries() {
-            let best = e.partitionings.get(e.partitioning).and_then(|p| p.median_us);
-            let key = e.key().map(|k| k.to_string()).unwrap_or_default();
-            let best = best.map_or_else(|| "?".to_string(), |us| format!("{us:.2} µs"));
-            println!(
-                "  {} ({key}): {} [{best}, {} candidates timed, recorded at {}]",
-                e.graph_name,
-                e.describe(),
-                e.candidates.len(),
-                e.recorded_at
-            );
-        }
-        return Ok(());
+        return show_store(store_path);
     }
     let n = optional(args, "--device")?
         .ok_or_else(|| format!("give --device N (to tune), --merge or --show\n{TUNE_HELP}"))?;

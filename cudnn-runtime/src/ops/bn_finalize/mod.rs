@@ -39,9 +39,9 @@ mod reference;
 
 use super::attrs::{AttrError, Attrs};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OpFamily, OutputLayout};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::signature::{AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrSpec, OpSignature, PortSpec};
 use super::Family;
 use crate::array::Array;
 use crate::codec::json::Obj;
@@ -106,9 +106,22 @@ fn role(port: &str) -> Role {
     }
 }
 
-impl BnFinalize {
+/// `[1, C, 1, ...]` for dims `[.., C, ..]`.
+fn per_channel<D: Dim>(dims: &[D]) -> Vec<D> {
+    dims.iter().enumerate().map(|(i, d)| if i == 1 { d.clone() } else { D::lit(1) }).collect()
+}
+
+impl OpFamily for BnFinalize {
+    super::family::one_op!(signature());
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn from_attrs(_kind: (), _attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(BnFinalize {})
+    }
+
     /// The shape and dtype rule (see the module docs): six outputs of SUM's dims, all `f32`.
-    fn infer<D: Dim>(inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
         let port_error = |i: usize, expected: String, found: String| {
             ShapeError::at(i, ShapeErrorKind::PortShape { op: NAME, port: INPUTS[i].name, expected, found })
         };
@@ -182,53 +195,17 @@ impl BnFinalize {
         }
         Ok(OUTPUTS.iter().map(|_| OutputMeta { dims: sum.dims.clone(), dtype: Some(DataType::F32), reason: None }).collect())
     }
-}
-
-/// `[1, C, 1, ...]` for dims `[.., C, ..]`.
-fn per_channel<D: Dim>(dims: &[D]) -> Vec<D> {
-    dims.iter().enumerate().map(|(i, d)| if i == 1 { d.clone() } else { D::lit(1) }).collect()
-}
-
-impl OpFamily for BnFinalize {
-    type Kind = ();
-
-    const KINDS: &'static [()] = &[()];
-
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
-    fn signature_of(_kind: ()) -> OpSignature {
-        signature()
-    }
-
-    fn kind(&self) {}
-
-    fn from_attrs(_kind: (), _attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Ok(BnFinalize {})
-    }
-
-    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Vec::new()
-    }
-
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        BnFinalize::infer(inputs, cx)
-    }
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         reference::finalize(inputs).into()
     }
 
-    /// Packed, or SUM's layout where it is set: cudnn-frontend lays its outputs out NHWC, which
-    /// for `[1, C, 1, 1]` is the same memory as NCHW.
     fn fusion(&self) -> FusionRule {
         FusionRule::ALONE
     }
 
+    /// Packed, or SUM's layout where it is set: cudnn-frontend lays its outputs out NHWC, which
+    /// for `[1, C, 1, 1]` is the same memory as NCHW.
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
     }

@@ -35,14 +35,14 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::window::{spatial_list, WindowAttrs};
 /// (Also at `ops::Window`.)
 pub use super::window::Window;
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -223,6 +223,11 @@ fn overflow<D: Dim>(op: &'static str, i: usize, a: &TensorMeta<D>, b: &TensorMet
     ))
 }
 
+/// Whether some extent of `dims` is known to be zero or negative.
+fn empty<D: Dim>(dims: &[D]) -> bool {
+    dims.iter().any(|d| d.as_lit().is_some_and(|v| v <= 0))
+}
+
 fn takes(dtype: DataType) -> bool {
     matches!(
         dtype,
@@ -246,33 +251,6 @@ impl Conv {
             output_padding: Vec::new(),
             filter: Vec::new(),
         }
-    }
-
-    pub(crate) fn from_attrs(kind: ConvKind, a: &Attrs<'_>) -> Result<Self, AttrError> {
-        Ok(Conv {
-            kind,
-            window: WindowAttrs::from_attrs(kind.name(), a)?,
-            mode: a.name("mode").and_then(ConvMode::from_name).unwrap_or_default(),
-            output_padding: a.int_list("output_padding").unwrap_or_default(),
-            filter: a.int_list("filter").unwrap_or_default(),
-        })
-    }
-
-    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        let mut out = Vec::new();
-        self.window.padding_attrs(&mut out);
-        WindowAttrs::list_attr("stride", &self.window.stride, &mut out);
-        WindowAttrs::list_attr("dilation", &self.window.dilation, &mut out);
-        if self.mode != ConvMode::CrossCorrelation {
-            out.push(("mode".into(), AttrValue::Name(self.mode.name().into())));
-        }
-        if !self.output_padding.is_empty() {
-            out.push(("output_padding".into(), AttrValue::IntList(self.output_padding.clone())));
-        }
-        if !self.filter.is_empty() {
-            out.push(("filter".into(), AttrValue::IntList(self.filter.clone())));
-        }
-        out
     }
 
     /// The padding, stride and dilation for `spatial` spatial dims, defaults filled in.
@@ -302,14 +280,16 @@ impl Conv {
         format!("padding {:?}/{:?}, stride {:?}, dilation {:?}", w.pre, w.post, w.stride, w.dilation)
     }
 
-    pub(crate) fn infer<D: Dim>(
+    /// The rules on both operands whatever the kind: their types, their ranks (3 to 5, equal) and
+    /// the extents the two must share; then the window for their spatial dims.
+    fn check_operands<D: Dim>(
         &self,
-        inputs: &[TensorMeta<D>],
+        a: &TensorMeta<D>,
+        b: &TensorMeta<D>,
         cx: &mut impl DimCx<D>,
-    ) -> Result<OutputMeta<D>, ShapeError> {
+    ) -> Result<Window, ShapeError> {
         let op = self.kind.name();
         let ports = self.kind.signature().inputs;
-        let (a, b) = (&inputs[0], &inputs[1]);
         for (i, t) in [a, b].into_iter().enumerate() {
             if !takes(t.dtype) {
                 return Err(ShapeError::at(
@@ -371,165 +351,114 @@ impl Conv {
                 ),
             ));
         }
-        let empty = |dims: &[D]| dims.iter().any(|d| d.as_lit().is_some_and(|v| v <= 0));
-        let dims = match self.kind {
-            ConvKind::Fprop => {
-                let mut y = vec![a.dims[0].clone(), b.dims[0].clone()];
-                for i in 0..r - 2 {
-                    y.push(
-                        D::window_output(
-                            &a.dims[i + 2],
-                            &b.dims[i + 2],
-                            w.pre[i],
-                            w.post[i],
-                            w.stride[i],
-                            w.dilation[i],
-                        )
-                        .ok_or_else(|| overflow(op, i, a, b, &w))?,
-                    );
-                }
-                if empty(&y) {
-                    return Err(ShapeError::at(
-                        0,
-                        ShapeErrorKind::PortShape {
-                            op,
-                            port: "X",
-                            expected: format!(
-                                "large enough in each spatial dim for the dilated filter W {} ({})",
-                                shape_string(&b.dims),
-                                Self::describe(&w)
-                            ),
-                            found: shape_string(&a.dims),
-                        },
-                    ));
-                }
-                y
-            }
-            ConvKind::Dgrad => {
-                let extra = self.output_padding(&w).map_err(ShapeError::general)?;
-                let mut dx = vec![a.dims[0].clone(), b.dims[1].clone()];
-                for (i, &e) in extra.iter().enumerate() {
-                    dx.push(
-                        D::window_input(
-                            &a.dims[i + 2],
-                            &b.dims[i + 2],
-                            w.pre[i],
-                            w.post[i],
-                            w.stride[i],
-                            w.dilation[i],
-                            e,
-                        )
-                        .ok_or_else(|| overflow(op, i, a, b, &w))?,
-                    );
-                }
-                if empty(&dx) {
-                    return Err(ShapeError::at(
-                        0,
-                        ShapeErrorKind::PortShape {
-                            op,
-                            port: "DY",
-                            expected: format!(
-                                "the gradient of a convolution by W {} ({}), which no positive DX extent gives",
-                                shape_string(&b.dims),
-                                Self::describe(&w)
-                            ),
-                            found: shape_string(&a.dims),
-                        },
-                    ));
-                }
-                dx
-            }
-            ConvKind::Wgrad => {
-                // Required: DW's spatial extents come from nowhere else (an empty list must not
-                // default to 1s, or the graph would not read back from its own JSON).
-                if self.filter.is_empty() {
-                    return Err(ShapeError::general(rule(
-                        op,
-                        "`conv_wgrad` needs the attribute `filter` (a list of integers, one per spatial dim)".into(),
-                    )));
-                }
-                let filter = spatial_list(op, "filter", &self.filter, r - 2, 1, 1).map_err(ShapeError::general)?;
-                let mut expected = vec![a.dims[0].clone(), b.dims[1].clone()];
-                for (i, &f) in filter.iter().enumerate() {
-                    expected.push(
-                        D::window_output(&a.dims[i + 2], &D::lit(f), w.pre[i], w.post[i], w.stride[i], w.dilation[i])
-                            .ok_or_else(|| overflow(op, i, a, b, &w))?,
-                    );
-                }
-                let agrees = !empty(&expected) && (2..r).all(|i| cx.require_eq(&b.dims[i], &expected[i]));
-                if !agrees {
-                    return Err(ShapeError::at(
-                        1,
-                        ShapeErrorKind::PortShape {
-                            op,
-                            port: "DY",
-                            expected: format!(
-                                "{} (X {} convolved by a {filter:?} filter, {})",
-                                shape_string(&expected),
-                                shape_string(&a.dims),
-                                Self::describe(&w)
-                            ),
-                            found: shape_string(&b.dims),
-                        },
-                    ));
-                }
-                let mut dw = vec![b.dims[1].clone(), a.dims[1].clone()];
-                dw.extend(filter.iter().map(|&f| D::lit(f)));
-                dw
-            }
-        };
-        Ok(OutputMeta { dims, dtype: None, reason: None })
+        Ok(w)
     }
 
-    /// The convolution in f64, by direct loops over every output element and filter tap.
-    pub(crate) fn reference(&self, a: &Array, b: &Array) -> Array {
-        let metas = [
-            TensorMeta { dims: a.dims.clone(), dtype: DataType::F32 },
-            TensorMeta { dims: b.dims.clone(), dtype: DataType::F32 },
-        ];
-        let (Ok(out), Ok(w)) = (self.infer(&metas, &mut Concrete), self.window(a.dims.len().saturating_sub(2))) else {
-            // Validated graphs never get here.
-            return Array::zeros(&[0]);
-        };
-        let mut out = Array::zeros(&out.dims);
-        let spatial = |dims: &[i64]| dims[2..].to_vec();
-        let (n, c, k, taps) = match self.kind {
-            ConvKind::Fprop => (
-                a.dims[0],
-                a.dims[1],
-                b.dims[0],
-                Taps::new(&spatial(&out.dims), &spatial(&b.dims), &spatial(&a.dims), &w, self.mode),
-            ),
-            ConvKind::Dgrad => (
-                a.dims[0],
-                b.dims[1],
-                b.dims[0],
-                Taps::new(&spatial(&a.dims), &spatial(&b.dims), &spatial(&out.dims), &w, self.mode),
-            ),
-            ConvKind::Wgrad => (
-                a.dims[0],
-                a.dims[1],
-                b.dims[1],
-                Taps::new(&spatial(&b.dims), &spatial(&out.dims), &spatial(&a.dims), &w, self.mode),
-            ),
-        };
-        let (n, c, k) = (n as usize, c as usize, k as usize);
-        let (so, sf, si) = (taps.outputs, taps.filter, taps.inputs);
-        for ni in 0..n {
-            for ki in 0..k {
-                for ci in 0..c {
-                    for &(o, f, i) in &taps.list {
-                        let (y, wt, x) = ((ni * k + ki) * so + o, (ki * c + ci) * sf + f, (ni * c + ci) * si + i);
-                        match self.kind {
-                            ConvKind::Fprop => out.data[y] += a.data[x] * b.data[wt],
-                            ConvKind::Dgrad => out.data[x] += a.data[y] * b.data[wt],
-                            ConvKind::Wgrad => out.data[wt] += b.data[y] * a.data[x],
-                        }
-                    }
-                }
-            }
+    /// The forward's Y: `[N, K, spatial]`, each spatial extent the window's output over X's.
+    fn fprop_y<D: Dim>(&self, x: &TensorMeta<D>, wt: &TensorMeta<D>, w: &Window) -> Result<Vec<D>, ShapeError> {
+        let op = self.kind.name();
+        let mut y = vec![x.dims[0].clone(), wt.dims[0].clone()];
+        for i in 0..x.dims.len() - 2 {
+            y.push(
+                D::window_output(&x.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i])
+                    .ok_or_else(|| overflow(op, i, x, wt, w))?,
+            );
         }
-        out
+        if empty(&y) {
+            return Err(ShapeError::at(
+                0,
+                ShapeErrorKind::PortShape {
+                    op,
+                    port: "X",
+                    expected: format!(
+                        "large enough in each spatial dim for the dilated filter W {} ({})",
+                        shape_string(&wt.dims),
+                        Self::describe(w)
+                    ),
+                    found: shape_string(&x.dims),
+                },
+            ));
+        }
+        Ok(y)
+    }
+
+    /// The data gradient's DX: `[N, C, spatial]`, each spatial extent the input a window of DY's
+    /// extent came from (with the output padding that picks among several).
+    fn dgrad_dx<D: Dim>(&self, dy: &TensorMeta<D>, wt: &TensorMeta<D>, w: &Window) -> Result<Vec<D>, ShapeError> {
+        let op = self.kind.name();
+        let extra = self.output_padding(w).map_err(ShapeError::general)?;
+        let mut dx = vec![dy.dims[0].clone(), wt.dims[1].clone()];
+        for (i, &e) in extra.iter().enumerate() {
+            dx.push(
+                D::window_input(&dy.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i], e)
+                    .ok_or_else(|| overflow(op, i, dy, wt, w))?,
+            );
+        }
+        if empty(&dx) {
+            return Err(ShapeError::at(
+                0,
+                ShapeErrorKind::PortShape {
+                    op,
+                    port: "DY",
+                    expected: format!(
+                        "the gradient of a convolution by W {} ({}), which no positive DX extent gives",
+                        shape_string(&wt.dims),
+                        Self::describe(w)
+                    ),
+                    found: shape_string(&dy.dims),
+                },
+            ));
+        }
+        Ok(dx)
+    }
+
+    /// The filter gradient's DW: `[K, C, filter]`, once DY's spatial extents are those X convolved
+    /// by that filter gives.
+    fn wgrad_dw<D: Dim>(
+        &self,
+        x: &TensorMeta<D>,
+        dy: &TensorMeta<D>,
+        w: &Window,
+        cx: &mut impl DimCx<D>,
+    ) -> Result<Vec<D>, ShapeError> {
+        let op = self.kind.name();
+        let r = x.dims.len();
+        // Required: DW's spatial extents come from nowhere else (an empty list must not default
+        // to 1s, or the graph would not read back from its own JSON).
+        if self.filter.is_empty() {
+            return Err(ShapeError::general(rule(
+                op,
+                "`conv_wgrad` needs the attribute `filter` (a list of integers, one per spatial dim)".into(),
+            )));
+        }
+        let filter = spatial_list(op, "filter", &self.filter, r - 2, 1, 1).map_err(ShapeError::general)?;
+        let mut expected = vec![x.dims[0].clone(), dy.dims[1].clone()];
+        for (i, &f) in filter.iter().enumerate() {
+            expected.push(
+                D::window_output(&x.dims[i + 2], &D::lit(f), w.pre[i], w.post[i], w.stride[i], w.dilation[i])
+                    .ok_or_else(|| overflow(op, i, x, dy, w))?,
+            );
+        }
+        let agrees = !empty(&expected) && (2..r).all(|i| cx.require_eq(&dy.dims[i], &expected[i]));
+        if !agrees {
+            return Err(ShapeError::at(
+                1,
+                ShapeErrorKind::PortShape {
+                    op,
+                    port: "DY",
+                    expected: format!(
+                        "{} (X {} convolved by a {filter:?} filter, {})",
+                        shape_string(&expected),
+                        shape_string(&x.dims),
+                        Self::describe(w)
+                    ),
+                    found: shape_string(&dy.dims),
+                },
+            ));
+        }
+        let mut dw = vec![dy.dims[1].clone(), x.dims[1].clone()];
+        dw.extend(filter.iter().map(|&f| D::lit(f)));
+        Ok(dw)
     }
 }
 
@@ -571,8 +500,6 @@ impl Taps {
         Taps { list, outputs: n_out as usize, filter: n_filter as usize, inputs: count(input) as usize }
     }
 }
-
-
 impl OpFamily for Conv {
     type Kind = ConvKind;
 
@@ -588,25 +515,96 @@ impl OpFamily for Conv {
         self.kind
     }
 
-    fn from_attrs(kind: ConvKind, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Conv::from_attrs(kind, attrs)
+    fn from_attrs(kind: ConvKind, a: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Conv {
+            kind,
+            window: WindowAttrs::from_attrs(kind.name(), a)?,
+            mode: a.name("mode").and_then(ConvMode::from_name).unwrap_or_default(),
+            output_padding: a.int_list("output_padding").unwrap_or_default(),
+            filter: a.int_list("filter").unwrap_or_default(),
+        })
     }
 
     fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Conv::call_attrs(self)
+        let mut out = Vec::new();
+        self.window.padding_attrs(&mut out);
+        WindowAttrs::list_attr("stride", &self.window.stride, &mut out);
+        WindowAttrs::list_attr("dilation", &self.window.dilation, &mut out);
+        if self.mode != ConvMode::CrossCorrelation {
+            out.push(("mode".into(), AttrValue::Name(self.mode.name().into())));
+        }
+        if !self.output_padding.is_empty() {
+            out.push(("output_padding".into(), AttrValue::IntList(self.output_padding.clone())));
+        }
+        if !self.filter.is_empty() {
+            out.push(("filter".into(), AttrValue::IntList(self.filter.clone())));
+        }
+        out
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Conv::infer(self, inputs, cx).map(|o| vec![o])
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let w = self.check_operands(a, b, cx)?;
+        let dims = match self.kind {
+            ConvKind::Fprop => self.fprop_y(a, b, &w)?,
+            ConvKind::Dgrad => self.dgrad_dx(a, b, &w)?,
+            ConvKind::Wgrad => self.wgrad_dw(a, b, &w, cx)?,
+        };
+        Ok(vec![OutputMeta { dims, dtype: None, reason: None }])
     }
 
+    /// The convolution in f64, by direct loops over every output element and filter tap.
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        vec![Conv::reference(self, inputs[0], inputs[1])]
+        let (a, b) = (inputs[0], inputs[1]);
+        let metas = [
+            TensorMeta { dims: a.dims.clone(), dtype: DataType::F32 },
+            TensorMeta { dims: b.dims.clone(), dtype: DataType::F32 },
+        ];
+        let (Ok(out), Ok(w)) =
+            (self.infer(&metas, &mut Concrete), self.window(a.dims.len().saturating_sub(2)))
+        else {
+            // Validated graphs never get here.
+            return vec![Array::zeros(&[0])];
+        };
+        let mut out = Array::zeros(&out[0].dims);
+        let spatial = |dims: &[i64]| dims[2..].to_vec();
+        let (n, c, k, taps) = match self.kind {
+            ConvKind::Fprop => (
+                a.dims[0],
+                a.dims[1],
+                b.dims[0],
+                Taps::new(&spatial(&out.dims), &spatial(&b.dims), &spatial(&a.dims), &w, self.mode),
+            ),
+            ConvKind::Dgrad => (
+                a.dims[0],
+                b.dims[1],
+                b.dims[0],
+                Taps::new(&spatial(&a.dims), &spatial(&b.dims), &spatial(&out.dims), &w, self.mode),
+            ),
+            ConvKind::Wgrad => (
+                a.dims[0],
+                a.dims[1],
+                b.dims[1],
+                Taps::new(&spatial(&b.dims), &spatial(&out.dims), &spatial(&a.dims), &w, self.mode),
+            ),
+        };
+        let (n, c, k) = (n as usize, c as usize, k as usize);
+        let (so, sf, si) = (taps.outputs, taps.filter, taps.inputs);
+        for ni in 0..n {
+            for ki in 0..k {
+                for ci in 0..c {
+                    for &(o, f, i) in &taps.list {
+                        let (y, wt, x) = ((ni * k + ki) * so + o, (ki * c + ci) * sf + f, (ni * c + ci) * si + i);
+                        match self.kind {
+                            ConvKind::Fprop => out.data[y] += a.data[x] * b.data[wt],
+                            ConvKind::Dgrad => out.data[x] += a.data[y] * b.data[wt],
+                            ConvKind::Wgrad => out.data[wt] += b.data[y] * a.data[x],
+                        }
+                    }
+                }
+            }
+        }
+        vec![out]
     }
 
     fn fusion(&self) -> FusionRule {
@@ -759,10 +757,10 @@ mod tests {
         let x = Array::from_fn(&[1, 1, 5], |i| (i + 1) as f64);
         let w = Array::from_fn(&[1, 1, 3], |i| [1.0, 10.0, 100.0][i]);
         let Op::Conv(cc) = op("conv_fprop", &[("padding", vec![1].into())]) else { unreachable!() };
-        assert_eq!(cc.reference(&x, &w).data, vec![210.0, 321.0, 432.0, 543.0, 54.0]);
+        assert_eq!(cc.reference(&[&x, &w])[0].data, vec![210.0, 321.0, 432.0, 543.0, 54.0]);
         let Op::Conv(cv) = op("conv_fprop", &[("padding", vec![1].into()), ("mode", "convolution".into())]) else {
             unreachable!()
         };
-        assert_eq!(cv.reference(&x, &w).data, vec![12.0, 123.0, 234.0, 345.0, 450.0]);
+        assert_eq!(cv.reference(&[&x, &w])[0].data, vec![12.0, 123.0, 234.0, 345.0, 450.0]);
     }
 }

@@ -39,7 +39,7 @@ use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, Port
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -147,7 +147,7 @@ impl LayoutKind {
     }
 
     /// The call signature. A concatenation's lists two inputs, the smallest useful call; an
-    /// instance has as many as its call passed ([`Layout::inputs`]).
+    /// instance has as many as its call passed ([`Op::inputs`](super::Op::inputs)).
     pub fn signature(self) -> OpSignature {
         let (inputs, attrs): (&'static [PortSpec], _) = match self {
             LayoutKind::Reshape => (INPUTS, RESHAPE_ATTRS),
@@ -170,26 +170,6 @@ impl Layout {
         }
     }
 
-    /// This instance's inputs: X, or a concatenation's `X[0]` .. `X[n-1]`.
-    pub fn inputs(&self) -> &'static [PortSpec] {
-        match self {
-            Layout::Concatenate { inputs, .. } => &CONCAT_PORTS[..(*inputs).min(MAX_CONCAT_INPUTS)],
-            _ => INPUTS,
-        }
-    }
-
-    /// `inputs`: the call's positional argument count (a concatenation's input count; the other
-    /// layout ops take one input whatever is passed, and the shape rule reports a mismatch).
-    pub(crate) fn from_attrs(kind: LayoutKind, a: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError> {
-        if kind == LayoutKind::Concatenate && !(1..=MAX_CONCAT_INPUTS).contains(&inputs) {
-            return Err(AttrError::Inputs {
-                op: kind.name().to_string(),
-                reason: format!("takes 1 to {MAX_CONCAT_INPUTS} inputs, found {inputs}"),
-            });
-        }
-        Ok(Self::from_checked_attrs(kind, a, inputs))
-    }
-
     fn from_checked_attrs(kind: LayoutKind, a: &Attrs<'_>, inputs: usize) -> Self {
         match kind {
             LayoutKind::Reshape => Layout::Reshape { shape: a.int_list("shape").unwrap_or_default() },
@@ -207,30 +187,6 @@ impl Layout {
         }
     }
 
-    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        match self {
-            Layout::Reshape { shape } => vec![("shape".into(), AttrValue::IntList(shape.clone()))],
-            Layout::Transpose { permutation } => vec![("permutation".into(), AttrValue::IntList(permutation.clone()))],
-            Layout::Slice { start, limit, step } => {
-                let mut out = vec![
-                    ("start".into(), AttrValue::IntList(start.clone())),
-                    ("limit".into(), AttrValue::IntList(limit.clone())),
-                ];
-                if !step.is_empty() {
-                    out.push(("step".into(), AttrValue::IntList(step.clone())));
-                }
-                out
-            }
-            Layout::Concatenate { axis, in_place_index, .. } => {
-                let mut out = vec![("axis".into(), AttrValue::Int(*axis))];
-                if let Some(i) = in_place_index {
-                    out.push(("in_place_index".into(), AttrValue::Int(*i)));
-                }
-                out
-            }
-        }
-    }
-
     /// The permutation as axes, if it is one for `rank`.
     pub fn axes(permutation: &[i64], rank: usize) -> Option<Vec<usize>> {
         let mut seen = vec![false; rank];
@@ -243,45 +199,6 @@ impl Layout {
             axes.push(a);
         }
         (axes.len() == rank).then_some(axes)
-    }
-
-    pub(crate) fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<OutputMeta<D>, ShapeError> {
-        let op = self.kind().name();
-        if let Layout::Concatenate { axis, in_place_index, .. } = self {
-            return concat_infer(op, *axis, *in_place_index, inputs, cx);
-        }
-        let x = &inputs[0];
-        let dims = match self {
-            Layout::Reshape { shape } => reshape_infer(op, x, &extents.read("shape", shape), cx)?,
-            Layout::Transpose { permutation } => {
-                let Some(axes) = Layout::axes(permutation, x.dims.len()) else {
-                    return Err(ShapeError::at(
-                        0,
-                        ShapeErrorKind::Rule {
-                            op,
-                            rule: format!(
-                                "attribute `permutation` {permutation:?} is not a permutation of the {} dims of X {} (each of 0..{} exactly once)",
-                                x.dims.len(),
-                                shape_string(&x.dims),
-                                x.dims.len()
-                            ),
-                        },
-                    ));
-                };
-                axes.iter().map(|&a| x.dims[a].clone()).collect()
-            }
-            Layout::Slice { start, limit, .. } => {
-                let (start, limit) = (extents.read("start", start), extents.read("limit", limit));
-                slice_infer(op, x, &start, &limit, &self.steps(x.dims.len()), cx)?
-            }
-            Layout::Concatenate { .. } => unreachable!("returned above"),
-        };
-        Ok(OutputMeta { dims, dtype: Some(x.dtype), reason: None })
     }
 
     /// A slice's steps for `rank` dims, defaults filled in (empty for other ops).
@@ -391,11 +308,121 @@ impl Layout {
             _ => None,
         }
     }
+}
+
+impl OpFamily for Layout {
+    type Kind = LayoutKind;
+
+    const KINDS: &'static [LayoutKind] = LayoutKind::ALL;
+
+    const TAGS: &'static [&'static str] = &[
+        LayoutKind::Reshape.frontend_tag(),
+        LayoutKind::Transpose.frontend_tag(),
+        LayoutKind::Slice.frontend_tag(),
+        LayoutKind::Concatenate.frontend_tag(),
+    ];
+
+    fn signature_of(kind: LayoutKind) -> OpSignature {
+        kind.signature()
+    }
+
+    fn input_of(kind: LayoutKind, i: usize) -> Option<PortSpec> {
+        match kind {
+            LayoutKind::Concatenate => CONCAT_PORTS.get(i).copied(),
+            LayoutKind::Reshape | LayoutKind::Transpose | LayoutKind::Slice => kind.signature().inputs.get(i).copied(),
+        }
+    }
+
+    fn kind(&self) -> LayoutKind {
+        self.kind()
+    }
+
+    /// This instance's inputs: X, or a concatenation's `X[0]` .. `X[n-1]`.
+    fn inputs(&self) -> Vec<PortSpec> {
+        match self {
+            Layout::Concatenate { inputs, .. } => CONCAT_PORTS[..(*inputs).min(MAX_CONCAT_INPUTS)].to_vec(),
+            _ => INPUTS.to_vec(),
+        }
+    }
+
+    /// `inputs`: the call's positional argument count (a concatenation's input count; the other
+    /// layout ops take one input whatever is passed, and the shape rule reports a mismatch).
+    fn from_attrs(kind: LayoutKind, a: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError> {
+        if kind == LayoutKind::Concatenate && !(1..=MAX_CONCAT_INPUTS).contains(&inputs) {
+            return Err(AttrError::Inputs {
+                op: kind.name().to_string(),
+                reason: format!("takes 1 to {MAX_CONCAT_INPUTS} inputs, found {inputs}"),
+            });
+        }
+        Ok(Self::from_checked_attrs(kind, a, inputs))
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        match self {
+            Layout::Reshape { shape } => vec![("shape".into(), AttrValue::IntList(shape.clone()))],
+            Layout::Transpose { permutation } => vec![("permutation".into(), AttrValue::IntList(permutation.clone()))],
+            Layout::Slice { start, limit, step } => {
+                let mut out = vec![
+                    ("start".into(), AttrValue::IntList(start.clone())),
+                    ("limit".into(), AttrValue::IntList(limit.clone())),
+                ];
+                if !step.is_empty() {
+                    out.push(("step".into(), AttrValue::IntList(step.clone())));
+                }
+                out
+            }
+            Layout::Concatenate { axis, in_place_index, .. } => {
+                let mut out = vec![("axis".into(), AttrValue::Int(*axis))];
+                if let Some(i) = in_place_index {
+                    out.push(("in_place_index".into(), AttrValue::Int(*i)));
+                }
+                out
+            }
+        }
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
+        self.infer_with(inputs, &Extents::own(), cx)
+    }
+
+    fn infer_with<D: Dim>(&self, inputs: &[TensorMeta<D>], extents: &Extents<'_, D>, cx: &mut impl DimCx<D>) -> Inferred<D> {
+        let op = self.kind().name();
+        if let Layout::Concatenate { axis, in_place_index, .. } = self {
+            return concat_infer(op, *axis, *in_place_index, inputs, cx).map(|y| vec![y]);
+        }
+        let x = &inputs[0];
+        let dims = match self {
+            Layout::Reshape { shape } => reshape_infer(op, x, &extents.read("shape", shape), cx)?,
+            Layout::Transpose { permutation } => {
+                let Some(axes) = Layout::axes(permutation, x.dims.len()) else {
+                    return Err(ShapeError::at(
+                        0,
+                        ShapeErrorKind::Rule {
+                            op,
+                            rule: format!(
+                                "attribute `permutation` {permutation:?} is not a permutation of the {} dims of X {} (each of 0..{} exactly once)",
+                                x.dims.len(),
+                                shape_string(&x.dims),
+                                x.dims.len()
+                            ),
+                        },
+                    ));
+                };
+                axes.iter().map(|&a| x.dims[a].clone()).collect()
+            }
+            Layout::Slice { start, limit, .. } => {
+                let (start, limit) = (extents.read("start", start), extents.read("limit", limit));
+                slice_infer(op, x, &start, &limit, &self.steps(x.dims.len()), cx)?
+            }
+            Layout::Concatenate { .. } => unreachable!("returned above"),
+        };
+        Ok(vec![OutputMeta { dims, dtype: Some(x.dtype), reason: None }])
+    }
 
     /// The op on logical values.
-    pub(crate) fn reference(&self, inputs: &[&Array]) -> Array {
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
         let x = inputs[0];
-        match self {
+        vec![match self {
             Layout::Concatenate { .. } => {
                 let axis = self.concat_axis(x.dims.len()).unwrap_or(0);
                 let mut dims = x.dims.clone();
@@ -433,60 +460,7 @@ impl Layout {
                     x.data[source as usize]
                 })
             }
-        }
-    }
-}
-
-impl OpFamily for Layout {
-    type Kind = LayoutKind;
-
-    const KINDS: &'static [LayoutKind] = LayoutKind::ALL;
-
-    const TAGS: &'static [&'static str] = &[
-        LayoutKind::Reshape.frontend_tag(),
-        LayoutKind::Transpose.frontend_tag(),
-        LayoutKind::Slice.frontend_tag(),
-        LayoutKind::Concatenate.frontend_tag(),
-    ];
-
-    fn signature_of(kind: LayoutKind) -> OpSignature {
-        kind.signature()
-    }
-
-    fn input_of(kind: LayoutKind, i: usize) -> Option<PortSpec> {
-        match kind {
-            LayoutKind::Concatenate => CONCAT_PORTS.get(i).copied(),
-            LayoutKind::Reshape | LayoutKind::Transpose | LayoutKind::Slice => kind.signature().inputs.get(i).copied(),
-        }
-    }
-
-    fn kind(&self) -> LayoutKind {
-        self.kind()
-    }
-
-    fn from_attrs(kind: LayoutKind, attrs: &Attrs<'_>, inputs: usize) -> Result<Self, AttrError> {
-        Layout::from_attrs(kind, attrs, inputs)
-    }
-
-    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Layout::call_attrs(self)
-    }
-
-    fn inputs(&self) -> Vec<PortSpec> {
-        Layout::inputs(self).to_vec()
-    }
-
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Layout::infer(self, inputs, extents, cx).map(|o| vec![o])
-    }
-
-    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        vec![Layout::reference(self, inputs)]
+        }]
     }
 
     fn fusion(&self) -> FusionRule {
@@ -610,7 +584,7 @@ mod tests {
         assert_eq!(l.output_strides(&[4, 16, 8], &[128, 8, 1], &[2, 4, 8]), vec![128, 16, 1]);
         assert_eq!(l.offset(&[128, 8, 1]), 128 + 32);
         let x = Array::from_fn(&[4, 16, 8], |i| i as f64);
-        let y = l.reference(&[&x]);
+        let y = l.reference(&[&x]).remove(0);
         assert_eq!(y.dims, vec![2, 4, 8]);
         assert_eq!(y.data[0], 160.0);
         assert_eq!(y.data[8], 176.0);
@@ -750,7 +724,7 @@ mod tests {
         assert_eq!(s.infer(&[meta(vec![4i64, 8])], &mut Concrete).unwrap()[0].dims, vec![1, 3]);
         let Op::Layout(l) = &s else { unreachable!() };
         assert_eq!(l.output_strides(&[4, 8], &[8, 1], &[1, 3]), vec![8, 3]);
-        assert_eq!(l.reference(&[&Array::from_fn(&[4, 8], |i| i as f64)]).data, vec![8.0, 11.0, 14.0]);
+        assert_eq!(l.reference(&[&Array::from_fn(&[4, 8], |i| i as f64)])[0].data, vec![8.0, 11.0, 14.0]);
         // Concatenated extents that overflow are an error naming them, not a saturated extent.
         let ins = [meta(vec![2i64, big - 1]), meta(vec![2, 2])];
         let e = concat(2, 1, None).infer(&ins, &mut Concrete).unwrap_err();
@@ -826,7 +800,7 @@ mod tests {
         };
         let (a, b, c) = (random(&[2, 3, 4]), random(&[2, 3, 1]), random(&[2, 3, 2]));
         let Op::Layout(l) = concat(3, 2, None) else { unreachable!() };
-        let y = l.reference(&[&a, &b, &c]);
+        let y = l.reference(&[&a, &b, &c]).remove(0);
         assert_eq!(y.dims, vec![2, 3, 7]);
         for i in 0..2 {
             for j in 0..3 {
@@ -851,10 +825,10 @@ mod tests {
     fn references_and_strides() {
         let x = Array::from_fn(&[2, 3], |i| i as f64);
         let Op::Layout(t) = op("transpose", "permutation", vec![1, 0]) else { unreachable!() };
-        assert_eq!(t.reference(&[&x]).data, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert_eq!(t.reference(&[&x])[0].data, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
         assert_eq!(t.output_strides(&[2, 3], &[3, 1], &[3, 2]), vec![1, 3]);
         let Op::Layout(r) = op("reshape", "shape", vec![3, 2]) else { unreachable!() };
-        assert_eq!(r.reference(&[&x]).data, x.data);
+        assert_eq!(r.reference(&[&x])[0].data, x.data);
         assert_eq!(r.output_strides(&[2, 3], &[3, 1], &[3, 2]), vec![2, 1]);
     }
 }

@@ -15,11 +15,11 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrSpec, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{FusionRule, LayoutPolicy, OpFamily};
+use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -53,42 +53,48 @@ fn takes(dtype: DataType) -> bool {
     )
 }
 
-impl Matmul {
-    pub(crate) fn from_attrs(_: &Attrs<'_>) -> Self {
-        Matmul {}
-    }
-
-    pub(crate) fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        cx: &mut impl DimCx<D>,
-    ) -> Result<OutputMeta<D>, ShapeError> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        for (i, t) in [a, b].into_iter().enumerate() {
-            if !takes(t.dtype) {
-                return Err(ShapeError::at(
-                    i,
-                    ShapeErrorKind::DType {
-                        op: NAME,
-                        port: INPUTS[i].name,
-                        found: t.dtype,
-                        expected: "f16, bf16, f32, fp8 or i8",
-                    },
-                ));
-            }
-        }
-        // fp8 only beside fp8: cuDNN 9.19 plans no matmul of an fp8 operand and another type.
-        if is_fp8(a.dtype) != is_fp8(b.dtype) {
-            let (i, expected) = if is_fp8(a.dtype) {
-                (1, "fp8_e4m3 or fp8_e5m2 beside an fp8 port A (cuDNN has no matmul of fp8 and another type: quantize B to fp8 too)")
-            } else {
-                (0, "fp8_e4m3 or fp8_e5m2 beside an fp8 port B (cuDNN has no matmul of fp8 and another type: quantize A to fp8 too)")
-            };
+/// The operands' types: each one cuDNN's matmul takes, and fp8 only beside fp8.
+fn check_types(a: DataType, b: DataType) -> Result<(), ShapeError> {
+    for (i, t) in [a, b].into_iter().enumerate() {
+        if !takes(t) {
             return Err(ShapeError::at(
                 i,
-                ShapeErrorKind::DType { op: NAME, port: INPUTS[i].name, found: inputs[i].dtype, expected },
+                ShapeErrorKind::DType {
+                    op: NAME,
+                    port: INPUTS[i].name,
+                    found: t,
+                    expected: "f16, bf16, f32, fp8 or i8",
+                },
             ));
         }
+    }
+    // fp8 only beside fp8: cuDNN 9.19 plans no matmul of an fp8 operand and another type.
+    if is_fp8(a) != is_fp8(b) {
+        let (i, expected) = if is_fp8(a) {
+            (1, "fp8_e4m3 or fp8_e5m2 beside an fp8 port A (cuDNN has no matmul of fp8 and another type: quantize B to fp8 too)")
+        } else {
+            (0, "fp8_e4m3 or fp8_e5m2 beside an fp8 port B (cuDNN has no matmul of fp8 and another type: quantize A to fp8 too)")
+        };
+        return Err(ShapeError::at(
+            i,
+            ShapeErrorKind::DType { op: NAME, port: INPUTS[i].name, found: [a, b][i], expected },
+        ));
+    }
+    Ok(())
+}
+
+impl OpFamily for Matmul {
+    super::family::one_op!(signature());
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn from_attrs(_kind: (), _attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Matmul {})
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        check_types(a.dtype, b.dtype)?;
         if a.dims.len() < 2 {
             return Err(ShapeError::at(
                 0,
@@ -136,11 +142,29 @@ impl Matmul {
         })?;
         dims.push(a.dims[r - 2].clone());
         dims.push(b.dims[r - 1].clone());
-        Ok(OutputMeta { dims, dtype: None, reason: None })
+        Ok(vec![OutputMeta { dims, dtype: None, reason: None }])
+    }
+
+    fn compute_rule(&self, inputs: &[DataType], compute: DataType) -> Result<(), ShapeError> {
+        // fp8 tensor cores accumulate in f32; cuDNN 9.19 has no engine for another compute type.
+        match inputs.iter().position(|&d| is_fp8(d)) {
+            Some(i) if compute != DataType::F32 => Err(ShapeError::at(
+                i,
+                ShapeErrorKind::Rule {
+                    op: NAME,
+                    rule: format!(
+                        "an fp8 matmul (port {} is {}) computes in f32, but the graph's compute type is {compute}",
+                        INPUTS[i].name, inputs[i]
+                    ),
+                },
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// `C = A · B` with batch broadcasting, accumulated in f64.
-    pub(crate) fn reference(&self, a: &Array, b: &Array) -> Array {
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        let (a, b) = (inputs[0], inputs[1]);
         let r = a.dims.len();
         let (m, k, n) = (a.dims[r - 2], a.dims[r - 1], b.dims[r - 1]);
         let batch: Vec<i64> = a.dims[..r - 2].iter().zip(&b.dims[..r - 2]).map(|(x, y)| *x.max(y)).collect();
@@ -169,60 +193,7 @@ impl Matmul {
                 }
             }
         }
-        out
-    }
-}
-
-
-impl OpFamily for Matmul {
-    type Kind = ();
-
-    const KINDS: &'static [()] = &[()];
-
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
-    fn signature_of(_kind: ()) -> OpSignature {
-        signature()
-    }
-
-    fn kind(&self) {}
-
-    fn from_attrs(_kind: (), attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Ok(Matmul::from_attrs(attrs))
-    }
-
-    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Vec::new()
-    }
-
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Matmul::infer(self, inputs, cx).map(|o| vec![o])
-    }
-
-    fn compute_rule(&self, inputs: &[DataType], compute: DataType) -> Result<(), ShapeError> {
-        // fp8 tensor cores accumulate in f32; cuDNN 9.19 has no engine for another compute type.
-        match inputs.iter().position(|&d| is_fp8(d)) {
-            Some(i) if compute != DataType::F32 => Err(ShapeError::at(
-                i,
-                ShapeErrorKind::Rule {
-                    op: NAME,
-                    rule: format!(
-                        "an fp8 matmul (port {} is {}) computes in f32, but the graph's compute type is {compute}",
-                        INPUTS[i].name, inputs[i]
-                    ),
-                },
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        vec![Matmul::reference(self, inputs[0], inputs[1])]
+        vec![out]
     }
 
     fn fusion(&self) -> FusionRule {
@@ -341,7 +312,7 @@ mod tests {
     fn reference_broadcasts_batches() {
         let a = Array::from_fn(&[2, 2, 3], |i| (i as f64) * 0.5 - 1.0);
         let b = Array::from_fn(&[1, 3, 2], |i| (i as f64) + 1.0);
-        let c = Matmul {}.reference(&a, &b);
+        let c = Matmul {}.reference(&[&a, &b]).remove(0);
         assert_eq!(c.dims, vec![2, 2, 2]);
         for batch in 0..2 {
             for i in 0..2 {

@@ -6,6 +6,7 @@
 use super::{Norm, NormKind, NormPhase};
 use crate::codec::json::{wrong_type, Json, Obj};
 use crate::codec::CodecError;
+use crate::ops::family::OpFamily;
 use crate::ops::codec::{
     call_attrs, deny_unknown_node_fields, has_port, FrontendAttr, FrontendFields, FrontendNode, ReadError,
 };

@@ -17,6 +17,7 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
+use crate::ops::family::OpFamily;
 use super::{Grouping, Norm, NormKind};
 use crate::cudnn::{CudnnError, LoweredOp, NodeCx, MIN_RANK};
 

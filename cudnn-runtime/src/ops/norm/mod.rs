@@ -42,11 +42,11 @@ pub(crate) mod codec;
 pub(crate) mod lower;
 mod reference;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -232,7 +232,7 @@ impl NormKind {
         NormKind::ALL.iter().copied().find(|k| k.name() == name)
     }
 
-    /// The call signature. Its outputs are every output the call can have; [`Norm::outputs`] says
+    /// The call signature. Its outputs are every output the call can have; [`Op::outputs`](super::Op::outputs) says
     /// which one instance produces.
     pub fn signature(self) -> OpSignature {
         OpSignature {
@@ -326,115 +326,6 @@ impl Norm {
     /// `kind` with its default attributes.
     pub const fn new(kind: NormKind) -> Self {
         Norm { kind, phase: kind.default_phase(), dbias: false }
-    }
-
-    pub(crate) fn from_attrs(kind: NormKind, a: &Attrs<'_>) -> Self {
-        let mut n = Norm::new(kind);
-        if let Some(phase) = a.name("phase").and_then(NormPhase::from_name) {
-            n.phase = phase;
-        }
-        n.dbias = a.bool("dbias").unwrap_or(false);
-        n
-    }
-
-    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        let mut out = Vec::new();
-        if self.kind.takes_phase() && self.phase != self.kind.default_phase() {
-            out.push(("phase".to_string(), AttrValue::Name(self.phase.name().to_string())));
-        }
-        if self.dbias {
-            out.push(("dbias".to_string(), AttrValue::Bool(true)));
-        }
-        out
-    }
-
-    /// The outputs this instance produces: the statistics only in training, DBIAS only when asked.
-    pub fn outputs(&self) -> &'static [&'static str] {
-        let all = self.kind.all_outputs();
-        let keep = match self.kind {
-            k if k.takes_phase() && self.phase == NormPhase::Inference => 1,
-            NormKind::RmsNormBackward if !self.dbias => 2,
-            _ => all.len(),
-        };
-        &all[..keep]
-    }
-
-    /// The shape and dtype rule (see the module docs), one [`OutputMeta`] per output of
-    /// [`Norm::outputs`].
-    pub(crate) fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        let rules = Rules { kind: self.kind };
-        for (i, t) in inputs.iter().enumerate() {
-            rules.floating(i, t)?;
-        }
-        let x_at = self.kind.port_index("X").unwrap_or(0);
-        let x = &inputs[x_at];
-        let rank = x.dims.len();
-        if rank < 2 {
-            return Err(ShapeError::at(
-                x_at,
-                ShapeErrorKind::Rank {
-                    op: self.kind.name(),
-                    port: "X",
-                    expected: "rank >= 2 (dim 1 is the channel)".into(),
-                    found: rank,
-                    shape: shape_string(&x.dims),
-                },
-            ));
-        }
-        for (i, t) in inputs.iter().enumerate() {
-            rules.rank(i, t, rank)?;
-        }
-        let (params, stats) = match self.kind.grouping() {
-            Grouping::Normalized => {
-                let s_at = self.kind.port_index("SCALE").unwrap_or(0);
-                let stats = rules.normalized(s_at, &inputs[s_at], x, cx)?;
-                (inputs[s_at].dims.clone(), stats)
-            }
-            Grouping::PerChannel => (per_channel(&x.dims), per_channel(&x.dims)),
-            Grouping::PerInstance => (per_channel(&x.dims), per_instance(&x.dims)),
-        };
-        let x_shape = shape_string(&x.dims);
-        let (params_what, stats_what) = match self.kind.grouping() {
-            Grouping::Normalized => {
-                ("the dims of port SCALE".to_string(), format!("X {x_shape} with the dims SCALE normalizes set to 1"))
-            }
-            Grouping::PerChannel => {
-                let w = format!("one value per channel of X {x_shape}");
-                (w.clone(), w)
-            }
-            Grouping::PerInstance => (
-                format!("one value per channel of X {x_shape}"),
-                format!("one value per sample and channel of X {x_shape}"),
-            ),
-        };
-        for (i, (spec, t)) in self.kind.inputs().iter().zip(inputs).enumerate() {
-            match spec.name {
-                "X" => {}
-                "EPSILON" | "MOMENTUM" => rules.scalar(i, t, rank, cx)?,
-                "DY" => rules.exact(i, t, &x.dims, &format!("the dims of X {x_shape}"), cx)?,
-                "MEAN" | "INV_VARIANCE" => rules.exact(i, t, &stats, &stats_what, cx)?,
-                // SCALE of layer and RMS norm decides `params` (checked above).
-                "SCALE" if self.kind.grouping() == Grouping::Normalized => {}
-                _ => rules.exact(i, t, &params, &params_what, cx)?,
-            }
-        }
-        let outputs = self
-            .outputs()
-            .iter()
-            .map(|name| {
-                let dims = match *name {
-                    "Y" | "DX" => x.dims.clone(),
-                    "MEAN" | "INV_VARIANCE" => stats.clone(),
-                    _ => params.clone(),
-                };
-                OutputMeta { dims, dtype: None, reason: None }
-            })
-            .collect();
-        Ok(outputs)
     }
 }
 
@@ -559,8 +450,6 @@ impl Rules {
         Ok(stats)
     }
 }
-
-
 impl OpFamily for Norm {
     type Kind = NormKind;
 
@@ -576,29 +465,113 @@ impl OpFamily for Norm {
         self.kind
     }
 
-    fn from_attrs(kind: NormKind, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Ok(Norm::from_attrs(kind, attrs))
+    fn from_attrs(kind: NormKind, a: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        let mut n = Norm::new(kind);
+        if let Some(phase) = a.name("phase").and_then(NormPhase::from_name) {
+            n.phase = phase;
+        }
+        n.dbias = a.bool("dbias").unwrap_or(false);
+        Ok(n)
     }
 
     fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Norm::call_attrs(self)
+        let mut out = Vec::new();
+        if self.kind.takes_phase() && self.phase != self.kind.default_phase() {
+            out.push(("phase".to_string(), AttrValue::Name(self.phase.name().to_string())));
+        }
+        if self.dbias {
+            out.push(("dbias".to_string(), AttrValue::Bool(true)));
+        }
+        out
     }
 
-    fn outputs(&self) -> Vec<&'static str> {
-        Norm::outputs(self).to_vec()
+    /// The outputs this instance produces: the statistics only in training, DBIAS only when asked.
+    fn outputs(&self) -> &'static [&'static str] {
+        let all = self.kind.all_outputs();
+        let keep = match self.kind {
+            k if k.takes_phase() && self.phase == NormPhase::Inference => 1,
+            NormKind::RmsNormBackward if !self.dbias => 2,
+            _ => all.len(),
+        };
+        &all[..keep]
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Norm::infer(self, inputs, cx)
+    /// The shape and dtype rule (see the module docs), one [`OutputMeta`] per output of
+    /// [`Op::outputs`](super::Op::outputs).
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
+        let rules = Rules { kind: self.kind };
+        for (i, t) in inputs.iter().enumerate() {
+            rules.floating(i, t)?;
+        }
+        let x_at = self.kind.port_index("X").unwrap_or(0);
+        let x = &inputs[x_at];
+        let rank = x.dims.len();
+        if rank < 2 {
+            return Err(ShapeError::at(
+                x_at,
+                ShapeErrorKind::Rank {
+                    op: self.kind.name(),
+                    port: "X",
+                    expected: "rank >= 2 (dim 1 is the channel)".into(),
+                    found: rank,
+                    shape: shape_string(&x.dims),
+                },
+            ));
+        }
+        for (i, t) in inputs.iter().enumerate() {
+            rules.rank(i, t, rank)?;
+        }
+        let (params, stats) = match self.kind.grouping() {
+            Grouping::Normalized => {
+                let s_at = self.kind.port_index("SCALE").unwrap_or(0);
+                let stats = rules.normalized(s_at, &inputs[s_at], x, cx)?;
+                (inputs[s_at].dims.clone(), stats)
+            }
+            Grouping::PerChannel => (per_channel(&x.dims), per_channel(&x.dims)),
+            Grouping::PerInstance => (per_channel(&x.dims), per_instance(&x.dims)),
+        };
+        let x_shape = shape_string(&x.dims);
+        let (params_what, stats_what) = match self.kind.grouping() {
+            Grouping::Normalized => {
+                ("the dims of port SCALE".to_string(), format!("X {x_shape} with the dims SCALE normalizes set to 1"))
+            }
+            Grouping::PerChannel => {
+                let w = format!("one value per channel of X {x_shape}");
+                (w.clone(), w)
+            }
+            Grouping::PerInstance => (
+                format!("one value per channel of X {x_shape}"),
+                format!("one value per sample and channel of X {x_shape}"),
+            ),
+        };
+        for (i, (spec, t)) in self.kind.inputs().iter().zip(inputs).enumerate() {
+            match spec.name {
+                "X" => {}
+                "EPSILON" | "MOMENTUM" => rules.scalar(i, t, rank, cx)?,
+                "DY" => rules.exact(i, t, &x.dims, &format!("the dims of X {x_shape}"), cx)?,
+                "MEAN" | "INV_VARIANCE" => rules.exact(i, t, &stats, &stats_what, cx)?,
+                // SCALE of layer and RMS norm decides `params` (checked above).
+                "SCALE" if self.kind.grouping() == Grouping::Normalized => {}
+                _ => rules.exact(i, t, &params, &params_what, cx)?,
+            }
+        }
+        let outputs = self
+            .outputs()
+            .iter()
+            .map(|name| {
+                let dims = match *name {
+                    "Y" | "DX" => x.dims.clone(),
+                    "MEAN" | "INV_VARIANCE" => stats.clone(),
+                    _ => params.clone(),
+                };
+                OutputMeta { dims, dtype: None, reason: None }
+            })
+            .collect();
+        Ok(outputs)
     }
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        Norm::reference(self, inputs)
+        reference::reference(self, inputs)
     }
 
     fn fusion(&self) -> FusionRule {

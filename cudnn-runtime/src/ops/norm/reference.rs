@@ -12,6 +12,7 @@
 //!   `dscale = Σ dy · x̂` and `dbias = Σ dy` over the elements that share a parameter.
 
 use super::{Grouping, Norm, NormKind, NormPhase};
+use crate::ops::family::OpFamily;
 use crate::array::Array;
 use crate::dim::packed_strides;
 
@@ -123,76 +124,76 @@ impl Norm {
         };
         x.iter().enumerate().map(|(i, &d)| if keep(i) { d } else { 1 }).collect()
     }
+}
 
-    /// Computes the op on the CPU; the outputs are those of [`Norm::outputs`], in order.
-    pub(crate) fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        let input = |name: &str| self.kind.port_index(name).and_then(|i| inputs.get(i).copied());
-        let empty = Array::zeros(&[0]);
-        let x = input("X").unwrap_or(&empty);
-        let scale = input("SCALE");
-        let mut outs: Vec<Array> = match self.kind {
-            NormKind::GenStats => {
-                let channels: Vec<i64> = self.stats_dims(&x.dims, &[]);
-                let (mut sum, mut sq_sum) = (Array::zeros(&channels), Array::zeros(&channels));
-                visit(&x.dims, &channels, &channels, |i, c, _| {
-                    sum.data[c] += x.data[i];
-                    sq_sum.data[c] += x.data[i] * x.data[i];
-                });
-                vec![sum, sq_sum]
+/// Computes the op on the CPU; the outputs are those of [`OpFamily::outputs`], in order.
+pub(super) fn reference(op: &Norm, inputs: &[&Array]) -> Vec<Array> {
+    let input = |name: &str| op.kind.port_index(name).and_then(|i| inputs.get(i).copied());
+    let empty = Array::zeros(&[0]);
+    let x = input("X").unwrap_or(&empty);
+    let scale = input("SCALE");
+    let mut outs: Vec<Array> = match op.kind {
+        NormKind::GenStats => {
+            let channels: Vec<i64> = op.stats_dims(&x.dims, &[]);
+            let (mut sum, mut sq_sum) = (Array::zeros(&channels), Array::zeros(&channels));
+            visit(&x.dims, &channels, &channels, |i, c, _| {
+                sum.data[c] += x.data[i];
+                sq_sum.data[c] += x.data[i] * x.data[i];
+            });
+            vec![sum, sq_sum]
+        }
+        NormKind::BatchNormInference => {
+            let (mean, inv_var, scale) = (input("MEAN"), input("INV_VARIANCE"), scale);
+            let (Some(mean), Some(inv_var), Some(scale)) = (mean, inv_var, scale) else {
+                return Vec::new();
+            };
+            vec![affine(x, mean, inv_var, scale, input("BIAS"))]
+        }
+        k if k.is_backward() => {
+            let (Some(dy), Some(scale), Some(inv_var)) = (input("DY"), scale, input("INV_VARIANCE")) else {
+                return Vec::new();
+            };
+            backward(dy, x, scale, input("MEAN"), inv_var).into()
+        }
+        _ => {
+            let Some(scale) = scale else { return Vec::new() };
+            let stats = op.stats_dims(&x.dims, &scale.dims);
+            let eps = input("EPSILON").map_or(0.0, scalar);
+            let (mean, var) = moments(x, &stats, op.kind.centers());
+            let inv_var =
+                Array { dims: var.dims.clone(), data: var.data.iter().map(|v| 1.0 / (v + eps).sqrt()).collect() };
+            let y = affine(x, &mean, &inv_var, scale, input("BIAS"));
+            let mut outs = vec![y];
+            if op.kind.centers() {
+                outs.push(mean.clone());
             }
-            NormKind::BatchNormInference => {
-                let (mean, inv_var, scale) = (input("MEAN"), input("INV_VARIANCE"), scale);
-                let (Some(mean), Some(inv_var), Some(scale)) = (mean, inv_var, scale) else {
+            outs.push(inv_var);
+            if op.kind == NormKind::BatchNorm {
+                let momentum = input("MOMENTUM").map_or(0.0, scalar);
+                let (Some(prev_mean), Some(prev_var)) = (input("PREV_RUNNING_MEAN"), input("PREV_RUNNING_VAR"))
+                else {
                     return Vec::new();
                 };
-                vec![affine(x, mean, inv_var, scale, input("BIAS"))]
-            }
-            k if k.is_backward() => {
-                let (Some(dy), Some(scale), Some(inv_var)) = (input("DY"), scale, input("INV_VARIANCE")) else {
-                    return Vec::new();
+                let n = group_size(x, &stats);
+                let unbiased = if n > 1.0 { n / (n - 1.0) } else { 1.0 };
+                let blend = |prev: &Array, batch: &Array, factor: f64| Array {
+                    dims: prev.dims.clone(),
+                    data: prev
+                        .data
+                        .iter()
+                        .zip(&batch.data)
+                        .map(|(p, b)| (1.0 - momentum) * p + momentum * b * factor)
+                        .collect(),
                 };
-                backward(dy, x, scale, input("MEAN"), inv_var).into()
+                outs.push(blend(prev_mean, &mean, 1.0));
+                outs.push(blend(prev_var, &var, unbiased));
             }
-            _ => {
-                let Some(scale) = scale else { return Vec::new() };
-                let stats = self.stats_dims(&x.dims, &scale.dims);
-                let eps = input("EPSILON").map_or(0.0, scalar);
-                let (mean, var) = moments(x, &stats, self.kind.centers());
-                let inv_var =
-                    Array { dims: var.dims.clone(), data: var.data.iter().map(|v| 1.0 / (v + eps).sqrt()).collect() };
-                let y = affine(x, &mean, &inv_var, scale, input("BIAS"));
-                let mut outs = vec![y];
-                if self.kind.centers() {
-                    outs.push(mean.clone());
-                }
-                outs.push(inv_var);
-                if self.kind == NormKind::BatchNorm {
-                    let momentum = input("MOMENTUM").map_or(0.0, scalar);
-                    let (Some(prev_mean), Some(prev_var)) = (input("PREV_RUNNING_MEAN"), input("PREV_RUNNING_VAR"))
-                    else {
-                        return Vec::new();
-                    };
-                    let n = group_size(x, &stats);
-                    let unbiased = if n > 1.0 { n / (n - 1.0) } else { 1.0 };
-                    let blend = |prev: &Array, batch: &Array, factor: f64| Array {
-                        dims: prev.dims.clone(),
-                        data: prev
-                            .data
-                            .iter()
-                            .zip(&batch.data)
-                            .map(|(p, b)| (1.0 - momentum) * p + momentum * b * factor)
-                            .collect(),
-                    };
-                    outs.push(blend(prev_mean, &mean, 1.0));
-                    outs.push(blend(prev_var, &var, unbiased));
-                }
-                outs
-            }
-        };
-        debug_assert!(self.kind != NormKind::BatchNorm || self.phase == NormPhase::Training);
-        outs.truncate(self.outputs().len());
-        outs
-    }
+            outs
+        }
+    };
+    debug_assert!(op.kind != NormKind::BatchNorm || op.phase == NormPhase::Training);
+    outs.truncate(op.outputs().len());
+    outs
 }
 
 #[cfg(test)]

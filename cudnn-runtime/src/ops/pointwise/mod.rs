@@ -15,11 +15,11 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -316,86 +316,9 @@ impl Pointwise {
         }
     }
 
-    pub(crate) fn from_attrs(mode: PointwiseMode, a: &Attrs<'_>) -> Self {
-        let mut p = Pointwise::new(mode);
-        for param in mode.params().floats {
-            (param.set)(&mut p, a.float(param.attr));
-        }
-        p.axis = a.int(AXIS);
-        p
-    }
-
-    /// The parameters of its mode that are set, then the axis.
-    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        let floats = self.mode.params().floats.iter();
-        let mut out: Vec<(String, AttrValue)> =
-            floats.filter_map(|f| f.get(self).map(|v| (f.attr.to_string(), AttrValue::Float(v)))).collect();
-        if let Some(axis) = self.axis {
-            out.push((AXIS.into(), AttrValue::Int(axis)));
-        }
-        out
-    }
-
-    pub(crate) fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        cx: &mut impl DimCx<D>,
-    ) -> Result<OutputMeta<D>, ShapeError> {
-        let op = self.mode.name();
-        let class = self.mode.class();
-        for (i, t) in inputs.iter().enumerate() {
-            let port = self.mode.ports()[i].name;
-            let wants_bool = class == Class::Logical || (class == Class::Select && i == 2);
-            let bad = match class {
-                Class::Index => false,
-                _ if wants_bool => t.dtype != DataType::Bool,
-                _ => t.dtype == DataType::Bool,
-            };
-            if bad {
-                let expected = if wants_bool { "bool" } else { "a numeric type (not bool)" };
-                return Err(ShapeError::at(i, ShapeErrorKind::DType { op, port, found: t.dtype, expected }));
-            }
-        }
-        let rank = inputs[0].dims.len();
-        let mut dims = inputs[0].dims.clone();
-        for (i, t) in inputs.iter().enumerate().skip(1) {
-            if t.dims.len() != rank {
-                // Broadcasting aligns equal ranks only: say the shape that broadcasts (leading 1s).
-                let expected = if t.dims.len() < rank {
-                    let mut padded = vec![D::lit(1); rank - t.dims.len()];
-                    padded.extend(t.dims.iter().cloned());
-                    format!(
-                        "rank {rank} (the rank of port IN_0; declare it {} to broadcast along the leading dims)",
-                        shape_string(&padded)
-                    )
-                } else {
-                    format!("the rank of port IN_0 ({rank})")
-                };
-                return Err(ShapeError::at(
-                    i,
-                    ShapeErrorKind::Rank {
-                        op,
-                        port: self.mode.ports()[i].name,
-                        expected,
-                        found: t.dims.len(),
-                        shape: shape_string(&t.dims),
-                    },
-                ));
-            }
-            dims = broadcast(op, &dims, &t.dims, i, cx)?;
-        }
-        if let (Class::Index, Some(axis)) = (class, self.axis) {
-            normalize_axis(op, axis, rank).map_err(ShapeError::general)?;
-        }
-        let dtype = match class {
-            Class::Compare | Class::Logical => Some(DataType::Bool),
-            Class::Index => Some(DataType::I32),
-            Class::Arith | Class::Select => None,
-        };
-        Ok(OutputMeta { dims, dtype, reason: None })
-    }
-
     /// The elementwise function, in f64.
+    // Long because it is the table of formulas, one match arm per mode, which reads best as one
+    // table beside the parameters it reads.
     pub fn apply(&self, x: &[f64]) -> f64 {
         use PointwiseMode as M;
         let a = x[0];
@@ -489,30 +412,6 @@ impl Pointwise {
             }
         }
     }
-
-    /// The op over broadcast inputs.
-    pub(crate) fn reference(&self, inputs: &[&Array]) -> Array {
-        let mut dims = inputs[0].dims.clone();
-        for t in &inputs[1..] {
-            for (d, e) in dims.iter_mut().zip(&t.dims) {
-                *d = (*d).max(*e);
-            }
-        }
-        if self.mode == PointwiseMode::GenIndex {
-            let axis = normalize_axis("gen_index", self.axis.unwrap_or(0), dims.len()).unwrap_or(0);
-            return Array::from_fn(&dims, |flat| Array::unravel(flat as i64, &dims)[axis] as f64);
-        }
-        let strides: Vec<Vec<i64>> = inputs.iter().map(|t| t.broadcast_strides(&dims)).collect();
-        let mut args = vec![0.0; inputs.len()];
-        Array::from_fn(&dims, |flat| {
-            let idx = Array::unravel(flat as i64, &dims);
-            for (k, t) in inputs.iter().enumerate() {
-                let off: i64 = idx.iter().zip(&strides[k]).map(|(i, s)| i * s).sum();
-                args[k] = t.data[off as usize];
-            }
-            self.apply(&args)
-        })
-    }
 }
 
 fn relu(x: f64, lower: f64, upper: f64, slope: f64) -> f64 {
@@ -544,7 +443,6 @@ fn gelu_tanh(x: f64) -> (f64, f64) {
     (0.5 * x * (1.0 + th), 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du)
 }
 
-
 impl OpFamily for Pointwise {
     type Kind = PointwiseMode;
 
@@ -560,25 +458,103 @@ impl OpFamily for Pointwise {
         self.mode
     }
 
-    fn from_attrs(kind: PointwiseMode, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Ok(Pointwise::from_attrs(kind, attrs))
+    fn from_attrs(mode: PointwiseMode, a: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        let mut p = Pointwise::new(mode);
+        for param in mode.params().floats {
+            (param.set)(&mut p, a.float(param.attr));
+        }
+        p.axis = a.int(AXIS);
+        Ok(p)
     }
 
+    /// The parameters of its mode that are set, then the axis.
     fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Pointwise::call_attrs(self)
+        let floats = self.mode.params().floats.iter();
+        let mut out: Vec<(String, AttrValue)> =
+            floats.filter_map(|f| f.get(self).map(|v| (f.attr.to_string(), AttrValue::Float(v)))).collect();
+        if let Some(axis) = self.axis {
+            out.push((AXIS.into(), AttrValue::Int(axis)));
+        }
+        out
     }
 
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Pointwise::infer(self, inputs, cx).map(|o| vec![o])
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
+        let op = self.mode.name();
+        let class = self.mode.class();
+        for (i, t) in inputs.iter().enumerate() {
+            let port = self.mode.ports()[i].name;
+            let wants_bool = class == Class::Logical || (class == Class::Select && i == 2);
+            let bad = match class {
+                Class::Index => false,
+                _ if wants_bool => t.dtype != DataType::Bool,
+                _ => t.dtype == DataType::Bool,
+            };
+            if bad {
+                let expected = if wants_bool { "bool" } else { "a numeric type (not bool)" };
+                return Err(ShapeError::at(i, ShapeErrorKind::DType { op, port, found: t.dtype, expected }));
+            }
+        }
+        let rank = inputs[0].dims.len();
+        let mut dims = inputs[0].dims.clone();
+        for (i, t) in inputs.iter().enumerate().skip(1) {
+            if t.dims.len() != rank {
+                // Broadcasting aligns equal ranks only: say the shape that broadcasts (leading 1s).
+                let expected = if t.dims.len() < rank {
+                    let mut padded = vec![D::lit(1); rank - t.dims.len()];
+                    padded.extend(t.dims.iter().cloned());
+                    format!(
+                        "rank {rank} (the rank of port IN_0; declare it {} to broadcast along the leading dims)",
+                        shape_string(&padded)
+                    )
+                } else {
+                    format!("the rank of port IN_0 ({rank})")
+                };
+                return Err(ShapeError::at(
+                    i,
+                    ShapeErrorKind::Rank {
+                        op,
+                        port: self.mode.ports()[i].name,
+                        expected,
+                        found: t.dims.len(),
+                        shape: shape_string(&t.dims),
+                    },
+                ));
+            }
+            dims = broadcast(op, &dims, &t.dims, i, cx)?;
+        }
+        if let (Class::Index, Some(axis)) = (class, self.axis) {
+            normalize_axis(op, axis, rank).map_err(ShapeError::general)?;
+        }
+        let dtype = match class {
+            Class::Compare | Class::Logical => Some(DataType::Bool),
+            Class::Index => Some(DataType::I32),
+            Class::Arith | Class::Select => None,
+        };
+        Ok(vec![OutputMeta { dims, dtype, reason: None }])
     }
 
+    /// The op over broadcast inputs.
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        vec![Pointwise::reference(self, inputs)]
+        let mut dims = inputs[0].dims.clone();
+        for t in &inputs[1..] {
+            for (d, e) in dims.iter_mut().zip(&t.dims) {
+                *d = (*d).max(*e);
+            }
+        }
+        if self.mode == PointwiseMode::GenIndex {
+            let axis = normalize_axis("gen_index", self.axis.unwrap_or(0), dims.len()).unwrap_or(0);
+            return vec![Array::from_fn(&dims, |flat| Array::unravel(flat as i64, &dims)[axis] as f64)];
+        }
+        let strides: Vec<Vec<i64>> = inputs.iter().map(|t| t.broadcast_strides(&dims)).collect();
+        let mut args = vec![0.0; inputs.len()];
+        vec![Array::from_fn(&dims, |flat| {
+            let idx = Array::unravel(flat as i64, &dims);
+            for (k, t) in inputs.iter().enumerate() {
+                let off: i64 = idx.iter().zip(&strides[k]).map(|(i, s)| i * s).sum();
+                args[k] = t.data[off as usize];
+            }
+            self.apply(&args)
+        })]
     }
 
     fn fusion(&self) -> FusionRule {
@@ -661,7 +637,7 @@ mod tests {
         let add = pw(PointwiseMode::Add);
         let out =
             add.infer(&[m(vec![4, 1, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap();
-        assert_eq!(out.dims, vec![4, 3, 8]);
+        assert_eq!(out[0].dims, vec![4, 3, 8]);
         let e =
             add.infer(&[m(vec![4, 2, 8], DataType::F32), m(vec![1, 3, 8], DataType::F16)], &mut Concrete).unwrap_err();
         assert_eq!(
@@ -675,7 +651,7 @@ mod tests {
         let out = pw(PointwiseMode::CmpLt)
             .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::F32)], &mut Concrete)
             .unwrap();
-        assert_eq!(out.dtype, Some(DataType::Bool));
+        assert_eq!(out[0].dtype, Some(DataType::Bool));
         let e = pw(PointwiseMode::LogicalAnd)
             .infer(&[m(vec![4], DataType::F32), m(vec![4], DataType::Bool)], &mut Concrete)
             .unwrap_err();
@@ -686,10 +662,10 @@ mod tests {
     fn reference_broadcasts() {
         let x = Array::from_fn(&[2, 3], |i| i as f64 - 2.5);
         let bias = Array::from_fn(&[1, 3], |i| 10.0 * (i as f64 + 1.0));
-        let y = pw(PointwiseMode::Add).reference(&[&x, &bias]);
+        let y = pw(PointwiseMode::Add).reference(&[&x, &bias]).remove(0);
         assert_eq!(y.data, vec![7.5, 18.5, 29.5, 10.5, 21.5, 32.5]);
         let mut gi = pw(PointwiseMode::GenIndex);
         gi.axis = Some(1);
-        assert_eq!(gi.reference(&[&x]).data, vec![0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
+        assert_eq!(gi.reference(&[&x])[0].data, vec![0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
     }
 }

@@ -11,11 +11,11 @@ pub(crate) mod codec;
 #[cfg(feature = "cudnn")]
 pub(crate) mod lower;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{FusionRule, LayoutPolicy, OpFamily};
+use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
 use crate::codec::json::Obj;
@@ -100,14 +100,6 @@ pub struct Reduction {
 }
 
 impl Reduction {
-    pub(crate) fn from_attrs(mode: ReductionMode, a: &Attrs<'_>) -> Self {
-        Reduction { mode, dims: a.int_list("dims").unwrap_or_default() }
-    }
-
-    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        vec![("dims".into(), AttrValue::IntList(self.dims.clone()))]
-    }
-
     /// The reduced axes, normalised and sorted.
     pub fn axes(&self, rank: usize) -> Result<Vec<usize>, ShapeErrorKind> {
         let op = self.mode.name();
@@ -125,8 +117,32 @@ impl Reduction {
         axes.sort_unstable();
         Ok(axes)
     }
+}
 
-    pub(crate) fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>]) -> Result<OutputMeta<D>, ShapeError> {
+impl OpFamily for Reduction {
+    type Kind = ReductionMode;
+
+    const KINDS: &'static [ReductionMode] = ReductionMode::ALL;
+
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn signature_of(kind: ReductionMode) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> ReductionMode {
+        self.mode
+    }
+
+    fn from_attrs(mode: ReductionMode, a: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        Ok(Reduction { mode, dims: a.int_list("dims").unwrap_or_default() })
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        vec![("dims".into(), AttrValue::IntList(self.dims.clone()))]
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Inferred<D> {
         let x = &inputs[0];
         if x.dtype == DataType::Bool {
             return Err(ShapeError::at(
@@ -142,10 +158,11 @@ impl Reduction {
         let axes = self.axes(x.dims.len()).map_err(ShapeError::general)?;
         let dims =
             x.dims.iter().enumerate().map(|(i, d)| if axes.contains(&i) { D::lit(1) } else { d.clone() }).collect();
-        Ok(OutputMeta { dims, dtype: None, reason: None })
+        Ok(vec![OutputMeta { dims, dtype: None, reason: None }])
     }
 
-    pub(crate) fn reference(&self, x: &Array) -> Array {
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        let x = inputs[0];
         let axes = self.axes(x.dims.len()).unwrap_or_default();
         let out_dims: Vec<i64> =
             x.dims.iter().enumerate().map(|(i, d)| if axes.contains(&i) { 1 } else { *d }).collect();
@@ -187,45 +204,7 @@ impl Reduction {
                 _ => {}
             }
         }
-        out
-    }
-}
-
-
-impl OpFamily for Reduction {
-    type Kind = ReductionMode;
-
-    const KINDS: &'static [ReductionMode] = ReductionMode::ALL;
-
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
-    fn signature_of(kind: ReductionMode) -> OpSignature {
-        kind.signature()
-    }
-
-    fn kind(&self) -> ReductionMode {
-        self.mode
-    }
-
-    fn from_attrs(kind: ReductionMode, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Ok(Reduction::from_attrs(kind, attrs))
-    }
-
-    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Reduction::call_attrs(self)
-    }
-
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        _cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Reduction::infer(self, inputs).map(|o| vec![o])
-    }
-
-    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        vec![Reduction::reference(self, inputs[0])]
+        vec![out]
     }
 
     fn fusion(&self) -> FusionRule {
@@ -262,17 +241,20 @@ mod tests {
     #[test]
     fn shapes() {
         let x = TensorMeta { dims: vec![2i64, 3, 4], dtype: DataType::F32 };
-        assert_eq!(red(ReductionMode::Sum, vec![-1]).infer(std::slice::from_ref(&x)).unwrap().dims, vec![2, 3, 1]);
-        assert_eq!(red(ReductionMode::Sum, vec![0, 2]).infer(std::slice::from_ref(&x)).unwrap().dims, vec![1, 3, 1]);
-        assert!(red(ReductionMode::Sum, vec![3]).infer(std::slice::from_ref(&x)).is_err());
-        assert!(red(ReductionMode::Sum, vec![1, -2]).infer(std::slice::from_ref(&x)).is_err());
-        assert!(red(ReductionMode::Sum, vec![]).infer(&[x]).is_err());
+        let dims = |r: Reduction| {
+            r.infer(std::slice::from_ref(&x), &mut crate::dim::Concrete).map(|mut o| o.remove(0).dims)
+        };
+        assert_eq!(dims(red(ReductionMode::Sum, vec![-1])).unwrap(), vec![2, 3, 1]);
+        assert_eq!(dims(red(ReductionMode::Sum, vec![0, 2])).unwrap(), vec![1, 3, 1]);
+        assert!(dims(red(ReductionMode::Sum, vec![3])).is_err());
+        assert!(dims(red(ReductionMode::Sum, vec![1, -2])).is_err());
+        assert!(dims(red(ReductionMode::Sum, vec![])).is_err());
     }
 
     #[test]
     fn every_mode_against_direct_formulas() {
         let x = Array::from_fn(&[2, 3], |i| [1.5, -2.0, 0.0, 3.0, -0.5, 4.0][i]);
-        let rows = |m| red(m, vec![1]).reference(&x).data;
+        let rows = |m| red(m, vec![1]).reference(&[&x]).remove(0).data;
         assert_eq!(rows(ReductionMode::Sum), vec![-0.5, 6.5]);
         assert_eq!(rows(ReductionMode::Mean), vec![-0.5 / 3.0, 6.5 / 3.0]);
         assert_eq!(rows(ReductionMode::Mul), vec![0.0, -6.0]);
@@ -282,6 +264,6 @@ mod tests {
         assert_eq!(rows(ReductionMode::Amax), vec![2.0, 4.0]);
         assert_eq!(rows(ReductionMode::Norm1), vec![3.5, 7.5]);
         assert_eq!(rows(ReductionMode::Norm2), vec![6.25f64.sqrt(), 25.25f64.sqrt()]);
-        assert_eq!(red(ReductionMode::Sum, vec![0]).reference(&x).data, vec![4.5, -2.5, 4.0]);
+        assert_eq!(red(ReductionMode::Sum, vec![0]).reference(&[&x]).remove(0).data, vec![4.5, -2.5, 4.0]);
     }
 }

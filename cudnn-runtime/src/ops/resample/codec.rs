@@ -6,6 +6,7 @@
 use super::{signature, Resample, ResampleMode, NAME};
 use crate::codec::json::{wrong_type, Json, Obj};
 use crate::codec::{ints, CodecError};
+use crate::ops::family::OpFamily;
 use crate::ops::codec::{
     call_attrs, deny_unknown_node_fields, FrontendAttr, FrontendFields, FrontendNode, ReadError, WriteCx,
 };

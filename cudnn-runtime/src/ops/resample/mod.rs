@@ -26,11 +26,11 @@ pub(crate) mod lower;
 
 use super::conv::{ConvMode, Taps};
 use super::window::{spatial_list, Window, WindowAttrs};
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{ChannelsLast, FusionRule, LayoutPolicy, OutputLayout, OpFamily};
+use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::codec::json::Obj;
@@ -154,47 +154,6 @@ impl Resample {
         Resample { mode, window, geometry: WindowAttrs::default(), index: false }
     }
 
-    pub(crate) fn from_attrs(a: &Attrs<'_>) -> Result<Self, AttrError> {
-        let mode = a.name("mode").and_then(ResampleMode::from_name).unwrap_or(ResampleMode::MaxPool);
-        let geometry = WindowAttrs::from_attrs(NAME, a)?;
-        let index = a.bool("index").unwrap_or(false);
-        if index && mode != ResampleMode::MaxPool {
-            return Err(AttrError::Invalid {
-                op: NAME.into(),
-                attr: "index".into(),
-                reason: format!("needs `mode = maxpool` (the mode is `{}`)", mode.name()),
-            });
-        }
-        Ok(Resample {
-            mode,
-            window: a.int_list("window").unwrap_or_default(),
-            geometry,
-            index,
-        })
-    }
-
-    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        let mut out = vec![
-            ("mode".into(), AttrValue::Name(self.mode.name().into())),
-            ("window".into(), AttrValue::IntList(self.window.clone())),
-        ];
-        WindowAttrs::list_attr("stride", &self.geometry.stride, &mut out);
-        self.geometry.padding_attrs(&mut out);
-        if self.index {
-            out.push(("index".into(), AttrValue::Bool(true)));
-        }
-        out
-    }
-
-    /// The outputs this instance produces: Y, and INDEX with `index = true`.
-    pub fn outputs(&self) -> &'static [&'static str] {
-        if self.index {
-            OUTPUTS
-        } else {
-            &OUTPUTS[..1]
-        }
-    }
-
     /// The window extents and geometry (dilation 1) for `spatial` spatial dims, defaults filled in.
     pub fn geometry(&self, spatial: usize) -> Result<(Vec<i64>, Window), ShapeErrorKind> {
         let window = spatial_list(NAME, "window", &self.window, spatial, 1, 1)?;
@@ -213,8 +172,54 @@ impl Resample {
         }
         Ok((window, w))
     }
+}
+impl OpFamily for Resample {
+    super::family::one_op!(signature());
 
-    pub(crate) fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>]) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    const TAGS: &'static [&'static str] = &[codec::TAG];
+
+    fn from_attrs(_kind: (), a: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
+        let mode = a.name("mode").and_then(ResampleMode::from_name).unwrap_or(ResampleMode::MaxPool);
+        let geometry = WindowAttrs::from_attrs(NAME, a)?;
+        let index = a.bool("index").unwrap_or(false);
+        if index && mode != ResampleMode::MaxPool {
+            return Err(AttrError::Invalid {
+                op: NAME.into(),
+                attr: "index".into(),
+                reason: format!("needs `mode = maxpool` (the mode is `{}`)", mode.name()),
+            });
+        }
+        Ok(Resample {
+            mode,
+            window: a.int_list("window").unwrap_or_default(),
+            geometry,
+            index,
+        })
+    }
+
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+        let mut out = vec![
+            ("mode".into(), AttrValue::Name(self.mode.name().into())),
+            ("window".into(), AttrValue::IntList(self.window.clone())),
+        ];
+        WindowAttrs::list_attr("stride", &self.geometry.stride, &mut out);
+        self.geometry.padding_attrs(&mut out);
+        if self.index {
+            out.push(("index".into(), AttrValue::Bool(true)));
+        }
+        out
+    }
+
+    /// The outputs this instance produces: Y, and INDEX with `index = true`.
+    fn outputs(&self) -> &'static [&'static str] {
+        if self.index {
+            OUTPUTS
+        } else {
+            &OUTPUTS[..1]
+        }
+    }
+
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Inferred<D> {
         let x = &inputs[0];
         if !matches!(
             x.dtype,
@@ -285,10 +290,11 @@ impl Resample {
     }
 
     /// Pooling in f64: the maximum or average of each window's elements inside the input.
-    pub(crate) fn reference(&self, x: &Array) -> Vec<Array> {
+    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
+        let x = inputs[0];
         let r = x.dims.len();
         let metas = [TensorMeta { dims: x.dims.clone(), dtype: DataType::F32 }];
-        let (Ok(outs), Ok((window, w))) = (self.infer(&metas), self.geometry(r.saturating_sub(2))) else {
+        let (Ok(outs), Ok((window, w))) = (self.infer(&metas, &mut crate::dim::Concrete), self.geometry(r.saturating_sub(2))) else {
             // Validated graphs never get here.
             return self.outputs().iter().map(|_| Array::zeros(&[0])).collect();
         };
@@ -325,46 +331,6 @@ impl Resample {
         } else {
             vec![y]
         }
-    }
-}
-
-
-impl OpFamily for Resample {
-    type Kind = ();
-
-    const KINDS: &'static [()] = &[()];
-
-    const TAGS: &'static [&'static str] = &[codec::TAG];
-
-    fn signature_of(_kind: ()) -> OpSignature {
-        signature()
-    }
-
-    fn kind(&self) {}
-
-    fn from_attrs(_kind: (), attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Resample::from_attrs(attrs)
-    }
-
-    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Resample::call_attrs(self)
-    }
-
-    fn outputs(&self) -> Vec<&'static str> {
-        Resample::outputs(self).to_vec()
-    }
-
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        _cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Resample::infer(self, inputs)
-    }
-
-    fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        Resample::reference(self, inputs[0])
     }
 
     fn fusion(&self) -> FusionRule {
@@ -437,7 +403,7 @@ mod tests {
         else {
             unreachable!()
         };
-        let out = max.reference(&x);
+        let out = max.reference(&[&x]);
         assert_eq!(out[0].data, vec![3.0, 5.0]);
         assert_eq!(out[1].data, vec![0.0, 0.0]);
         let Op::Resample(inc) = pool(&[
@@ -447,7 +413,7 @@ mod tests {
         ]) else {
             unreachable!()
         };
-        assert_eq!(inc.reference(&x)[0].data, vec![1.5, 2.0]);
+        assert_eq!(inc.reference(&[&x])[0].data, vec![1.5, 2.0]);
         let Op::Resample(exc) = pool(&[
             ("mode", "avgpool_exclude_padding".into()),
             ("window", vec![2].into()),
@@ -455,6 +421,6 @@ mod tests {
         ]) else {
             unreachable!()
         };
-        assert_eq!(exc.reference(&x)[0].data, vec![3.0, 2.0]);
+        assert_eq!(exc.reference(&[&x])[0].data, vec![3.0, 2.0]);
     }
 }

@@ -26,6 +26,7 @@
 use super::{Alignment, Implementation, Sdpa, SdpaPass};
 use crate::codec::json::{Json, Obj};
 use crate::codec::{f32_or_null, f32_value, CodecError};
+use crate::ops::family::OpFamily;
 use crate::ops::codec::{
     call_attrs, deny_unknown_node_fields, has_port, FrontendAttr, FrontendFields, FrontendNode, NodeDims, Pending,
     ReadError, WriteCx,
@@ -203,6 +204,8 @@ fn implementation_of(name: &str) -> Option<Implementation> {
 
 /// What cudnn-frontend's fields of an attention node say, as DSL attributes with the field each
 /// comes from: `(field, attribute, value)`. Ports decide the flags that add ports.
+// Long because it reads every field of cudnn-frontend's attention node in one pass, each refusal
+// of a feature we lack beside the field that asks for it, as payload/frontend.rs reads its keys.
 fn read_fields(n: &Obj<'_>, tag: &str) -> Result<(SdpaPass, Fields), CodecError> {
     let pass = if [TAG_BACKWARD, TAG_FP8_BACKWARD].contains(&tag) { SdpaPass::Backward } else { SdpaPass::Forward };
     let own: &[&'static str] = match tag {
@@ -376,7 +379,7 @@ const UNSUPPORTED_PORTS: &[&str] = &[
 const FP8_UNSUPPORTED_PORTS: &[&str] = UNSUPPORTED_PORTS.split_at(UNSUPPORTED_PORTS.len() - 19).0;
 
 /// An attention node (`SDPA`, `SDPA_BWD`): its fields and which optional ports it has decide
-/// the attributes, and those decide the ports ([`Sdpa::inputs`]).
+/// the attributes, and those decide the ports ([`Op::inputs`](crate::ops::Op::inputs)).
 pub(crate) fn read(n: &Obj<'_>, tag: &str) -> Result<FrontendNode, ReadError> {
     let (pass, attrs) = read_fields(n, tag)?;
     let op = Op::from_call(pass.name(), &call_attrs(&attrs)).map_err(ReadError::attr(n.path()))?;
@@ -385,7 +388,7 @@ pub(crate) fn read(n: &Obj<'_>, tag: &str) -> Result<FrontendNode, ReadError> {
     };
     Ok(FrontendNode {
         inputs: sdpa.inputs().iter().map(|p| p.name).collect(),
-        outputs: sdpa.output_ports(),
+        outputs: sdpa.outputs(),
         unsupported_ports: if sdpa.fp8.is_some() { FP8_UNSUPPORTED_PORTS } else { UNSUPPORTED_PORTS },
         check_exact_op,
         from_fields,

@@ -12,6 +12,7 @@
 use crate::capabilities::{has, Capability};
 use crate::cudnn::Port;
 use crate::dim::packed_strides;
+use crate::ops::family::OpFamily;
 use crate::ops::{PointwiseMode, ReductionMode};
 use crate::DataType;
 
@@ -92,9 +93,9 @@ pub(crate) const WORKSPACE_ALIGNMENT: usize = 256;
 
 /// What [`expand`] needs to know about the node and the target.
 pub(crate) struct Context<'a> {
-    /// The node's input tensors, in [`Sdpa::inputs`] order.
+    /// The node's input tensors, in [`Op::inputs`](crate::ops::Op::inputs) order.
     pub(crate) inputs: &'a [Port<'a>],
-    /// The node's output tensors, in [`Sdpa::outputs`] order.
+    /// The node's output tensors, in [`Op::outputs`](crate::ops::Op::outputs) order.
     pub(crate) outputs: &'a [Port<'a>],
     /// The graph's intermediate (virtual tensor) type.
     pub(crate) intermediate: DataType,
@@ -346,7 +347,7 @@ impl Builder<'_> {
     }
 }
 
-/// Dims of the node with these input tensors (in [`Sdpa::inputs`] order): `(b, h_q, s_q, d_qk,
+/// Dims of the node with these input tensors (in [`Op::inputs`](crate::ops::Op::inputs) order): `(b, h_q, s_q, d_qk,
 /// h_k, s_kv, h_v, d_v)`; `s_kv` is a paged cache's capacity. `None` unless Q, K and V are 4-d.
 pub(crate) fn dims(op: &Sdpa, inputs: &[Port<'_>]) -> Option<[i64; 8]> {
     let (q, k, v) = (inputs.first()?, inputs.get(1)?, inputs.get(2)?);
@@ -379,6 +380,11 @@ fn scale_tensor(bld: &mut Builder<'_>, d_qk: i64) -> Option<T> {
     }
 }
 
+/// The forward as cudnn-frontend's `CompositeSDPANode` builds it: Kᵀ and V (gathered from their
+/// pools when paged), the scaled and masked scores, the softmax and its statistics, dropout, and
+/// `O = P·V` (through the fp8 matmul for fp8 attention).
+// Long because it is cudnn-frontend's forward graph node by node, in its order; every step reads
+// tensors several steps back (Q, the masks' lengths, the dropout mask), which one scope keeps in view.
 fn forward(bld: &mut Builder<'_>) -> Option<()> {
     use PointwiseMode as M;
     let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = dims(bld.op, bld.cx.inputs)?;
@@ -550,6 +556,11 @@ fn reshape_k(bld: &mut Builder<'_>, kt: T) -> T {
     k
 }
 
+/// The backward as cudnn-frontend's `CompositeSDPABackwardNode` builds it: the softmax sum
+/// `Σ dO·O`, `P` recomputed from the statistics, then `dV = Pᵀ·dO`, `dS`, `dK = dSᵀ·Q` and
+/// `dQ = dS·K`, each gradient summed over a KV head's group where heads are shared.
+// Long because it is cudnn-frontend's backward graph node by node, in its order (its sections are
+// commented); P, dS, the dropout mask and the scale flow through several sections each.
 fn backward(bld: &mut Builder<'_>) -> Option<()> {
     if bld.op.fp8.is_some() {
         return backward_fp8(bld);

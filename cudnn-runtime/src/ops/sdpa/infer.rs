@@ -4,6 +4,7 @@
 //! is here too, so the `graph!` macro reports it at expansion.
 
 use super::{paged, ragged, rule, takes, Sdpa, SdpaPass};
+use crate::ops::family::OpFamily;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::ops::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use crate::ops::signature::PortSpec;
@@ -64,31 +65,6 @@ impl<'a, D: Dim> Qkv<'a, D> {
 }
 
 impl Sdpa {
-    /// The shape and type rule; also every support rule that depends only on shapes, types and
-    /// attributes.
-    pub(crate) fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        let op = self.pass.name();
-        let ports = self.inputs();
-        self.check_attributes()?;
-        ranks(op, inputs, &ports)?;
-        self.types(op, inputs)?;
-        let t = Qkv::new(self, inputs, &ports)?;
-        batches(op, &t, cx)?;
-        head_dims(op, &t, cx)?;
-        sequence_lengths(op, &t, cx)?;
-        grouped_heads(op, &t)?;
-        score_size(op, &t)?;
-        self.head_dim_rule(op, &t)?;
-        self.aligned_lengths(op, &t)?;
-        self.backward_lengths(op, &t)?;
-        ragged::check_totals(self, t.b().as_lit(), t.s_q().as_lit(), t.s_kv().as_lit())?;
-        self.optional_ports(op, inputs, &ports, &t, cx)?;
-        Ok(self.outputs_meta(inputs, &ports, &t))
-    }
 
     /// Bottom-right alignment and windows need S_q <= S_kv unless the actual lengths come from
     /// the padding mask.
@@ -248,6 +224,32 @@ impl Sdpa {
             }
         }
     }
+}
+
+/// The shape and type rule; also every support rule that depends only on shapes, types and
+/// attributes.
+pub(super) fn infer<D: Dim>(
+    sdpa: &Sdpa,
+    inputs: &[TensorMeta<D>],
+    cx: &mut impl DimCx<D>,
+) -> Result<Vec<OutputMeta<D>>, ShapeError> {
+    let op = sdpa.pass.name();
+    let ports = sdpa.inputs();
+    sdpa.check_attributes()?;
+    ranks(op, inputs, &ports)?;
+    sdpa.types(op, inputs)?;
+    let t = Qkv::new(sdpa, inputs, &ports)?;
+    batches(op, &t, cx)?;
+    head_dims(op, &t, cx)?;
+    sequence_lengths(op, &t, cx)?;
+    grouped_heads(op, &t)?;
+    score_size(op, &t)?;
+    sdpa.head_dim_rule(op, &t)?;
+    sdpa.aligned_lengths(op, &t)?;
+    sdpa.backward_lengths(op, &t)?;
+    ragged::check_totals(sdpa, t.b().as_lit(), t.s_q().as_lit(), t.s_kv().as_lit())?;
+    sdpa.optional_ports(op, inputs, &ports, &t, cx)?;
+    Ok(sdpa.outputs_meta(inputs, &ports, &t))
 }
 
 /// Why fp8 attention's O is in its fp8 type (the error for a bf16 or f16 O quotes it).

@@ -18,6 +18,7 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
+use crate::ops::family::OpFamily;
 use super::composite::{self, Expansion, Kind, SubOp, SubTensor};
 use super::ragged::{self, Slot};
 use super::support::{self, Problem, Target};
@@ -55,7 +56,7 @@ pub(crate) fn internals(
         return Err(malformed());
     }
     // The head dim (the last) of every 4-d port must be contiguous.
-    let names = op.inputs().into_iter().map(|p| p.name).chain(op.outputs());
+    let names = op.inputs().into_iter().map(|p| p.name).chain(op.outputs().iter().copied());
     for (t, port) in ins.iter().chain(outs).zip(names) {
         let four_d = ["Q", "K", "V", "O", "dO", "dQ", "dK", "dV"].contains(&port);
         if four_d && t.strides.last() != Some(&1) {
@@ -220,6 +221,8 @@ fn fused(
 }
 
 /// Descriptors for an expansion's tensors and operations.
+// Long because it is one arm per kind of sub-operation, each the descriptors cuDNN wants for it;
+// the arms share the lookup of the expansion's tensors.
 fn materialize(cx: &NodeCx<'_>, x: &Expansion) -> Result<(Vec<Descriptor>, Vec<Descriptor>), CudnnError> {
     // Own descriptors for every tensor but the node's; the node's are borrowed from `cx`.
     let mut own: Vec<Option<Descriptor>> = Vec::with_capacity(x.tensors.len());

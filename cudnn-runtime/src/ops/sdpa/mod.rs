@@ -32,7 +32,7 @@
 //! Optional inputs follow Q, K, V (and O, dO, Stats for the backward) in this order:
 //! `Attn_scale`, `Bias`, `SEQ_LEN_Q`, `SEQ_LEN_KV`, `Seed`, `Offset`, `Page_table_K`,
 //! `Page_table_V`, `Ragged_offset_Q`, `Ragged_offset_K`, `Ragged_offset_V`, `Ragged_offset_O`;
-//! an instance takes those its attributes ask for ([`Sdpa::inputs`]).
+//! an instance takes those its attributes ask for ([`Op::inputs`](crate::ops::Op::inputs)).
 //!
 //! With `fp8 = e4m3` (or `e5m2`: cudnn-frontend's `sdpa_fp8`), Q, K and V are of that fp8 type, six `f32`
 //! `[1, 1, 1, 1]` inputs follow the others: `Descale_Q`, `Descale_K`, `Descale_V`, `Descale_S`,
@@ -86,11 +86,11 @@ pub mod ragged;
 mod reference;
 pub mod support;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
+use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
-use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
+use super::shape::{ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
 use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
-use super::family::{FusionRule, LayoutPolicy, OpFamily};
+use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
 use crate::codec::json::Obj;
@@ -250,7 +250,7 @@ impl SdpaPass {
     }
 
     /// The call signature: every port the op can have (an instance takes a subset, see
-    /// [`Sdpa::inputs`] and [`Sdpa::outputs`]).
+    /// [`Op::inputs`](crate::ops::Op::inputs) and [`Op::outputs`](crate::ops::Op::outputs)).
     pub fn signature(self) -> OpSignature {
         let (inputs, outputs, attrs) = match self {
             SdpaPass::Forward => (FORWARD_INPUTS, FORWARD_OUTPUTS, FORWARD_ATTRS),
@@ -467,7 +467,77 @@ impl Sdpa {
         }
     }
 
-    pub(crate) fn from_attrs(pass: SdpaPass, a: &Attrs<'_>) -> Self {
+    /// Whether this instance has the optional input `name`.
+    fn has(&self, name: &str) -> bool {
+        match name {
+            "Attn_scale" => self.scale_tensor,
+            "Bias" => self.bias,
+            "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
+            "Seed" | "Offset" => self.dropout.is_some(),
+            "Page_table_K" | "Page_table_V" => self.paged,
+            "Ragged_offset_Q" | "Ragged_offset_O" => self.ragged,
+            // A paged cache's K and V are pools: only the dense sequence tensors are packed.
+            "Ragged_offset_K" | "Ragged_offset_V" => self.ragged && !self.paged,
+            name => self.fp8.is_some() && self.pass.fp8_inputs().contains(&name),
+        }
+    }
+
+    /// The position of input `name` in [`Op::inputs`](crate::ops::Op::inputs), if this instance has it.
+    pub fn input_index(&self, name: &str) -> Option<usize> {
+        self.inputs().iter().position(|p| p.name == name)
+    }
+
+    /// The scale applied to `Q·Kᵀ` when it is a literal: the attribute, or `1/sqrt(d_qk)`.
+    /// `None` when it comes from the `Attn_scale` input.
+    pub fn literal_scale(&self, d_qk: i64) -> Option<f64> {
+        if self.scale_tensor {
+            None
+        } else {
+            Some(self.scale.unwrap_or_else(|| 1.0 / (d_qk.max(1) as f64).sqrt()))
+        }
+    }
+
+    /// This op with a literal scale that equals the default for head dim `d_qk` (as the `f32`
+    /// cuDNN uses) written as the default: how a cudnn-frontend document, which always spells the
+    /// scale out, reads back to the op that wrote it.
+    pub fn default_scale_folded(mut self, d_qk: i64) -> Sdpa {
+        let default = 1.0 / (d_qk.max(1) as f64).sqrt();
+        if self.scale.is_some_and(|s| s as f32 == default as f32) {
+            self.scale = None;
+        }
+        self
+    }
+
+    /// The DSL spelling of the `fp8` attribute (`e4m3`, `e5m2`), if the op is fp8 attention.
+    pub fn fp8_mode(&self) -> Option<&'static str> {
+        match self.fp8 {
+            Some(DataType::Fp8E4M3) => Some("e4m3"),
+            Some(DataType::Fp8E5M2) => Some("e5m2"),
+            _ => None,
+        }
+    }
+
+    /// Whether a score row `i` is shifted by `S_kv - S_q` (bottom-right alignment).
+    pub fn bottom_right(&self) -> bool {
+        self.alignment == Alignment::BottomRight
+    }
+}
+impl OpFamily for Sdpa {
+    type Kind = SdpaPass;
+
+    const KINDS: &'static [SdpaPass] = &SdpaPass::ALL;
+
+    const TAGS: &'static [&'static str] = codec::TAGS;
+
+    fn signature_of(kind: SdpaPass) -> OpSignature {
+        kind.signature()
+    }
+
+    fn kind(&self) -> SdpaPass {
+        self.pass
+    }
+
+    fn from_attrs(pass: SdpaPass, a: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
         let mut s = Sdpa::new(pass);
         s.scale = a.float("scale");
         s.scale_tensor = a.bool("scale_tensor").unwrap_or(false);
@@ -498,10 +568,10 @@ impl Sdpa {
             Some("composite") => Implementation::Composite,
             _ => Implementation::Auto,
         };
-        s
+        Ok(s)
     }
 
-    pub(crate) fn call_attrs(&self) -> Vec<(String, AttrValue)> {
+    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
         let mut out: Vec<(String, AttrValue)> = Vec::new();
         let mut push = |k: &str, v: AttrValue| out.push((k.to_string(), v));
         if let Some(s) = self.scale {
@@ -551,24 +621,9 @@ impl Sdpa {
         out
     }
 
-    /// Whether this instance has the optional input `name`.
-    fn has(&self, name: &str) -> bool {
-        match name {
-            "Attn_scale" => self.scale_tensor,
-            "Bias" => self.bias,
-            "SEQ_LEN_Q" | "SEQ_LEN_KV" => self.padding_mask,
-            "Seed" | "Offset" => self.dropout.is_some(),
-            "Page_table_K" | "Page_table_V" => self.paged,
-            "Ragged_offset_Q" | "Ragged_offset_O" => self.ragged,
-            // A paged cache's K and V are pools: only the dense sequence tensors are packed.
-            "Ragged_offset_K" | "Ragged_offset_V" => self.ragged && !self.paged,
-            name => self.fp8.is_some() && self.pass.fp8_inputs().contains(&name),
-        }
-    }
-
     /// The inputs of this instance, in order: the required ones, then the optional ones its
     /// attributes ask for.
-    pub fn inputs(&self) -> Vec<PortSpec> {
+    fn inputs(&self) -> Vec<PortSpec> {
         let all = self.pass.signature().inputs;
         let required = self.pass.required();
         all[..required].iter().copied().chain(all[required..].iter().copied().filter(|p| self.has(p.name))).collect()
@@ -576,12 +631,7 @@ impl Sdpa {
 
     /// The outputs of this instance: `O` (and `Stats` when training, then `Amax_S, Amax_O` with
     /// `fp8`), or `dQ, dK, dV` (and `dBias`, or with `fp8` `Amax_dQ, Amax_dK, Amax_dV, Amax_dP`).
-    pub fn outputs(&self) -> Vec<&'static str> {
-        self.output_ports().to_vec()
-    }
-
-    /// [`Sdpa::outputs`], as a static list.
-    pub fn output_ports(&self) -> &'static [&'static str] {
+    fn outputs(&self) -> &'static [&'static str] {
         match self.pass {
             SdpaPass::Forward if self.fp8.is_some() && self.training => FORWARD_OUTPUTS,
             SdpaPass::Forward if self.fp8.is_some() => FP8_INFERENCE_OUTPUTS,
@@ -593,91 +643,12 @@ impl Sdpa {
         }
     }
 
-    /// The position of input `name` in [`Sdpa::inputs`], if this instance has it.
-    pub fn input_index(&self, name: &str) -> Option<usize> {
-        self.inputs().iter().position(|p| p.name == name)
-    }
-
-    /// The scale applied to `Q·Kᵀ` when it is a literal: the attribute, or `1/sqrt(d_qk)`.
-    /// `None` when it comes from the `Attn_scale` input.
-    pub fn literal_scale(&self, d_qk: i64) -> Option<f64> {
-        if self.scale_tensor {
-            None
-        } else {
-            Some(self.scale.unwrap_or_else(|| 1.0 / (d_qk.max(1) as f64).sqrt()))
-        }
-    }
-
-    /// This op with a literal scale that equals the default for head dim `d_qk` (as the `f32`
-    /// cuDNN uses) written as the default: how a cudnn-frontend document, which always spells the
-    /// scale out, reads back to the op that wrote it.
-    pub fn default_scale_folded(mut self, d_qk: i64) -> Sdpa {
-        let default = 1.0 / (d_qk.max(1) as f64).sqrt();
-        if self.scale.is_some_and(|s| s as f32 == default as f32) {
-            self.scale = None;
-        }
-        self
-    }
-
-    /// The DSL spelling of the `fp8` attribute (`e4m3`, `e5m2`), if the op is fp8 attention.
-    pub fn fp8_mode(&self) -> Option<&'static str> {
-        match self.fp8 {
-            Some(DataType::Fp8E4M3) => Some("e4m3"),
-            Some(DataType::Fp8E5M2) => Some("e5m2"),
-            _ => None,
-        }
-    }
-
-    /// Whether a score row `i` is shifted by `S_kv - S_q` (bottom-right alignment).
-    pub fn bottom_right(&self) -> bool {
-        self.alignment == Alignment::BottomRight
-    }
-
-}
-
-
-impl OpFamily for Sdpa {
-    type Kind = SdpaPass;
-
-    const KINDS: &'static [SdpaPass] = &SdpaPass::ALL;
-
-    const TAGS: &'static [&'static str] = codec::TAGS;
-
-    fn signature_of(kind: SdpaPass) -> OpSignature {
-        kind.signature()
-    }
-
-    fn kind(&self) -> SdpaPass {
-        self.pass
-    }
-
-    fn from_attrs(kind: SdpaPass, attrs: &Attrs<'_>, _inputs: usize) -> Result<Self, AttrError> {
-        Ok(Sdpa::from_attrs(kind, attrs))
-    }
-
-    fn call_attrs(&self) -> Vec<(String, AttrValue)> {
-        Sdpa::call_attrs(self)
-    }
-
-    fn inputs(&self) -> Vec<PortSpec> {
-        Sdpa::inputs(self)
-    }
-
-    fn outputs(&self) -> Vec<&'static str> {
-        Sdpa::outputs(self)
-    }
-
-    fn infer<D: Dim>(
-        &self,
-        inputs: &[TensorMeta<D>],
-        _extents: &Extents<'_, D>,
-        cx: &mut impl DimCx<D>,
-    ) -> Result<Vec<OutputMeta<D>>, ShapeError> {
-        Sdpa::infer(self, inputs, cx)
+    fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], cx: &mut impl DimCx<D>) -> Inferred<D> {
+        infer::infer(self, inputs, cx)
     }
 
     fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        Sdpa::reference(self, inputs)
+        reference::reference(self, inputs)
     }
 
     fn check_values(&self, inputs: &[&Array]) -> Result<(), ShapeError> {

@@ -43,13 +43,14 @@
 //! rows within the lengths (the rest of a packed output is 0).
 
 use super::{rule, Sdpa, SdpaPass};
+use crate::ops::family::OpFamily;
 use crate::array::Array;
 use crate::ops::shape::{ShapeError, StridedMeta};
 
 /// The offsets inputs, in input order.
 pub const OFFSET_PORTS: [&str; 4] = ["Ragged_offset_Q", "Ragged_offset_K", "Ragged_offset_V", "Ragged_offset_O"];
 
-/// A port of the node, input or output, by index in [`Sdpa::inputs`] or [`Sdpa::outputs`].
+/// A port of the node, input or output, by index in [`Op::inputs`](crate::ops::Op::inputs) or [`Op::outputs`](crate::ops::Op::outputs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
     /// Input `i`.
@@ -67,7 +68,7 @@ pub struct Packed {
     pub slot: Slot,
     /// The input holding its offsets (one of [`OFFSET_PORTS`]).
     pub offsets: &'static str,
-    /// Its offsets' index in [`Sdpa::inputs`].
+    /// Its offsets' index in [`Op::inputs`](crate::ops::Op::inputs).
     pub offsets_index: usize,
     /// Its rows per sequence come from `SEQ_LEN_Q` (`true`) or `SEQ_LEN_KV`.
     pub query_rows: bool,

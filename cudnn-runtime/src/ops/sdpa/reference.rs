@@ -16,6 +16,7 @@
 //! element by element.
 
 use super::{Sdpa, SdpaPass};
+use crate::ops::family::OpFamily;
 use crate::array::Array;
 
 /// Dims of a 4-d array.
@@ -189,18 +190,6 @@ fn log_sum_exp(row: &[f64]) -> f64 {
 }
 
 impl Sdpa {
-    /// Computes the op on the CPU: `[O]` or `[O, Stats]` forward, `[dQ, dK, dV]` or
-    /// `[dQ, dK, dV, dBias]` backward (validated graphs only: dims are the shape rule's).
-    pub(crate) fn reference(&self, inputs: &[&Array]) -> Vec<Array> {
-        if inputs.len() < self.inputs().len() {
-            return Vec::new();
-        }
-        // Packed sequences are the padded batch they unpack to.
-        if let Some(outs) = super::ragged::reference(self, inputs, |padded| self.padded(padded)) {
-            return outs;
-        }
-        self.padded(inputs)
-    }
 
     /// The reference of a node whose sequences are padded (or unpacked already).
     fn padded(&self, inputs: &[&Array]) -> Vec<Array> {
@@ -440,4 +429,17 @@ impl Sdpa {
         }
         outs
     }
+}
+
+/// Computes the op on the CPU: `[O]` or `[O, Stats]` forward, `[dQ, dK, dV]` or
+/// `[dQ, dK, dV, dBias]` backward (validated graphs only: dims are the shape rule's).
+pub(super) fn reference(op: &Sdpa, inputs: &[&Array]) -> Vec<Array> {
+    if inputs.len() < op.inputs().len() {
+        return Vec::new();
+    }
+    // Packed sequences are the padded batch they unpack to.
+    if let Some(outs) = super::ragged::reference(op, inputs, |padded| op.padded(padded)) {
+        return outs;
+    }
+    op.padded(inputs)
 }

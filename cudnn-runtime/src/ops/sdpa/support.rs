@@ -130,45 +130,8 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
         ragged_rules(op, p, target)?;
     }
     match op.pass {
-        SdpaPass::Forward => {
-            if (91000..=91001).contains(&v) {
-                return fail(
-                    "sdpa.cudnn_9_10",
-                    format!("cuDNN {} has known attention bugs; use 9.10.2 or newer", version(v)),
-                );
-            }
-            if v == 91400 && p.s_kv > 1024 && op.window.is_some() && !op.causal {
-                return fail(
-                    "sdpa.cudnn_9_14_0_window",
-                    format!("cuDNN 9.14.0 computes non-causal sliding windows over S_kv > 1024 wrongly (S_kv = {}); use 9.14.1 or newer", p.s_kv),
-                );
-            }
-            if p.s_q == 1 && major == Some(10) && d > 128 {
-                need("sdpa.decode_head_dim", C::DecodeHeadDimAbove128Blackwell, v, &format!("head dim {d}"))?;
-            }
-            if p.s_q == 1 && op.causal {
-                need("sdpa.decode_causal", C::DecodeCausal, v, "")?;
-            }
-        }
-        SdpaPass::Backward => {
-            if op.deterministic && major == Some(10) {
-                need("sdpa.deterministic_blackwell", C::DeterministicBackwardBlackwell, v, "")?;
-                if op.d_bias || op.dropout.is_some() {
-                    return fail(
-                        "sdpa.deterministic_blackwell",
-                        "the deterministic backward on Blackwell supports neither dBias nor dropout".into(),
-                    );
-                }
-            }
-            if p.s_kv % 128 != 0 && !op.padding_mask {
-                need(
-                    "sdpa.backward_s_kv_128",
-                    C::BackwardAnySeqLenKv,
-                    v,
-                    &format!("S_kv = {}; before, cudnn-frontend adds a hidden padding mask", p.s_kv),
-                )?;
-            }
-        }
+        SdpaPass::Forward => forward_rules(op, p, target)?,
+        SdpaPass::Backward => backward_rules(op, p, target)?,
     }
     let head_limit = match major {
         Some(8) => Some((128, C::HeadDimAbove128Ampere)),
@@ -186,6 +149,58 @@ pub fn check(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
     }
     if op.window.is_some() && op.bottom_right() && major == Some(9) && p.s_q == p.s_kv {
         need("sdpa.window_bottom_right_hopper", C::BottomRightWindowSquareHopper, v, "")?;
+    }
+    Ok(())
+}
+
+/// The forward's rules on the GPU and the cuDNN version: releases with known attention bugs, and
+/// decoding (one query row) with a large head dim or causal masking.
+fn forward_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> {
+    let v = target.version;
+    let major = target.sm.map(|sm| sm / 10);
+    let d = p.d_qk.max(p.d_v);
+    if (91000..=91001).contains(&v) {
+        return fail(
+            "sdpa.cudnn_9_10",
+            format!("cuDNN {} has known attention bugs; use 9.10.2 or newer", version(v)),
+        );
+    }
+    if v == 91400 && p.s_kv > 1024 && op.window.is_some() && !op.causal {
+        return fail(
+            "sdpa.cudnn_9_14_0_window",
+            format!("cuDNN 9.14.0 computes non-causal sliding windows over S_kv > 1024 wrongly (S_kv = {}); use 9.14.1 or newer", p.s_kv),
+        );
+    }
+    if p.s_q == 1 && major == Some(10) && d > 128 {
+        need("sdpa.decode_head_dim", C::DecodeHeadDimAbove128Blackwell, v, &format!("head dim {d}"))?;
+    }
+    if p.s_q == 1 && op.causal {
+        need("sdpa.decode_causal", C::DecodeCausal, v, "")?;
+    }
+    Ok(())
+}
+
+/// The backward's rules on the GPU and the cuDNN version: the deterministic algorithm on
+/// Blackwell, and S_kv not a multiple of 128 without a padding mask.
+fn backward_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> {
+    let v = target.version;
+    let major = target.sm.map(|sm| sm / 10);
+    if op.deterministic && major == Some(10) {
+        need("sdpa.deterministic_blackwell", C::DeterministicBackwardBlackwell, v, "")?;
+        if op.d_bias || op.dropout.is_some() {
+            return fail(
+                "sdpa.deterministic_blackwell",
+                "the deterministic backward on Blackwell supports neither dBias nor dropout".into(),
+            );
+        }
+    }
+    if p.s_kv % 128 != 0 && !op.padding_mask {
+        need(
+            "sdpa.backward_s_kv_128",
+            C::BackwardAnySeqLenKv,
+            v,
+            &format!("S_kv = {}; before, cudnn-frontend adds a hidden padding mask", p.s_kv),
+        )?;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use super::*;
 use crate::array::Array;
 use crate::cudnn::Port;
 use crate::dim::{Concrete, SymDim, Symbolic};
-use crate::ops::{Op, Pointwise, PointwiseMode, ReductionMode};
+use crate::ops::{Op, OutputMeta, Pointwise, PointwiseMode, ReductionMode};
 
 fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Sdpa {
     let attrs: Vec<(String, AttrValue)> = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
@@ -277,7 +277,7 @@ fn symbolic_dims_defer_or_decide() {
     assert!(e.to_string().contains("8 % 3 != 0"), "{e}");
 }
 
-/// Reference arrays for a problem: inputs in [`Sdpa::inputs`] order.
+/// Reference arrays for a problem: inputs in [`Op::inputs`](crate::ops::Op::inputs) order.
 struct Case {
     op: Sdpa,
     inputs: Vec<Array>,

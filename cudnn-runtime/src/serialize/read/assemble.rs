@@ -30,13 +30,10 @@ fn spans_fit(dims: &[i64], strides: &[i64]) -> bool {
     count.is_some() && span.is_some()
 }
 
-/// Assigns uids where the document has none, orders the tensors, fills strides and builds the IR.
-pub(super) fn assemble(
-    cx: RawContext,
-    raw: Vec<RawTensor>,
-    nodes: Vec<(RawNode, Op)>,
-    order: Option<Vec<i64>>,
-) -> Result<Graph> {
+/// Each raw tensor's uid: its own, or for one without, the smallest free uid in order of first
+/// use by the nodes (ports in port order), then in document order (deterministic, unlike
+/// cudnn-frontend's hash-map order); and the raw tensor of each uid.
+fn uids(raw: &[RawTensor], nodes: &[(RawNode, Op)]) -> Result<(Vec<i64>, HashMap<i64, usize>)> {
     let mut owner: HashMap<i64, usize> = HashMap::new();
     for (i, t) in raw.iter().enumerate() {
         if let Some(uid) = t.uid {
@@ -50,8 +47,6 @@ pub(super) fn assemble(
             owner.insert(uid, i);
         }
     }
-    // Tensors without a uid get the smallest free ones, in order of first use by the nodes (ports
-    // in port order), then in document order: deterministic, unlike cudnn-frontend's hash-map order.
     let mut uids: Vec<Option<i64>> = raw.iter().map(|t| t.uid).collect();
     let use_order = nodes.iter().flat_map(|(n, _)| n.inputs.iter().chain(&n.outputs).copied()).chain(0..raw.len());
     let mut next = 1i64;
@@ -65,18 +60,22 @@ pub(super) fn assemble(
         }
     }
     let uids: Vec<i64> = uids.into_iter().map(|u| u.unwrap_or_default()).collect();
+    Ok((uids, owner))
+}
 
-    // Position in the IR of each raw tensor.
-    let sequence: Vec<usize> = match order {
+/// The order of the raw tensors in the IR: the document's tensor order where it gives one (each
+/// uid once), else by uid.
+fn sequence(order: Option<Vec<i64>>, owner: &HashMap<i64, usize>, uids: &[i64]) -> Result<Vec<usize>> {
+    Ok(match order {
         None => {
-            let mut s: Vec<usize> = (0..raw.len()).collect();
+            let mut s: Vec<usize> = (0..uids.len()).collect();
             s.sort_by_key(|&i| uids[i]);
             s
         }
         Some(order) => {
-            if order.len() != raw.len() {
+            if order.len() != uids.len() {
                 return Err(SerializeError::TensorOrder {
-                    reason: format!("lists {} uids but the document has {} tensors", order.len(), raw.len()),
+                    reason: format!("lists {} uids but the document has {} tensors", order.len(), uids.len()),
                 });
             }
             let mut seen = HashSet::new();
@@ -93,7 +92,19 @@ pub(super) fn assemble(
                 })
                 .collect::<Result<_>>()?
         }
-    };
+    })
+}
+
+/// Assigns uids where the document has none, orders the tensors, fills strides and builds the IR.
+pub(super) fn assemble(
+    cx: RawContext,
+    raw: Vec<RawTensor>,
+    nodes: Vec<(RawNode, Op)>,
+    order: Option<Vec<i64>>,
+) -> Result<Graph> {
+    let (uids, owner) = uids(&raw, &nodes)?;
+    // Position in the IR of each raw tensor.
+    let sequence = sequence(order, &owner, &uids)?;
     let mut position = vec![0usize; raw.len()];
     for (pos, &i) in sequence.iter().enumerate() {
         position[i] = pos;

@@ -118,19 +118,7 @@ fn read_ports(
         return positional?
             .into_iter()
             .zip(names)
-            .map(|((path, reference), port)| {
-                let key = match reference {
-                    Json::Int(v) => v.to_string(),
-                    Json::UInt(v) => v.to_string(),
-                    Json::Str(s) => s.clone(),
-                    other => return Err(wrong_type(&path, "a tensor uid or name", other)),
-                };
-                by_key.get(key.as_str()).copied().ok_or_else(|| SerializeError::UnknownTensorRef {
-                    node: label.to_string(),
-                    port: port.to_string(),
-                    reference: if matches!(reference, Json::Str(_)) { format!("{key:?}") } else { key.clone() },
-                })
-            })
+            .map(|((path, reference), port)| tensor_of(reference, &path, label, port, by_key))
             .collect();
     }
     let given = match n.opt_obj(field)? {
@@ -162,19 +150,7 @@ fn read_ports(
                 expected: names.to_vec(),
             });
         };
-        // A reference is a uid (a number) or a key (a name); cudnn-frontend looks both up as keys.
-        let key = match reference {
-            Json::Int(v) => v.to_string(),
-            Json::UInt(v) => v.to_string(),
-            Json::Str(s) => s.clone(),
-            other => return Err(wrong_type(&given.field_path(port), "a tensor uid or name", other)),
-        };
-        let index = by_key.get(key.as_str()).copied().ok_or_else(|| SerializeError::UnknownTensorRef {
-            node: label.to_string(),
-            port: port.clone(),
-            reference: if matches!(reference, Json::Str(_)) { format!("{key:?}") } else { key.clone() },
-        })?;
-        found.insert(port_name, index);
+        found.insert(port_name, tensor_of(reference, &given.field_path(port), label, port, by_key)?);
     }
     names
         .iter()
@@ -182,6 +158,22 @@ fn read_ports(
             found.get(p).copied().ok_or(SerializeError::MissingPort { node: label.to_string(), direction, port: p })
         })
         .collect()
+}
+
+/// The position of the tensor a port's `reference` (at `path`) names. A reference is a uid (a
+/// number) or a key (a name); cudnn-frontend looks both up as keys.
+fn tensor_of(reference: &Json, path: &str, label: &str, port: &str, by_key: &HashMap<&str, usize>) -> Result<usize> {
+    let key = match reference {
+        Json::Int(v) => v.to_string(),
+        Json::UInt(v) => v.to_string(),
+        Json::Str(s) => s.clone(),
+        other => return Err(wrong_type(path, "a tensor uid or name", other)),
+    };
+    by_key.get(key.as_str()).copied().ok_or_else(|| SerializeError::UnknownTensorRef {
+        node: label.to_string(),
+        port: port.to_string(),
+        reference: if matches!(reference, Json::Str(_)) { format!("{key:?}") } else { key.clone() },
+    })
 }
 
 /// The `cudnn_graph.attrs` of a node (the DSL call's attributes, exactly) and its path.

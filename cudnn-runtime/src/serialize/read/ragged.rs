@@ -68,6 +68,57 @@ fn offsets_tensor(tensors: &mut Vec<RawTensor>, r: &RaggedRef, packed: usize) ->
     Ok(tensors.len() - 1)
 }
 
+/// The offsets ports a node tagged `tag` (of `fields`) takes for its packed ports: (offsets port,
+/// offsets tensor key, the port it was read for). Marks each packed tensor an attention port takes
+/// as `used`, and keeps in `stray` why one another port reads is not.
+fn offsets_ports(
+    fields: &[(String, Json)],
+    tag: &str,
+    tensors: &[RawTensor],
+    offsets_of: &[Option<usize>],
+    used: &mut [bool],
+    stray: &mut [Option<SerializeError>],
+) -> Result<Vec<(&'static str, String, String)>> {
+    let mut add: Vec<(&'static str, String, String)> = Vec::new();
+    for field in ["inputs", "outputs"] {
+        let Some((_, Json::Obj(ports))) = fields.iter().find(|(k, _)| k == field) else { continue };
+        for (port, reference) in ports {
+            let Some(key) = key_of(reference) else { continue };
+            let Some(t) = tensors.iter().position(|t| t.key == key) else { continue };
+            let (Some(Some(o)), Some(r)) = (offsets_of.get(t), &tensors[t].ragged_offset) else { continue };
+            let Some(offsets_port) = ops::frontend_ragged_offsets(tag, port) else {
+                // Another node may read or write a packed tensor as plain memory; the
+                // offsets are an error only where no attention port takes them (below).
+                stray[t].get_or_insert_with(|| SerializeError::Unsupported {
+                    path: r.path.clone(),
+                    feature: format!(
+                        "ragged offsets on tensor `{}`, port {port} of a {tag} node (cudnn-graph reads them \
+                         on attention's Q, K, V, O, dO, dQ, dK and dV)",
+                        tensors[t].name
+                    ),
+                });
+                continue;
+            };
+            used[t] = true;
+            let offsets_key = tensors[*o].key.clone();
+            match add.iter().find(|(p, _, _)| *p == offsets_port) {
+                Some((_, k, first)) if *k != offsets_key => {
+                    return Err(SerializeError::Unsupported {
+                        path: r.path.clone(),
+                        feature: format!(
+                            "port {port} packed at other offsets than port {first} of the same {tag} node \
+                             (cudnn-graph reads dO at O's offsets and writes dQ, dK, dV at Q's, K's, V's)"
+                        ),
+                    });
+                }
+                Some(_) => {}
+                None => add.push((offsets_port, offsets_key, port.clone())),
+            }
+        }
+    }
+    Ok(add)
+}
+
 /// The document with each packed tensor's offsets as ports of the nodes that read or write it,
 /// and the offsets tensors it leaves out added to `tensors`; `None` where no tensor is packed.
 pub(super) fn attach_offsets(top: &Obj<'_>, tensors: &mut Vec<RawTensor>) -> Result<Option<Json>> {
@@ -94,44 +145,7 @@ pub(super) fn attach_offsets(top: &Obj<'_>, tensors: &mut Vec<RawTensor>) -> Res
             }) else {
                 continue;
             };
-            // (offsets port, offsets tensor key, the port it was read for)
-            let mut add: Vec<(&'static str, String, String)> = Vec::new();
-            for field in ["inputs", "outputs"] {
-                let Some((_, Json::Obj(ports))) = fields.iter().find(|(k, _)| k == field) else { continue };
-                for (port, reference) in ports {
-                    let Some(key) = key_of(reference) else { continue };
-                    let Some(t) = tensors.iter().position(|t| t.key == key) else { continue };
-                    let (Some(Some(o)), Some(r)) = (offsets_of.get(t), &tensors[t].ragged_offset) else { continue };
-                    let Some(offsets_port) = ops::frontend_ragged_offsets(&tag, port) else {
-                        // Another node may read or write a packed tensor as plain memory; the
-                        // offsets are an error only where no attention port takes them (below).
-                        stray[t].get_or_insert_with(|| SerializeError::Unsupported {
-                            path: r.path.clone(),
-                            feature: format!(
-                                "ragged offsets on tensor `{}`, port {port} of a {tag} node (cudnn-graph reads them \
-                                 on attention's Q, K, V, O, dO, dQ, dK and dV)",
-                                tensors[t].name
-                            ),
-                        });
-                        continue;
-                    };
-                    used[t] = true;
-                    let offsets_key = tensors[*o].key.clone();
-                    match add.iter().find(|(p, _, _)| *p == offsets_port) {
-                        Some((_, k, first)) if *k != offsets_key => {
-                            return Err(SerializeError::Unsupported {
-                                path: r.path.clone(),
-                                feature: format!(
-                                    "port {port} packed at other offsets than port {first} of the same {tag} node \
-                                     (cudnn-graph reads dO at O's offsets and writes dQ, dK, dV at Q's, K's, V's)"
-                                ),
-                            });
-                        }
-                        Some(_) => {}
-                        None => add.push((offsets_port, offsets_key, port.clone())),
-                    }
-                }
-            }
+            let add = offsets_ports(fields, &tag, tensors, &offsets_of, &mut used, &mut stray)?;
             if let Some((_, Json::Obj(inputs))) = fields.iter_mut().find(|(k, _)| k == "inputs") {
                 for (port, key, _) in add {
                     match inputs.iter().find(|(p, _)| p == port) {
