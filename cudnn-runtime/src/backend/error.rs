@@ -281,8 +281,8 @@ fn no_plan_message(
     }
     if let Some((node, op)) = nodes.iter().find(|(_, op)| op.starts_with("reduce_")) {
         s += &format!(
-            "\n  hint: cuDNN 9.19 plans a reduction that ends no matmul or convolution only over axes innermost in \
-             memory and one run of it (`{node}` ({op}) reads another layout), and a sum over rows as a matmul by \
+            "\n  hint: cuDNN (9.10.2 to 9.28.1, measured) plans a reduction that ends no matmul or convolution only \
+             over axes innermost in memory and one run of it (`{node}` ({op}) reads another layout), and a sum over rows as a matmul by \
              ones; see docs/ops.md, \"Reductions: what cuDNN plans\""
         );
     }

@@ -443,6 +443,9 @@ mod deviceless {
         else {
             panic!("a product plans now")
         };
-        assert!(e.to_string().contains("Unsupported reduction op in the graph."), "{e}");
+        // What cuDNN's checks said (9.14 and newer; 9.10.2's heuristics propose no engine to check).
+        if cudnn.version() >= 91400 {
+            assert!(e.to_string().contains("Unsupported reduction op in the graph."), "{e}");
+        }
     }
 }
