@@ -91,6 +91,7 @@ use super::report::warn;
 pub use super::report::{CacheSource, CacheStats, CacheWarning, CachedPlan, SeedReport};
 use super::specialize::{ServeReason, Serving, Specialization};
 use super::specializer::{EntryChange, Specialized, Specializer};
+use super::store::TuningWarning;
 use crate::backend::{BackendError, BuildOptions, Cudnn, ExecutionPlan, KernelCache, PaddedPlan};
 use crate::ir::ClassGraph;
 use crate::payload::plan::{
@@ -406,13 +407,9 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        let mut tuning = Vec::new();
-        let mut got = self.get_or_make(cudnn, graph, expect, options, || {
-            self.planner.build(cudnn, graph, expect, options, &mut tuning)
+        let mut got = self.get_or_plan(cudnn, graph, expect, options, |planner, tuning| {
+            planner.build(cudnn, graph, expect, options, tuning)
         })?;
-        for w in tuning {
-            warn(&mut got.warnings, self.planner.tuning_path(), w.to_string());
-        }
         if got.source == CacheSource::Built && got.reason == ServeReason::LazyPending {
             // The dynamic-shape plan just built and stored: its specialization goes to the
             // background, or the entry records why it cannot.
@@ -465,10 +462,23 @@ impl PlanCache {
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
         let masked = graph.masked();
+        self.get_or_plan(cudnn, masked, expect, options, |planner, tuning| {
+            planner.build_static(cudnn, masked, expect, options, tuning)
+        })
+    }
+
+    /// [`PlanCache::get_or_make`] with the plan `plan` makes through the planner on a miss; the
+    /// tuning store's entries it could not use become the answer's warnings.
+    fn get_or_plan(
+        &self,
+        cudnn: &Cudnn,
+        graph: &Graph,
+        expect: &Expect,
+        options: &BuildOptions,
+        plan: impl FnOnce(&Planner, &mut Vec<TuningWarning>) -> crate::Result<(ExecutionPlan, ServeReason)>,
+    ) -> crate::Result<CachedPlan> {
         let mut tuning = Vec::new();
-        let mut got = self.get_or_make(cudnn, masked, expect, options, || {
-            self.planner.build_static(cudnn, masked, expect, options, &mut tuning)
-        })?;
+        let mut got = self.get_or_make(cudnn, graph, expect, options, || plan(&self.planner, &mut tuning))?;
         for w in tuning {
             warn(&mut got.warnings, self.planner.tuning_path(), w.to_string());
         }
