@@ -327,12 +327,13 @@ impl fmt::Display for Divergence {
 /// graph as the plan planned it, run on the CPU reference with `inputs`, in
 /// [`Graph::inputs`] order), run by `run(Piece::Part(k), part's graph, its inputs in its
 /// [`Graph::inputs`] order)`, and its outputs compared, under `tolerance` of each output's type,
-/// with what the reference computes for the part from the same inputs. Each part starting from the reference's values, a part is blamed only
-/// for what it computes itself: the first one outside is returned with the node that writes its
-/// first diverging output; `None` when every part agrees. In a diverging part of several nodes,
-/// each node is then run alone ([`Piece::Node`], [`Divergence::within`]) to name the first that
-/// diverges by itself, or to say that only the fusion does; a node that cannot run alone ends
-/// that search without failing the bisection.
+/// with what the reference computes for the part from the same inputs. Each part starting from
+/// the reference's values, a part is blamed only for what it computes itself: the first one
+/// outside is returned with the node that writes its first diverging output; `None` when every
+/// part agrees. In a diverging part of several nodes, each node is then run alone
+/// ([`Piece::Node`], [`Divergence::within`]) to name the first that diverges by itself, or to say
+/// that only the fusion does; a node that cannot run alone ends that search without failing the
+/// bisection.
 pub fn bisect<E: From<ArgError> + fmt::Display>(
     plan: &ExecutionPlan,
     inputs: &[Array],
@@ -355,8 +356,9 @@ pub fn bisect<E: From<ArgError> + fmt::Display>(
         }
         let want = reference::run_arrays(sub, known)?;
         let outputs = run(piece, sub, &given)?;
-        for ((id, got), want) in sub.outputs().into_iter().zip(&outputs).zip(want) {
+        for ((id, got), mut want) in sub.outputs().into_iter().zip(&outputs).zip(want) {
             let t = sub.tensor(id);
+            want.round_to(t.data_type);
             let verdict = Verdict::compare(t, got, &want, tolerance(t.data_type));
             if !verdict.passed() {
                 return Ok(Some((id, verdict)));

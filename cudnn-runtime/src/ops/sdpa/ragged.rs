@@ -207,8 +207,8 @@ pub(super) fn check_attributes(op: &Sdpa) -> Result<(), ShapeError> {
 }
 
 /// The bounds on the packed tokens against the padded capacity, where the dims are known: at
-/// most `B·S_q` query and `B·S_kv` key tokens (a larger bound would let the offsets run past
-/// the tensor cuDNN is described).
+/// most `B·S_q` query and `B·S_kv` key tokens (a larger bound would let the offsets run past the
+/// tensor cuDNN's descriptor spans).
 pub(super) fn check_totals(op: &Sdpa, b: Option<i64>, s_q: Option<i64>, s_kv: Option<i64>) -> Result<(), ShapeError> {
     for ((attr, total), s) in totals(op).into_iter().zip([s_q, s_kv]) {
         let (Some(n), Some(b), Some(s)) = (total, b, s) else { continue };
