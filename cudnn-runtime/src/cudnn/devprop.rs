@@ -67,10 +67,13 @@ const OVERSIZED_SINCE: usize = 92600;
 const BUS_WIDTH_SINCE: usize = 92700;
 
 /// Global memory bus width in bits by device name (the first entry whose text `deviceName`
-/// contains wins, so the more specific names come first), from each GPU's published
-/// memory configuration: HBM is 1024 bits a stack.
+/// contains wins, so the more specific names come first). Two entries are the driver's own
+/// figure (`CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH`, what cuDNN reads on the GPU), checked
+/// by the GPU test `gpu_devprop` on the lent machines: the H100 80GB HBM3's 5120 and the H200's
+/// 6016, not the 6144 its six HBM3e stacks of 1024 bits would give (read 2026-12-07). The others
+/// are the published memory configurations (1024 bits an HBM stack), not yet read off a driver.
 pub const BUS_WIDTHS: &[(&str, i64)] = &[
-    ("H200", 6144),
+    ("H200", 6016),
     ("H100 NVL", 6144),
     ("H100", 5120),
     ("H800", 5120),
@@ -121,7 +124,7 @@ pub use crate::capabilities::version_string;
 /// let written_by_9_19 = r#"{"deviceName":"NVIDIA H200","maxSharedMemoryPerBlockOptin":232448}"#;
 /// let for_9_28 = devprop::for_version(written_by_9_19, 92801)?;
 /// let v: serde_json::Value = serde_json::from_str(&for_9_28)?;
-/// assert_eq!(v["memoryBusWidth"], 6144);
+/// assert_eq!(v["memoryBusWidth"], 6016);
 /// assert_eq!(v["smCountOrigin"], 0);
 /// assert_eq!(devprop::for_version(&for_9_28, 91900)?, written_by_9_19);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -211,7 +214,7 @@ mod tests {
     fn a_9_19_document_gains_what_9_27_reads_from_its_own_properties() {
         let adapted = object(&for_version(H200_9_19, 92700).unwrap());
         assert_eq!(adapted["smCountOrigin"], 0);
-        assert_eq!(adapted["memoryBusWidth"], 6144);
+        assert_eq!(adapted["memoryBusWidth"], 6016);
         assert_eq!(adapted["oversizedSharedMemoryPerBlock"], 232448);
         // Every property it had is kept, value for value.
         let original = object(H200_9_19);
@@ -294,7 +297,7 @@ mod tests {
         };
         assert_eq!(width("NVIDIA H100 NVL"), Some(6144));
         assert_eq!(width("NVIDIA H100 80GB HBM3"), Some(5120));
-        assert_eq!(width("NVIDIA H200"), Some(6144));
+        assert_eq!(width("NVIDIA H200"), Some(6016));
         assert_eq!(width("NVIDIA L40S"), Some(384));
     }
 
