@@ -722,8 +722,8 @@ pub fn load_payload(
     result
 }
 
-// Long because it runs a payload's checks in the order the module docs list (steps 4 to 6), each
-// naming both sides, before and after cuDNN loads the plan.
+/// A payload's checks in the order the module docs list (steps 4 to 6), each naming both sides,
+/// before and after cuDNN loads the plan.
 fn check_and_load(
     cudnn: &Cudnn,
     payload: &Payload,
