@@ -89,11 +89,9 @@ pub mod support;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
@@ -680,14 +678,6 @@ impl OpFamily for Sdpa {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy::PACKED
-    }
-
-    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node, tag)
-    }
-
-    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]
