@@ -316,6 +316,13 @@ impl<B: GraphType> GradientOp<B> {
         let outputs = self.runner.run(&self.backward, &tensors)?;
         Ok(self.pairing.gradients.iter().map(|&(_, k)| Some(outputs[k].clone())).collect())
     }
+
+    /// [`GradientOp::gradients`] as the `N` a custom op of `N` inputs returns: `None` past the
+    /// last differentiated input.
+    fn gradient_array<const N: usize>(&self, res: &Tensor, grad: &Tensor) -> candle_core::Result<[Option<Tensor>; N]> {
+        let mut g = self.gradients(res, grad)?.into_iter();
+        Ok(std::array::from_fn(|_| g.next().flatten()))
+    }
 }
 
 /// `tensor` (in its port's dim order) with packed strides in `order`: itself when it has them, a
@@ -328,100 +335,33 @@ fn laid_out(tensor: Tensor, order: &[usize]) -> candle_core::Result<Tensor> {
     in_port_order(stored.contiguous()?, order)
 }
 
-impl<B: GraphType> CustomOp1 for GradientOp<B> {
-    fn name(&self) -> &'static str {
-        self.forward
-    }
+/// candle's `CustomOp1`, `CustomOp2` and `CustomOp3`, alike but for their arity (one `$input`
+/// name per input, for the storages and tensors candle passes and the op ignores): the forward
+/// hands back the result the graph already computed, and the backward gives the differentiated
+/// inputs' gradients in order, `None` past the last, as `$pattern` binds them into `$grads`.
+macro_rules! custom_op {
+    ($trait:ident, [$($input:ident),+], |$pattern:pat_param| -> $grads:ty { $gradients:expr }) => {
+        impl<B: GraphType> $trait for GradientOp<B> {
+            fn name(&self) -> &'static str {
+                self.forward
+            }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.cpu()
-    }
+            fn cpu_fwd(&self, $($input: &CpuStorage, _: &Layout),+) -> candle_core::Result<(CpuStorage, Shape)> {
+                self.cpu()
+            }
 
-    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        self.cuda()
-    }
+            fn cuda_fwd(&self, $($input: &CudaStorage, _: &Layout),+) -> candle_core::Result<(CudaStorage, Shape)> {
+                self.cuda()
+            }
 
-    fn bwd(&self, _: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let mut g = self.gradients(res, grad)?.into_iter();
-        Ok(g.next().flatten())
-    }
+            fn bwd(&self, $($input: &Tensor,)+ res: &Tensor, grad: &Tensor) -> candle_core::Result<$grads> {
+                let $pattern = self.gradient_array(res, grad)?;
+                Ok($gradients)
+            }
+        }
+    };
 }
 
-impl<B: GraphType> CustomOp2 for GradientOp<B> {
-    fn name(&self) -> &'static str {
-        self.forward
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.cpu()
-    }
-
-    fn cuda_fwd(
-        &self,
-        _: &CudaStorage,
-        _: &Layout,
-        _: &CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
-        self.cuda()
-    }
-
-    fn bwd(
-        &self,
-        _: &Tensor,
-        _: &Tensor,
-        res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let mut g = self.gradients(res, grad)?.into_iter();
-        Ok((g.next().flatten(), g.next().flatten()))
-    }
-}
-
-impl<B: GraphType> CustomOp3 for GradientOp<B> {
-    fn name(&self) -> &'static str {
-        self.forward
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.cpu()
-    }
-
-    fn cuda_fwd(
-        &self,
-        _: &CudaStorage,
-        _: &Layout,
-        _: &CudaStorage,
-        _: &Layout,
-        _: &CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
-        self.cuda()
-    }
-
-    fn bwd(
-        &self,
-        _: &Tensor,
-        _: &Tensor,
-        _: &Tensor,
-        res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let mut g = self.gradients(res, grad)?.into_iter();
-        Ok((g.next().flatten(), g.next().flatten(), g.next().flatten()))
-    }
-}
+custom_op!(CustomOp1, [_a], |[a]| -> Option<Tensor> { a });
+custom_op!(CustomOp2, [_a, _b], |[a, b]| -> (Option<Tensor>, Option<Tensor>) { (a, b) });
+custom_op!(CustomOp3, [_a, _b, _c], |[a, b, c]| -> (Option<Tensor>, Option<Tensor>, Option<Tensor>) { (a, b, c) });

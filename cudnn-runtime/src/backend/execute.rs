@@ -70,6 +70,41 @@ impl<T> Slots<T> {
     }
 }
 
+/// `len` values, each `fill` to start with: on the stack up to [`INLINE_IO`], on the heap beyond.
+struct SmallArray<T> {
+    inline: [T; INLINE_IO],
+    spill: Vec<T>,
+    len: usize,
+}
+
+impl<T: Copy> SmallArray<T> {
+    fn new(len: usize, fill: T) -> Self {
+        let spill = if len > INLINE_IO { vec![fill; len] } else { Vec::new() };
+        SmallArray { inline: [fill; INLINE_IO], spill, len }
+    }
+}
+
+impl<T> std::ops::Deref for SmallArray<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        if self.len <= INLINE_IO {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+}
+
+impl<T> std::ops::DerefMut for SmallArray<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        if self.len <= INLINE_IO {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.spill
+        }
+    }
+}
+
 /// The checks a buffer gets against its tensor before anything is enqueued: host scalar or
 /// device memory as the tensor is, element type, packed bits for `bool`, at least `need`
 /// elements (the tensor's storage span, or a packed tensor's bounded tokens:
@@ -255,14 +290,7 @@ impl ExecutionPlan {
         // Guards of cudarc's stream ordering: dropped (recording each buffer's use) only after
         // the work is enqueued.
         let mut guards = Slots::new(n + 1);
-        let mut inline = [0u64; INLINE_IO];
-        let mut spill = Vec::new();
-        let addresses: &mut [u64] = if n <= INLINE_IO {
-            &mut inline[..n]
-        } else {
-            spill.resize(n, 0);
-            &mut spill
-        };
+        let mut addresses = SmallArray::new(n, 0u64);
         for (i, id) in layout.io().iter().enumerate() {
             let Some(buffer) = io.slot(i).take() else { continue };
             let host = buffer.is_host();
@@ -287,8 +315,8 @@ impl ExecutionPlan {
         // writable if an output, to belong to this stream's CUDA context and to be aligned; the
         // workspace is large enough. The borrows in `io` and the guards keep them alive and
         // ordered until after the work is enqueued.
-        unsafe { self.launch(handle, addresses, ws) }?;
-        super::capture::executed(self, cudnn, stream, addresses);
+        unsafe { self.launch(handle, &addresses, ws) }?;
+        super::capture::executed(self, cudnn, stream, &addresses);
         drop(guards);
         Ok(())
     }
@@ -351,14 +379,7 @@ impl ExecutionPlan {
             return unsafe { part.launch(handle, io, part_workspace) };
         };
         let n = sources.len();
-        let mut inline = [0u64; INLINE_IO];
-        let mut spill = Vec::new();
-        let addresses: &mut [u64] = if n <= INLINE_IO {
-            &mut inline[..n]
-        } else {
-            spill.resize(n, 0);
-            &mut spill
-        };
+        let mut addresses = SmallArray::new(n, 0u64);
         for (address, place) in addresses.iter_mut().zip(sources) {
             *address = match *place {
                 Place::Io { index, offset } => io[index] + offset,
@@ -368,7 +389,7 @@ impl ExecutionPlan {
         // SAFETY: as this function's: every address is inside a buffer the caller vouches for (an
         // I/O tensor, or a view of one) or inside the arena at the front of the workspace, which
         // `workspace_size` counts.
-        unsafe { part.launch(handle, addresses, part_workspace) }
+        unsafe { part.launch(handle, &addresses, part_workspace) }
     }
 }
 
@@ -402,14 +423,7 @@ impl PlanPart {
     pub(super) fn variant_pack(&self, io: &[u64], workspace: u64) -> Result<Descriptor, BackendError> {
         let layout = self.layout();
         let n = layout.uids().len();
-        let mut inline = [ptr::null_mut::<c_void>(); INLINE_IO];
-        let mut spill = Vec::new();
-        let pointers: &mut [*mut c_void] = if n <= INLINE_IO {
-            &mut inline[..n]
-        } else {
-            spill.resize(n, ptr::null_mut());
-            &mut spill
-        };
+        let mut pointers = SmallArray::new(n, ptr::null_mut::<c_void>());
         for (address, position) in io.iter().zip(layout.io_positions()) {
             if let Some(position) = *position {
                 pointers[position] = *address as *mut c_void;
@@ -430,7 +444,7 @@ impl PlanPart {
         let workspace = if workspace == 0 { 0 } else { workspace + layout.workspace_prefix() as u64 };
         let mut pack = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
         pack.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, layout.uids())?;
-        pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, pointers)?;
+        pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, &pointers)?;
         pack.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
         pack.finalize()?;
         Ok(pack)

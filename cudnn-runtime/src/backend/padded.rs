@@ -204,13 +204,7 @@ impl PaddedPlan {
         binding: &Binding,
         io: &mut [DeviceBuffer<'_>],
     ) -> Result<(), BackendError> {
-        let call_io = call.io();
-        if io.len() != call_io.len() {
-            return Err(BackendError::IoCount { graph: call.name.clone(), expected: call_io.len(), found: io.len() });
-        }
-        // The plan and the context first: nothing is enqueued for a call that cannot run.
-        self.plan.target(cudnn)?;
-        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
+        let (call_io, stream) = self.ready(cudnn, call, io.len())?;
         let inputs = call.inputs().len();
         for (i, (buffer, &id)) in io.iter().zip(&call_io).enumerate() {
             // A class graph has no packed attention (`ClassGraph::new` refuses an attention with
@@ -293,15 +287,29 @@ impl PaddedPlan {
     /// the enqueued work completes.
     pub unsafe fn execute_raw(&mut self, cudnn: &Cudnn, call: &Graph, io: &[u64]) -> Result<(), BackendError> {
         let binding = self.graph.bind(call)?;
-        let call_io = call.io();
-        if io.len() != call_io.len() {
-            return Err(BackendError::IoCount { graph: call.name.clone(), expected: call_io.len(), found: io.len() });
-        }
-        self.plan.target(cudnn)?;
-        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
+        let (call_io, stream) = self.ready(cudnn, call, io.len())?;
         let inputs = call.inputs().len();
         // SAFETY: the caller's.
         unsafe { self.launch(cudnn, &stream, call, (&call_io, inputs), &binding, io) }
+    }
+
+    /// What both ways of running a call check first, so that nothing is enqueued for a call that
+    /// cannot run: `found` buffers, one per I/O tensor of `call`, and the plan and `cudnn` online
+    /// in one context ([`ExecutionPlan::target`]). Returns `call`'s I/O tensors ([`Graph::io`])
+    /// and the context's stream.
+    fn ready(
+        &self,
+        cudnn: &Cudnn,
+        call: &Graph,
+        found: usize,
+    ) -> Result<(Vec<TensorId>, Arc<CudaStream>), BackendError> {
+        let call_io = call.io();
+        if found != call_io.len() {
+            return Err(BackendError::IoCount { graph: call.name.clone(), expected: call_io.len(), found });
+        }
+        self.plan.target(cudnn)?;
+        let stream = cudnn.stream().ok_or(BackendError::NotOnline { what: "executing a plan" })?.clone();
+        Ok((call_io, stream))
     }
 
     /// Enqueues a bound call: the copies in, the tails cleared, the lengths set, the class plan,

@@ -86,7 +86,7 @@ use super::entry::{accepts, serves, Entry};
 // The keys are part of the cache's public paths (`engines::cache::PlanKey`).
 pub use super::keys::{PlanKey, StructureKey};
 use super::lru::{Evicted, Lru};
-use super::planner::Planner;
+use super::planner::{PlanRequest, Planner};
 use super::report::warn;
 pub use super::report::{CacheSource, CacheStats, CacheWarning, CachedPlan, SeedReport};
 use super::specialize::{ServeReason, Serving, Specialization};
@@ -407,9 +407,7 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        let mut got = self.get_or_plan(cudnn, graph, expect, options, |planner, tuning| {
-            planner.build(cudnn, graph, expect, options, tuning)
-        })?;
+        let mut got = self.get_or_plan(PlanRequest { cudnn, graph, expect, options }, Planner::build)?;
         if got.source == CacheSource::Built && got.reason == ServeReason::LazyPending {
             // The dynamic-shape plan just built and stored: its specialization goes to the
             // background, or the entry records why it cannot.
@@ -461,24 +459,19 @@ impl PlanCache {
         expect: &Expect,
         options: &BuildOptions,
     ) -> crate::Result<CachedPlan> {
-        let masked = graph.masked();
-        self.get_or_plan(cudnn, masked, expect, options, |planner, tuning| {
-            planner.build_static(cudnn, masked, expect, options, tuning)
-        })
+        self.get_or_plan(PlanRequest { cudnn, graph: graph.masked(), expect, options }, Planner::build_static)
     }
 
     /// [`PlanCache::get_or_make`] with the plan `plan` makes through the planner on a miss; the
     /// tuning store's entries it could not use become the answer's warnings.
     fn get_or_plan(
         &self,
-        cudnn: &Cudnn,
-        graph: &Graph,
-        expect: &Expect,
-        options: &BuildOptions,
-        plan: impl FnOnce(&Planner, &mut Vec<TuningWarning>) -> crate::Result<(ExecutionPlan, ServeReason)>,
+        request: PlanRequest<'_>,
+        plan: impl FnOnce(&Planner, PlanRequest<'_>, &mut Vec<TuningWarning>) -> crate::Result<(ExecutionPlan, ServeReason)>,
     ) -> crate::Result<CachedPlan> {
+        let PlanRequest { cudnn, graph, expect, options } = request;
         let mut tuning = Vec::new();
-        let mut got = self.get_or_make(cudnn, graph, expect, options, || plan(&self.planner, &mut tuning))?;
+        let mut got = self.get_or_make(cudnn, graph, expect, options, || plan(&self.planner, request, &mut tuning))?;
         for w in tuning {
             warn(&mut got.warnings, self.planner.tuning_path(), w.to_string());
         }

@@ -79,6 +79,16 @@ impl Weigh for Kernels {
     }
 }
 
+/// What a miss asks the planner for: `graph`'s plan for `cudnn`, built with `options`, to be
+/// stored under the key `expect` completes (and looked up in the tuning store under it).
+#[derive(Clone, Copy)]
+pub(super) struct PlanRequest<'a> {
+    pub(super) cudnn: &'a Cudnn,
+    pub(super) graph: &'a Graph,
+    pub(super) expect: &'a Expect,
+    pub(super) options: &'a BuildOptions,
+}
+
 /// Plans graphs for a [`PlanCache`](crate::engines::PlanCache) as its policy says, with the kernel caches of their
 /// structures ([`PlanCache::dynamic_shapes`](crate::engines::PlanCache::dynamic_shapes)).
 pub(super) struct Planner {
@@ -231,15 +241,13 @@ impl Planner {
     /// (another target's, one that does not build) is pushed to `warnings`.
     pub(super) fn build(
         &self,
-        cudnn: &Cudnn,
-        graph: &Graph,
-        expect: &Expect,
-        options: &BuildOptions,
+        request: PlanRequest<'_>,
         warnings: &mut Vec<TuningWarning>,
     ) -> crate::Result<(ExecutionPlan, ServeReason)> {
-        if let Some(chosen) = self.chosen(cudnn, graph, expect, options, warnings) {
+        if let Some(chosen) = self.chosen(request, warnings) {
             return chosen;
         }
+        let PlanRequest { cudnn, graph, options, .. } = request;
         let policy = self.policy();
         let key = StructureKey::new(cudnn, graph);
         let kernels = if policy == Specialization::Eager { None } else { self.kernels_of(&key) };
@@ -278,15 +286,12 @@ impl Planner {
     /// serves every length of its class, so a dynamic-shape plan would buy nothing.
     pub(super) fn build_static(
         &self,
-        cudnn: &Cudnn,
-        graph: &Graph,
-        expect: &Expect,
-        options: &BuildOptions,
+        request: PlanRequest<'_>,
         warnings: &mut Vec<TuningWarning>,
     ) -> crate::Result<(ExecutionPlan, ServeReason)> {
-        match self.chosen(cudnn, graph, expect, options, warnings) {
+        match self.chosen(request, warnings) {
             Some(chosen) => chosen,
-            None => Ok((Self::as_asked(cudnn, graph, options)?, ServeReason::Specialized)),
+            None => Ok((Self::as_asked(request.cudnn, request.graph, request.options)?, ServeReason::Specialized)),
         }
     }
 
@@ -295,12 +300,10 @@ impl Planner {
     /// neither chooses.
     fn chosen(
         &self,
-        cudnn: &Cudnn,
-        graph: &Graph,
-        expect: &Expect,
-        options: &BuildOptions,
+        request: PlanRequest<'_>,
         warnings: &mut Vec<TuningWarning>,
     ) -> Option<crate::Result<(ExecutionPlan, ServeReason)>> {
+        let PlanRequest { cudnn, graph, expect, options } = request;
         let chooses = options.engine.is_some()
             || options.candidate.is_some()
             || options.build_all

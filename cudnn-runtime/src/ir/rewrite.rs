@@ -165,23 +165,14 @@ impl fmt::Display for Rewrite {
 pub fn batchnorm_as_pointwise(graph: &Graph) -> Result<Rewritten, GraphError> {
     graph.validate()?;
     let producer = graph.producer();
-    let mut out = without_nodes(graph);
-    let mut names = Names::of(graph);
-    let mut rewrites = Vec::new();
-    for node in &graph.nodes {
+    node_by_node(graph, |node, out, names| {
         let Some(ports) = batchnorm_inference_ports(node).filter(|_| !feeds_batchnorm_backward(graph, node)) else {
-            out.nodes.push(node.clone());
-            continue;
+            return Ok(None);
         };
         let after_conv = conv_before(graph, &producer, ports.x).map(|n| graph.nodes[n].name.clone());
-        let replaced_by = chain(node, &ports, &mut out, &mut names)?;
-        let rewrite =
-            Rewrite { node: node.name.clone(), replaced_by, kind: RewriteKind::BatchnormAsPointwise { after_conv } };
-        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
-        rewrites.push(rewrite);
-    }
-    out.validate()?;
-    Ok(Rewritten { graph: out, rewrites })
+        let replaced_by = chain(node, &ports, out, names)?;
+        Ok(Some((replaced_by, RewriteKind::BatchnormAsPointwise { after_conv })))
+    })
 }
 
 /// Every rewrite cuDNN needs, in order: [`batchnorm_as_pointwise`], [`mean_and_norms_as_sums`],
@@ -245,10 +236,7 @@ pub fn for_cudnn(graph: &Graph) -> Result<Rewritten, GraphError> {
 pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphError> {
     graph.validate()?;
     let producer = graph.producer();
-    let mut out = without_nodes(graph);
-    let mut names = Names::of(graph);
-    let mut rewrites = Vec::new();
-    for node in &graph.nodes {
+    node_by_node(graph, |node, out, names| {
         let narrow = match (&node.op, node.inputs.as_slice(), node.outputs.as_slice()) {
             (Op::Reduction(_), &[x], &[y]) => {
                 let t = graph.tensor(y);
@@ -263,8 +251,7 @@ pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphEr
             _ => None,
         };
         let Some(y) = narrow else {
-            out.nodes.push(node.clone());
-            continue;
+            return Ok(None);
         };
         let y_tensor = graph.tensor(y);
         let base = format!("{}_f32", node.name);
@@ -288,16 +275,8 @@ pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphEr
             outputs: vec![y],
             compute_data_type: DataType::F32,
         });
-        let rewrite = Rewrite {
-            node: node.name.clone(),
-            replaced_by: vec![name, node.name.clone()],
-            kind: RewriteKind::NarrowThroughF32,
-        };
-        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
-        rewrites.push(rewrite);
-    }
-    out.validate()?;
-    Ok(Rewritten { graph: out, rewrites })
+        Ok(Some((vec![name, node.name.clone()], RewriteKind::NarrowThroughF32)))
+    })
 }
 
 /// Replaces each `y = reduce_mean(x, dims)`, `reduce_norm1` and `reduce_norm2` by the sum and
@@ -353,10 +332,7 @@ pub fn narrow_reductions_through_f32(graph: &Graph) -> Result<Rewritten, GraphEr
 /// ```
 pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
     graph.validate()?;
-    let mut out = without_nodes(graph);
-    let mut names = Names::of(graph);
-    let mut rewrites = Vec::new();
-    for node in &graph.nodes {
+    node_by_node(graph, |node, out, names| {
         let reduction = match &node.op {
             Op::Reduction(r) if matches!(r.mode, ReductionMode::Mean | ReductionMode::Norm1 | ReductionMode::Norm2) => {
                 Some(r)
@@ -364,17 +340,12 @@ pub fn mean_and_norms_as_sums(graph: &Graph) -> Result<Rewritten, GraphError> {
             _ => None,
         };
         let (Some(r), &[_], &[_]) = (reduction, node.inputs.as_slice(), node.outputs.as_slice()) else {
-            out.nodes.push(node.clone());
-            continue;
+            return Ok(None);
         };
-        let replaced_by = sum_nodes(graph, &mut out, &mut names, node, r)?;
+        let replaced_by = sum_nodes(graph, out, names, node, r)?;
         let kind = if r.mode == ReductionMode::Mean { RewriteKind::MeanAsSum } else { RewriteKind::NormAsSum };
-        let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind };
-        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
-        rewrites.push(rewrite);
-    }
-    out.validate()?;
-    Ok(Rewritten { graph: out, rewrites })
+        Ok(Some((replaced_by, kind)))
+    })
 }
 
 /// The nodes that compute reduction `r` of `node` (of one input and one output) as a sum, added to
@@ -550,21 +521,12 @@ fn inv_count(
 pub fn column_sum_as_matmul(graph: &Graph) -> Result<Rewritten, GraphError> {
     graph.validate()?;
     let producer = graph.producer();
-    let mut out = without_nodes(graph);
-    let mut names = Names::of(graph);
-    let mut rewrites = Vec::new();
-    for node in &graph.nodes {
-        let Some((x, y, merge)) = column_sum(graph, &producer, node) else {
-            out.nodes.push(node.clone());
-            continue;
+    node_by_node(graph, |node, out, names| {
+        let Some(found) = column_sum(graph, &producer, node) else {
+            return Ok(None);
         };
-        let replaced_by = matmul_nodes(graph, &mut out, &mut names, node, (x, y, merge));
-        let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind: RewriteKind::ColumnSumAsMatmul };
-        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
-        rewrites.push(rewrite);
-    }
-    out.validate()?;
-    Ok(Rewritten { graph: out, rewrites })
+        Ok(Some((matmul_nodes(graph, out, names, node, found), RewriteKind::ColumnSumAsMatmul)))
+    })
 }
 
 /// The nodes that compute the column sum `(x, y, merge)` of `node` (what [`column_sum`] found)
@@ -842,14 +804,33 @@ fn feeds_batchnorm_backward(graph: &Graph, bn: &Node) -> bool {
     false
 }
 
-/// `graph`'s name, context and tensors, with no nodes yet: what a rewrite fills in node order.
-fn without_nodes(graph: &Graph) -> Graph {
-    Graph {
+/// What every rewrite here does with `graph`, a valid graph: its nodes in order, each kept as it
+/// is where `replace` returns `None`, else replaced by the nodes `replace` added to the graph
+/// being built (`out`: `graph`'s name, context and tensors, and the nodes so far; `names`: the
+/// names and uids taken), which it returns with the kind of the rewrite. The result is validated.
+fn node_by_node(
+    graph: &Graph,
+    mut replace: impl FnMut(&Node, &mut Graph, &mut Names) -> Result<Option<(Vec<String>, RewriteKind)>, GraphError>,
+) -> Result<Rewritten, GraphError> {
+    let mut out = Graph {
         name: graph.name.clone(),
         context: graph.context,
         tensors: graph.tensors.clone(),
         nodes: Vec::with_capacity(graph.nodes.len()),
+    };
+    let mut names = Names::of(graph);
+    let mut rewrites = Vec::new();
+    for node in &graph.nodes {
+        let Some((replaced_by, kind)) = replace(node, &mut out, &mut names)? else {
+            out.nodes.push(node.clone());
+            continue;
+        };
+        let rewrite = Rewrite { node: node.name.clone(), replaced_by, kind };
+        tracing::debug!(graph = %graph.name, %rewrite, "rewrite");
+        rewrites.push(rewrite);
     }
+    out.validate()?;
+    Ok(Rewritten { graph: out, rewrites })
 }
 
 /// The names and uids taken, to make fresh ones.

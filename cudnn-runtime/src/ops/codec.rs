@@ -3,6 +3,12 @@
 //! waits for its tensors' dims ([`Pending`]), what a family writes ([`FrontendFields`]) and the
 //! node's tensors it writes them from ([`WriteCx`]). The document around the nodes (header,
 //! context, tensors, ports, assembly) is `serialize/`'s.
+//!
+//! Every family's codec has the same two functions, which `families!` (`list.rs`) calls:
+//! `read(node: &Obj, label: &str, tag: &str) -> Result<FrontendNode, ReadError>` reads a node of
+//! one of the family's `OpFamily::TAGS` (`label`: the node's name) from its fields, and
+//! `write(op: &Family, cx: &WriteCx) -> FrontendFields` gives the op's fields, the tag included.
+//! Each takes what it does not need too (`_label`), so that no family needs a forwarder.
 
 use crate::codec::json::{Json, Obj};
 use crate::codec::CodecError;

@@ -4,12 +4,10 @@
 //! from it, so a family that leaves one out does not compile.
 
 use super::attrs::{AttrError, Attrs};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::shape::{OutputMeta, ShapeError, StridedMeta, TensorMeta};
 use super::signature::{AttrValue, Extents, OpSignature, PortSpec};
 use super::Layout;
 use crate::array::Array;
-use crate::codec::json::Obj;
 use crate::dim::{Dim, DimCx};
 use crate::DataType;
 
@@ -131,12 +129,6 @@ pub(crate) trait OpFamily: Sized {
 
     /// The cudnn-frontend tags its nodes have (`MATMUL`, `CONV_FPROP`, ...).
     const TAGS: &'static [&'static str];
-
-    /// Reads a node of one of [`OpFamily::TAGS`] from its cudnn-frontend fields.
-    fn read_frontend(node: &Obj<'_>, label: &str, tag: &str) -> Result<FrontendNode, ReadError>;
-
-    /// This op's cudnn-frontend fields, the tag included.
-    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields;
 
     /// The node's cuDNN operation descriptors.
     #[cfg(feature = "cudnn")]

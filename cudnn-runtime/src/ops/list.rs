@@ -2,7 +2,8 @@
 //! family's module and generates [`Op`](super::Op), [`Family`](super::Family), lookup by call
 //! name ([`lookup`](super::lookup), [`all_names`](super::all_names)) and every method of `Op`,
 //! each a `match` with one arm per family delegating to its [`OpFamily`](super::family::OpFamily)
-//! impl. No arm is a wildcard: a family that is listed but does not implement a method, or a
+//! impl, or for the cudnn-frontend fields to its `codec.rs` (`read(node, label, tag)` and
+//! `write(op, cx)`, the same two in every family). No arm is a wildcard: a family that is listed but does not implement a method, or a
 //! method that forgets a family, does not compile.
 
 /// Generates the op vocabulary from `Family(KindType) => module` lines (`(KindType)` only for a
@@ -83,7 +84,7 @@ macro_rules! families {
         ) -> Option<Result<codec::FrontendNode, codec::ReadError>> {
             $(
                 if <$name as OpFamily>::TAGS.contains(&tag) {
-                    return Some(<$name as OpFamily>::read_frontend(node, label, tag));
+                    return Some($module::codec::read(node, label, tag));
                 }
             )*
             None
@@ -233,7 +234,7 @@ macro_rules! families {
             /// This op's cudnn-frontend fields, the tag included.
             pub(crate) fn write_frontend(&self, cx: &codec::WriteCx<'_>) -> codec::FrontendFields {
                 match self {
-                    $( Op::$name(op) => OpFamily::write_frontend(op, cx), )*
+                    $( Op::$name(op) => $module::codec::write(op, cx), )*
                 }
             }
 

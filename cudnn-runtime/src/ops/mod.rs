@@ -4,9 +4,9 @@
 //!
 //! The list below is the only place that names every family: `families!` (in `list.rs`) declares
 //! each folder's module and generates [`Op`], [`Family`], [`lookup`], [`all_names`] and every
-//! method of `Op` from it, each delegating to the family's `OpFamily` impl (`family.rs`). Adding a
-//! family is one line here plus its folder (`mod.rs` with its `OpFamily` impl, `codec.rs`,
-//! `lower.rs`). The vocabulary the families are written in lives in sibling modules:
+//! method of `Op` from it, each delegating to the family's `OpFamily` impl (`family.rs`), or to
+//! its `codec.rs` for the cudnn-frontend fields. Adding a family is one line here plus its folder
+//! (`mod.rs` with its `OpFamily` impl, `codec.rs` with `read` and `write`, `lower.rs`). The vocabulary the families are written in lives in sibling modules:
 //! `signature.rs` (ports, attributes, [`OpSignature`]), `attrs.rs` (attribute checking,
 //! [`AttrError`]), `shape.rs` ([`ShapeError`] and the broadcasting helpers) and `codec.rs` (what
 //! a family's cudnn-frontend codec reads and writes).

@@ -722,8 +722,8 @@ pub fn load_payload(
     result
 }
 
-// Long because it runs a payload's checks in the order the module docs list (steps 4 to 6), each
-// naming both sides, before and after cuDNN loads the plan.
+/// A payload's checks in the order the module docs list (steps 4 to 6), each naming both sides,
+/// before and after cuDNN loads the plan.
 fn check_and_load(
     cudnn: &Cudnn,
     payload: &Payload,
@@ -791,34 +791,35 @@ fn check_and_load(
     if payload.dynamic_shape == Some(true) && !plan.is_dynamic_shape() {
         return Err(PayloadError::DynamicShapeFlag { structure: true, plan: false });
     }
-    if plan.layout().uids() != p.variant_pack_uids.as_slice() {
-        return Err(PayloadError::VariantPack {
-            payload: p.variant_pack_uids.clone(),
-            graph: plan.layout().uids().to_vec(),
-        });
-    }
-    if plan.workspace_size() != p.workspace_size {
-        return Err(PayloadError::Workspace { payload: p.workspace_size, plan: plan.workspace_size() });
-    }
+    check_io(&p.variant_pack_uids, p.workspace_size, plan.layout(), plan.workspace_size())?;
     if p.parts.is_empty() {
         check_engine(&p.engine, plan.selected())?;
         check_scalars(&p.scalars, plan.layout())?;
         return Ok(plan);
     }
     for (part, record) in plan.parts().iter().zip(&p.parts) {
-        if part.layout().uids() != record.variant_pack_uids.as_slice() {
-            return Err(PayloadError::VariantPack {
-                payload: record.variant_pack_uids.clone(),
-                graph: part.layout().uids().to_vec(),
-            });
-        }
-        if part.workspace_size() != record.workspace_size {
-            return Err(PayloadError::Workspace { payload: record.workspace_size, plan: part.workspace_size() });
-        }
+        check_io(&record.variant_pack_uids, record.workspace_size, part.layout(), part.workspace_size())?;
         check_engine(&record.engine, part.selected())?;
         check_scalars(&record.scalars, part.layout())?;
     }
     Ok(plan)
+}
+
+/// The variant-pack uids and workspace bytes a payload records (for the plan or one of its
+/// parts) against those of what cuDNN loaded.
+fn check_io(
+    uids: &[i64],
+    workspace_size: usize,
+    layout: &VariantLayout,
+    loaded_workspace: usize,
+) -> Result<(), PayloadError> {
+    if layout.uids() != uids {
+        return Err(PayloadError::VariantPack { payload: uids.to_vec(), graph: layout.uids().to_vec() });
+    }
+    if loaded_workspace != workspace_size {
+        return Err(PayloadError::Workspace { payload: workspace_size, plan: loaded_workspace });
+    }
+    Ok(())
 }
 
 /// The engine a payload records against the one cuDNN loaded.

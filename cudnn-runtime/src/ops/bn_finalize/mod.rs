@@ -38,13 +38,11 @@ pub(crate) mod lower;
 mod reference;
 
 use super::attrs::{AttrError, Attrs};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::signature::{AttrSpec, OpSignature, PortSpec};
 use super::Family;
 use crate::array::Array;
-use crate::codec::json::Obj;
 use crate::dim::{shape_string, Dim, DimCx};
 use crate::DataType;
 
@@ -208,14 +206,6 @@ impl OpFamily for BnFinalize {
     /// for `[1, C, 1, 1]` is the same memory as NCHW.
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
-    }
-
-    fn read_frontend(node: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node)
-    }
-
-    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write()
     }
 
     #[cfg(feature = "cudnn")]

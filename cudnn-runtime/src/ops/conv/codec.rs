@@ -42,7 +42,7 @@ pub(crate) fn spatial_rank(cx: &WriteCx<'_>) -> usize {
 }
 
 /// A convolution node.
-pub(crate) fn read(n: &Obj<'_>, tag: &str) -> Result<FrontendNode, ReadError> {
+pub(crate) fn read(n: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
     deny_unknown_node_fields(n, &FIELDS)?;
     let mut attrs = Vec::new();
     read_window(n, &mut attrs)?;

@@ -41,11 +41,9 @@ use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::window::{spatial_list, WindowAttrs};
 /// (Also at `ops::Window`.)
 pub use super::window::Window;
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Concrete, Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
@@ -223,6 +221,12 @@ fn overflow<D: Dim>(op: &'static str, i: usize, a: &TensorMeta<D>, b: &TensorMet
     ))
 }
 
+/// The error for a result with an extent known to be zero or negative ([`empty`]): input 0,
+/// `port`, is not what `expected` says.
+fn no_extent<D: Dim>(op: &'static str, port: &'static str, input: &TensorMeta<D>, expected: String) -> ShapeError {
+    ShapeError::at(0, ShapeErrorKind::PortShape { op, port, expected, found: shape_string(&input.dims) })
+}
+
 /// Whether some extent of `dims` is known to be zero or negative.
 fn empty<D: Dim>(dims: &[D]) -> bool {
     dims.iter().any(|d| d.as_lit().is_some_and(|v| v <= 0))
@@ -365,19 +369,12 @@ impl Conv {
             );
         }
         if empty(&y) {
-            return Err(ShapeError::at(
-                0,
-                ShapeErrorKind::PortShape {
-                    op,
-                    port: "X",
-                    expected: format!(
-                        "large enough in each spatial dim for the dilated filter W {} ({})",
-                        shape_string(&wt.dims),
-                        Self::describe(w)
-                    ),
-                    found: shape_string(&x.dims),
-                },
-            ));
+            let expected = format!(
+                "large enough in each spatial dim for the dilated filter W {} ({})",
+                shape_string(&wt.dims),
+                Self::describe(w)
+            );
+            return Err(no_extent(op, "X", x, expected));
         }
         Ok(y)
     }
@@ -395,19 +392,12 @@ impl Conv {
             );
         }
         if empty(&dx) {
-            return Err(ShapeError::at(
-                0,
-                ShapeErrorKind::PortShape {
-                    op,
-                    port: "DY",
-                    expected: format!(
-                        "the gradient of a convolution by W {} ({}), which no positive DX extent gives",
-                        shape_string(&wt.dims),
-                        Self::describe(w)
-                    ),
-                    found: shape_string(&dy.dims),
-                },
-            ));
+            let expected = format!(
+                "the gradient of a convolution by W {} ({}), which no positive DX extent gives",
+                shape_string(&wt.dims),
+                Self::describe(w)
+            );
+            return Err(no_extent(op, "DY", dy, expected));
         }
         Ok(dx)
     }
@@ -618,14 +608,6 @@ impl OpFamily for Conv {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
-    }
-
-    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node, tag)
-    }
-
-    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]

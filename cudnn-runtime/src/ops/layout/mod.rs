@@ -38,11 +38,9 @@ pub(crate) mod lower;
 use super::signature::{AttrKind, AttrSpec, AttrValue, Extents, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 
 mod infer;
@@ -478,14 +476,6 @@ impl OpFamily for Layout {
             Layout::Reshape { .. } | Layout::Transpose { .. } | Layout::Slice { .. } => ChannelsLast::No,
         };
         LayoutPolicy { channels_last, outputs: OutputLayout::View(self) }
-    }
-
-    fn read_frontend(node: &Obj<'_>, label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node, label, tag)
-    }
-
-    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]

@@ -1,10 +1,10 @@
 //! `matmul` in cudnn-frontend's JSON: tag `MATMUL` (`Matmul_attributes`), whose one field of its
 //! own, `padding_value`, must be 0; the M/N/K override ports are not supported.
 
-use super::signature;
+use super::{signature, Matmul};
 use crate::codec::json::{wrong_type, Json, Obj};
 use crate::codec::CodecError;
-use crate::ops::codec::{deny_unknown_node_fields, FrontendFields, FrontendNode, ReadError};
+use crate::ops::codec::{deny_unknown_node_fields, FrontendFields, FrontendNode, ReadError, WriteCx};
 
 /// The node tag.
 pub(crate) const TAG: &str = "MATMUL";
@@ -13,7 +13,7 @@ pub(crate) const TAG: &str = "MATMUL";
 const FIELDS: [&str; 1] = ["padding_value"];
 
 /// A `MATMUL` node.
-pub(crate) fn read(n: &Obj<'_>) -> Result<FrontendNode, ReadError> {
+pub(crate) fn read(n: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
     deny_unknown_node_fields(n, &FIELDS)?;
     match n.get("padding_value") {
         None => {}
@@ -35,6 +35,6 @@ pub(crate) fn read(n: &Obj<'_>) -> Result<FrontendNode, ReadError> {
 }
 
 /// The fields of a `MATMUL` node.
-pub(crate) fn write() -> FrontendFields {
+pub(crate) fn write(_op: &Matmul, _cx: &WriteCx<'_>) -> FrontendFields {
     FrontendFields::plain(vec![("padding_value", Json::Float(0.0)), ("tag", Json::str(TAG))])
 }

@@ -8,7 +8,7 @@ use crate::codec::json::{wrong_type, Json, Obj};
 use crate::codec::CodecError;
 use crate::ops::family::OpFamily;
 use crate::ops::codec::{
-    call_attrs, deny_unknown_node_fields, has_port, FrontendAttr, FrontendFields, FrontendNode, ReadError,
+    call_attrs, deny_unknown_node_fields, has_port, FrontendAttr, FrontendFields, FrontendNode, ReadError, WriteCx,
 };
 use crate::ops::Op;
 
@@ -51,7 +51,7 @@ fn takes_peer_stats(kind: NormKind) -> bool {
 /// A normalization node: `forward_phase` gives the phase (cudnn-frontend requires it), an
 /// `RMS_NORM` with a BIAS input is `rmsnorm_bias`, an `RMS_NORM_BPROP` with a DBIAS output has
 /// `dbias = true`; batch norm needs its running statistics and no peer statistics.
-pub(crate) fn read(n: &Obj<'_>, tag: &str) -> Result<FrontendNode, ReadError> {
+pub(crate) fn read(n: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
     let unknown = || CodecError::UnknownEnum { path: n.field_path("tag"), kind: "tag", value: tag.to_string() };
     let kind = kind_of_tag(tag, has_port(n, "inputs", "BIAS")?).ok_or_else(unknown)?;
     let batch = takes_peer_stats(kind);
@@ -119,7 +119,7 @@ fn check_exact_op(fe: &FrontendNode, op: &Op, n: &Obj<'_>, label: &str, ext_path
 }
 
 /// The fields of a normalization node.
-pub(crate) fn write(norm: &Norm) -> FrontendFields {
+pub(crate) fn write(norm: &Norm, _cx: &WriteCx<'_>) -> FrontendFields {
     let mut fields = Vec::new();
     if norm.kind.takes_phase() {
         fields.push((PHASE_FIELD, Json::str(norm.phase.frontend_name())));

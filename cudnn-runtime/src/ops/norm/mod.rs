@@ -45,11 +45,9 @@ mod reference;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
@@ -592,14 +590,6 @@ impl OpFamily for Norm {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
-    }
-
-    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node, tag)
-    }
-
-    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self)
     }
 
     #[cfg(feature = "cudnn")]

@@ -6,7 +6,7 @@ use super::{Pointwise, PointwiseMode, AXIS, PARAMS};
 use crate::codec::float::same_f32;
 use crate::codec::json::{Json, Obj};
 use crate::codec::{f32_or_null, f32_value, CodecError};
-use crate::ops::codec::{deny_unknown_node_fields, CallAttrs, FrontendAttr, FrontendFields, FrontendNode, ReadError};
+use crate::ops::codec::{deny_unknown_node_fields, CallAttrs, FrontendAttr, FrontendFields, FrontendNode, ReadError, WriteCx};
 use crate::ops::AttrValue;
 
 /// The node tag.
@@ -30,7 +30,7 @@ fn dsl_attr_of(field: &str, mode: PointwiseMode) -> Option<&'static str> {
 }
 
 /// A `POINTWISE` node.
-pub(crate) fn read(n: &Obj<'_>, label: &str) -> Result<FrontendNode, ReadError> {
+pub(crate) fn read(n: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
     deny_unknown_node_fields(n, &fields())?;
     let mode_name = n.str("mode")?;
     let mode = PointwiseMode::from_cudnn_name(mode_name).ok_or_else(|| CodecError::UnknownEnum {
@@ -83,7 +83,7 @@ fn check_exact_attrs(fe: &FrontendNode, n: &Obj<'_>, ext_path: &str, ext: &CallA
 }
 
 /// The fields of a `POINTWISE` node: every parameter, `null` where unset.
-pub(crate) fn write(p: &Pointwise) -> FrontendFields {
+pub(crate) fn write(p: &Pointwise, _cx: &WriteCx<'_>) -> FrontendFields {
     let mut fields = vec![(AXIS, p.axis.map_or(Json::Null, Json::Int)), ("mode", Json::str(p.mode.cudnn_name()))];
     fields.extend(PARAMS.iter().map(|param| (param.field, f32_or_null(param.get(p)))));
     fields.push(("tag", Json::str(TAG)));

@@ -18,11 +18,9 @@ pub(crate) mod lower;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{broadcast, normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
@@ -563,14 +561,6 @@ impl OpFamily for Pointwise {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Follow, outputs: OutputLayout::LikeInput }
-    }
-
-    fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node, label)
-    }
-
-    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self)
     }
 
     #[cfg(feature = "cudnn")]

@@ -6,7 +6,7 @@ use super::{Reduction, ReductionMode};
 use crate::codec::json::{Json, Obj};
 use crate::codec::CodecError;
 use crate::dim::shape_string;
-use crate::ops::codec::{deny_unknown_node_fields, FrontendFields, FrontendNode, Pending, ReadError};
+use crate::ops::codec::{deny_unknown_node_fields, FrontendFields, FrontendNode, Pending, ReadError, WriteCx};
 use crate::ops::{AttrValue, Op};
 
 /// The node tag.
@@ -16,7 +16,7 @@ pub(crate) const TAG: &str = "REDUCTION";
 const FIELDS: [&str; 2] = ["is_deterministic", "mode"];
 
 /// A `REDUCTION` node.
-pub(crate) fn read(n: &Obj<'_>) -> Result<FrontendNode, ReadError> {
+pub(crate) fn read(n: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
     deny_unknown_node_fields(n, &FIELDS)?;
     let mode_name = n.str("mode")?;
     let mode = ReductionMode::ALL.iter().copied().find(|m| m.cudnn_name() == mode_name).ok_or_else(|| {
@@ -47,7 +47,7 @@ pub(crate) fn read(n: &Obj<'_>) -> Result<FrontendNode, ReadError> {
 }
 
 /// The fields of a `REDUCTION` node.
-pub(crate) fn write(r: &Reduction) -> FrontendFields {
+pub(crate) fn write(r: &Reduction, _cx: &WriteCx<'_>) -> FrontendFields {
     FrontendFields::plain(vec![
         ("is_deterministic", Json::Bool(false)),
         ("mode", Json::str(r.mode.cudnn_name())),

@@ -14,11 +14,9 @@ pub(crate) mod lower;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{normalize_axis, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
@@ -214,14 +212,6 @@ impl OpFamily for Reduction {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy::PACKED
-    }
-
-    fn read_frontend(node: &Obj<'_>, _label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node)
-    }
-
-    fn write_frontend(&self, _cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self)
     }
 
     #[cfg(feature = "cudnn")]

@@ -21,7 +21,7 @@ const FIELDS: [&str; 7] =
     ["generate_index", "padding_mode", "post_padding", "pre_padding", "resample_mode", "stride", "window"];
 
 /// A `RESAMPLE` node: its outputs follow `generate_index`.
-pub(crate) fn read(n: &Obj<'_>, label: &str) -> Result<FrontendNode, ReadError> {
+pub(crate) fn read(n: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
     deny_unknown_node_fields(n, &FIELDS)?;
     let mut attrs = Vec::new();
     read_window(n, &mut attrs)?;

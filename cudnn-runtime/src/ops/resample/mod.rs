@@ -29,11 +29,9 @@ use super::window::{spatial_list, Window, WindowAttrs};
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::Family;
 use crate::dim::{shape_string, Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
@@ -339,14 +337,6 @@ impl OpFamily for Resample {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
-    }
-
-    fn read_frontend(node: &Obj<'_>, label: &str, _tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node, label)
-    }
-
-    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]

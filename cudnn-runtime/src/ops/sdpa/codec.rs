@@ -380,7 +380,7 @@ const FP8_UNSUPPORTED_PORTS: &[&str] = UNSUPPORTED_PORTS.split_at(UNSUPPORTED_PO
 
 /// An attention node (`SDPA`, `SDPA_BWD`): its fields and which optional ports it has decide
 /// the attributes, and those decide the ports ([`Op::inputs`](crate::ops::Op::inputs)).
-pub(crate) fn read(n: &Obj<'_>, tag: &str) -> Result<FrontendNode, ReadError> {
+pub(crate) fn read(n: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
     let (pass, attrs) = read_fields(n, tag)?;
     let op = Op::from_call(pass.name(), &call_attrs(&attrs)).map_err(ReadError::attr(n.path()))?;
     let Op::Sdpa(sdpa) = &op else {

@@ -89,11 +89,9 @@ pub mod support;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{ShapeError, ShapeErrorKind, StridedMeta, TensorMeta};
-use super::codec::{FrontendFields, FrontendNode, ReadError, WriteCx};
 use super::family::{FusionRule, Inferred, LayoutPolicy, OpFamily};
 use super::Family;
 use crate::dim::{Dim, DimCx};
-use crate::codec::json::Obj;
 use crate::array::Array;
 use crate::DataType;
 
@@ -102,77 +100,62 @@ pub const FORWARD: &str = "sdpa";
 /// The backward call name.
 pub const BACKWARD: &str = "sdpa_backward";
 
-const FORWARD_INPUTS: &[PortSpec] = &[
-    PortSpec::tensor("Q"),
-    PortSpec::tensor("K"),
-    PortSpec::tensor("V"),
-    PortSpec::tensor("Attn_scale"),
-    PortSpec::tensor("Bias"),
-    PortSpec::tensor("SEQ_LEN_Q"),
-    PortSpec::tensor("SEQ_LEN_KV"),
-    PortSpec::tensor("Seed"),
-    PortSpec::tensor("Offset"),
-    PortSpec::tensor("Page_table_K"),
-    PortSpec::tensor("Page_table_V"),
-    PortSpec::tensor("Ragged_offset_Q"),
-    PortSpec::tensor("Ragged_offset_K"),
-    PortSpec::tensor("Ragged_offset_V"),
-    PortSpec::tensor("Ragged_offset_O"),
-    PortSpec::tensor("Descale_Q"),
-    PortSpec::tensor("Descale_K"),
-    PortSpec::tensor("Descale_V"),
-    PortSpec::tensor("Descale_S"),
-    PortSpec::tensor("Scale_S"),
-    PortSpec::tensor("Scale_O"),
-];
-/// The inputs `fp8 = ...` adds (cudnn-frontend's `sdpa_fp8` arguments, in its order).
-pub const FP8_INPUTS: [&str; 6] = ["Descale_Q", "Descale_K", "Descale_V", "Descale_S", "Scale_S", "Scale_O"];
-const BACKWARD_INPUTS: &[PortSpec] = &[
-    PortSpec::tensor("Q"),
-    PortSpec::tensor("K"),
-    PortSpec::tensor("V"),
-    PortSpec::tensor("O"),
-    PortSpec::tensor("dO"),
-    PortSpec::tensor("Stats"),
-    PortSpec::tensor("Attn_scale"),
-    PortSpec::tensor("Bias"),
-    PortSpec::tensor("SEQ_LEN_Q"),
-    PortSpec::tensor("SEQ_LEN_KV"),
-    PortSpec::tensor("Seed"),
-    PortSpec::tensor("Offset"),
-    PortSpec::tensor("Ragged_offset_Q"),
-    PortSpec::tensor("Ragged_offset_K"),
-    PortSpec::tensor("Ragged_offset_V"),
-    PortSpec::tensor("Ragged_offset_O"),
-    PortSpec::tensor("Descale_Q"),
-    PortSpec::tensor("Descale_K"),
-    PortSpec::tensor("Descale_V"),
-    PortSpec::tensor("Descale_O"),
-    PortSpec::tensor("Descale_dO"),
-    PortSpec::tensor("Descale_S"),
-    PortSpec::tensor("Descale_dP"),
-    PortSpec::tensor("Scale_S"),
-    PortSpec::tensor("Scale_dQ"),
-    PortSpec::tensor("Scale_dK"),
-    PortSpec::tensor("Scale_dV"),
-    PortSpec::tensor("Scale_dP"),
-];
-/// The inputs `fp8 = ...` adds to the backward (cudnn-frontend's `sdpa_fp8_backward` arguments,
-/// in its order).
-pub const FP8_BACKWARD_INPUTS: [&str; 12] = [
-    "Descale_Q",
-    "Descale_K",
-    "Descale_V",
-    "Descale_O",
-    "Descale_dO",
-    "Descale_S",
-    "Descale_dP",
-    "Scale_S",
-    "Scale_dQ",
-    "Scale_dK",
-    "Scale_dV",
-    "Scale_dP",
-];
+/// Both passes' inputs, in the order their signatures list them: Q, K, V, then the
+/// pass's own (`[..]` after the first name: the backward's O, dO and Stats), the optional inputs
+/// both take, the paged-cache inputs (`paged: [..]`, the forward's), the ragged offsets, and the
+/// scales `fp8 = ...` adds, which are also declared as `$fp8` on their own (`[n]`: how many).
+macro_rules! pass_inputs {
+    (
+        $inputs:ident: [$($own:literal),*], paged: [$($paged:literal),*],
+        $(#[$fp8_doc:meta])* $fp8:ident[$n:literal]: [$($scale:literal),* $(,)?]
+    ) => {
+        const $inputs: &[PortSpec] = &[
+            PortSpec::tensor("Q"),
+            PortSpec::tensor("K"),
+            PortSpec::tensor("V"),
+            $(PortSpec::tensor($own),)*
+            PortSpec::tensor("Attn_scale"),
+            PortSpec::tensor("Bias"),
+            PortSpec::tensor("SEQ_LEN_Q"),
+            PortSpec::tensor("SEQ_LEN_KV"),
+            PortSpec::tensor("Seed"),
+            PortSpec::tensor("Offset"),
+            $(PortSpec::tensor($paged),)*
+            PortSpec::tensor("Ragged_offset_Q"),
+            PortSpec::tensor("Ragged_offset_K"),
+            PortSpec::tensor("Ragged_offset_V"),
+            PortSpec::tensor("Ragged_offset_O"),
+            $(PortSpec::tensor($scale),)*
+        ];
+        $(#[$fp8_doc])*
+        pub const $fp8: [&str; $n] = [$($scale),*];
+    };
+}
+
+pass_inputs! {
+    FORWARD_INPUTS: [], paged: ["Page_table_K", "Page_table_V"],
+    /// The inputs `fp8 = ...` adds (cudnn-frontend's `sdpa_fp8` arguments, in its order).
+    FP8_INPUTS[6]: ["Descale_Q", "Descale_K", "Descale_V", "Descale_S", "Scale_S", "Scale_O"]
+}
+pass_inputs! {
+    BACKWARD_INPUTS: ["O", "dO", "Stats"], paged: [],
+    /// The inputs `fp8 = ...` adds to the backward (cudnn-frontend's `sdpa_fp8_backward` arguments,
+    /// in its order).
+    FP8_BACKWARD_INPUTS[12]: [
+        "Descale_Q",
+        "Descale_K",
+        "Descale_V",
+        "Descale_O",
+        "Descale_dO",
+        "Descale_S",
+        "Descale_dP",
+        "Scale_S",
+        "Scale_dQ",
+        "Scale_dK",
+        "Scale_dV",
+        "Scale_dP",
+    ]
+}
 const FORWARD_OUTPUTS: &[&str] = &["O", "Stats", "Amax_S", "Amax_O"];
 const FP8_INFERENCE_OUTPUTS: &[&str] = &["O", "Amax_S", "Amax_O"];
 const BACKWARD_OUTPUTS: &[&str] = &["dQ", "dK", "dV", "dBias", "Amax_dQ", "Amax_dK", "Amax_dV", "Amax_dP"];
@@ -187,41 +170,41 @@ const fn attr(name: &'static str, kind: AttrKind) -> AttrSpec {
     AttrSpec { name, kind, required: false }
 }
 
-const FORWARD_ATTRS: &[AttrSpec] = &[
-    attr("scale", AttrKind::Float),
-    attr("scale_tensor", AttrKind::Bool),
-    attr("causal", AttrKind::Bool),
-    attr("alignment", AttrKind::OneOf(ALIGNMENTS)),
-    attr("window", AttrKind::Int),
-    attr("bias", AttrKind::Bool),
-    attr("padding_mask", AttrKind::Bool),
-    attr("dropout", AttrKind::Float),
-    attr("training", AttrKind::Bool),
-    attr("implementation", AttrKind::OneOf(IMPLEMENTATIONS)),
-    attr("fp8", AttrKind::OneOf(FP8_MODES)),
-    attr("paged", AttrKind::Bool),
-    attr("max_seq_len_kv", AttrKind::Int),
-    attr("ragged", AttrKind::Bool),
-    attr("max_total_seq_len_q", AttrKind::Int),
-    attr("max_total_seq_len_kv", AttrKind::Int),
-];
-const BACKWARD_ATTRS: &[AttrSpec] = &[
-    attr("scale", AttrKind::Float),
-    attr("scale_tensor", AttrKind::Bool),
-    attr("causal", AttrKind::Bool),
-    attr("alignment", AttrKind::OneOf(ALIGNMENTS)),
-    attr("window", AttrKind::Int),
-    attr("bias", AttrKind::Bool),
-    attr("padding_mask", AttrKind::Bool),
-    attr("dropout", AttrKind::Float),
-    attr("d_bias", AttrKind::Bool),
-    attr("deterministic", AttrKind::Bool),
-    attr("implementation", AttrKind::OneOf(BACKWARD_IMPLEMENTATIONS)),
-    attr("fp8", AttrKind::OneOf(FP8_MODES)),
-    attr("ragged", AttrKind::Bool),
-    attr("max_total_seq_len_q", AttrKind::Int),
-    attr("max_total_seq_len_kv", AttrKind::Int),
-];
+/// Both passes' attributes, in one order: those both take, then the pass's own (`[..]` first),
+/// `implementation` with the pass's choices, `fp8`, the paged-cache bounds (`paged: [..]`, the
+/// forward's), and the ragged bounds.
+macro_rules! pass_attrs {
+    ([$($own:expr),*], $implementations:expr, paged: [$($paged:expr),*]) => {
+        &[
+            attr("scale", AttrKind::Float),
+            attr("scale_tensor", AttrKind::Bool),
+            attr("causal", AttrKind::Bool),
+            attr("alignment", AttrKind::OneOf(ALIGNMENTS)),
+            attr("window", AttrKind::Int),
+            attr("bias", AttrKind::Bool),
+            attr("padding_mask", AttrKind::Bool),
+            attr("dropout", AttrKind::Float),
+            $($own,)*
+            attr("implementation", AttrKind::OneOf($implementations)),
+            attr("fp8", AttrKind::OneOf(FP8_MODES)),
+            $($paged,)*
+            attr("ragged", AttrKind::Bool),
+            attr("max_total_seq_len_q", AttrKind::Int),
+            attr("max_total_seq_len_kv", AttrKind::Int),
+        ]
+    };
+}
+
+const FORWARD_ATTRS: &[AttrSpec] = pass_attrs!(
+    [attr("training", AttrKind::Bool)],
+    IMPLEMENTATIONS,
+    paged: [attr("paged", AttrKind::Bool), attr("max_seq_len_kv", AttrKind::Int)]
+);
+const BACKWARD_ATTRS: &[AttrSpec] = pass_attrs!(
+    [attr("d_bias", AttrKind::Bool), attr("deterministic", AttrKind::Bool)],
+    BACKWARD_IMPLEMENTATIONS,
+    paged: []
+);
 
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -695,14 +678,6 @@ impl OpFamily for Sdpa {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy::PACKED
-    }
-
-    fn read_frontend(node: &Obj<'_>, _label: &str, tag: &str) -> Result<FrontendNode, ReadError> {
-        codec::read(node, tag)
-    }
-
-    fn write_frontend(&self, cx: &WriteCx<'_>) -> FrontendFields {
-        codec::write(self, cx)
     }
 
     #[cfg(feature = "cudnn")]
