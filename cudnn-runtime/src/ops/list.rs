@@ -1,10 +1,10 @@
 //! The `families!` macro: from the one list of op families in `ops/mod.rs` it declares each
-//! family's module and generates [`Op`](super::Op), [`Family`](super::Family), lookup by call
-//! name ([`lookup`](super::lookup), [`all_names`](super::all_names)) and every method of `Op`,
-//! each a `match` with one arm per family delegating to its [`OpFamily`](super::family::OpFamily)
-//! impl, or for the cudnn-frontend fields to its `codec.rs` (`read(node, label, tag)` and
-//! `write(op, cx)`, the same two in every family). No arm is a wildcard: a family that is listed but does not implement a method, or a
-//! method that forgets a family, does not compile.
+//! family's module and generates [`Op`](super::Op), [`Family`](super::Family), lookup by call name
+//! ([`lookup`](super::lookup), [`all_names`](super::all_names)) and every method of `Op`, each a
+//! `match` with one arm per family delegating to its [`OpFamily`](super::family::OpFamily) impl, or
+//! for the cudnn-frontend fields to its `codec.rs` (`read(node, label, tag)` and `write(op, cx)`,
+//! the same two in every family). No arm is a wildcard: a family that is listed but does not
+//! implement a method, or a method that forgets a family, does not compile.
 
 /// Generates the op vocabulary from `Family(KindType) => module` lines (`(KindType)` only for a
 /// family of more than one op), in documentation order.

@@ -4,12 +4,13 @@
 //!
 //! The list below is the only place that names every family: `families!` (in `list.rs`) declares
 //! each folder's module and generates [`Op`], [`Family`], [`lookup`], [`all_names`] and every
-//! method of `Op` from it, each delegating to the family's `OpFamily` impl (`family.rs`), or to
-//! its `codec.rs` for the cudnn-frontend fields. Adding a family is one line here plus its folder
-//! (`mod.rs` with its `OpFamily` impl, `codec.rs` with `read` and `write`, `lower.rs`). The vocabulary the families are written in lives in sibling modules:
-//! `signature.rs` (ports, attributes, [`OpSignature`]), `attrs.rs` (attribute checking,
-//! [`AttrError`]), `shape.rs` ([`ShapeError`] and the broadcasting helpers) and `codec.rs` (what
-//! a family's cudnn-frontend codec reads and writes).
+//! method of `Op` from it, each delegating to the family's `OpFamily` impl (`family.rs`), or to its
+//! `codec.rs` for the cudnn-frontend fields. Adding a family is one line here plus its folder
+//! (`mod.rs` with its `OpFamily` impl, `codec.rs` with `read` and `write`, `lower.rs`). The
+//! vocabulary the families are written in lives in sibling modules: `signature.rs` (ports,
+//! attributes, [`OpSignature`]), `attrs.rs` (attribute checking, [`AttrError`]), `shape.rs`
+//! ([`ShapeError`] and the broadcasting helpers) and `codec.rs` (what a family's cudnn-frontend
+//! codec reads and writes).
 //!
 //! The macro, the builder API and the structural JSON all create ops the same way: by name and
 //! attribute list through [`Op::from_call`], so a call written in `graph!` and the same call made at
