@@ -65,3 +65,25 @@ fn concatenation_errors_name_ports_past_the_eighth() {
     let e = g.op("concatenate", &inputs, &[attr("axis", 0)]).unwrap_err();
     assert!(e.to_string().contains("X[9]"), "{e}");
 }
+
+/// One tensor read as Q, K and V of a composite attention, with unit stride on dim 2 (valid: the
+/// CPU engine runs it; cuDNN refuses such strides by name). The structural reader took K's
+/// strides for those cudnn-frontend's lowering leaves and swapped the tensor's last two dims back,
+/// for Q and V too, so the graph's own JSON read back as another shape ("tensor `out1` is declared
+/// [1, 2, 8, 16] but node `sdpa_0` produces [1, 2, 16, 8]"). Found by the `builder` fuzz target
+/// in CI (`fuzz/regressions/builder/sdpa-one-tensor-as-q-k-v-with-lowered-strides`); a document
+/// cudnn-graph wrote is now read as written.
+#[test]
+fn attention_over_one_tensor_with_unit_stride_on_dim_2_round_trips() {
+    for strides in [[256, 128, 1, 8], [16, 8, 1, 106]] {
+        let mut g = GraphBuilder::new("one_tensor_attention");
+        let x = g.input("x", DataType::BF16, &[1, 2, 8, 16]).unwrap();
+        g.set_strides(x, &strides).unwrap();
+        let o = g.op("sdpa", &[x.into(), x.into(), x.into()], &[attr("causal", true)]).unwrap()[0];
+        g.output(o, "o", DataType::BF16).unwrap();
+        let copy = g.op("identity", &[x.into()], &[]).unwrap()[0];
+        g.output(copy, "copy", DataType::F32).unwrap();
+        let g = g.build().unwrap();
+        round_trip(&g);
+    }
+}

@@ -56,7 +56,11 @@ pub(crate) fn planned_graph_from_json(doc: &Json) -> Result<(Graph, bool)> {
     let cx = RawContext::read(&top)?;
     let dynamic_shape = cx.dynamic_shape;
     let mut tensors = tensors::read_tensors(&top)?;
-    restore_lowered_operands(&top, &mut tensors);
+    // What cudnn-graph writes holds every operand as given: only another writer's document
+    // (cudnn-frontend printing a graph after building it) can hold lowered ones.
+    if !ext.present {
+        restore_lowered_operands(&top, &mut tensors);
+    }
     // Packed tensors' offsets become their nodes' offsets ports.
     let with_offsets = ragged::attach_offsets(&top, &mut tensors)?;
     let top = match &with_offsets {
@@ -84,7 +88,10 @@ pub(crate) fn planned_graph_from_json(doc: &Json) -> Result<(Graph, bool)> {
 /// (cuDNN's attention reads the head dim, the last, with unit stride: lowering refuses another
 /// stride, `sdpa.strides`), so no plannable graph is changed; the strides tell the two apart
 /// where the dims cannot (`d == s_kv`). A tensor two such nodes share was swapped twice, so is
-/// as given.
+/// as given. Not for a document cudnn-graph wrote (its `cudnn_graph` object): a valid graph may
+/// hold an operand so strided (the CPU engine runs it; cuDNN refuses it by name), and a tensor
+/// such a node reads as both K and Q would be swapped for both (the `builder` fuzz target,
+/// 2026-12-07).
 fn restore_lowered_operands(top: &Obj<'_>, tensors: &mut [tensors::RawTensor]) {
     let Some(Json::Arr(nodes)) = top.get("nodes") else { return };
     let keys = super::lowered::swapped_by_lowering(nodes);
@@ -100,6 +107,8 @@ fn restore_lowered_operands(top: &Obj<'_>, tensors: &mut [tensors::RawTensor]) {
 /// The top-level `cudnn_graph` object.
 #[derive(Default)]
 struct Extension {
+    /// The document has one: cudnn-graph wrote it.
+    present: bool,
     fingerprint: Option<u64>,
     tensor_order: Option<Vec<i64>>,
 }
@@ -128,7 +137,7 @@ impl Extension {
         };
         let tensor_order =
             ext.get("tensor_order").map(|v| v.as_i64_list(&ext.field_path("tensor_order"))).transpose()?;
-        Ok(Extension { fingerprint, tensor_order })
+        Ok(Extension { present: true, fingerprint, tensor_order })
     }
 }
 
