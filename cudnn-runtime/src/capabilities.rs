@@ -5,7 +5,9 @@
 //! Lowering takes the newer path where the loaded version has the capability (the fused
 //! `SDPA_FWD` operation for [`Implementation::Auto`](crate::ops::Implementation) attention, masks
 //! that write `-inf`) and otherwise the older one, or refuses by the rule's name, saying which
-//! version brings what is missing. The table lives in the crate's ground layer because the
+//! version brings what is missing; the refusal carries it typed too, as the [`Missing`] of its
+//! `SupportRule` error's `needs` (so a caller can tell "upgrade cuDNN" from "not on this GPU"
+//! without reading the message). The table lives in the crate's ground layer because the
 //! support rules that consult it (`ops::sdpa::support`) build without the `cudnn` feature.
 //!
 //! Sources: cudnn-frontend's `sdpa_support_surface.h` and its nodes' version checks, and

@@ -103,24 +103,22 @@ pub fn check<T: Element>(case: &str, output: &str, got: &[T], want: &[T]) {
     assert!(err <= GPU_TOLERANCE, "{case}: {output} relative error {err}");
 }
 
-/// A device copy of `data`.
-/// Whether `e` is a support rule refusing what the capabilities table says the loaded cuDNN lacks
-/// (`capabilities::Missing`: "... needs cuDNN 9.15.1 or newer; loaded 9.14.0"): a refusal the
+/// Whether `e` is a support rule that only the loaded cuDNN's version refuses: its `needs`
+/// names the capability the loaded version lacks and a newer one that brings it
+/// (`capabilities::Missing`, "... needs cuDNN 9.15.1 or newer; loaded 9.14.0"). A refusal the
 /// tests of a form that 9.19 plans accept on an older cuDNN (the GPU machines' system 9.14), and
 /// only there.
 #[cfg(feature = "cudnn")]
 pub fn lacks_capability(cudnn: &cudnn_graph::backend::Cudnn, e: &cudnn_graph::Error) -> bool {
     use cudnn_graph::backend::BackendError;
-    use cudnn_graph::capabilities::{version_string, CAPABILITIES};
-    let loaded = cudnn.version();
-    let text = e.to_string();
-    matches!(e, cudnn_graph::Error::Backend(BackendError::SupportRule { .. }))
-        && text.contains(&format!("or newer; loaded {}", version_string(loaded)))
-        && CAPABILITIES.iter().any(|row| {
-            row.since > loaded && text.contains(&format!("needs cuDNN {} or newer", version_string(row.since)))
-        })
+    matches!(
+        e,
+        cudnn_graph::Error::Backend(BackendError::SupportRule { needs: Some(m), .. })
+            if m.loaded == cudnn.version() && m.since > m.loaded
+    )
 }
 
+/// A device copy of `data`.
 #[cfg(feature = "cudnn")]
 pub fn upload<T: Element + cudnn_graph::backend::cudarc::driver::DeviceRepr>(
     stream: &std::sync::Arc<cudnn_graph::backend::cudarc::driver::CudaStream>,

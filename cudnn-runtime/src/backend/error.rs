@@ -220,8 +220,8 @@ impl From<CudnnError> for BackendError {
             }
             CudnnError::Driver { call, message } => BackendError::Driver { call, message },
             CudnnError::Unsupported { node, op, reason } => BackendError::Unsupported { node, op, reason },
-            CudnnError::SupportRule { node, op, rule, message } => {
-                BackendError::SupportRule { node, op, rule, message }
+            CudnnError::SupportRule { node, op, rule, message, needs } => {
+                BackendError::SupportRule { node, op, rule, message, needs }
             }
             CudnnError::BadValue { what, value } => BackendError::BadValue { what, value },
             CudnnError::DeviceProperties(e) => BackendError::DeviceProperties(e),

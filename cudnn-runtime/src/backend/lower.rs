@@ -247,6 +247,7 @@ fn tensor_descriptor(tensor: &Tensor, node: &Node) -> Result<Descriptor, Backend
                     crate::dim::shape_string(&tensor.dims),
                     tensor.strides
                 ),
+                needs: None,
             });
         }
     }
@@ -407,6 +408,7 @@ fn check_axis_order(node: &Node, x: &Tensor, x_named: &str, y: &Tensor) -> Resul
         op: node.op.call_name(),
         rule: "pointwise.axis_order",
         message,
+        needs: None,
     }
     .into())
 }
@@ -429,7 +431,7 @@ fn is_row_major(t: &Tensor) -> bool {
 /// `channels_last`). Any other error is returned as it is.
 pub(crate) fn name_channels_last_ports(error: BackendError, graph: &Graph) -> BackendError {
     match error {
-        BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message }
+        BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message, needs: None }
             if message.ends_with(CHANNELS_LAST_HINT) =>
         {
             let ports = graph.ports_not_channels_last();
@@ -446,7 +448,7 @@ pub(crate) fn name_channels_last_ports(error: BackendError, graph: &Graph) -> Ba
                 }
                 _ => message,
             };
-            BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message }
+            BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message, needs: None }
         }
         other => other,
     }

@@ -150,6 +150,11 @@ macro_rules! with_call_failures {
                 rule: &'static str,
                 /// What the rule says and what the node or target has.
                 message: String,
+                /// Where only the loaded cuDNN's version refuses (a newer one lifts the rule): the
+                /// capability it lacks and the version that brings it
+                /// ([`capabilities`](crate::capabilities)). `None` for rules of the GPU, the shapes
+                /// or the strides.
+                needs: Option<crate::capabilities::Missing>,
             },
             /// cuDNN reported a value outside its documented range.
             #[error("cuDNN reported {what} = {value}, which is out of range")]

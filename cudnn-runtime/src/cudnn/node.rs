@@ -144,9 +144,20 @@ impl NodeCx<'_> {
         CudnnError::Unsupported { node: self.name.to_string(), op: self.op, reason }
     }
 
-    /// A [`CudnnError::SupportRule`] about this node: it breaks `rule`.
+    /// A [`CudnnError::SupportRule`] about this node: it breaks `rule`, whatever the version.
     pub(crate) fn support_rule(&self, rule: &'static str, message: String) -> CudnnError {
-        CudnnError::SupportRule { node: self.name.to_string(), op: self.op, rule, message }
+        self.support_rule_needing(rule, message, None)
+    }
+
+    /// A [`CudnnError::SupportRule`] about this node that `needs` says a newer cuDNN lifts, if
+    /// it is `Some`.
+    pub(crate) fn support_rule_needing(
+        &self,
+        rule: &'static str,
+        message: String,
+        needs: Option<crate::capabilities::Missing>,
+    ) -> CudnnError {
+        CudnnError::SupportRule { node: self.name.to_string(), op: self.op, rule, message, needs }
     }
 }
 

@@ -66,19 +66,13 @@ pub fn deviceless() -> Option<Cudnn> {
 }
 
 #[cfg(feature = "cudnn")]
-/// Whether `e` is a support rule refusing what the capabilities table says the loaded cuDNN lacks
-/// (`cudnn_runtime::capabilities::Missing`: "... needs cuDNN 9.15.1 or newer; loaded 9.14.0"):
-/// a refusal the tests of a form that 9.19 plans accept on an older cuDNN, and only there.
+/// Whether `e` is a support rule that only the loaded cuDNN's version refuses: its `needs`
+/// names the capability the loaded version lacks and a newer one that brings it
+/// (`cudnn_runtime::capabilities::Missing`, "... needs cuDNN 9.15.1 or newer; loaded 9.14.0"). A
+/// refusal the tests of a form that 9.19 plans accept on an older cuDNN, and only there.
 pub fn lacks_capability(cudnn: &Cudnn, e: &cudnn_runtime::backend::BackendError) -> bool {
     use cudnn_runtime::backend::BackendError;
-    use cudnn_runtime::capabilities::{version_string, CAPABILITIES};
-    let loaded = cudnn.version();
-    let text = e.to_string();
-    matches!(e, BackendError::SupportRule { .. })
-        && text.contains(&format!("or newer; loaded {}", version_string(loaded)))
-        && CAPABILITIES.iter().any(|row| {
-            row.since > loaded && text.contains(&format!("needs cuDNN {} or newer", version_string(row.since)))
-        })
+    matches!(e, BackendError::SupportRule { needs: Some(m), .. } if m.loaded == cudnn.version() && m.since > m.loaded)
 }
 
 #[cfg(feature = "cudnn")]

@@ -73,7 +73,7 @@ pub(crate) fn internals(
     let [b, h_q, s_q, d_qk, h_k, s_kv, h_v, d_v] = composite::dims(op, ins).ok_or_else(malformed)?;
     let problem = Problem { b, h_q, h_k, h_v, s_q, s_kv, d_qk, d_v, compute_f32: cx.compute_type == DataType::F32 };
     let target = Target { version: cudnn.version(), sm: cudnn.sm() };
-    let choice = support::choose(op, &problem, target).map_err(|f| cx.support_rule(f.rule, f.message))?;
+    let choice = support::choose(op, &problem, target).map_err(|f| cx.support_rule_needing(f.rule, f.message, f.needs))?;
     match choice {
         Implementation::Fused => {
             let mut internals = Internals::default();

@@ -20,7 +20,7 @@
 use std::fmt;
 
 use super::{Implementation, Sdpa, SdpaPass};
-use crate::capabilities::{has, require, version_string as version, Capability as C};
+use crate::capabilities::{require, version_string as version, Capability as C, Missing};
 
 /// What a plan is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +81,9 @@ pub struct RuleFailure {
     pub rule: &'static str,
     /// What the rule says and what the node or target has.
     pub message: String,
+    /// Where only the version refuses: the capability the target's cuDNN lacks and the version
+    /// that brings it.
+    pub needs: Option<Missing>,
 }
 
 impl fmt::Display for RuleFailure {
@@ -90,7 +93,7 @@ impl fmt::Display for RuleFailure {
 }
 
 fn fail(rule: &'static str, message: String) -> Result<(), RuleFailure> {
-    Err(RuleFailure { rule, message })
+    Err(RuleFailure { rule, message, needs: None })
 }
 
 /// Fails with `rule` unless cuDNN `v` has `capability` ([`crate::capabilities`]): the message
@@ -99,6 +102,7 @@ fn need(rule: &'static str, capability: C, v: usize, detail: &str) -> Result<(),
     require(v, capability).map_err(|missing| RuleFailure {
         rule,
         message: if detail.is_empty() { missing.to_string() } else { format!("{missing} ({detail})") },
+        needs: Some(missing),
     })
 }
 
@@ -272,8 +276,17 @@ fn fp8_rules(op: &Sdpa, p: &Problem, target: Target) -> Result<(), RuleFailure> 
             ),
         );
     }
-    let d_192 = p.d_qk == 192 && p.d_v == 128 && has(v, C::Fp8HeadDim192Blackwell);
-    if major.is_some_and(|m| m >= 10) && (p.d_qk > 128 || p.d_v > 128) && !d_192 {
+    if major.is_some_and(|m| m >= 10) && (p.d_qk > 128 || p.d_v > 128) {
+        // Above 128 only d_qk = 192 with d_v = 128, and only from the version that brings it: a
+        // refusal a newer cuDNN lifts says so (`needs`).
+        if p.d_qk == 192 && p.d_v == 128 {
+            return need(
+                "sdpa.fp8.head_dim_blackwell",
+                C::Fp8HeadDim192Blackwell,
+                v,
+                "fp8 attention on Blackwell takes head dims above 128 only as d_qk = 192, d_v = 128",
+            );
+        }
         return fail(
             "sdpa.fp8.head_dim_blackwell",
             format!(
@@ -436,7 +449,7 @@ mod tests {
 
     /// Every row of the capabilities table that a support rule consults: the node that needs it is
     /// refused by the rule's name one version before the row's, the message saying which version
-    /// brings it; from the row's version on that rule lets it through.
+    /// brings it and `needs` saying so typed; from the row's version on that rule lets it through.
     #[test]
     fn each_capability_is_refused_by_name_before_its_version_and_used_from_it() {
         for &capability in C::ALL {
@@ -447,6 +460,8 @@ mod tests {
             let e = choose(&node, &case.problem, before).unwrap_err();
             assert_eq!(e.rule, case.rule, "{capability:?}: {e}");
             assert!(e.message.contains(&version(since)), "{capability:?}: {e}");
+            // Typed too: what is missing, from which version, against the target's.
+            assert_eq!(e.needs, Some(Missing { capability, since, loaded: since - 1 }), "{capability:?}: {e}");
             let from = Target { version: since, sm: Some(case.sm) };
             if let Err(e) = choose(&node, &case.problem, from) {
                 assert_ne!(e.rule, case.rule, "{capability:?} at {}: {e}", version(since));
