@@ -431,7 +431,7 @@ fn is_row_major(t: &Tensor) -> bool {
 /// `channels_last`). Any other error is returned as it is.
 pub(crate) fn name_channels_last_ports(error: BackendError, graph: &Graph) -> BackendError {
     match error {
-        BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message, needs: None }
+        BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message, needs }
             if message.ends_with(CHANNELS_LAST_HINT) =>
         {
             let ports = graph.ports_not_channels_last();
@@ -448,7 +448,7 @@ pub(crate) fn name_channels_last_ports(error: BackendError, graph: &Graph) -> Ba
                 }
                 _ => message,
             };
-            BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message, needs: None }
+            BackendError::SupportRule { node, op, rule: "pointwise.axis_order", message, needs }
         }
         other => other,
     }
