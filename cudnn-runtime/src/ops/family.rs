@@ -129,10 +129,6 @@ pub(crate) trait OpFamily: Sized {
 
     /// The cudnn-frontend tags its nodes have (`MATMUL`, `CONV_FPROP`, ...).
     const TAGS: &'static [&'static str];
-
-    /// The node's cuDNN operation descriptors.
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut lowering::LowerCx<'_, '_>) -> LowerResult;
 }
 
 /// The [`OpFamily`] items of a family of one op (matmul, bn_finalize, resample): its kind is
@@ -243,7 +239,8 @@ pub(crate) enum OutputLayout<'a> {
     View(&'a Layout),
 }
 
-/// What [`OpFamily::lower`] gives.
+/// What a family's lowering (`lower::lower` in its folder) gives, through `Into` where it lowers
+/// to one operation ([`LoweredOp`](crate::cudnn::LoweredOp)).
 #[cfg(feature = "cudnn")]
 pub(crate) type LowerResult = Result<lowering::Lowered, crate::cudnn::CudnnError>;
 

@@ -289,7 +289,7 @@ macro_rules! families {
             ) -> family::LowerResult {
                 let mut cx = family::lowering::LowerCx { node: cx, cudnn, next_uid };
                 match self {
-                    $( Op::$name(op) => OpFamily::lower(op, &mut cx), )*
+                    $( Op::$name(op) => $module::lower::lower(op, &mut cx).map(Into::into), )*
                 }
             }
         }

@@ -4,8 +4,8 @@
 //!
 //! The list below is the only place that names every family: `families!` (in `list.rs`) declares
 //! each folder's module and generates [`Op`], [`Family`], [`lookup`], [`all_names`] and every
-//! method of `Op` from it, each delegating to the family's `OpFamily` impl (`family.rs`), or to its
-//! `codec.rs` for the cudnn-frontend fields. Adding a family is one line here plus its folder
+//! method of `Op` from it, each delegating to the family's `OpFamily` impl (`family.rs`), to its
+//! `codec.rs` for the cudnn-frontend fields, or to its `lower.rs` for the cuDNN descriptors. Adding a family is one line here plus its folder
 //! (`mod.rs` with its `OpFamily` impl, `codec.rs` with `read` and `write`, `lower.rs`). The
 //! vocabulary the families are written in lives in sibling modules: `signature.rs` (ports,
 //! attributes, [`OpSignature`]), `attrs.rs` (attribute checking, [`AttrError`]), `shape.rs`

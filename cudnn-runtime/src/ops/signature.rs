@@ -21,6 +21,26 @@ pub struct PortSpec {
     pub scalar_type: Option<DataType>,
 }
 
+/// A port list holding batch norm's running-statistics ports, in cudnn-frontend's order
+/// (`BatchNormAttributes`, `BNFinalizeAttributes`), between the ports before `;` and those after
+/// it: the training forward takes X before them, `bn_finalize` the two sums before them and the
+/// count after.
+macro_rules! with_running_stats {
+    ($($before:expr),* ; $($after:expr),*) => {
+        &[
+            $($before,)*
+            PortSpec::tensor("SCALE"),
+            PortSpec::tensor("BIAS"),
+            PortSpec::tensor("PREV_RUNNING_MEAN"),
+            PortSpec::tensor("PREV_RUNNING_VAR"),
+            PortSpec::scalar("EPSILON"),
+            PortSpec::scalar("MOMENTUM"),
+            $($after,)*
+        ]
+    };
+}
+pub(crate) use with_running_stats;
+
 impl PortSpec {
     /// A tensor port: only a tensor may feed it.
     pub const fn tensor(name: &'static str) -> PortSpec {

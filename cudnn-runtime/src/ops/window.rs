@@ -1,12 +1,53 @@
 //! What a convolution and a pooling op share: their padding, stride and dilation attributes as a
 //! call writes them ([`WindowAttrs`]), resolved for a spatial rank into a [`Window`], and the
-//! per-spatial-dim list rule both check them with.
+//! per-spatial-dim list rule both check them with, and the rules on the tensors they slide over.
 
 use serde::{Deserialize, Serialize};
 
 use super::attrs::{AttrError, Attrs};
-use super::shape::{rule, ShapeErrorKind};
+use super::shape::{rule, ShapeError, ShapeErrorKind, TensorMeta};
 use super::signature::AttrValue;
+use crate::dim::{shape_string, Dim};
+use crate::DataType;
+
+/// The types a window slides over (convolution's operands, pooling's X): input `index` of `op`,
+/// on port `port`, must be one.
+pub(crate) fn check_spatial_type<D: Dim>(
+    op: &'static str,
+    index: usize,
+    port: &'static str,
+    t: &TensorMeta<D>,
+) -> Result<(), ShapeError> {
+    use DataType::*;
+    if matches!(t.dtype, F16 | BF16 | F32 | F64 | I8 | Fp8E4M3 | Fp8E5M2) {
+        return Ok(());
+    }
+    let expected = "f16, bf16, f32, f64, fp8 or i8";
+    Err(ShapeError::at(index, ShapeErrorKind::DType { op, port, found: t.dtype, expected }))
+}
+
+/// The rank a window slides over: `[N, C]` and 1 to 3 spatial dims. Input 0 of `op`, on port
+/// `port`; its rank.
+pub(crate) fn check_spatial_rank<D: Dim>(
+    op: &'static str,
+    port: &'static str,
+    t: &TensorMeta<D>,
+) -> Result<usize, ShapeError> {
+    let r = t.dims.len();
+    if (3..=5).contains(&r) {
+        return Ok(r);
+    }
+    Err(ShapeError::at(
+        0,
+        ShapeErrorKind::Rank {
+            op,
+            port,
+            expected: "rank 3, 4 or 5 ([N, C] and 1 to 3 spatial dims)".into(),
+            found: r,
+            shape: shape_string(&t.dims),
+        },
+    ))
+}
 
 /// A convolution's or pooling window's geometry, one value per spatial dim.
 #[derive(Debug, Clone, PartialEq, Eq)]

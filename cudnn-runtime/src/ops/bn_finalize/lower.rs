@@ -10,7 +10,8 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::signature;
-use crate::cudnn::{CudnnError, LoweredOp, NodeCx, MIN_RANK};
+use crate::ops::family::lowering::LowerCx;
+use crate::cudnn::{CudnnError, LoweredOp, MIN_RANK};
 use crate::DataType;
 
 /// `CUDNN_BN_FINALIZE_STATISTICS_TRAINING`.
@@ -41,7 +42,8 @@ fn attr(port: &str) -> Option<A> {
     })
 }
 
-pub(crate) fn lower(cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(_op: &super::BnFinalize, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     let rank = cx.input_rank(0);
     if rank < MIN_RANK {
         // Lower ranks get leading 1s, which would move the channel away from dim 1.

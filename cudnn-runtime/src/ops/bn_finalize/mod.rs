@@ -40,7 +40,7 @@ mod reference;
 use super::attrs::{AttrError, Attrs};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::signature::{AttrSpec, OpSignature, PortSpec};
+use super::signature::{with_running_stats, AttrSpec, OpSignature, PortSpec};
 use super::Family;
 use crate::array::Array;
 use crate::dim::{shape_string, Dim, DimCx};
@@ -49,17 +49,10 @@ use crate::DataType;
 /// The call name.
 pub const NAME: &str = "bn_finalize";
 
-const INPUTS: &[PortSpec] = &[
-    PortSpec::tensor("SUM"),
-    PortSpec::tensor("SQ_SUM"),
-    PortSpec::tensor("SCALE"),
-    PortSpec::tensor("BIAS"),
-    PortSpec::tensor("PREV_RUNNING_MEAN"),
-    PortSpec::tensor("PREV_RUNNING_VAR"),
-    PortSpec::scalar("EPSILON"),
-    PortSpec::scalar("MOMENTUM"),
+const INPUTS: &[PortSpec] = with_running_stats![
+    PortSpec::tensor("SUM"), PortSpec::tensor("SQ_SUM");
     // cudnn-frontend's `graph.tensor(int64_t)`: an int64 by-value scalar.
-    PortSpec::scalar_of("ACCUM_COUNT", DataType::I64),
+    PortSpec::scalar_of("ACCUM_COUNT", DataType::I64)
 ];
 
 const OUTPUTS: &[&str] = &["EQ_SCALE", "EQ_BIAS", "MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"];
@@ -206,11 +199,6 @@ impl OpFamily for BnFinalize {
     /// for `[1, C, 1, 1]` is the same memory as NCHW.
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
-    }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        lower::lower(cx.node).map(Into::into)
     }
 }
 

@@ -11,9 +11,11 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::{Conv, ConvKind};
-use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
+use crate::ops::family::lowering::LowerCx;
+use crate::cudnn::{CudnnError, LoweredOp};
 
-pub(crate) fn lower(op: &Conv, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(op: &Conv, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     let spatial = cx.input_rank(0).saturating_sub(2);
     let w = op.window(spatial).map_err(|e| cx.unsupported(e.to_string()))?;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;

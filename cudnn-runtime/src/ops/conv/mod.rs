@@ -38,7 +38,7 @@ pub(crate) mod lower;
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
-use super::window::{spatial_list, WindowAttrs};
+use super::window::{check_spatial_rank, check_spatial_type, spatial_list, WindowAttrs};
 /// (Also at `ops::Window`.)
 pub use super::window::Window;
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
@@ -62,26 +62,15 @@ const DGRAD_OUT: &[&str] = &["DX"];
 const WGRAD_OUT: &[&str] = &["DW"];
 
 const MODE_ATTR: AttrSpec = AttrSpec { name: "mode", kind: AttrKind::OneOf(MODES), required: false };
-const FPROP_ATTRS: &[AttrSpec] =
-    &[list("pre_padding"), list("post_padding"), list("padding"), list("stride"), list("dilation"), MODE_ATTR];
-const DGRAD_ATTRS: &[AttrSpec] = &[
-    list("pre_padding"),
-    list("post_padding"),
-    list("padding"),
-    list("stride"),
-    list("dilation"),
-    MODE_ATTR,
-    list("output_padding"),
-];
-const WGRAD_ATTRS: &[AttrSpec] = &[
-    list("pre_padding"),
-    list("post_padding"),
-    list("padding"),
-    list("stride"),
-    list("dilation"),
-    MODE_ATTR,
-    AttrSpec { name: "filter", kind: AttrKind::IntList, required: true },
-];
+/// A kind's attributes: the window's (padding, stride, dilation) and `mode`, then the kind's own.
+macro_rules! conv_attrs {
+    ($($own:expr),*) => {
+        &[list("pre_padding"), list("post_padding"), list("padding"), list("stride"), list("dilation"), MODE_ATTR, $($own),*]
+    };
+}
+const FPROP_ATTRS: &[AttrSpec] = conv_attrs![];
+const DGRAD_ATTRS: &[AttrSpec] = conv_attrs![list("output_padding")];
+const WGRAD_ATTRS: &[AttrSpec] = conv_attrs![AttrSpec { name: "filter", kind: AttrKind::IntList, required: true }];
 
 /// Which convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -232,19 +221,6 @@ fn empty<D: Dim>(dims: &[D]) -> bool {
     dims.iter().any(|d| d.as_lit().is_some_and(|v| v <= 0))
 }
 
-fn takes(dtype: DataType) -> bool {
-    matches!(
-        dtype,
-        DataType::F16
-            | DataType::BF16
-            | DataType::F32
-            | DataType::F64
-            | DataType::I8
-            | DataType::Fp8E4M3
-            | DataType::Fp8E5M2
-    )
-}
-
 impl Conv {
     /// A convolution with default attributes (`filter` must still be set for wgrad).
     pub fn new(kind: ConvKind) -> Self {
@@ -295,31 +271,9 @@ impl Conv {
         let op = self.kind.name();
         let ports = self.kind.signature().inputs;
         for (i, t) in [a, b].into_iter().enumerate() {
-            if !takes(t.dtype) {
-                return Err(ShapeError::at(
-                    i,
-                    ShapeErrorKind::DType {
-                        op,
-                        port: ports[i].name,
-                        found: t.dtype,
-                        expected: "f16, bf16, f32, f64, fp8 or i8",
-                    },
-                ));
-            }
+            check_spatial_type(op, i, ports[i].name, t)?;
         }
-        let r = a.dims.len();
-        if !(3..=5).contains(&r) {
-            return Err(ShapeError::at(
-                0,
-                ShapeErrorKind::Rank {
-                    op,
-                    port: ports[0].name,
-                    expected: "rank 3, 4 or 5 ([N, C] and 1 to 3 spatial dims)".into(),
-                    found: r,
-                    shape: shape_string(&a.dims),
-                },
-            ));
-        }
+        let r = check_spatial_rank(op, ports[0].name, a)?;
         if b.dims.len() != r {
             return Err(ShapeError::at(
                 1,
@@ -360,46 +314,45 @@ impl Conv {
 
     /// The forward's Y: `[N, K, spatial]`, each spatial extent the window's output over X's.
     fn fprop_y<D: Dim>(&self, x: &TensorMeta<D>, wt: &TensorMeta<D>, w: &Window) -> Result<Vec<D>, ShapeError> {
-        let op = self.kind.name();
-        let mut y = vec![x.dims[0].clone(), wt.dims[0].clone()];
-        for i in 0..x.dims.len() - 2 {
-            y.push(
-                D::window_output(&x.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i])
-                    .ok_or_else(|| overflow(op, i, x, wt, w))?,
-            );
-        }
-        if empty(&y) {
-            let expected = format!(
-                "large enough in each spatial dim for the dilated filter W {} ({})",
-                shape_string(&wt.dims),
-                Self::describe(w)
-            );
-            return Err(no_extent(op, "X", x, expected));
-        }
-        Ok(y)
+        let lead = [x.dims[0].clone(), wt.dims[0].clone()];
+        self.windowed(lead, ("X", x), wt, w, "large enough in each spatial dim for the dilated filter", |i| {
+            D::window_output(&x.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i])
+        })
     }
 
     /// The data gradient's DX: `[N, C, spatial]`, each spatial extent the input a window of DY's
     /// extent came from (with the output padding that picks among several).
     fn dgrad_dx<D: Dim>(&self, dy: &TensorMeta<D>, wt: &TensorMeta<D>, w: &Window) -> Result<Vec<D>, ShapeError> {
-        let op = self.kind.name();
         let extra = self.output_padding(w).map_err(ShapeError::general)?;
-        let mut dx = vec![dy.dims[0].clone(), wt.dims[1].clone()];
-        for (i, &e) in extra.iter().enumerate() {
-            dx.push(
-                D::window_input(&dy.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i], e)
-                    .ok_or_else(|| overflow(op, i, dy, wt, w))?,
-            );
+        let lead = [dy.dims[0].clone(), wt.dims[1].clone()];
+        self.windowed(lead, ("DY", dy), wt, w, "what a positive DX gives through a convolution by", |i| {
+            D::window_input(&dy.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i], extra[i])
+        })
+    }
+
+    /// `[lead…, extent(0), extent(1), …]` over the window's spatial dims, where `extent` is the
+    /// window arithmetic over `input` (fprop's X, dgrad's DY) and W: an extent that overflows
+    /// `i64` is an error naming both, and one known to be zero or negative is `input`'s, which
+    /// must be `needs` W and the window.
+    fn windowed<D: Dim>(
+        &self,
+        lead: [D; 2],
+        (port, input): (&'static str, &TensorMeta<D>),
+        wt: &TensorMeta<D>,
+        w: &Window,
+        needs: &str,
+        extent: impl Fn(usize) -> Option<D>,
+    ) -> Result<Vec<D>, ShapeError> {
+        let op = self.kind.name();
+        let mut dims = lead.to_vec();
+        for i in 0..w.pre.len() {
+            dims.push(extent(i).ok_or_else(|| overflow(op, i, input, wt, w))?);
         }
-        if empty(&dx) {
-            let expected = format!(
-                "the gradient of a convolution by W {} ({}), which no positive DX extent gives",
-                shape_string(&wt.dims),
-                Self::describe(w)
-            );
-            return Err(no_extent(op, "DY", dy, expected));
+        if empty(&dims) {
+            let expected = format!("{needs} W {} ({})", shape_string(&wt.dims), Self::describe(w));
+            return Err(no_extent(op, port, input, expected));
         }
-        Ok(dx)
+        Ok(dims)
     }
 
     /// The filter gradient's DW: `[K, C, filter]`, once DY's spatial extents are those X convolved
@@ -608,11 +561,6 @@ impl OpFamily for Conv {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
-    }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -11,11 +11,13 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Layout;
+use crate::ops::family::lowering::LowerCx;
 use crate::cudnn::{rank_padding, CudnnError, LoweredOp, NodeCx};
 use crate::dim::packed_strides;
 use crate::ops::conv::ConvKind;
 
-pub(crate) fn lower(op: &Layout, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(op: &Layout, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     if let Layout::Reshape { .. } = op {
         let x = cx.inputs.first().ok_or_else(|| cx.unsupported("it has no input #0".into()))?;
         if x.strides != packed_strides(&x.dims) {

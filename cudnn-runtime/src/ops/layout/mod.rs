@@ -477,11 +477,6 @@ impl OpFamily for Layout {
         };
         LayoutPolicy { channels_last, outputs: OutputLayout::View(self) }
     }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx.node).map(Into::into)
-    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,11 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Matmul;
-use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
+use crate::ops::family::lowering::LowerCx;
+use crate::cudnn::{CudnnError, LoweredOp};
 
-pub(crate) fn lower(_op: &Matmul, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(_op: &Matmul, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
     desc.set_data_type(A::CUDNN_ATTR_MATMUL_COMP_TYPE, cx.compute_type())?;
     desc.finalize()?;

@@ -203,11 +203,6 @@ impl OpFamily for Matmul {
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy::PACKED
     }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx.node).map(Into::into)
-    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use sys::cudnnBackendDescriptorType_t as K;
 
 use crate::ops::family::OpFamily;
 use super::{Grouping, Norm, NormKind};
-use crate::cudnn::{CudnnError, LoweredOp, NodeCx, MIN_RANK};
+use crate::ops::family::lowering::LowerCx;
+use crate::cudnn::{CudnnError, LoweredOp, MIN_RANK};
 
 /// `CUDNN_GENSTATS_SUM_SQSUM`.
 const GENSTATS_SUM_SQSUM: u32 = 0;
@@ -68,7 +69,8 @@ fn genstats_attr(port: &str) -> Option<A> {
     })
 }
 
-pub(crate) fn lower(op: &Norm, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(op: &Norm, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     let rank = cx.input_rank(op.kind.port_index("X").unwrap_or(0));
     if op.kind.grouping() != Grouping::Normalized && rank < MIN_RANK {
         // Lower ranks get leading 1s, which would move the channel away from dim 1.

@@ -42,7 +42,7 @@ pub(crate) mod codec;
 pub(crate) mod lower;
 mod reference;
 
-use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
+use super::signature::{with_running_stats, AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
 use super::family::{ChannelsLast, FusionRule, Inferred, LayoutPolicy, OpFamily, OutputLayout};
@@ -53,15 +53,7 @@ use crate::DataType;
 
 const LAYER_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("SCALE"), PortSpec::tensor("BIAS"), PortSpec::scalar("EPSILON")];
 const RMS_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("SCALE"), PortSpec::scalar("EPSILON")];
-const BATCH_IN: &[PortSpec] = &[
-    PortSpec::tensor("X"),
-    PortSpec::tensor("SCALE"),
-    PortSpec::tensor("BIAS"),
-    PortSpec::tensor("PREV_RUNNING_MEAN"),
-    PortSpec::tensor("PREV_RUNNING_VAR"),
-    PortSpec::scalar("EPSILON"),
-    PortSpec::scalar("MOMENTUM"),
-];
+const BATCH_IN: &[PortSpec] = with_running_stats![PortSpec::tensor("X");];
 const BATCH_INFERENCE_IN: &[PortSpec] = &[PortSpec::tensor("X"), PortSpec::tensor("MEAN"), PortSpec::tensor("INV_VARIANCE"), PortSpec::tensor("SCALE"), PortSpec::tensor("BIAS")];
 const GENSTATS_IN: &[PortSpec] = &[PortSpec::tensor("X")];
 const BACKWARD_IN: &[PortSpec] = &[PortSpec::tensor("DY"), PortSpec::tensor("X"), PortSpec::tensor("SCALE"), PortSpec::tensor("MEAN"), PortSpec::tensor("INV_VARIANCE")];
@@ -590,11 +582,6 @@ impl OpFamily for Norm {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::No, outputs: OutputLayout::LikeInput }
-    }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

@@ -14,7 +14,8 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::{Pointwise, PointwiseMode};
-use crate::cudnn::{rank_padding, CudnnError, LoweredOp, NodeCx};
+use crate::ops::family::lowering::LowerCx;
+use crate::cudnn::{rank_padding, CudnnError, LoweredOp};
 use crate::ops::normalize_axis;
 use crate::DataType;
 
@@ -41,7 +42,8 @@ fn relu_upper_clip(clip: Option<f64>, compute: DataType) -> f64 {
     clip.map_or(max, |c| c.min(max))
 }
 
-pub(crate) fn lower(op: &Pointwise, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(op: &Pointwise, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     use PointwiseMode as M;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
     desc.set_enum(A::CUDNN_ATTR_POINTWISE_MODE, T::CUDNN_TYPE_POINTWISE_MODE, op.mode.cudnn_value())?;

@@ -562,11 +562,6 @@ impl OpFamily for Pointwise {
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Follow, outputs: OutputLayout::LikeInput }
     }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx.node).map(Into::into)
-    }
 }
 
 #[cfg(test)]

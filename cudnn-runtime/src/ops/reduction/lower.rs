@@ -8,9 +8,11 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Reduction;
-use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
+use crate::ops::family::lowering::LowerCx;
+use crate::cudnn::{CudnnError, LoweredOp};
 
-pub(crate) fn lower(op: &Reduction, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(op: &Reduction, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     let mut desc = cx.descriptor(K::CUDNN_BACKEND_REDUCTION_DESCRIPTOR)?;
     desc.set_data_type(A::CUDNN_ATTR_REDUCTION_COMP_TYPE, cx.compute_type())?;
     desc.set_enum(A::CUDNN_ATTR_REDUCTION_OPERATOR, T::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, op.mode.cudnn_value())?;

@@ -10,6 +10,7 @@ use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
 use super::Resample;
+use crate::ops::family::lowering::LowerCx;
 use crate::cudnn::{CudnnError, LoweredOp, NodeCx};
 
 /// `CUDNN_PROPAGATE_NAN`, as cudnn-frontend sets it.
@@ -42,7 +43,8 @@ fn check_index_layout(op: &Resample, cx: &NodeCx<'_>) -> Result<(), CudnnError> 
     ))
 }
 
-pub(crate) fn lower(op: &Resample, cx: &NodeCx<'_>) -> Result<LoweredOp, CudnnError> {
+pub(crate) fn lower(op: &Resample, cx: &mut LowerCx<'_, '_>) -> Result<LoweredOp, CudnnError> {
+    let cx = cx.node;
     check_index_layout(op, cx)?;
     let spatial = cx.input_rank(0).saturating_sub(2);
     let (window, w) = op.geometry(spatial).map_err(|e| cx.unsupported(e.to_string()))?;

@@ -25,7 +25,7 @@ pub(crate) mod codec;
 pub(crate) mod lower;
 
 use super::conv::{ConvMode, Taps};
-use super::window::{spatial_list, Window, WindowAttrs};
+use super::window::{check_spatial_rank, check_spatial_type, spatial_list, Window, WindowAttrs};
 use super::signature::{AttrKind, AttrSpec, AttrValue, OpSignature, PortSpec};
 use super::attrs::{AttrError, Attrs};
 use super::shape::{rule, OutputMeta, ShapeError, ShapeErrorKind, TensorMeta};
@@ -219,39 +219,8 @@ impl OpFamily for Resample {
 
     fn infer<D: Dim>(&self, inputs: &[TensorMeta<D>], _cx: &mut impl DimCx<D>) -> Inferred<D> {
         let x = &inputs[0];
-        if !matches!(
-            x.dtype,
-            DataType::F16
-                | DataType::BF16
-                | DataType::F32
-                | DataType::F64
-                | DataType::I8
-                | DataType::Fp8E4M3
-                | DataType::Fp8E5M2
-        ) {
-            return Err(ShapeError::at(
-                0,
-                ShapeErrorKind::DType {
-                    op: NAME,
-                    port: "X",
-                    found: x.dtype,
-                    expected: "f16, bf16, f32, f64, fp8 or i8",
-                },
-            ));
-        }
-        let r = x.dims.len();
-        if !(3..=5).contains(&r) {
-            return Err(ShapeError::at(
-                0,
-                ShapeErrorKind::Rank {
-                    op: NAME,
-                    port: "X",
-                    expected: "rank 3, 4 or 5 ([N, C] and 1 to 3 spatial dims)".into(),
-                    found: r,
-                    shape: shape_string(&x.dims),
-                },
-            ));
-        }
+        check_spatial_type(NAME, 0, "X", x)?;
+        let r = check_spatial_rank(NAME, "X", x)?;
         let (window, w) = self.geometry(r - 2).map_err(ShapeError::general)?;
         let mut dims = vec![x.dims[0].clone(), x.dims[1].clone()];
         for (i, &extent) in window.iter().enumerate() {
@@ -337,11 +306,6 @@ impl OpFamily for Resample {
 
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy { channels_last: ChannelsLast::Anchor, outputs: OutputLayout::Packed }
-    }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        lower::lower(self, cx.node).map(Into::into)
     }
 }
 

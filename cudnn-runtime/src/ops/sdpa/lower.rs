@@ -18,20 +18,14 @@ use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendAttributeType_t as T;
 use sys::cudnnBackendDescriptorType_t as K;
 
-use crate::ops::family::OpFamily;
+use crate::ops::family::lowering::{LowerCx, Lowered};
+use crate::ops::family::{LowerResult, OpFamily};
 use super::composite::{self, Expansion, Kind, SubOp, SubTensor};
 use super::ragged::{self, Slot};
 use super::support::{self, Problem, Target};
 use super::{Implementation, Sdpa};
 use crate::cudnn::{Cudnn, CudnnError, Descriptor, Internals, NodeCx, ALIGNMENT};
 use crate::DataType;
-
-/// The operations of one node, what they refer to, and the tensors the variant pack binds.
-pub(crate) struct LoweredSubgraph {
-    pub(crate) operations: Vec<Descriptor>,
-    pub(crate) parts: Vec<Descriptor>,
-    pub(crate) internals: Internals,
-}
 
 /// What a node lowers to.
 pub(crate) enum Plan {
@@ -109,18 +103,14 @@ pub(crate) fn internals(
 }
 
 /// Lowers `op` (the node of `cx`).
-pub(crate) fn lower(
-    op: &Sdpa,
-    cx: &NodeCx<'_>,
-    cudnn: &Cudnn,
-    next_uid: &mut i64,
-) -> Result<LoweredSubgraph, CudnnError> {
-    let (plan, internals) = internals(op, cx, cudnn, next_uid)?;
+pub(crate) fn lower(op: &Sdpa, cx: &mut LowerCx<'_, '_>) -> LowerResult {
+    let (plan, internals) = internals(op, cx.node, cx.cudnn, cx.next_uid)?;
+    let cx = cx.node;
     let (operations, parts) = match plan {
         Plan::Fused { scale } => fused(op, cx, scale)?,
         Plan::Composite(x) => materialize(cx, &x)?,
     };
-    Ok(LoweredSubgraph { operations, parts, internals })
+    Ok(Lowered { operations, parts, internals })
 }
 
 /// A tensor descriptor of the lowering's own; a packed one names its ragged offsets' descriptor

@@ -679,13 +679,6 @@ impl OpFamily for Sdpa {
     fn layout_policy(&self) -> LayoutPolicy<'_> {
         LayoutPolicy::PACKED
     }
-
-    #[cfg(feature = "cudnn")]
-    fn lower(&self, cx: &mut crate::ops::family::lowering::LowerCx<'_, '_>) -> crate::ops::family::LowerResult {
-        use crate::ops::family::lowering::Lowered;
-        let sub = lower::lower(self, cx.node, cx.cudnn, cx.next_uid)?;
-        Ok(Lowered { operations: sub.operations, parts: sub.parts, internals: sub.internals })
-    }
 }
 
 #[cfg(test)]
