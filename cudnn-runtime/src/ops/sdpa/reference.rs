@@ -210,33 +210,7 @@ impl Sdpa {
         if let Some(fp8) = self.fp8 {
             return self.forward_fp8(inputs, fp8);
         }
-        let p = Problem::new(self, inputs);
-        let vd = dims4(p.v);
-        let mut o = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, p.d_v as i64]);
-        let mut stats = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, 1]);
-        for b in 0..p.b {
-            for h in 0..p.h_q {
-                let hv = p.v_head(h);
-                for i in 0..p.s_q {
-                    let s = p.scores(b, h, i);
-                    let lse = log_sum_exp(&s);
-                    stats.data[(b * p.h_q + h) * p.s_q + i] = lse;
-                    if lse == f64::NEG_INFINITY {
-                        continue;
-                    }
-                    let row = ((b * p.h_q + h) * p.s_q + i) * p.d_v;
-                    for (j, sj) in s.iter().enumerate() {
-                        let w = (sj - lse).exp() * p.dropout(b, h, i, j);
-                        if w == 0.0 {
-                            continue;
-                        }
-                        for d in 0..p.d_v {
-                            o.data[row + d] += w * p.v.data[at(vd, [b, hv, j, d])];
-                        }
-                    }
-                }
-            }
-        }
+        let (o, stats) = Problem::new(self, inputs).forward_sums(|w| w);
         let mut outs = vec![o];
         if self.training {
             outs.push(stats);
@@ -250,39 +224,14 @@ impl Sdpa {
     /// (`Amax_O = max |O'|`); everything else is `f64`. `[O, Amax_S, Amax_O]` or
     /// `[O, Stats, Amax_S, Amax_O]`.
     fn forward_fp8(&self, inputs: &[&Array], fp8: crate::DataType) -> Vec<Array> {
-        let p = Problem::new(self, inputs);
         let factor = |name: &str| self.factor(inputs, name);
         let (scale_s, descale_s, descale_v, scale_o) =
             (factor("Scale_S"), factor("Descale_S"), factor("Descale_V"), factor("Scale_O"));
-        let vd = dims4(p.v);
-        let mut o = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, p.d_v as i64]);
-        let mut stats = Array::zeros(&[p.b as i64, p.h_q as i64, p.s_q as i64, 1]);
         let (mut amax_s, mut amax_o) = (0.0f64, 0.0f64);
-        for b in 0..p.b {
-            for h in 0..p.h_q {
-                let hv = p.v_head(h);
-                for i in 0..p.s_q {
-                    let s = p.scores(b, h, i);
-                    let lse = log_sum_exp(&s);
-                    stats.data[(b * p.h_q + h) * p.s_q + i] = lse;
-                    let row = ((b * p.h_q + h) * p.s_q + i) * p.d_v;
-                    if lse == f64::NEG_INFINITY {
-                        continue;
-                    }
-                    for (j, sj) in s.iter().enumerate() {
-                        let w = (sj - lse).exp() * p.dropout(b, h, i, j);
-                        amax_s = amax_s.max(w.abs());
-                        let w8 = fp8.round(w * scale_s);
-                        if w8 == 0.0 {
-                            continue;
-                        }
-                        for d in 0..p.d_v {
-                            o.data[row + d] += w8 * p.v.data[at(vd, [b, hv, j, d])];
-                        }
-                    }
-                }
-            }
-        }
+        let (mut o, stats) = Problem::new(self, inputs).forward_sums(|w| {
+            amax_s = amax_s.max(w.abs());
+            fp8.round(w * scale_s)
+        });
         for x in &mut o.data {
             let descaled = *x * descale_s * descale_v;
             amax_o = amax_o.max(descaled.abs());
@@ -319,45 +268,13 @@ impl Sdpa {
     fn backward_fp8(&self, inputs: &[&Array], fp8: crate::DataType) -> Vec<Array> {
         let p = Problem::new(self, inputs);
         let f = |name: &str| self.factor(inputs, name);
-        let (o, d_o, stats) = (inputs[3], inputs[4], inputs[5]);
-        let (qd, kd, vd, od) = (dims4(p.q), dims4(p.k), dims4(p.v), dims4(o));
-        let mut dq = Array::zeros(&p.q.dims);
-        let mut dk = Array::zeros(&p.k.dims);
-        let mut dv = Array::zeros(&p.v.dims);
         let mut amax_dp = 0.0f64;
-        for b in 0..p.b {
-            for h in 0..p.h_q {
-                let hk = h / (p.h_q / p.h_k).max(1);
-                let hv = p.v_head(h);
-                for i in 0..p.s_q {
-                    let s = p.scores(b, h, i);
-                    let lse = stats.data.get((b * p.h_q + h) * p.s_q + i).copied().unwrap_or(f64::NEG_INFINITY);
-                    let dot_do_o: f64 =
-                        (0..p.d_v).map(|d| d_o.data[at(od, [b, h, i, d])] * o.data[at(od, [b, h, i, d])]).sum();
-                    let delta = dot_do_o * f("Descale_dO") * f("Descale_O");
-                    for (j, sj) in s.iter().enumerate() {
-                        if *sj == f64::NEG_INFINITY {
-                            continue;
-                        }
-                        let prob = (sj - lse).exp();
-                        let p8 = fp8.round(prob * f("Scale_S"));
-                        let mut dp = 0.0;
-                        for d in 0..p.d_v {
-                            let g = d_o.data[at(od, [b, h, i, d])];
-                            dv.data[at(vd, [b, hv, j, d])] += p8 * g;
-                            dp += g * p.v.data[at(vd, [b, hv, j, d])];
-                        }
-                        let ds = prob * (dp * f("Descale_dO") * f("Descale_V") - delta) * p.attn_scale;
-                        amax_dp = amax_dp.max(ds.abs());
-                        let ds8 = fp8.round(ds * f("Scale_dP"));
-                        for d in 0..p.d_qk {
-                            dq.data[at(qd, [b, h, i, d])] += ds8 * p.k.data[at(kd, [b, hk, j, d])];
-                            dk.data[at(kd, [b, hk, j, d])] += ds8 * p.q.data[at(qd, [b, h, i, d])];
-                        }
-                    }
-                }
-            }
-        }
+        let [mut dq, mut dk, mut dv] = p.backward_sums(inputs, |g| {
+            let delta = g.do_o * f("Descale_dO") * f("Descale_O");
+            let ds = g.prob * (g.do_v * f("Descale_dO") * f("Descale_V") - delta) * p.attn_scale;
+            amax_dp = amax_dp.max(ds.abs());
+            (fp8.round(g.prob * f("Scale_S")), fp8.round(ds * f("Scale_dP")))
+        });
         // MatmulFP8Node: both descales, the amax, then the output's scale into fp8.
         let finish = |a: &mut Array, descales: f64, scale: f64| {
             let mut amax = 0.0f64;
@@ -375,59 +292,116 @@ impl Sdpa {
         vec![dq, dk, dv, scalar(amax_dq), scalar(amax_dk), scalar(amax_dv), scalar(amax_dp)]
     }
 
+    /// The backward: `dV += P̃ᵀ·dO`, `dS = P ⊙ (dP̃ ⊙ keep − Σ_d dO·O)` with `dP̃ = dO·Vᵀ`,
+    /// `dBias = dS`, `dQ += scale · dS·K`, `dK += scale · dSᵀ·Q`.
     fn backward(&self, inputs: &[&Array]) -> Vec<Array> {
         if let Some(fp8) = self.fp8 {
             return self.backward_fp8(inputs, fp8);
         }
         let p = Problem::new(self, inputs);
-        let (o, d_o, stats) = (inputs[3], inputs[4], inputs[5]);
-        let (qd, kd, vd) = (dims4(p.q), dims4(p.k), dims4(p.v));
-        let od = dims4(o);
-        let mut dq = Array::zeros(&p.q.dims);
-        let mut dk = Array::zeros(&p.k.dims);
-        let mut dv = Array::zeros(&p.v.dims);
         let mut dbias = p.bias.map(|t| Array::zeros(&t.dims));
-        for b in 0..p.b {
-            for h in 0..p.h_q {
-                let hk = h / (p.h_q / p.h_k).max(1);
-                let hv = p.v_head(h);
-                for i in 0..p.s_q {
-                    let s = p.scores(b, h, i);
-                    let lse = stats.data.get((b * p.h_q + h) * p.s_q + i).copied().unwrap_or(f64::NEG_INFINITY);
-                    // delta_i = Σ_d dO·O.
-                    let delta: f64 =
-                        (0..p.d_v).map(|d| d_o.data[at(od, [b, h, i, d])] * o.data[at(od, [b, h, i, d])]).sum();
-                    for (j, sj) in s.iter().enumerate() {
-                        if *sj == f64::NEG_INFINITY {
-                            continue;
-                        }
-                        let prob = (sj - lse).exp();
-                        let keep = p.dropout(b, h, i, j);
-                        // dV += P̃ᵀ dO; dP̃ = dO · Vᵀ.
-                        let mut dp_tilde = 0.0;
-                        for d in 0..p.d_v {
-                            let g = d_o.data[at(od, [b, h, i, d])];
-                            dv.data[at(vd, [b, hv, j, d])] += prob * keep * g;
-                            dp_tilde += g * p.v.data[at(vd, [b, hv, j, d])];
-                        }
-                        let ds = prob * (dp_tilde * keep - delta);
-                        if let (Some(db), Some(bias)) = (dbias.as_mut(), p.bias) {
-                            db.data[at(dims4(bias), [b, h, i, j])] += ds;
-                        }
-                        let g = p.scale * ds;
-                        for d in 0..p.d_qk {
-                            dq.data[at(qd, [b, h, i, d])] += g * p.k.data[at(kd, [b, hk, j, d])];
-                            dk.data[at(kd, [b, hk, j, d])] += g * p.q.data[at(qd, [b, h, i, d])];
-                        }
-                    }
-                }
+        let [dq, dk, dv] = p.backward_sums(inputs, |g| {
+            let keep = p.dropout(g.b, g.h, g.i, g.j);
+            let ds = g.prob * (g.do_v * keep - g.do_o);
+            if let (Some(db), Some(bias)) = (dbias.as_mut(), p.bias) {
+                db.data[at(dims4(bias), [g.b, g.h, g.i, g.j])] += ds;
             }
-        }
+            (g.prob * keep, p.scale * ds)
+        });
         let mut outs = vec![dq, dk, dv];
         if self.d_bias {
             outs.push(dbias.unwrap_or_else(|| Array::zeros(&[1])));
         }
         outs
+    }
+}
+
+/// One visible score `(b, h, i, j)` of the backward: its probability `P = exp(S − Stats)` and the
+/// two dot products both backward passes start from.
+struct ScoreGrad {
+    b: usize,
+    h: usize,
+    i: usize,
+    j: usize,
+    prob: f64,
+    /// `Σ_d dO·O` of row `i` (the softmax backward's delta, before any descale).
+    do_o: f64,
+    /// `Σ_d dO_i·V_j` (`dP`, before dropout or descales).
+    do_v: f64,
+}
+
+impl Problem<'_> {
+    /// The loop both forward passes share: `O = Σ_j weight(P_ij · dropout_ij) · V_j` over every
+    /// row with a visible score, and `Stats` (each row's log-sum-exp, `-inf` for a row that sees
+    /// nothing, whose O stays 0). `weight` is the identity, or fp8's quantization of `P`.
+    fn forward_sums(&self, mut weight: impl FnMut(f64) -> f64) -> (Array, Array) {
+        let vd = dims4(self.v);
+        let mut o = Array::zeros(&[self.b as i64, self.h_q as i64, self.s_q as i64, self.d_v as i64]);
+        let mut stats = Array::zeros(&[self.b as i64, self.h_q as i64, self.s_q as i64, 1]);
+        for b in 0..self.b {
+            for h in 0..self.h_q {
+                let hv = self.v_head(h);
+                for i in 0..self.s_q {
+                    let s = self.scores(b, h, i);
+                    let lse = log_sum_exp(&s);
+                    stats.data[(b * self.h_q + h) * self.s_q + i] = lse;
+                    if lse == f64::NEG_INFINITY {
+                        continue;
+                    }
+                    let row = ((b * self.h_q + h) * self.s_q + i) * self.d_v;
+                    for (j, sj) in s.iter().enumerate() {
+                        let w = weight((sj - lse).exp() * self.dropout(b, h, i, j));
+                        if w == 0.0 {
+                            continue;
+                        }
+                        for d in 0..self.d_v {
+                            o.data[row + d] += w * self.v.data[at(vd, [b, hv, j, d])];
+                        }
+                    }
+                }
+            }
+        }
+        (o, stats)
+    }
+
+    /// The loop both backward passes share, over every visible score of the backward's inputs
+    /// (`O`, `dO`, `Stats` after Q, K, V). `weights` gives each score's `(w_v, w_qk)`, and the
+    /// sums are `dV_j += w_v · dO_i`, `dQ_i += w_qk · K_j`, `dK_j += w_qk · Q_i` (grouped heads
+    /// summing into their shared K and V head). `[dQ, dK, dV]`.
+    fn backward_sums(&self, inputs: &[&Array], mut weights: impl FnMut(&ScoreGrad) -> (f64, f64)) -> [Array; 3] {
+        let (o, d_o, stats) = (inputs[3], inputs[4], inputs[5]);
+        let (qd, kd, vd, od) = (dims4(self.q), dims4(self.k), dims4(self.v), dims4(o));
+        let mut dq = Array::zeros(&self.q.dims);
+        let mut dk = Array::zeros(&self.k.dims);
+        let mut dv = Array::zeros(&self.v.dims);
+        for b in 0..self.b {
+            for h in 0..self.h_q {
+                let hk = h / (self.h_q / self.h_k).max(1);
+                let hv = self.v_head(h);
+                for i in 0..self.s_q {
+                    let s = self.scores(b, h, i);
+                    let lse = stats.data.get((b * self.h_q + h) * self.s_q + i).copied().unwrap_or(f64::NEG_INFINITY);
+                    let d_o_row = |d: usize| d_o.data[at(od, [b, h, i, d])];
+                    let do_o: f64 = (0..self.d_v).map(|d| d_o_row(d) * o.data[at(od, [b, h, i, d])]).sum();
+                    for (j, sj) in s.iter().enumerate() {
+                        if *sj == f64::NEG_INFINITY {
+                            continue;
+                        }
+                        let do_v = (0..self.d_v).map(|d| d_o_row(d) * self.v.data[at(vd, [b, hv, j, d])]).sum();
+                        let score = ScoreGrad { b, h, i, j, prob: (sj - lse).exp(), do_o, do_v };
+                        let (w_v, w_qk) = weights(&score);
+                        for d in 0..self.d_v {
+                            dv.data[at(vd, [b, hv, j, d])] += w_v * d_o_row(d);
+                        }
+                        for d in 0..self.d_qk {
+                            dq.data[at(qd, [b, h, i, d])] += w_qk * self.k.data[at(kd, [b, hk, j, d])];
+                            dk.data[at(kd, [b, hk, j, d])] += w_qk * self.q.data[at(qd, [b, h, i, d])];
+                        }
+                    }
+                }
+            }
+        }
+        [dq, dk, dv]
     }
 }
 
