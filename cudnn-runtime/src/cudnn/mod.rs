@@ -18,52 +18,37 @@
 //!
 //! Public items are re-exported by [`crate::backend`]; the module itself is private.
 
-#[cfg(feature = "cudnn")]
-mod calls;
-#[cfg(feature = "cudnn")]
-mod context;
-#[cfg(feature = "cudnn")]
-mod cuda_graph;
-#[cfg(feature = "cudnn")]
-mod descriptor;
-#[cfg(feature = "cudnn")]
-pub mod devprop;
-#[cfg(feature = "cudnn")]
-mod error;
-#[cfg(feature = "cudnn")]
-mod kernel_cache;
-#[cfg(feature = "cudnn")]
-mod library;
-#[cfg(feature = "cudnn")]
-mod node;
 mod port;
-#[cfg(feature = "cudnn")]
-mod probe;
-
-#[cfg(feature = "cudnn")]
-pub(crate) use calls::execute;
-#[cfg(feature = "cudnn")]
-pub use context::{cuda_context, Cudnn};
-#[cfg(feature = "cudnn")]
-pub(crate) use context::{Anchor, Binding};
-#[cfg(feature = "cudnn")]
-pub(crate) use cuda_graph::{exec_update, NativeCudaGraph};
-#[cfg(feature = "cudnn")]
-pub(crate) use descriptor::{last_error_message, Descriptor, Label, Record};
-#[cfg(feature = "cudnn")]
-pub use devprop::{version_string, DevicePropertiesError};
-#[cfg(feature = "cudnn")]
-pub mod support;
-#[cfg(feature = "cudnn")]
-pub(crate) use error::{cudnn_message, with_call_failures};
-#[cfg(feature = "cudnn")]
-pub use error::{CudnnError, Status};
-#[cfg(feature = "cudnn")]
-pub use kernel_cache::KernelCache;
-#[cfg(feature = "cudnn")]
-pub use library::libraries_present;
-#[cfg(feature = "cudnn")]
-pub(crate) use node::{padded_layout, rank_padding, Internals, LoweredOp, NodeCx, ALIGNMENT, MAX_RANK, MIN_RANK};
 pub(crate) use port::Port;
-#[cfg(feature = "cudnn")]
-pub use probe::{probe_libraries, DriverProbe, GpuProbe, LibraryProbe};
+
+/// Everything else here needs libcudnn: these items exist only with the `cudnn` feature.
+macro_rules! with_cudnn {
+    ($($item:item)*) => { $( #[cfg(feature = "cudnn")] $item )* };
+}
+
+with_cudnn! {
+    mod calls;
+    mod context;
+    mod cuda_graph;
+    mod descriptor;
+    pub mod devprop;
+    mod error;
+    mod kernel_cache;
+    mod library;
+    mod node;
+    mod probe;
+    pub mod support;
+
+    pub(crate) use calls::execute;
+    pub use context::{cuda_context, Cudnn};
+    pub(crate) use context::{Anchor, Binding};
+    pub(crate) use cuda_graph::{exec_update, NativeCudaGraph};
+    pub(crate) use descriptor::{last_error_message, Descriptor, Label, Record};
+    pub use devprop::{version_string, DevicePropertiesError};
+    pub(crate) use error::{cudnn_message, with_call_failures};
+    pub use error::{CudnnError, Status};
+    pub use kernel_cache::KernelCache;
+    pub use library::libraries_present;
+    pub(crate) use node::{padded_layout, rank_padding, Internals, LoweredOp, NodeCx, ALIGNMENT, MAX_RANK, MIN_RANK};
+    pub use probe::{probe_libraries, DriverProbe, GpuProbe, LibraryProbe};
+}
