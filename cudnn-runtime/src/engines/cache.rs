@@ -377,17 +377,7 @@ impl PlanCache {
 
     /// Counts and traces what an insert or update evicted.
     fn evicted(&self, evicted: Evicted<PlanKey, Entry>) {
-        if evicted.entries.is_empty() {
-            return;
-        }
-        self.evictions.fetch_add(evicted.entries.len() as u64, Ordering::Relaxed);
-        for (key, _, bytes) in &evicted.entries {
-            tracing::debug!(
-                fingerprint = format_args!("{:#018x}", key.graph_fingerprint),
-                bytes,
-                "plan cache eviction"
-            );
-        }
+        evicted.count(&self.evictions, "plan cache", |key| key.graph_fingerprint);
     }
 
     /// The path of `key`'s entry, with a directory.

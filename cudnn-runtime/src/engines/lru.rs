@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What an [`Lru`] needs of its values.
 pub(crate) trait Weigh {
@@ -44,6 +45,17 @@ pub(crate) struct Lru<K, V> {
 pub(crate) struct Evicted<K, V> {
     /// The evicted keys, values and their bytes, oldest first.
     pub(crate) entries: Vec<(K, V, usize)>,
+}
+
+impl<K, V> Evicted<K, V> {
+    /// Adds the entries to `counter` and traces each: `"{cache} eviction"` with the key's
+    /// `fingerprint` and the bytes it held.
+    pub(crate) fn count(&self, counter: &AtomicU64, cache: &str, fingerprint: impl Fn(&K) -> u64) {
+        counter.fetch_add(self.entries.len() as u64, Ordering::Relaxed);
+        for (key, _, bytes) in &self.entries {
+            tracing::debug!(fingerprint = format_args!("{:#018x}", fingerprint(key)), bytes, "{cache} eviction");
+        }
+    }
 }
 
 impl<K: Hash + Eq + Clone, V: Weigh> Lru<K, V> {

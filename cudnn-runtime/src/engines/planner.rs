@@ -223,14 +223,7 @@ impl Planner {
 
     /// Counts and traces kernel caches evicted.
     fn evicted_kernels(&self, evicted: Evicted<StructureKey, Kernels>) {
-        self.evictions.fetch_add(evicted.entries.len() as u64, Ordering::Relaxed);
-        for (key, _, bytes) in &evicted.entries {
-            tracing::debug!(
-                structure = format_args!("{:#018x}", key.structure_fingerprint),
-                bytes,
-                "kernel cache eviction"
-            );
-        }
+        evicted.count(&self.evictions, "kernel cache", |key| key.structure_fingerprint);
     }
 
     /// Builds `graph` for [`PlanCache::get_or_build`](crate::engines::PlanCache::get_or_build) as the policy says: as the options ask
