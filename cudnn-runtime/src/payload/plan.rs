@@ -714,7 +714,7 @@ pub fn load_payload(
     let p = &payload.plan;
     let _span = tracing::debug_span!("load_payload", graph = %p.graph_name, engine = %p.engine.tag).entered();
     let start = std::time::Instant::now();
-    let result = check_and_load(cudnn, payload, graph, expect);
+    let result = payload.check_and_load(cudnn, graph, expect);
     match &result {
         Ok(_) => tracing::debug!(elapsed_us = crate::micros(start.elapsed()), "payload loaded"),
         Err(e) => tracing::debug!(error = %e, "payload refused"),
@@ -722,87 +722,89 @@ pub fn load_payload(
     result
 }
 
-/// A payload's checks in the order the module docs list (steps 4 to 6), each naming both sides,
-/// before and after cuDNN loads the plan.
-fn check_and_load(
-    cudnn: &Cudnn,
-    payload: &Payload,
-    graph: Option<Graph>,
-    expect: &Expect,
-) -> Result<ExecutionPlan, PayloadError> {
-    let p = &payload.plan;
-    if p.cudnn_version != cudnn.version() {
-        return Err(PayloadError::CudnnVersion { payload: p.cudnn_version, runtime: cudnn.version() });
-    }
-    if let (Some(payload_sm), Some(runtime)) = (p.sm, cudnn.sm()) {
-        if payload_sm != runtime {
-            return Err(PayloadError::Sm { payload: payload_sm, runtime });
+impl Payload {
+    /// A payload's checks in the order the module docs list (steps 4 to 6), each naming both sides,
+    /// before and after cuDNN loads the plan.
+    fn check_and_load(
+        &self,
+        cudnn: &Cudnn,
+        graph: Option<Graph>,
+        expect: &Expect,
+    ) -> Result<ExecutionPlan, PayloadError> {
+        let p = &self.plan;
+        if p.cudnn_version != cudnn.version() {
+            return Err(PayloadError::CudnnVersion { payload: p.cudnn_version, runtime: cudnn.version() });
         }
-    }
-    if let Some(expected) = expect.type_fingerprint {
-        if p.type_fingerprint.as_deref() != Some(hex(expected).as_str()) {
-            return Err(PayloadError::TypeFingerprint {
-                payload_type: p.graph_name.clone(),
-                payload: p.type_fingerprint.clone().unwrap_or_else(|| "none".into()),
-                expected_type: expect.type_name.clone().unwrap_or_default(),
-                expected: hex(expected),
+        if let (Some(payload_sm), Some(runtime)) = (p.sm, cudnn.sm()) {
+            if payload_sm != runtime {
+                return Err(PayloadError::Sm { payload: payload_sm, runtime });
+            }
+        }
+        if let Some(expected) = expect.type_fingerprint {
+            if p.type_fingerprint.as_deref() != Some(hex(expected).as_str()) {
+                return Err(PayloadError::TypeFingerprint {
+                    payload_type: p.graph_name.clone(),
+                    payload: p.type_fingerprint.clone().unwrap_or_else(|| "none".into()),
+                    expected_type: expect.type_name.clone().unwrap_or_default(),
+                    expected: hex(expected),
+                });
+            }
+        }
+        if let (Some(expected), Some(found)) = (&expect.binding, &p.binding) {
+            if expected != found {
+                return Err(PayloadError::Binding { payload: found.clone(), expected: expected.clone() });
+            }
+        }
+        let graph = match (graph, &self.structure) {
+            (Some(g), _) => g,
+            (None, Some(s)) => s.clone(),
+            (None, None) => return Err(PayloadError::NeedsGraph { graph: p.graph_name.clone() }),
+        };
+        let given = hex(graph.fingerprint());
+        if given != p.graph_fingerprint {
+            return Err(PayloadError::GraphFingerprint {
+                payload_graph: p.graph_name.clone(),
+                payload: p.graph_fingerprint.clone(),
+                given,
             });
         }
-    }
-    if let (Some(expected), Some(found)) = (&expect.binding, &p.binding) {
-        if expected != found {
-            return Err(PayloadError::Binding { payload: found.clone(), expected: expected.clone() });
+        // `from_json` checks the plan JSON's operation graph against the graph's lowering before
+        // cuDNN is given it (each part's, for a partitioned plan).
+        let plan = if p.parts.is_empty() {
+            ExecutionPlan::from_json(cudnn, graph, &p.plan_json)
+        } else {
+            let parts: Vec<SavedPart> = p
+                .parts
+                .iter()
+                .map(|r| SavedPart {
+                    nodes: r.nodes.clone(),
+                    json: r.plan_json.clone(),
+                    refused: r.refused.clone(),
+                    measured: r.measured.clone(),
+                })
+                .collect();
+            ExecutionPlan::from_parts_json(cudnn, graph, &parts)
         }
+        .map_err(|e| PayloadError::Load(Box::new(e)))?;
+        // The structure says how the plan was made; cuDNN's plan JSON is the authority. Payloads
+        // written before the structure recorded it say `false` whatever the plan, so only a structure
+        // claiming a dynamic-shape plan the JSON does not hold is refused.
+        if self.dynamic_shape == Some(true) && !plan.is_dynamic_shape() {
+            return Err(PayloadError::DynamicShapeFlag { structure: true, plan: false });
+        }
+        check_io(&p.variant_pack_uids, p.workspace_size, plan.layout(), plan.workspace_size())?;
+        if p.parts.is_empty() {
+            check_engine(&p.engine, plan.selected())?;
+            check_scalars(&p.scalars, plan.layout())?;
+            return Ok(plan);
+        }
+        for (part, record) in plan.parts().iter().zip(&p.parts) {
+            check_io(&record.variant_pack_uids, record.workspace_size, part.layout(), part.workspace_size())?;
+            check_engine(&record.engine, part.selected())?;
+            check_scalars(&record.scalars, part.layout())?;
+        }
+        Ok(plan)
     }
-    let graph = match (graph, &payload.structure) {
-        (Some(g), _) => g,
-        (None, Some(s)) => s.clone(),
-        (None, None) => return Err(PayloadError::NeedsGraph { graph: p.graph_name.clone() }),
-    };
-    let given = hex(graph.fingerprint());
-    if given != p.graph_fingerprint {
-        return Err(PayloadError::GraphFingerprint {
-            payload_graph: p.graph_name.clone(),
-            payload: p.graph_fingerprint.clone(),
-            given,
-        });
-    }
-    // `from_json` checks the plan JSON's operation graph against the graph's lowering before
-    // cuDNN is given it (each part's, for a partitioned plan).
-    let plan = if p.parts.is_empty() {
-        ExecutionPlan::from_json(cudnn, graph, &p.plan_json)
-    } else {
-        let parts: Vec<SavedPart> = p
-            .parts
-            .iter()
-            .map(|r| SavedPart {
-                nodes: r.nodes.clone(),
-                json: r.plan_json.clone(),
-                refused: r.refused.clone(),
-                measured: r.measured.clone(),
-            })
-            .collect();
-        ExecutionPlan::from_parts_json(cudnn, graph, &parts)
-    }
-    .map_err(|e| PayloadError::Load(Box::new(e)))?;
-    // The structure says how the plan was made; cuDNN's plan JSON is the authority. Payloads
-    // written before the structure recorded it say `false` whatever the plan, so only a structure
-    // claiming a dynamic-shape plan the JSON does not hold is refused.
-    if payload.dynamic_shape == Some(true) && !plan.is_dynamic_shape() {
-        return Err(PayloadError::DynamicShapeFlag { structure: true, plan: false });
-    }
-    check_io(&p.variant_pack_uids, p.workspace_size, plan.layout(), plan.workspace_size())?;
-    if p.parts.is_empty() {
-        check_engine(&p.engine, plan.selected())?;
-        check_scalars(&p.scalars, plan.layout())?;
-        return Ok(plan);
-    }
-    for (part, record) in plan.parts().iter().zip(&p.parts) {
-        check_io(&record.variant_pack_uids, record.workspace_size, part.layout(), part.workspace_size())?;
-        check_engine(&record.engine, part.selected())?;
-        check_scalars(&record.scalars, part.layout())?;
-    }
-    Ok(plan)
 }
 
 /// The variant-pack uids and workspace bytes a payload records (for the plan or one of its
