@@ -399,6 +399,16 @@ mod device {
         b128: CUfunction,
     }
 
+    /// One launch's arguments: the three buffers' device addresses (`new` rows, `dst` slots, the
+    /// `pool`) and the extents they hold.
+    struct Launch {
+        new: CUdeviceptr,
+        dst: CUdeviceptr,
+        pool: CUdeviceptr,
+        tokens: usize,
+        dims: KvPoolDims,
+    }
+
     // SAFETY: a CUDA module and its functions belong to their context, not to a thread: every use
     // here first makes `ctx` current on the calling thread (`bind_to_thread`), and launching one
     // function from several threads at once is allowed by the driver. The handles are never
@@ -500,7 +510,9 @@ mod device {
             // checked above, and distinct (`pool` is borrowed mutably); the guards keep them in
             // use until the launch is enqueued, and cudarc's events keep them from being reused
             // before it completes.
-            unsafe { self.launch(stream, new_ptr, dst_ptr, pool_ptr, dst.len(), dims) }
+            unsafe {
+                self.launch(stream, Launch { new: new_ptr, dst: dst_ptr, pool: pool_ptr, tokens: dst.len(), dims })
+            }
         }
 
         /// [`append`](Self::append) on raw device pointers: `new` holds `tokens · heads ·
@@ -544,7 +556,7 @@ mod device {
                 return Ok(());
             }
             // SAFETY: the caller's.
-            unsafe { self.launch(stream, new, dst, pool, tokens, dims) }
+            unsafe { self.launch(stream, Launch { new, dst, pool, tokens, dims }) }
         }
 
         fn same_context(&self, ctx: &Arc<CudaContext>, what: &'static str) -> Result<(), AppendError> {
@@ -560,15 +572,8 @@ mod device {
         /// # Safety
         ///
         /// `dims` checked and `1 <= tokens <= i32::MAX`; the buffers as `append_raw` says.
-        unsafe fn launch(
-            &self,
-            stream: &CudaStream,
-            new: CUdeviceptr,
-            dst: CUdeviceptr,
-            pool: CUdeviceptr,
-            tokens: usize,
-            dims: KvPoolDims,
-        ) -> Result<(), AppendError> {
+        unsafe fn launch(&self, stream: &CudaStream, launch: Launch) -> Result<(), AppendError> {
+            let Launch { mut new, mut dst, mut pool, tokens, dims } = launch;
             debug_assert!((1..=super::MAX_I32).contains(&tokens) && dims.check().is_ok());
             // 16-byte words where every row is whole words and both row buffers are aligned to
             // them (a whole allocation is; an offset into one may not be); 16-bit words otherwise.
@@ -581,7 +586,6 @@ mod device {
             // The kernel's parameters, in its order and at its widths: three `.u64` pointers,
             // then five `.u32` ints (`tokens, heads, page_size, pages, row_words`), each in range
             // (checked: every extent is at most i32::MAX).
-            let (mut new, mut dst, mut pool) = (new, dst, pool);
             let as_i32 = |x: usize| i32::try_from(x).unwrap_or(i32::MAX);
             let mut ints = [tokens, dims.heads, dims.page_size, dims.pages, row_words].map(as_i32);
             let [t, h, s, p, w] = &mut ints;
