@@ -315,7 +315,8 @@ impl Conv {
     /// The forward's Y: `[N, K, spatial]`, each spatial extent the window's output over X's.
     fn fprop_y<D: Dim>(&self, x: &TensorMeta<D>, wt: &TensorMeta<D>, w: &Window) -> Result<Vec<D>, ShapeError> {
         let lead = [x.dims[0].clone(), wt.dims[0].clone()];
-        self.windowed(lead, ("X", x), wt, w, "large enough in each spatial dim for the dilated filter", |i| {
+        let needs = |filter: String| format!("large enough in each spatial dim for the dilated filter {filter}");
+        self.windowed(lead, ("X", x), wt, w, needs, |i| {
             D::window_output(&x.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i])
         })
     }
@@ -325,22 +326,23 @@ impl Conv {
     fn dgrad_dx<D: Dim>(&self, dy: &TensorMeta<D>, wt: &TensorMeta<D>, w: &Window) -> Result<Vec<D>, ShapeError> {
         let extra = self.output_padding(w).map_err(ShapeError::general)?;
         let lead = [dy.dims[0].clone(), wt.dims[1].clone()];
-        self.windowed(lead, ("DY", dy), wt, w, "what a positive DX gives through a convolution by", |i| {
+        let needs = |filter: String| format!("the gradient of a convolution by {filter}, which no positive DX extent gives");
+        self.windowed(lead, ("DY", dy), wt, w, needs, |i| {
             D::window_input(&dy.dims[i + 2], &wt.dims[i + 2], w.pre[i], w.post[i], w.stride[i], w.dilation[i], extra[i])
         })
     }
 
     /// `[lead…, extent(0), extent(1), …]` over the window's spatial dims, where `extent` is the
     /// window arithmetic over `input` (fprop's X, dgrad's DY) and W: an extent that overflows
-    /// `i64` is an error naming both, and one known to be zero or negative is `input`'s, which
-    /// must be `needs` W and the window.
+    /// `i64` is an error naming both, and one known to be zero or negative is `input`'s, saying
+    /// what it must be: `needs` of W and the window (`W [K, C, 3, 3] (padding …)`).
     fn windowed<D: Dim>(
         &self,
         lead: [D; 2],
         (port, input): (&'static str, &TensorMeta<D>),
         wt: &TensorMeta<D>,
         w: &Window,
-        needs: &str,
+        needs: impl FnOnce(String) -> String,
         extent: impl Fn(usize) -> Option<D>,
     ) -> Result<Vec<D>, ShapeError> {
         let op = self.kind.name();
@@ -349,8 +351,8 @@ impl Conv {
             dims.push(extent(i).ok_or_else(|| overflow(op, i, input, wt, w))?);
         }
         if empty(&dims) {
-            let expected = format!("{needs} W {} ({})", shape_string(&wt.dims), Self::describe(w));
-            return Err(no_extent(op, port, input, expected));
+            let filter = format!("W {} ({})", shape_string(&wt.dims), Self::describe(w));
+            return Err(no_extent(op, port, input, needs(filter)));
         }
         Ok(dims)
     }
@@ -652,6 +654,21 @@ mod tests {
         assert_eq!(e.arg, Some(1));
         assert!(e.to_string().contains("port DY must be [2, 8, 16, 16]"), "{e}");
         assert!(Op::from_call("conv_wgrad", &[]).is_err());
+    }
+
+    #[test]
+    fn an_empty_result_is_its_inputs_error_saying_what_it_needs() {
+        let fprop = op("conv_fprop", &[]);
+        let e = fprop.infer(&[meta(vec![2, 3, 4, 4]), meta(vec![8, 3, 5, 5])], &mut Concrete).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("X") && text.contains("large enough in each spatial dim for the dilated filter W [8, 3, 5, 5]"), "{text}");
+        // DX = (1 - 1)·1 − 2·2 + 3 = −1 in each spatial dim.
+        let dgrad = op("conv_dgrad", &[("padding", vec![2, 2].into())]);
+        let e = dgrad.infer(&[meta(vec![2, 8, 1, 1]), meta(vec![8, 3, 3, 3])], &mut Concrete).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("DY"), "{text}");
+        assert!(text.contains("the gradient of a convolution by W [8, 3, 3, 3] ("), "{text}");
+        assert!(text.contains("), which no positive DX extent gives"), "{text}");
     }
 
     #[test]
